@@ -1,0 +1,131 @@
+"""Content-addressed builds for `torch.utils.cpp_extension.load_inline`, installed in the worker.
+
+Each inline extension is built in `<cache>/<key>` where the key hashes the sources, functions,
+flags, torch and CUDA versions, target architecture and Python version: evaluating the same file
+again (or another file with identical kernels) loads the finished build instead of compiling.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import inspect
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import torch.utils.cpp_extension as cpp_extension
+
+_ERROR_LINE = re.compile(r"(\berror\b|undefined reference|undefined symbol)", re.IGNORECASE)
+
+
+class NeedsCudaError(RuntimeError):
+    """The candidate asked for a CUDA build or a CUDA device that this run does not have."""
+
+
+class BuildFailedError(RuntimeError):
+    """Compiling an inline extension failed. `first_error` is the compiler's first error line."""
+
+    def __init__(self, name: str, first_error: str, log: str) -> None:
+        super().__init__(f"building extension {name!r} failed: {first_error}")
+        self.first_error = first_error
+        self.log = log
+
+
+def first_error_line(log: str) -> str:
+    """The first line of compiler output that reports an error, shortened for a one-line reason."""
+    for line in log.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("Error building extension") or stripped.startswith("ninja: build stopped"):
+            continue
+        if _ERROR_LINE.search(stripped) and not stripped.startswith("FAILED:"):
+            # "/long/build/dir/main.cpp:5:3: error: ..." -> "main.cpp:5:3: error: ..."
+            return re.sub(r"^\S*/", "", stripped)[:300]
+    for line in log.splitlines():
+        if line.strip():
+            return line.strip()[:300]
+    return "no compiler output"
+
+
+def _as_list(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    return [str(v) for v in value]
+
+
+class BuildCache:
+    """Wraps load_inline for one worker process and remembers what it built or reused."""
+
+    def __init__(self, root: Path, arch: str) -> None:
+        self.root = root
+        self.arch = arch
+        self.events: list[dict[str, Any]] = []
+        self._original: Callable[..., Any] | None = None
+
+    def install(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(self.root / "_torch_default"))
+        self._original = cpp_extension.load_inline
+        signature = inspect.signature(self._original)
+
+        def load_inline(*args: Any, **kwargs: Any) -> Any:
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            return self._load(bound.arguments)
+
+        load_inline.__wrapped__ = self._original  # type: ignore[attr-defined]
+        cpp_extension.load_inline = load_inline
+
+    def key(self, arguments: dict[str, Any]) -> str:
+        material = {
+            "name": arguments["name"],
+            "cpp_sources": _as_list(arguments.get("cpp_sources")),
+            "cuda_sources": _as_list(arguments.get("cuda_sources")),
+            "functions": arguments.get("functions"),
+            "extra_cflags": _as_list(arguments.get("extra_cflags")),
+            "extra_cuda_cflags": _as_list(arguments.get("extra_cuda_cflags")),
+            "extra_ldflags": _as_list(arguments.get("extra_ldflags")),
+            "extra_include_paths": _as_list(arguments.get("extra_include_paths")),
+            "with_cuda": arguments.get("with_cuda"),
+            "is_python_module": arguments.get("is_python_module"),
+            "torch": torch.__version__,
+            "torch_cuda": torch.version.cuda,
+            "arch": self.arch,
+            "python": sys.version_info[:2],
+        }
+        return hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()[:32]
+
+    def _load(self, arguments: dict[str, Any]) -> Any:
+        assert self._original is not None
+        name = str(arguments["name"])
+        wants_cuda = bool(_as_list(arguments.get("cuda_sources"))) or bool(arguments.get("with_cuda"))
+        if wants_cuda and not torch.cuda.is_available():
+            raise NeedsCudaError(f"extension {name!r} compiles CUDA sources and this run has no CUDA device")
+        key = self.key(arguments)
+        build_dir = self.root / key
+        build_dir.mkdir(parents=True, exist_ok=True)
+        arguments["build_directory"] = str(build_dir)
+        started = time.perf_counter()
+        # flock is released by the kernel if this process dies mid-build, unlike torch's own
+        # lock file, which would then make every later build of this key wait forever.
+        with open(self.root / f"{key}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            stale = build_dir / "lock"
+            if stale.exists():
+                stale.unlink()
+            cached = any(build_dir.glob(f"{name}*.so"))
+            try:
+                module = self._original(**arguments)
+            except Exception as exc:  # compile, link and load (undefined symbol) failures alike
+                message = f"{type(exc).__name__}: {exc}"
+                raise BuildFailedError(name, first_error_line(message), message) from None
+        self.events.append(
+            {"name": name, "cache_key": key, "cached": cached, "seconds": round(time.perf_counter() - started, 3)}
+        )
+        return module

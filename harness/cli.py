@@ -1,0 +1,45 @@
+"""Command line: `python run.py [run] ...` and `python run.py ingest ...`.
+
+Errors the user can fix print `error: <what> (<how to fix>)` and exit 1; anything else is a bug
+and shows its traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+from harness import __version__
+from harness.commands import ingest, run
+from harness.errors import ExitCode, UserError
+
+COMMANDS = {"run": run, "ingest": ingest}
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(
+        prog="run.py",
+        description="Evaluate candidate kernels against reference problems: correctness, then speed.",
+        epilog="exit codes: 0 ok, 1 usage error, 2 a candidate failed (or an ingest was refused), 4 reference or harness failure, 130 interrupted",
+    )
+    top.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = top.add_subparsers(dest="command", metavar="{run,ingest}")
+    for name, module in COMMANDS.items():
+        module.setup_arguments(sub.add_parser(name, help=(module.__doc__ or "").strip().splitlines()[0]))
+    return top
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in COMMANDS and argv[0] not in ("-h", "--help", "--version"):
+        argv = ["run", *argv]  # `python run.py --problem X` is the default command
+    p = parser()
+    try:
+        args = p.parse_args(argv)
+    except SystemExit as exc:  # argparse exits 2 on usage errors; our code for those is 1
+        return int(ExitCode.USAGE) if exc.code not in (0, None) else 0
+    try:
+        return COMMANDS[args.command].run_from_args(args, argv)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return int(ExitCode.USAGE)

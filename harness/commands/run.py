@@ -1,0 +1,140 @@
+"""`python run.py [run] --problem X | --solution PATH | --all`: evaluate candidates, write leaderboards."""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from harness.candidate import Candidate, discover_candidates
+from harness.config import Config, load_config
+from harness.errors import ExitCode, UserError
+from harness.evaluate import ProblemEvaluation
+from harness.leaderboard import candidate_frame, print_leaderboard, write_leaderboards
+from harness.problem import Problem, discover_problems, resolve_problem
+from harness.progress import Progress
+from harness.records import CandidateRecord, RunHeader, to_dict
+from harness.status import Status
+from harness.store import RunStore, new_run_id
+
+Target = tuple[Problem, list[Candidate]]
+
+
+def setup_arguments(parser: argparse.ArgumentParser) -> None:
+    what = parser.add_mutually_exclusive_group()
+    what.add_argument("--all", action="store_true", help="every problem that has candidates")
+    what.add_argument("--solution", metavar="PATH", help="evaluate one candidate file")
+    parser.add_argument("--problem", metavar="NAME", help="problem name, unique prefix or path")
+    parser.add_argument("--config", metavar="FILE", help="YAML layered over configs/default.yaml")
+    parser.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], help="override one config key, e.g. check.trials=3")
+    parser.add_argument("--device", choices=["auto", "cuda", "cpu"], help="where to run (default: config, auto)")
+    parser.add_argument("--trials", type=int, help="fresh input sets per candidate (config check.trials)")
+    parser.add_argument("--no-timing", action="store_true", help="check correctness only")
+    parser.add_argument("--results", metavar="DIR", help="results folder (config results_dir)")
+    parser.add_argument("--run-id", metavar="ID", help="name of the run folder (default: time + random)")
+    parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    parser.add_argument("--json", action="store_true", help="print the records as JSON lines on stdout instead of tables")
+
+
+def run_from_args(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    overrides = list(args.set)
+    if args.device:
+        overrides.append(f"device={args.device}")
+    if args.trials is not None:
+        overrides.append(f"check.trials={args.trials}")
+    if args.no_timing:
+        overrides.append("timing.enabled=false")
+    if args.results:
+        overrides.append(f"results_dir={args.results}")
+    cfg = load_config(args.config, overrides)
+    targets = select_targets(cfg, problem=args.problem, solution=args.solution, everything=args.all)
+    return run(cfg, targets, run_id=args.run_id, quiet=args.quiet, json_output=args.json, argv=argv)
+
+
+def select_targets(cfg: Config, *, problem: str | None, solution: str | None, everything: bool) -> list[Target]:
+    problems_dir = cfg.path(cfg.problems_dir)
+    solutions_dir = cfg.path(cfg.solutions_dir)
+    if solution:
+        path = Path(solution)
+        if not path.is_file() or path.suffix != ".py":
+            raise UserError(f"--solution {solution}: not a Python file")
+        chosen = resolve_problem(problem or path.resolve().parent.name, problems_dir)
+        return [(chosen, [Candidate(path.stem, path.resolve())])]
+    if everything:
+        targets = [(p, discover_candidates(solutions_dir / p.name)) for p in discover_problems(problems_dir)]
+        targets = [(p, c) for p, c in targets if c]
+        if not targets:
+            raise UserError(f"no problem has candidates under {solutions_dir}")
+        return targets
+    if not problem:
+        raise UserError("say what to evaluate: --problem NAME, --solution PATH or --all")
+    chosen = resolve_problem(problem, problems_dir)
+    candidates = discover_candidates(solutions_dir / chosen.name)
+    if not candidates:
+        raise UserError(f"no candidates in {solutions_dir / chosen.name} (add ModelNew files there, or use `python run.py ingest FILE --problem {chosen.name}`)")
+    return [(chosen, candidates)]
+
+
+def resolve_device(cfg: Config) -> str:
+    import torch
+
+    if cfg.device == "cuda" and not torch.cuda.is_available():
+        raise UserError("device cuda was asked for, but torch sees no CUDA device (use --device cpu or auto)")
+    if cfg.device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return cfg.device
+
+
+def run(cfg: Config, targets: list[Target], *, run_id: str | None = None, quiet: bool = False, json_output: bool = False, argv: Sequence[str] = ()) -> int:
+    from harness.environment import collect_environment
+
+    device = resolve_device(cfg)
+    store = RunStore(cfg.path(cfg.results_dir), run_id or new_run_id())
+    store.append(RunHeader(
+        run_id=store.run_id,
+        started_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        argv=tuple(argv),
+        config=cfg.to_dict(),
+        environment=collect_environment(),
+    ))
+    records: list[CandidateRecord] = []
+    interrupted = False
+    with Progress(quiet=quiet) as progress:
+        if device == "cpu":
+            progress.message("note: no CUDA device in use: running on the CPU; candidates that need CUDA get the status 'needs CUDA'")
+        try:
+            for problem, candidates in targets:
+                progress.problem(problem.name, len(candidates))
+                evaluation = ProblemEvaluation(
+                    problem, candidates, cfg, device, store,
+                    on_record=progress.finished, on_start=lambda c: progress.started(c.name),
+                )
+                records.extend(evaluation.run())
+        except KeyboardInterrupt:
+            interrupted = True
+            progress.message("interrupted: the leaderboard below covers the candidates finished so far")
+    if records:
+        csv_path, md_path = write_leaderboards(store.dir, records, cfg.leaderboard.fast_p)
+    if json_output:
+        for record in records:
+            print(json.dumps(to_dict(record)))
+    elif records:
+        from rich.console import Console
+
+        print_leaderboard(candidate_frame(records), cfg.leaderboard.fast_p, Console(soft_wrap=False, width=200 if not sys.stdout.isatty() else None))
+    if not quiet:
+        written = f"{store.records_path}" + (f", {csv_path}, {md_path}" if records else "")
+        print(f"wrote {written}", file=sys.stderr)
+    return int(exit_code(records, interrupted))
+
+
+def exit_code(records: list[CandidateRecord], interrupted: bool = False) -> ExitCode:
+    if interrupted:
+        return ExitCode.INTERRUPTED
+    if any(r.status in (Status.REFERENCE_FAILED, Status.HARNESS_ERROR) for r in records):
+        return ExitCode.INTERNAL
+    if any(r.status.is_failure for r in records):
+        return ExitCode.CANDIDATES_FAILED
+    return ExitCode.OK

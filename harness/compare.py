@@ -1,0 +1,78 @@
+"""Correctness, decided in the parent from outputs the workers wrote (never by the candidate)."""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from harness.config import Tolerance
+from harness.records import CheckResult
+
+CHUNK = 1 << 24  # elements compared at a time
+
+
+def compare_outputs(name: str, expected: dict[str, Any], actual: dict[str, Any], tolerances: dict[str, Tolerance]) -> CheckResult:
+    """Compare saved outputs ({"types": [...], "tensors": [...]}) of reference and candidate."""
+    exp, act = expected["tensors"], actual["tensors"]
+    if len(exp) != len(act):
+        return CheckResult(name, False, f"returned {len(act)} outputs, the reference returns {len(exp)}")
+    worst: CheckResult | None = None
+    for index, (e, a, kind) in enumerate(zip(exp, act, actual["types"])):
+        label = f"output {index}" if len(exp) > 1 else "output"
+        if kind != "Tensor":
+            return CheckResult(name, False, f"{label} is a {kind}, not a plain torch.Tensor")
+        result = _compare_tensor(name, label, e, a, tolerances)
+        if not result.passed:
+            return result
+        if worst is None or (result.max_abs_error or 0.0) > (worst.max_abs_error or 0.0):
+            worst = result
+    return worst or CheckResult(name, True, "ok (no outputs)")
+
+
+def _compare_tensor(name: str, label: str, e: torch.Tensor, a: torch.Tensor, tolerances: dict[str, Tolerance]) -> CheckResult:
+    if tuple(a.shape) != tuple(e.shape):
+        return CheckResult(name, False, f"{label} has shape {tuple(a.shape)}, expected {tuple(e.shape)}")
+    if a.dtype != e.dtype:
+        return CheckResult(name, False, f"{label} has dtype {str(a.dtype).removeprefix('torch.')}, expected {str(e.dtype).removeprefix('torch.')}")
+    if not e.is_floating_point():
+        equal = torch.equal(a, e)
+        mismatch = float((a != e).float().mean()) if e.numel() else 0.0
+        return CheckResult(name, equal, "ok" if equal else f"{label} differs in {mismatch:.2%} of elements (exact match required)", 0.0, 0.0, mismatch)
+    tol = tolerances.get(str(e.dtype).removeprefix("torch."), Tolerance(atol=1e-4, rtol=1e-4))
+    flat_e, flat_a = e.reshape(-1), a.reshape(-1)
+    max_abs = max_rel = 0.0
+    outside_count = 0
+    worst: tuple[float, float, float] | None = None  # (excess over the bound, got, expected)
+    for start in range(0, flat_e.numel(), CHUNK):
+        # float64 in chunks: exact differences without holding several copies of a 1 GB output
+        ce = flat_e[start : start + CHUNK].double()
+        ca = flat_a[start : start + CHUNK].double()
+        nan_e, nan_a = torch.isnan(ce), torch.isnan(ca)
+        if not torch.equal(nan_e, nan_a):
+            return CheckResult(name, False, f"{label} has NaN where the reference does not, or lacks NaN where it does ({int((nan_e ^ nan_a).sum())} positions in elements {start}..)")
+        inf_e, inf_a = torch.isinf(ce), torch.isinf(ca)
+        if not torch.equal(inf_e, inf_a) or not torch.equal(ce[inf_e], ca[inf_a]):
+            return CheckResult(name, False, f"{label} has Inf where the reference does not, or of the other sign (elements {start}..)")
+        finite = torch.isfinite(ce)
+        ce, ca = ce[finite], ca[finite]
+        if ce.numel() == 0:
+            continue
+        diff = (ca - ce).abs()
+        excess = diff - (tol.atol + tol.rtol * ce.abs())
+        max_abs = max(max_abs, float(diff.max()))
+        nonzero = ce != 0
+        if bool(nonzero.any()):
+            max_rel = max(max_rel, float((diff[nonzero] / ce[nonzero].abs()).max()))
+        outside_count += int((excess > 0).sum())
+        index = int(torch.argmax(excess))
+        if worst is None or float(excess[index]) > worst[0]:
+            worst = (float(excess[index]), float(ca[index]), float(ce[index]))
+    mismatch = outside_count / max(flat_e.numel(), 1)
+    if outside_count:
+        assert worst is not None
+        reason = (
+            f"{label}: {mismatch:.2%} of elements outside atol={tol.atol:g}, rtol={tol.rtol:g}; "
+            f"max abs error {max_abs:.3g} (worst: got {worst[1]:.6g}, expected {worst[2]:.6g})"
+        )
+        return CheckResult(name, False, reason, max_abs, max_rel, mismatch)
+    return CheckResult(name, True, "ok", max_abs, max_rel, 0.0)

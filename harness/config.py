@@ -1,0 +1,230 @@
+"""Layered, validated configuration: configs/default.yaml < --config FILE < --set key=value.
+
+The schema is the dataclasses below; a key they do not name is an error that lists the valid keys.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import typing
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from harness.errors import UserError
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_CONFIG = ROOT / "configs" / "default.yaml"
+MODES = ("train", "eval")
+
+
+@dataclasses.dataclass(frozen=True)
+class Tolerance:
+    atol: float  # absolute tolerance
+    rtol: float  # relative tolerance
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckConfig:
+    trials: int  # fresh input sets per candidate
+    modes: tuple[str, ...]  # module modes run on every trial, in order
+    require_same_seed: bool  # same-seed construction mismatch fails the candidate
+    allow_tf32: bool  # TF32 allowed in worker processes
+    tolerances: dict[str, Tolerance]  # per output dtype name (e.g. "float32")
+
+    def __post_init__(self) -> None:
+        if self.trials < 1:
+            raise ValueError("check.trials must be at least 1")
+        bad = [m for m in self.modes if m not in MODES]
+        if bad or not self.modes:
+            raise ValueError(f"check.modes must be a non-empty list of {list(MODES)}, got {list(self.modes)}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Timeouts:
+    load: float  # seconds to import the candidate, builds included
+    construct: float  # seconds to construct ModelNew and load weights
+    check: float  # seconds for all correctness calls
+    time: float  # seconds for timing
+
+    def __post_init__(self) -> None:
+        for name, value in dataclasses.asdict(self).items():
+            if value <= 0:
+                raise ValueError(f"timeouts.{name} must be positive")
+
+
+@dataclasses.dataclass(frozen=True)
+class TimingConfig:
+    enabled: bool  # time correct candidates and the reference
+    warmup_ms: float  # untimed warm-up, by time
+    min_reps: int  # at least this many timed calls
+    max_reps: int  # at most this many timed calls
+    budget_s: float  # stop sampling after this long
+    target_rse: float  # stop when the relative standard error of the median is below this
+    flush_l2: bool  # flush L2 before each timed CUDA call
+    cpu_threads: int  # torch intra-op threads in CPU workers (0 = torch's default)
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.min_reps <= self.max_reps:
+            raise ValueError("timing needs 1 <= min_reps <= max_reps")
+        if self.budget_s <= 0 or self.target_rse <= 0 or self.warmup_ms < 0:
+            raise ValueError("timing.budget_s and timing.target_rse must be positive, warmup_ms >= 0")
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    memory_mb: int  # host RSS limit per worker, 0 = 80% of RAM
+    log_kib: int  # captured output kept per worker
+
+
+@dataclasses.dataclass(frozen=True)
+class LeaderboardConfig:
+    fast_p: tuple[float, ...]  # thresholds for the fast_p columns
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    device: str  # auto | cuda | cpu
+    problems_dir: str  # where problems are found (relative to the project root or absolute)
+    solutions_dir: str  # where candidates are found, one folder per problem
+    results_dir: str  # where runs are written
+    build_cache_dir: str  # content-addressed extension builds
+    check: CheckConfig
+    timeouts: Timeouts
+    timing: TimingConfig
+    limits: Limits
+    leaderboard: LeaderboardConfig
+
+    def __post_init__(self) -> None:
+        if self.device not in ("auto", "cuda", "cpu"):
+            raise ValueError(f"device must be auto, cuda or cpu, got {self.device!r}")
+
+    def path(self, value: str) -> Path:
+        """A configured path, relative ones taken from the project root."""
+        p = Path(value).expanduser()
+        return p if p.is_absolute() else ROOT / p
+
+    def to_dict(self) -> dict[str, Any]:
+        return _plain(dataclasses.asdict(self))
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def load_config(config_file: str | Path | None = None, overrides: list[str] | None = None) -> Config:
+    """The default config, then `config_file`, then `key.sub=value` overrides, validated."""
+    data = _read_yaml(DEFAULT_CONFIG)
+    if config_file is not None:
+        _merge(data, _read_yaml(Path(config_file)), Config, prefix="")
+    for item in overrides or []:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise UserError(f"--set expects key=value, got {item!r} (for example --set check.trials=3)")
+        nested: dict[str, Any] = {}
+        cursor = nested
+        parts = key.strip().split(".")
+        for part in parts[:-1]:
+            cursor = cursor.setdefault(part, {})
+        cursor[parts[-1]] = yaml.safe_load(raw)
+        _merge(data, nested, Config, prefix="")
+    return build(Config, data, prefix="")
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        loaded = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise UserError(f"config file not found: {path}") from None
+    except yaml.YAMLError as exc:
+        raise UserError(f"config file {path} is not valid YAML: {str(exc).splitlines()[0]}") from None
+    if loaded is None:
+        return {}
+    if not isinstance(loaded, dict):
+        raise UserError(f"config file {path} must hold a mapping at the top level")
+    return loaded
+
+
+def _fields(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _merge(base: dict[str, Any], extra: dict[str, Any], cls: type, prefix: str) -> None:
+    """Merge `extra` into `base`, rejecting keys the schema `cls` does not have."""
+    hints = _fields(cls)
+    for key, value in extra.items():
+        if key not in hints:
+            raise UserError(
+                f"unknown config key {prefix + str(key)!r} (valid keys here: {', '.join(sorted(hints))})"
+            )
+        if dataclasses.is_dataclass(hints[key]) and isinstance(value, dict):
+            _merge(base.setdefault(key, {}), value, hints[key], prefix=f"{prefix}{key}.")
+        elif typing.get_origin(hints[key]) is dict and isinstance(value, dict) and isinstance(base.get(key), dict):
+            merged = copy.deepcopy(base[key])
+            for k, v in value.items():
+                merged[k] = {**merged.get(k, {}), **v} if isinstance(v, dict) else v
+            base[key] = merged
+        else:
+            base[key] = value
+
+
+def build(cls: type, data: Any, prefix: str) -> Any:
+    """Construct the dataclass `cls` from plain data, checking every type."""
+    where = prefix.rstrip(".") or "config"
+    if not isinstance(data, dict):
+        raise UserError(f"{where} must be a mapping, got {type(data).__name__}")
+    hints = _fields(cls)
+    missing = [k for k in hints if k not in data]
+    if missing:
+        raise UserError(f"{where} is missing keys: {', '.join(missing)}")
+    unknown = [k for k in data if k not in hints]
+    if unknown:
+        raise UserError(f"unknown config key {prefix + unknown[0]!r} (valid keys here: {', '.join(sorted(hints))})")
+    values = {k: _typed(hints[k], data[k], prefix + k) for k in hints}
+    try:
+        return cls(**values)
+    except ValueError as exc:
+        raise UserError(f"invalid config: {exc}") from None
+
+
+def _typed(tp: Any, value: Any, key: str) -> Any:
+    if dataclasses.is_dataclass(tp):
+        return build(tp, value, key + ".")
+    origin = typing.get_origin(tp)
+    if origin is tuple:
+        (inner, _) = typing.get_args(tp)
+        if not isinstance(value, (list, tuple)):
+            raise UserError(f"config key {key!r} must be a list, got {value!r}")
+        return tuple(_typed(inner, v, f"{key}[{i}]") for i, v in enumerate(value))
+    if origin is dict:
+        _, inner = typing.get_args(tp)
+        if not isinstance(value, dict):
+            raise UserError(f"config key {key!r} must be a mapping, got {value!r}")
+        return {str(k): _typed(inner, v, f"{key}.{k}") for k, v in value.items()}
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise UserError(f"config key {key!r} must be true or false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise UserError(f"config key {key!r} must be an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, str):  # YAML 1.1 reads "1e-3" (no dot) as a string
+            try:
+                value = float(value)
+            except ValueError:
+                pass
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise UserError(f"config key {key!r} must be a number, got {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise UserError(f"config key {key!r} must be a string, got {value!r}")
+        return value
+    return value

@@ -1,0 +1,17 @@
+"""The one user-error type and the process exit codes (an API: documented in the README)."""
+from __future__ import annotations
+
+import enum
+
+
+class ExitCode(enum.IntEnum):
+    OK = 0  # every evaluated candidate is correct (candidates that need CUDA on a CPU run are skipped)
+    USAGE = 1  # bad command line, config, problem name or input file
+    CANDIDATES_FAILED = 2  # at least one candidate got a failing status (or an ingest refused a file)
+    REGRESSION = 3  # reserved for the regression gate
+    INTERNAL = 4  # the reference itself failed, or the harness hit a bug
+    INTERRUPTED = 130  # Ctrl-C; records written so far are kept
+
+
+class UserError(Exception):
+    """A problem with what the user asked for. main() prints `error: <message>` and exits 1."""

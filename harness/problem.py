@@ -1,0 +1,59 @@
+"""Problems: KernelBench-style files under problems/<level>/, found by name, unique prefix or path.
+
+The parent never imports a problem either: it only reads the file and hashes it. The reference
+worker runs it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import hashlib
+from pathlib import Path
+
+from harness.errors import UserError
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    name: str  # file stem, e.g. "37_Matmul_Swish_Sum_GroupNorm"
+    level: str  # the folder it sits in, e.g. "level2" ("" for a file given by path elsewhere)
+    path: Path  # the problem file
+
+    @property
+    def hash(self) -> str:
+        return file_hash(self.path)
+
+
+def file_hash(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def discover_problems(problems_dir: Path) -> list[Problem]:
+    found = []
+    for path in sorted(problems_dir.rglob("*.py")):
+        if path.name.startswith("_"):
+            continue
+        level = path.parent.name if path.parent != problems_dir else ""
+        found.append(Problem(name=path.stem, level=level, path=path))
+    return found
+
+
+def resolve_problem(query: str, problems_dir: Path) -> Problem:
+    """A problem by exact name, unique prefix (of the name or of the part after its number) or path."""
+    as_path = Path(query)
+    if as_path.suffix == ".py" and as_path.is_file():
+        path = as_path.resolve()
+        return Problem(name=path.stem, level=path.parent.name if path.parent.parent == problems_dir.resolve() else "", path=path)
+    problems = discover_problems(problems_dir)
+    exact = [p for p in problems if p.name == query or f"{p.level}/{p.name}" == query]
+    if len(exact) == 1:
+        return exact[0]
+    matches = exact or [p for p in problems if p.name.startswith(query) or p.name.split("_", 1)[-1].startswith(query)]
+    if len(matches) == 1:
+        return matches[0]
+    if len(matches) > 1:
+        names = ", ".join(f"{p.level}/{p.name}" for p in matches[:8])
+        raise UserError(f"problem {query!r} is ambiguous: it matches {names} (give more of the name)")
+    close = difflib.get_close_matches(query, [p.name for p in problems], n=5, cutoff=0.4)
+    hint = f"; close matches: {', '.join(close)}" if close else f"; see {problems_dir} for the list"
+    raise UserError(f"no problem named {query!r}{hint}")

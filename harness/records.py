@@ -1,0 +1,230 @@
+"""Records are data: frozen dataclasses, validated at construction, stored as JSON lines.
+
+Every summary (leaderboard, CSV, markdown) is a view computed from these records; raw timing
+samples are kept so later statistics can be recomputed.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+import statistics
+import types
+import typing
+from typing import Any, Optional
+
+from harness import __version__
+from harness.status import Status
+
+SCHEMA_VERSION = 1
+
+
+def to_dict(obj: Any) -> Any:
+    """Plain JSON-ready data from a record (enums by value, tuples as lists)."""
+    if dataclasses.is_dataclass(obj):
+        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, enum.Enum):
+        return obj.value
+    if isinstance(obj, (list, tuple)):
+        return [to_dict(x) for x in obj]
+    if isinstance(obj, dict):
+        return {str(k): to_dict(v) for k, v in obj.items()}
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return repr(obj)  # JSON has no inf/nan; "inf", "nan" read back through float()
+    return obj
+
+
+def from_dict(cls: type, data: Any) -> Any:
+    """Rebuild a record (and its nested records) from `to_dict` output."""
+    return _convert(cls, data)
+
+
+def _convert(tp: Any, value: Any) -> Any:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        if value is None:
+            return None
+        (inner,) = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _convert(inner, value)
+    if origin is tuple:
+        (inner, _) = typing.get_args(tp)
+        return tuple(_convert(inner, v) for v in value)
+    if origin is dict:
+        key_type, val_type = typing.get_args(tp)
+        return {key_type(k): _convert(val_type, v) for k, v in value.items()}
+    if dataclasses.is_dataclass(tp):
+        hints = typing.get_type_hints(tp)
+        known = {f.name for f in dataclasses.fields(tp)}
+        unknown = set(value) - known
+        if unknown:
+            raise ValueError(f"{tp.__name__}: unknown fields {sorted(unknown)}")
+        return tp(**{name: _convert(hints[name], v) for name, v in value.items()})
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return tp(value)
+    if tp is float and value is not None:
+        return float(value)
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class TimingStats:
+    """Summary of one timed callable, with the raw samples it was computed from."""
+
+    samples_ms: tuple[float, ...]  # every timed call, in order, milliseconds
+    median_ms: float  # median of samples_ms
+    q1_ms: float  # 25th percentile
+    q3_ms: float  # 75th percentile
+    mean_ms: float  # arithmetic mean
+    std_ms: float  # sample standard deviation (0 for a single sample)
+    min_ms: float  # fastest sample
+    rse: float  # relative standard error of the median (approximated as 1.2533*std/sqrt(n)/median)
+    timer: str  # "cuda_events" or "perf_counter"
+    warmup_calls: int  # untimed calls made before sampling
+    stopped_by: str  # why sampling stopped: "target_rse", "budget" or "max_reps"
+
+    def __post_init__(self) -> None:
+        if not self.samples_ms:
+            raise ValueError("TimingStats needs at least one sample")
+        if any(s < 0 or not math.isfinite(s) for s in self.samples_ms):
+            raise ValueError("timing samples must be finite and non-negative")
+
+    @property
+    def iqr_ms(self) -> float:
+        return self.q3_ms - self.q1_ms
+
+    @property
+    def n(self) -> int:
+        return len(self.samples_ms)
+
+    @classmethod
+    def from_samples(cls, samples_ms: list[float], *, timer: str, warmup_calls: int, stopped_by: str) -> "TimingStats":
+        samples = [float(s) for s in samples_ms]
+        median = statistics.median(samples)
+        if len(samples) >= 2:
+            q1, _, q3 = statistics.quantiles(samples, n=4, method="inclusive")
+            std = statistics.stdev(samples)
+        else:
+            q1 = q3 = median
+            std = 0.0
+        rse = relative_standard_error_of_median(samples)
+        return cls(
+            samples_ms=tuple(samples),
+            median_ms=median,
+            q1_ms=q1,
+            q3_ms=q3,
+            mean_ms=statistics.fmean(samples),
+            std_ms=std,
+            min_ms=min(samples),
+            rse=rse,
+            timer=timer,
+            warmup_calls=warmup_calls,
+            stopped_by=stopped_by,
+        )
+
+
+def relative_standard_error_of_median(samples: list[float]) -> float:
+    """Standard error of the median over the median (normal approximation); inf below 2 samples."""
+    if len(samples) < 2:
+        return math.inf
+    median = statistics.median(samples)
+    if median <= 0:
+        return math.inf
+    return 1.2533 * statistics.stdev(samples) / math.sqrt(len(samples)) / median
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckResult:
+    """One comparison of candidate outputs against the reference's for the same inputs."""
+
+    name: str  # what was compared, e.g. "trial 2 (train)" or "same-seed construction (eval)"
+    passed: bool  # every output matched: count, type, shape, dtype, NaN/Inf positions, values
+    reason: str  # one line: "ok" or what differed first
+    max_abs_error: Optional[float] = None  # max |candidate - reference| over finite elements
+    max_rel_error: Optional[float] = None  # max |candidate - reference| / |reference| (reference != 0)
+    mismatch_fraction: Optional[float] = None  # fraction of elements outside atol + rtol*|reference|
+
+
+@dataclasses.dataclass(frozen=True)
+class ExtensionBuild:
+    """One load_inline call made by the candidate, as the content-addressed build cache saw it."""
+
+    name: str  # the extension name the candidate asked for
+    cache_key: str  # hash of sources, flags, torch version and device arch: the build folder name
+    cached: bool  # True when a finished build was found and nothing was compiled
+    seconds: float  # wall time of the load_inline call
+
+
+@dataclasses.dataclass(frozen=True)
+class CandidateRecord:
+    """The verdict on one candidate for one problem in one run."""
+
+    run_id: str  # the run this record belongs to
+    problem: str  # problem name (file stem)
+    problem_hash: str  # sha256 of the problem file
+    candidate: str  # candidate name (file stem)
+    candidate_path: str  # the evaluated file (or the raw completion when extraction failed)
+    candidate_hash: str  # sha256 of that file
+    device: str  # "cuda" or "cpu"
+    status: Status  # the verdict, from one closed set
+    reason: str  # one human-readable line explaining the status
+    checks: tuple[CheckResult, ...] = ()  # weight-copied trials, in the order they ran
+    same_seed: Optional[CheckResult] = None  # both built after the same manual_seed; reported apart
+    timing: Optional[TimingStats] = None  # the candidate's forward, when it was timed
+    reference_ms: Optional[float] = None  # median of the reference in the same run and device
+    speedup: Optional[float] = None  # reference_ms / timing.median_ms, for correct candidates only
+    builds: tuple[ExtensionBuild, ...] = ()  # load_inline calls and cache hits
+    phase_seconds: dict[str, float] = dataclasses.field(default_factory=dict)  # wall time per worker phase
+    wall_seconds: float = 0.0  # wall time of the whole evaluation, seen by the parent
+    log_path: str = ""  # captured stdout/stderr of the worker, relative to the run folder
+    warnings: tuple[str, ...] = ()  # things to look at that do not change the status
+    finished_at: str = ""  # ISO-8601 time the record was written
+    schema_version: int = SCHEMA_VERSION  # record layout version
+    tool_version: str = __version__  # harness version that wrote the record
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.status, Status):
+            raise ValueError(f"status must be a Status, got {self.status!r}")
+        if not self.reason or "\n" in self.reason:
+            raise ValueError("reason must be one non-empty line")
+        if self.speedup is not None and self.status is not Status.CORRECT:
+            raise ValueError("only a correct candidate has a speedup")
+
+    @property
+    def max_abs_error(self) -> Optional[float]:
+        errors = [c.max_abs_error for c in self.checks if c.max_abs_error is not None]
+        return max(errors) if errors else None
+
+
+@dataclasses.dataclass(frozen=True)
+class ReferenceRecord:
+    """The reference (problem `Model`) as evaluated in this run: its device and its timing."""
+
+    run_id: str  # the run this record belongs to
+    problem: str  # problem name
+    problem_hash: str  # sha256 of the problem file
+    problem_path: str  # the problem file
+    device: str  # "cuda" or "cpu"
+    device_name: str  # e.g. "NVIDIA H100 80GB HBM3" or the CPU model
+    ok: bool  # the reference built, ran every call and (if asked) was timed
+    reason: str  # one line: "ok" or why the reference failed
+    timing: Optional[TimingStats] = None  # eager reference forward
+    wall_seconds: float = 0.0  # wall time of the reference worker
+    finished_at: str = ""  # ISO-8601
+    schema_version: int = SCHEMA_VERSION  # record layout version
+    tool_version: str = __version__  # harness version that wrote the record
+
+
+@dataclasses.dataclass(frozen=True)
+class RunHeader:
+    """First line of a run's records file: what was run, where, and with which settings."""
+
+    run_id: str  # folder name under results/
+    started_at: str  # ISO-8601
+    argv: tuple[str, ...]  # command line
+    config: dict[str, Any]  # the validated, fully layered configuration
+    environment: dict[str, Any]  # host, versions, GPU, git sha (collected once)
+    schema_version: int = SCHEMA_VERSION  # record layout version
+    tool_version: str = __version__  # harness version
+
+
+RECORD_KINDS: dict[str, type] = {"run": RunHeader, "reference": ReferenceRecord, "candidate": CandidateRecord}

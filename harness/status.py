@@ -1,0 +1,60 @@
+"""The closed set of verdicts a candidate can get. Every record carries one of these and a reason."""
+from __future__ import annotations
+
+import enum
+
+
+class Status(str, enum.Enum):
+    CORRECT = "correct"
+    INCORRECT = "incorrect"
+    EXTRACT_FAILED = "extract failed"
+    SYNTAX_ERROR = "syntax error"
+    IMPORT_ERROR = "import error"
+    INTERFACE_ERROR = "interface error"
+    NEEDS_CUDA = "needs CUDA"
+    BUILD_FAILED = "build failed"
+    CONSTRUCT_FAILED = "construct failed"
+    WEIGHTS_MISMATCH = "weights mismatch"
+    RUNTIME_ERROR = "runtime error"
+    CUDA_FAULT = "CUDA fault"
+    MUTATED_INPUT = "mutated input"
+    TIMEOUT = "timeout"
+    OUT_OF_MEMORY = "out of memory"
+    CRASHED = "crashed"
+    EXITED_EARLY = "exited early"
+    FORGED_RESULT = "forged result"
+    REFERENCE_FAILED = "reference failed"
+    HARNESS_ERROR = "harness error"
+
+    @property
+    def description(self) -> str:
+        return DESCRIPTIONS[self]
+
+    @property
+    def is_failure(self) -> bool:
+        """Whether this status fails a run (exit code 2). Skips and harness problems do not."""
+        return self not in (Status.CORRECT, Status.NEEDS_CUDA, Status.REFERENCE_FAILED, Status.HARNESS_ERROR)
+
+
+DESCRIPTIONS: dict[Status, str] = {
+    Status.CORRECT: "matched the reference on every check",
+    Status.INCORRECT: "ran, but an output differed from the reference (shape, dtype, NaN/Inf or value)",
+    Status.EXTRACT_FAILED: "no usable code could be extracted from the raw completion",
+    Status.SYNTAX_ERROR: "the candidate file is not valid Python",
+    Status.IMPORT_ERROR: "the module raised while being imported (outside the extension build)",
+    Status.INTERFACE_ERROR: "the module defines no usable ModelNew class",
+    Status.NEEDS_CUDA: "the candidate needs a CUDA device and this run has none (skipped, not failed)",
+    Status.BUILD_FAILED: "compiling the inline extension failed",
+    Status.CONSTRUCT_FAILED: "ModelNew(*get_init_inputs()) raised",
+    Status.WEIGHTS_MISMATCH: "the reference's state_dict does not load strictly into ModelNew",
+    Status.RUNTIME_ERROR: "forward raised, or returned something that is not tensors",
+    Status.CUDA_FAULT: "a CUDA error (illegal address, device assert, launch failure)",
+    Status.MUTATED_INPUT: "forward changed one of its input tensors in place",
+    Status.TIMEOUT: "a phase (build, construct, check, time) ran past its time limit",
+    Status.OUT_OF_MEMORY: "device or host memory ran out",
+    Status.CRASHED: "the worker process died (signal or non-zero exit) without reporting",
+    Status.EXITED_EARLY: "the worker process exited cleanly before reporting a result",
+    Status.FORGED_RESULT: "the result channel carried a message the harness did not write",
+    Status.REFERENCE_FAILED: "the problem's own reference could not be evaluated",
+    Status.HARNESS_ERROR: "the harness itself failed on this candidate (a bug: please report it)",
+}

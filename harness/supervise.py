@@ -1,0 +1,237 @@
+"""Parent side of a worker: start it, watch its phases, enforce limits, collect its report.
+
+The worker's stdout and stderr go through a pipe into a bounded log (head and tail kept), so a
+candidate that prints megabytes cannot fill memory or disk. Results arrive only on the
+authenticated channel. A phase that runs past its limit, a worker over its memory limit, or a
+forged message ends the worker's whole process group; every ending becomes a status.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from harness.channel import ChannelReader, ForgedMessage, new_key
+from harness.config import ROOT
+from harness.status import Status
+
+POLL_SECONDS = 0.2
+Failure = tuple[Status, str]
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerOutcome:
+    """How a worker ended, as seen by the parent."""
+
+    failure: Optional[Failure]  # None when the worker reported "done"
+    done: Optional[dict[str, Any]]  # the worker's final message when it finished
+    messages: tuple[dict[str, Any], ...]  # every verified message, in order
+    phase: str  # the last phase the worker announced
+    returncode: Optional[int]  # exit code, or -signal
+    wall_seconds: float  # start to end, seen by the parent
+    log_bytes: int  # total bytes the worker printed
+
+
+class BoundedLog:
+    """Keeps the first and last `limit/2` bytes of a stream and counts the rest."""
+
+    def __init__(self, limit: int) -> None:
+        self.half = max(limit // 2, 1024)
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    def write(self, data: bytes) -> None:
+        self.total += len(data)
+        room = self.half - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+        if data:
+            self.tail += data
+            if len(self.tail) > self.half:
+                del self.tail[: len(self.tail) - self.half]
+
+    def text(self) -> str:
+        omitted = self.total - len(self.head) - len(self.tail)
+        middle = f"\n[... {omitted} bytes of output omitted ...]\n".encode() if omitted > 0 else b""
+        return (bytes(self.head) + middle + bytes(self.tail)).decode("utf-8", errors="replace")
+
+
+def _rss_bytes(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def default_memory_limit() -> int:
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 0.8)
+    except (ValueError, OSError):
+        return 1 << 62
+
+
+def run_worker(
+    job: dict[str, Any],
+    *,
+    timeouts: Any,
+    memory_limit: int,
+    log_path: Path,
+    log_limit: int,
+    cwd: Path,
+    on_message: Callable[[dict[str, Any]], Optional[Failure]] = lambda m: None,
+) -> WorkerOutcome:
+    """Run one worker to its end. `on_message` sees each verified message and may stop the worker."""
+    read_fd, write_fd = os.pipe()
+    key = new_key()
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["PYTHONUNBUFFERED"] = "1"
+    started = time.perf_counter()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness.worker"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        pass_fds=(write_fd,),
+        start_new_session=True,
+        cwd=cwd,
+        env=env,
+    )
+    os.close(write_fd)
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(json.dumps({**job, "result_fd": write_fd, "key": key}).encode())
+    proc.stdin.close()
+
+    reader = ChannelReader(key)
+    log = BoundedLog(log_limit)
+    messages: list[dict[str, Any]] = []
+    open_fds = {read_fd: "result", proc.stdout.fileno(): "output"}
+    phase, phase_limit = "load", float(timeouts.load)
+    deadline = time.monotonic() + phase_limit
+    failure: Optional[Failure] = None
+    done: Optional[dict[str, Any]] = None
+    reported: Optional[Failure] = None
+
+    def stop(status: Status, reason: str) -> None:
+        nonlocal failure
+        failure = (status, reason)
+        _kill_group(proc)
+
+    while open_fds and failure is None:
+        now = time.monotonic()
+        if now >= deadline:
+            stop(Status.TIMEOUT, f"phase {phase} ran past its {phase_limit:g} s limit")
+            break
+        ready, _, _ = select.select(list(open_fds), [], [], min(POLL_SECONDS, deadline - now))
+        for fd in ready:
+            data = os.read(fd, 1 << 16)
+            if not data:
+                del open_fds[fd]
+                continue
+            if open_fds[fd] == "output":
+                log.write(data)
+                continue
+            try:
+                new_messages = reader.feed(data)
+            except ForgedMessage as exc:
+                stop(Status.FORGED_RESULT, str(exc))
+                break
+            for message in new_messages:
+                messages.append(message)
+                kind = message.get("type")
+                if kind == "phase":
+                    phase = str(message["phase"])
+                    phase_limit = float(getattr(timeouts, phase))
+                    deadline = time.monotonic() + phase_limit
+                elif kind == "error":
+                    reported = (Status(message["status"]), str(message["reason"]))
+                elif kind == "done":
+                    done = message
+                else:
+                    verdict = on_message(message)
+                    if verdict is not None:
+                        stop(*verdict)
+                        break
+            if failure is not None:
+                break
+        if failure is None and memory_limit and _rss_bytes(proc.pid) > memory_limit:
+            stop(Status.OUT_OF_MEMORY, f"worker used over {memory_limit >> 20} MiB of host memory (limit)")
+        if failure is None and (done or reported) and proc.poll() is not None:
+            break  # reported and exited; a child it left holding the pipes must not keep us waiting
+
+    _drain(open_fds, log)
+    try:
+        returncode = proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        returncode = proc.wait()
+    _kill_group(proc)  # children the model left behind
+    for fd in open_fds:
+        if open_fds[fd] == "result":
+            os.close(fd)
+    proc.stdout.close()
+
+    if failure is None:
+        try:
+            reader.finish()
+        except ForgedMessage as exc:
+            failure = (Status.FORGED_RESULT, str(exc))
+    if failure is None:
+        if reported is not None:
+            failure = reported
+        elif done is None:
+            failure = _ending_without_report(returncode, phase)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log_path.write_text(log.text())
+    return WorkerOutcome(
+        failure=failure,
+        done=done if failure is None else None,
+        messages=tuple(messages),
+        phase=phase,
+        returncode=returncode,
+        wall_seconds=time.perf_counter() - started,
+        log_bytes=log.total,
+    )
+
+
+def _drain(open_fds: dict[int, str], log: BoundedLog, seconds: float = 1.0) -> None:
+    """Collect output still buffered in the pipe after the worker reported (bounded in time)."""
+    output = [fd for fd, kind in open_fds.items() if kind == "output"]
+    end = time.monotonic() + seconds
+    while output and time.monotonic() < end:
+        ready, _, _ = select.select(output, [], [], 0.05)
+        if not ready:
+            return
+        data = os.read(output[0], 1 << 16)
+        if not data:
+            return
+        log.write(data)
+
+
+def _ending_without_report(returncode: int, phase: str) -> Failure:
+    if returncode < 0:
+        signum = -returncode
+        name = signal.Signals(signum).name if signum in signal.Signals._value2member_map_ else str(signum)
+        if signum == signal.SIGKILL:
+            return Status.OUT_OF_MEMORY, f"worker killed by SIGKILL in phase {phase} (most often the kernel's out-of-memory killer)"
+        return Status.CRASHED, f"worker killed by {name} (exit {128 + signum}) in phase {phase}"
+    if returncode == 0:
+        return Status.EXITED_EARLY, f"worker exited with code 0 in phase {phase} without reporting a result"
+    return Status.CRASHED, f"worker exited with code {returncode} in phase {phase} without reporting a result"
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass

@@ -1,0 +1,310 @@
+"""The worker subprocess: runs one model (the problem's reference or one candidate) and reports.
+
+Started by `harness.supervise` as `python -m harness.worker`; the job arrives as JSON on stdin.
+It never decides a verdict: it loads the module (building inline extensions through the
+content-addressed cache), constructs the model, runs the forward calls the parent planned on the
+inputs it was given, writes the outputs to files, times the forward, and reports each step on the
+authenticated result channel. Anything it prints goes to a log, never into the results.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import time
+import traceback
+import types
+from pathlib import Path
+from typing import Any
+
+from harness.channel import ChannelWriter
+from harness.status import Status
+
+
+class WorkerFailure(Exception):
+    def __init__(self, status: Status, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+def one_line(exc: BaseException, limit: int = 300) -> str:
+    text = str(exc).strip().splitlines()
+    first = text[0] if text else ""
+    return f"{type(exc).__name__}: {first}"[:limit] if first else type(exc).__name__
+
+
+_NEEDS_CUDA_MARKERS = (
+    "Torch not compiled with CUDA enabled",
+    "Found no NVIDIA driver",
+    "No CUDA GPUs are available",
+    "no CUDA device",
+)
+_CUDA_FAULT_MARKERS = (
+    "CUDA error",
+    "illegal memory access",
+    "device-side assert",
+    "unspecified launch failure",
+    "CUBLAS_STATUS",
+    "CUDNN_STATUS_EXECUTION_FAILED",
+)
+
+
+def classify(exc: BaseException, default: Status) -> WorkerFailure:
+    """Map an exception raised by model code to a status; `default` names the phase's failure."""
+    import torch
+
+    from harness.buildcache import BuildFailedError, NeedsCudaError
+
+    if isinstance(exc, WorkerFailure):
+        return exc
+    message = str(exc)
+    if isinstance(exc, BuildFailedError):
+        return WorkerFailure(Status.BUILD_FAILED, exc.first_error)
+    if isinstance(exc, NeedsCudaError) or any(m in message for m in _NEEDS_CUDA_MARKERS):
+        return WorkerFailure(Status.NEEDS_CUDA, one_line(exc))
+    if isinstance(exc, (torch.cuda.OutOfMemoryError, MemoryError)) or "out of memory" in message.lower():
+        return WorkerFailure(Status.OUT_OF_MEMORY, one_line(exc))
+    accelerator_error = getattr(torch, "AcceleratorError", ())
+    if (accelerator_error and isinstance(exc, accelerator_error)) or any(m in message for m in _CUDA_FAULT_MARKERS):
+        return WorkerFailure(Status.CUDA_FAULT, one_line(exc))
+    if isinstance(exc, ImportError) and default is Status.IMPORT_ERROR:
+        return WorkerFailure(Status.IMPORT_ERROR, one_line(exc))
+    return WorkerFailure(default, one_line(exc))
+
+
+def load_module(path: Path, module_name: str) -> types.ModuleType:
+    source = path.read_text(encoding="utf-8", errors="replace")
+    try:
+        code = compile(source, str(path), "exec")
+    except SyntaxError as exc:
+        raise WorkerFailure(Status.SYNTAX_ERROR, f"line {exc.lineno}: {exc.msg}") from None
+    module = types.ModuleType(module_name)
+    module.__file__ = str(path)
+    sys.modules[module_name] = module
+    try:
+        exec(code, module.__dict__)
+    except BaseException as exc:  # SystemExit at import is a failure of the module, not of the worker
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        failure = classify(exc, Status.IMPORT_ERROR)
+        if failure.status is Status.BUILD_FAILED:
+            print(getattr(exc, "log", ""), file=sys.stderr, flush=True)  # the full compiler output, for the log
+        raise failure from None
+    return module
+
+
+def same_bits(a: Any, b: Any) -> bool:
+    import torch
+
+    if not isinstance(a, torch.Tensor):
+        return a == b
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.is_floating_point() or a.is_complex():
+        return torch.equal(torch.isnan(a), torch.isnan(b)) and torch.equal(a.nan_to_num(), b.nan_to_num())
+    return torch.equal(a, b)
+
+
+class Worker:
+    def __init__(self, job: dict[str, Any], channel: ChannelWriter) -> None:
+        self.job = job
+        self.channel = channel
+        self.role: str = job["role"]
+        self.exchange = Path(job["exchange"])
+        self.outputs = Path(job["outputs"])
+        self.phase_seconds: dict[str, float] = {}
+
+    def phase(self, name: str) -> None:
+        self.channel.send({"type": "phase", "phase": name})
+        print(f"[harness] phase {name}", file=sys.stderr, flush=True)
+        self._phase_name, self._phase_started = name, time.perf_counter()
+
+    def end_phase(self) -> None:
+        self.phase_seconds[self._phase_name] = round(time.perf_counter() - self._phase_started, 4)
+
+    def run(self) -> None:
+        import torch
+
+        job = self.job
+        self.phase("load")
+        torch.backends.cuda.matmul.allow_tf32 = bool(job["allow_tf32"])
+        torch.backends.cudnn.allow_tf32 = bool(job["allow_tf32"])
+        device = torch.device(job["device"])
+        if device.type == "cuda":
+            if not torch.cuda.is_available():
+                raise WorkerFailure(Status.NEEDS_CUDA, "the run asked for CUDA and the worker sees no CUDA device")
+            torch.cuda.set_device(device)
+            major, minor = torch.cuda.get_device_capability(device)
+            arch = f"{major}.{minor}"
+            os.environ["TORCH_CUDA_ARCH_LIST"] = arch  # build for this GPU only: faster, and part of the key
+            device_name = torch.cuda.get_device_name(device)
+        else:
+            arch = "cpu"
+            device_name = _cpu_name()
+            if job["cpu_threads"]:
+                torch.set_num_threads(job["cpu_threads"])
+
+        from harness.buildcache import BuildCache
+
+        cache = BuildCache(Path(job["build_cache"]), arch)
+        cache.install()
+        module = load_module(Path(job["source"]), f"__{self.role}__")
+        model_class = getattr(module, job["class_name"], None)
+        if not isinstance(model_class, type) or not issubclass(model_class, torch.nn.Module):
+            raise WorkerFailure(Status.INTERFACE_ERROR, f"the module defines no nn.Module subclass named {job['class_name']}")
+        self.channel.send({"type": "builds", "builds": cache.events})
+        self.end_phase()
+
+        self.phase("construct")
+        if self.role == "reference":
+            self._write_reference_inputs(module)
+        init_args = torch.load(self.exchange / "init_args.pt", weights_only=False)
+        arg_sets = [torch.load(self.exchange / f"inputs_{i}.pt", weights_only=False) for i in range(job["n_inputs"])]
+        try:
+            torch.manual_seed(job["construct_seed"])
+            model = model_class(*init_args)
+            model = model.to(device)
+        except BaseException as exc:
+            raise classify(exc, Status.CONSTRUCT_FAILED) from None
+        self.end_phase()
+
+        self.phase("check")
+        with torch.no_grad():
+            model.eval()
+            self._call(model, arg_sets[job["same_seed_input"]], device, "same_seed")
+            if self.role == "reference":
+                torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, self.exchange / "state_dict.pt")
+            else:
+                self._load_reference_weights(model)
+            for index, call in enumerate(job["calls"]):
+                model.train(call["mode"] == "train")
+                self._call(model, arg_sets[call["input"]], device, f"call_{index}")
+                self.channel.send({"type": "call", "index": index})
+        self.end_phase()
+
+        timing = job.get("timing")
+        if timing is not None:
+            self.phase("time")
+            from harness.timing import time_forward
+            from harness.records import to_dict
+
+            model.eval()
+            on_device = [[_to(a, device) for a in args] for args in arg_sets]
+            cfg = types.SimpleNamespace(**timing)
+            try:
+                with torch.no_grad():
+                    stats = time_forward(model, on_device, device, cfg)
+            except BaseException as exc:
+                raise classify(exc, Status.RUNTIME_ERROR) from None
+            self.channel.send({"type": "timing", "stats": to_dict(stats)})
+            self.end_phase()
+
+        self.channel.send({"type": "done", "device_name": device_name, "phase_seconds": self.phase_seconds})
+
+    def _write_reference_inputs(self, module: types.ModuleType) -> None:
+        import torch
+
+        for name in ("get_inputs", "get_init_inputs"):
+            if not callable(getattr(module, name, None)):
+                raise WorkerFailure(Status.INTERFACE_ERROR, f"the problem defines no {name}()")
+        try:
+            init_args = list(module.get_init_inputs())
+            torch.save(init_args, self.exchange / "init_args.pt")
+            for index, seed in enumerate(self.job["input_seeds"]):
+                torch.manual_seed(seed)
+                inputs = list(module.get_inputs())
+                torch.save(inputs, self.exchange / f"inputs_{index}.pt")
+        except WorkerFailure:
+            raise
+        except BaseException as exc:
+            raise classify(exc, Status.CONSTRUCT_FAILED) from None
+
+    def _load_reference_weights(self, model: Any) -> None:
+        import torch
+
+        reference = torch.load(self.exchange / "state_dict.pt", weights_only=True)
+        own = model.state_dict()
+        problems = []
+        missing = [k for k in own if k not in reference]
+        unexpected = [k for k in reference if k not in own]
+        mis_shaped = [f"{k} {tuple(own[k].shape)} vs {tuple(reference[k].shape)}" for k in own if k in reference and own[k].shape != reference[k].shape]
+        if missing:
+            problems.append(f"missing from the reference: {', '.join(missing)}")
+        if unexpected:
+            problems.append(f"not in ModelNew: {', '.join(unexpected)}")
+        if mis_shaped:
+            problems.append(f"shape differs: {', '.join(mis_shaped)}")
+        if problems:
+            raise WorkerFailure(Status.WEIGHTS_MISMATCH, "; ".join(problems)[:500])
+        try:
+            model.load_state_dict(reference, strict=True)
+        except BaseException as exc:
+            raise WorkerFailure(Status.WEIGHTS_MISMATCH, one_line(exc)) from None
+
+    def _call(self, model: Any, args: list[Any], device: Any, label: str) -> None:
+        import torch
+
+        on_device = [_to(a, device) for a in args]
+        pristine = [a.clone() if isinstance(a, torch.Tensor) else a for a in on_device]
+        try:
+            out = model(*on_device)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+        except BaseException as exc:
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            raise classify(exc, Status.RUNTIME_ERROR) from None
+        for position, (before, after) in enumerate(zip(pristine, on_device)):
+            if not same_bits(before, after):
+                raise WorkerFailure(Status.MUTATED_INPUT, f"forward changed input {position} in place ({label})")
+        outputs = list(out) if isinstance(out, (tuple, list)) else [out]
+        bad = [type(o).__name__ for o in outputs if not isinstance(o, torch.Tensor)]
+        if bad:
+            raise WorkerFailure(Status.RUNTIME_ERROR, f"forward returned {', '.join(bad)} where tensors were expected")
+        torch.save(
+            {
+                "types": [type(o).__name__ for o in outputs],
+                "tensors": [o.detach().as_subclass(torch.Tensor).cpu() for o in outputs],
+            },
+            self.outputs / f"{label}.pt",
+        )
+
+
+def _to(value: Any, device: Any) -> Any:
+    import torch
+
+    return value.to(device).clone() if isinstance(value, torch.Tensor) else value
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def main() -> None:
+    job = json.loads(sys.stdin.read())
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    channel = ChannelWriter(job.pop("result_fd"), job.pop("key"))
+    try:
+        Worker(job, channel).run()
+    except WorkerFailure as failure:
+        channel.send({"type": "error", "status": failure.status.value, "reason": failure.reason})
+    except BaseException as exc:  # a bug in the harness, or a failure the phases did not classify
+        traceback.print_exc()
+        channel.send({"type": "error", "status": Status.HARNESS_ERROR.value, "reason": one_line(exc)})
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Threads or atexit hooks the model left behind must not keep the worker alive or change its exit.
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,8 @@
+#!/usr/bin/env python3
+"""Entry point: `python run.py --problem NAME` (see README.md)."""
+import sys
+
+from harness.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())

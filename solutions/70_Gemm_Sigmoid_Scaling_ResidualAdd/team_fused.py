@@ -1,0 +1,106 @@
+"""Gemm_Sigmoid_Scaling_ResidualAdd: cuBLAS GEMM + one fused epilogue kernel.
+
+The GEMM (+bias) stays in cuBLAS via F.linear (same call eager makes).  The
+epilogue ``y + scaling_factor * sigmoid(y)`` is one float4-vectorised,
+grid-stride CUDA kernel that works in place on the fresh GEMM output (a tensor
+this forward owns; the input ``x`` is never touched).
+
+Bytes moved after the GEMM, for a B x H output of S = 4*B*H bytes:
+eager does sigmoid (read S, write S), mul (read S, write S) and add
+(read 2S, write S) = 7S; this kernel reads S and writes S = 2S.
+At 1024 x 8192 (S = 32 MiB) that is ~235 MB -> ~67 MB (~55 us saved at
+~3 TB/s) plus two fewer launches.  The fp32 GEMM (~2.5-3 ms) dominates, so
+the end-to-end gain is a few percent.
+"""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.cpp_extension import load_inline
+
+_cpp_src = r"""
+#include <torch/extension.h>
+torch::Tensor sigmoid_scale_residual_(torch::Tensor y, double scaling_factor);
+"""
+
+_cuda_src = r"""
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAException.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+__device__ __forceinline__ float p70_op(float v, float s) {
+    // same formula as torch.sigmoid (accurate expf), then scale, then residual add
+    const float sig = 1.0f / (1.0f + expf(-v));
+    return v + sig * s;
+}
+
+__global__ void __launch_bounds__(256) p70_vec_kernel(float4* y, long long n4, float s) {
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += stride) {
+        float4 v = y[i];
+        v.x = p70_op(v.x, s);
+        v.y = p70_op(v.y, s);
+        v.z = p70_op(v.z, s);
+        v.w = p70_op(v.w, s);
+        y[i] = v;
+    }
+}
+
+__global__ void __launch_bounds__(256) p70_scalar_kernel(float* y, long long n, float s) {
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        y[i] = p70_op(y[i], s);
+    }
+}
+
+torch::Tensor sigmoid_scale_residual_(torch::Tensor y, double scaling_factor) {
+    TORCH_CHECK(y.is_cuda(), "p70: expected a CUDA tensor");
+    TORCH_CHECK(y.scalar_type() == at::kFloat, "p70: expected float32");
+    TORCH_CHECK(y.is_contiguous(), "p70: expected a contiguous tensor");
+    const at::cuda::OptionalCUDAGuard guard(device_of(y));
+    const long long n = y.numel();
+    if (n == 0) return y;
+    cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+    const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+    const int threads = 256;
+    const long long max_blocks = (long long)sms * 16;
+    float* p = y.data_ptr<float>();
+    const float s = (float)scaling_factor;
+    if ((n % 4 == 0) && ((reinterpret_cast<uintptr_t>(p) & 15) == 0)) {
+        const long long n4 = n / 4;
+        long long blocks = (n4 + threads - 1) / threads;
+        if (blocks > max_blocks) blocks = max_blocks;
+        p70_vec_kernel<<<(unsigned)blocks, threads, 0, stream>>>(reinterpret_cast<float4*>(p), n4, s);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+    } else {
+        long long blocks = (n + threads - 1) / threads;
+        if (blocks > max_blocks) blocks = max_blocks;
+        p70_scalar_kernel<<<(unsigned)blocks, threads, 0, stream>>>(p, n, s);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+    }
+    return y;
+}
+"""
+
+_ext = load_inline(
+    name="team_p70_fused",
+    cpp_sources=_cpp_src,
+    cuda_sources=_cuda_src,
+    functions=["sigmoid_scale_residual_"],
+    verbose=False,
+)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, input_size, hidden_size, scaling_factor):
+        super(ModelNew, self).__init__()
+        self.gemm = nn.Linear(input_size, hidden_size)
+        self.scaling_factor = scaling_factor
+
+    def forward(self, x):
+        # cuBLAS GEMM + bias (identical call to eager), fresh contiguous output
+        y = F.linear(x, self.gemm.weight, self.gemm.bias).contiguous()
+        # fused sigmoid * scale + residual, in place on the tensor we own
+        return _ext.sigmoid_scale_residual_(y, float(self.scaling_factor))
