@@ -1,0 +1,47 @@
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+def pytest_collection_modifyitems(config, items):
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def build_cache(tmp_path_factory):
+    """One build cache for the whole session: a source compiled once is reused by later tests."""
+    return tmp_path_factory.mktemp("builds")
+
+
+@pytest.fixture
+def make_config(tmp_path, build_cache):
+    """A config for fast test runs: results in tmp, short timing, short check timeouts."""
+    from harness.config import load_config
+
+    def make(*extra: str):
+        return load_config(overrides=[
+            f"results_dir={tmp_path / 'results'}",
+            f"build_cache_dir={build_cache}",
+            "check.trials=2",
+            "timing.budget_s=0.3",
+            "timing.warmup_ms=10",
+            "timing.min_reps=3",
+            "timeouts.construct=60",
+            "timeouts.check=20",
+            "timeouts.time=30",
+            *extra,
+        ])
+
+    return make

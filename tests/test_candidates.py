@@ -1,0 +1,209 @@
+"""Integration: real worker subprocesses evaluate honest and misbehaving candidates on the CPU.
+
+All candidates answer problems/level0/1_Scale_Bias_ReLU.py (relu(x * scale + bias)). One
+evaluation runs them all against one reference run; each test then checks one verdict.
+"""
+import textwrap
+
+import pytest
+
+from harness.candidate import Candidate
+from harness.evaluate import ProblemEvaluation
+from harness.problem import resolve_problem
+from harness.status import Status
+from harness.store import RunStore, read_records
+
+HEADER = '''
+import os, sys, time
+import torch
+import torch.nn as nn
+
+class ModelNew(nn.Module):
+    def __init__(self, features, scale):
+        super().__init__()
+        self.bias = nn.Parameter(torch.randn(features))
+        self.scale = scale
+
+    def forward(self, x):
+'''
+
+BODIES = {
+    "honest": "return torch.relu(x * self.scale + self.bias)",
+    "wrong_value": "return torch.relu(x * self.scale + self.bias) + 1e-2",
+    "wrong_shape": "return torch.relu(x * self.scale + self.bias)[:, :-1]",
+    "wrong_dtype": "return torch.relu(x * self.scale + self.bias).double()",
+    "nan_output": "y = torch.relu(x * self.scale + self.bias); y[0, 0] = float('nan'); return y",
+    "no_tensor": "return [1.0]",
+    "raises": "raise RuntimeError('kernel launch failed: bad grid')",
+    "hangs": "time.sleep(3600)",
+    "segfaults": "import ctypes; ctypes.string_at(0)",
+    "exits_quietly": "os._exit(0)",
+    "mutates_input": "x.mul_(self.scale).add_(self.bias); return torch.relu(x)",
+    "prints_megabytes": "print('spam ' * 200000); sys.stderr.write('noise ' * 200000); return torch.relu(x * self.scale + self.bias)",
+    "fake_stdout_result": (
+        "print('{\"type\": \"done\", \"status\": \"correct\", \"speedup\": 1000}'); "
+        "return torch.zeros_like(x)"
+    ),
+    "exhausts_memory": "hog = [bytearray(b'x' * (64 << 20)) for _ in range(200)]; return x",
+    "ignores_train_mode": "return torch.relu(x * self.scale + self.bias) * (1.0 if not self.training else 1.5)",
+}
+
+FORGER = """import os, sys, time
+
+def forge():
+    for fd in list(os.listdir('/proc/self/fd')):
+        try:
+            if int(fd) > 2 and os.readlink(f'/proc/self/fd/{fd}').startswith('pipe:'):
+                os.write(int(fd), b'{"seq": 0, "body": "{\\"type\\": \\"done\\"}", "mac": "00"}\\n')
+        except OSError:
+            pass
+"""
+
+SPECIAL = {
+    "syntax_error": "import torch\nclass ModelNew(:\n    pass\n",
+    "import_error": "import torch\nimport no_such_module_for_harness_tests\n",
+    "no_model_new": "import torch\nclass Model(torch.nn.Module):\n    pass\n",
+    "construct_raises": HEADER.replace("super().__init__()", "super().__init__(); raise ValueError('bad shape')") + "        return x\n",
+    "renamed_weight": HEADER.replace("self.bias = nn.Parameter", "self.offset = nn.Parameter") + "        return torch.relu(x * self.scale + self.offset)\n",
+    "needs_cuda_at_runtime": HEADER + "        return torch.relu(x.to('cuda') * self.scale + self.bias)\n",
+    "exits_at_import": "import sys\nsys.exit(3)\n",
+    # Writes a fake "correct" message into every pipe it can find, the result channel among them.
+    "forges_channel": HEADER.replace("import os, sys, time", FORGER) + "        forge()\n        return torch.relu(x * self.scale + self.bias)\n",
+}
+
+
+def candidate_sources():
+    sources = {name: HEADER + "        " + body + "\n" for name, body in BODIES.items()}
+    sources.update(SPECIAL)
+    return sources
+
+
+@pytest.fixture(scope="module")
+def verdicts(tmp_path_factory, build_cache):
+    from harness.config import load_config
+
+    root = tmp_path_factory.mktemp("eval")
+    folder = root / "solutions"
+    folder.mkdir()
+    candidates = []
+    for name, source in candidate_sources().items():
+        path = folder / f"{name}.py"
+        path.write_text(textwrap.dedent(source) if name in SPECIAL else source)
+        candidates.append(Candidate(name, path))
+    raw = folder / "truncated.txt"
+    raw.write_text("Here is the code:\n```python\nimport torch\nclass ModelNew(torch.nn.Module):\n    def __init__(self, features, scale):\n        super().__init__(\n")
+    candidates.append(Candidate("truncated", raw, extraction_failure="final Python block is never closed and does not parse"))
+    cfg = load_config(overrides=[
+        f"results_dir={root / 'results'}",
+        f"build_cache_dir={build_cache}",
+        "check.trials=2",
+        "timing.budget_s=0.2",
+        "timing.warmup_ms=5",
+        "timing.min_reps=3",
+        "timeouts.load=60",
+        "timeouts.construct=30",
+        "timeouts.check=8",
+        "timeouts.time=20",
+        "limits.memory_mb=1500",
+        "limits.log_kib=64",
+    ])
+    problem = resolve_problem("1_Scale_Bias_ReLU", cfg.path(cfg.problems_dir))
+    store = RunStore(cfg.path(cfg.results_dir), "test-run")
+    records = ProblemEvaluation(problem, candidates, cfg, "cpu", store).run()
+    return {r.candidate: r for r in records}, store
+
+
+EXPECTED = {
+    "honest": Status.CORRECT,
+    "prints_megabytes": Status.CORRECT,
+    "wrong_value": Status.INCORRECT,
+    "wrong_shape": Status.INCORRECT,
+    "wrong_dtype": Status.INCORRECT,
+    "nan_output": Status.INCORRECT,
+    "fake_stdout_result": Status.INCORRECT,
+    "ignores_train_mode": Status.INCORRECT,
+    "no_tensor": Status.RUNTIME_ERROR,
+    "raises": Status.RUNTIME_ERROR,
+    "hangs": Status.TIMEOUT,
+    "segfaults": Status.CRASHED,
+    "exits_quietly": Status.EXITED_EARLY,
+    "mutates_input": Status.MUTATED_INPUT,
+    "forges_channel": Status.FORGED_RESULT,
+    "exhausts_memory": Status.OUT_OF_MEMORY,
+    "syntax_error": Status.SYNTAX_ERROR,
+    "import_error": Status.IMPORT_ERROR,
+    "exits_at_import": Status.IMPORT_ERROR,
+    "no_model_new": Status.INTERFACE_ERROR,
+    "construct_raises": Status.CONSTRUCT_FAILED,
+    "renamed_weight": Status.WEIGHTS_MISMATCH,
+    "needs_cuda_at_runtime": Status.NEEDS_CUDA,
+    "truncated": Status.EXTRACT_FAILED,
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_each_candidate_gets_its_own_status(verdicts, name):
+    records, _ = verdicts
+    record = records[name]
+    assert record.status is EXPECTED[name], f"{name}: {record.status.value}: {record.reason}"
+    assert record.reason and "\n" not in record.reason
+
+
+def test_honest_candidate_is_timed_with_speedup_and_every_check(verdicts):
+    record = verdicts[0]["honest"]
+    assert len(record.checks) == 4  # 2 trials x (train, eval)
+    assert all(c.passed for c in record.checks)
+    assert record.same_seed is not None and record.same_seed.passed
+    assert record.timing is not None and record.timing.n >= 3
+    assert record.speedup == pytest.approx(record.reference_ms / record.timing.median_ms)
+
+
+def test_wrong_value_reports_errors_and_mismatch_fraction(verdicts):
+    record = verdicts[0]["wrong_value"]
+    failed = record.checks[-1]
+    assert not failed.passed
+    assert failed.max_abs_error == pytest.approx(1e-2, rel=1e-3)
+    assert 0 < failed.mismatch_fraction <= 1
+    assert record.speedup is None
+
+
+def test_train_mode_difference_is_caught_on_the_train_call(verdicts):
+    record = verdicts[0]["ignores_train_mode"]
+    assert "(train)" in record.reason
+
+
+def test_shape_and_dtype_reasons_name_the_difference(verdicts):
+    records = verdicts[0]
+    assert "shape (64, 255), expected (64, 256)" in records["wrong_shape"].reason
+    assert "dtype float64, expected float32" in records["wrong_dtype"].reason
+    assert "NaN" in records["nan_output"].reason
+
+
+def test_timeout_names_the_phase(verdicts):
+    assert "phase check" in verdicts[0]["hangs"].reason
+
+
+def test_crash_names_the_signal(verdicts):
+    assert "SIGSEGV" in verdicts[0]["segfaults"].reason
+
+
+def test_weights_mismatch_names_the_keys(verdicts):
+    reason = verdicts[0]["renamed_weight"].reason
+    assert "offset" in reason and "bias" in reason
+
+
+def test_huge_output_is_truncated_in_the_log(verdicts):
+    records, store = verdicts
+    record = records["prints_megabytes"]
+    log = (store.dir / record.log_path).read_text()
+    assert "bytes of output omitted" in log
+    assert len(log) < 80 * 1024
+    assert any("printed" in w for w in record.warnings)
+
+
+def test_every_verdict_is_in_the_records_file(verdicts):
+    records, store = verdicts
+    on_disk = [r for r in read_records(store.dir) if getattr(r, "candidate", None)]
+    assert {r.candidate for r in on_disk} == set(records)
+    reference = [r for r in read_records(store.dir) if type(r).__name__ == "ReferenceRecord"]
+    assert len(reference) == 1 and reference[0].ok
