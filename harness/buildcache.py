@@ -40,7 +40,7 @@ def first_error_line(log: str) -> str:
     """The first line of compiler output that reports an error, shortened for a one-line reason."""
     for line in log.splitlines():
         stripped = line.strip()
-        if stripped.startswith("Error building extension") or stripped.startswith("ninja: build stopped"):
+        if "Error building extension" in stripped or stripped.startswith(("ninja: build stopped", "[")):
             continue
         if _ERROR_LINE.search(stripped) and not stripped.startswith("FAILED:"):
             # "/long/build/dir/main.cpp:5:3: error: ..." -> "main.cpp:5:3: error: ..."

@@ -1,0 +1,78 @@
+"""Real load_inline builds on the CPU path: content-addressed cache, compiler errors as verdicts."""
+import shutil
+
+import pytest
+
+from harness.buildcache import first_error_line
+from harness.candidate import Candidate
+from harness.config import ROOT
+from harness.evaluate import ProblemEvaluation
+from harness.problem import resolve_problem
+from harness.status import Status
+from harness.store import RunStore
+
+CPP_CANDIDATE = ROOT / "solutions" / "1_Scale_Bias_ReLU" / "cpp_fused.py"
+
+BROKEN_CPP = '''
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+source = """
+#include <torch/extension.h>
+torch::Tensor f(torch::Tensor x) { return x + undefined_thing; }
+"""
+ext = load_inline(name="broken_cpp_ext", cpp_sources=source, functions=["f"])
+
+class ModelNew(nn.Module):
+    def __init__(self, features, scale):
+        super().__init__()
+        self.bias = nn.Parameter(torch.randn(features))
+    def forward(self, x):
+        return ext.f(x)
+'''
+
+
+def evaluate(cfg, candidates, run_id):
+    problem = resolve_problem("1_Scale_Bias_ReLU", cfg.path(cfg.problems_dir))
+    store = RunStore(cfg.path(cfg.results_dir), run_id)
+    return {r.candidate: r for r in ProblemEvaluation(problem, candidates, cfg, "cpu", store).run()}, store
+
+
+def test_cpp_candidate_builds_runs_and_is_reused_from_the_cache(make_config, tmp_path):
+    cfg = make_config("timing.enabled=false")
+    copy = tmp_path / "same_kernels.py"
+    shutil.copy(CPP_CANDIDATE, copy)  # another file with identical kernels shares the build
+    first, _ = evaluate(cfg, [Candidate("cpp_fused", CPP_CANDIDATE)], "first")
+    second, _ = evaluate(cfg, [Candidate("same_kernels", copy)], "second")
+    built, reused = first["cpp_fused"], second["same_kernels"]
+    assert built.status is Status.CORRECT, built.reason
+    assert reused.status is Status.CORRECT, reused.reason
+    assert [b.name for b in built.builds] == ["cpp_scale_bias_relu"]
+    assert reused.builds[0].cache_key == built.builds[0].cache_key
+    assert reused.builds[0].cached is True
+
+
+def test_compile_error_is_build_failed_with_first_error_line_and_full_log(make_config, tmp_path):
+    cfg = make_config()
+    path = tmp_path / "broken.py"
+    path.write_text(BROKEN_CPP)
+    records, store = evaluate(cfg, [Candidate("broken", path)], "broken")
+    record = records["broken"]
+    assert record.status is Status.BUILD_FAILED
+    assert "error" in record.reason and "undefined_thing" in record.reason
+    log = (store.dir / record.log_path).read_text()
+    assert "undefined_thing" in log
+
+
+@pytest.mark.parametrize(
+    "log, expected",
+    [
+        ("[1/2] c++ ...\nFAILED: main.o\n/tmp/x/main.cpp:3:41: error: 'y' was not declared\n", "main.cpp:3:41: error: 'y' was not declared"),
+        ("/b/cuda.cu(12): error: identifier \"foo\" is undefined\n", "cuda.cu(12): error: identifier \"foo\" is undefined"),
+        ("ImportError: /b/ext.so: undefined symbol: _Z3foov", "ImportError: /b/ext.so: undefined symbol: _Z3foov"),
+        ("", "no compiler output"),
+    ],
+)
+def test_first_error_line_is_the_compilers_first_complaint(log, expected):
+    assert first_error_line(log) == expected
