@@ -1,0 +1,165 @@
+"""Pure unit tests: records, config layering, the result channel, problem lookup."""
+import json
+import math
+
+import pytest
+
+from harness.channel import ChannelReader, ChannelWriter, ForgedMessage, new_key
+from harness.config import load_config
+from harness.errors import UserError
+from harness.problem import resolve_problem
+from harness.records import CandidateRecord, CheckResult, ExtensionBuild, TimingStats, from_dict, to_dict
+from harness.status import Status
+from harness.store import RunStore, read_records
+
+
+def sample_record(**changes):
+    fields = dict(
+        run_id="r1", problem="p", problem_hash="h", candidate="c", candidate_path="c.py", candidate_hash="ch",
+        device="cpu", status=Status.CORRECT, reason="ok",
+        checks=(CheckResult("trial 1 (train)", True, "ok", 1e-6, 1e-5, 0.0),),
+        same_seed=CheckResult("same-seed construction (eval)", False, "differs", 0.5, math.inf, 1.0),
+        timing=TimingStats.from_samples([1.0, 1.2, 0.9, 1.1], timer="perf_counter", warmup_calls=3, stopped_by="budget"),
+        reference_ms=2.0, speedup=2.0 / 1.05,
+        builds=(ExtensionBuild("ext", "abc", True, 0.5),), phase_seconds={"load": 1.5},
+    )
+    fields.update(changes)
+    return CandidateRecord(**fields)
+
+
+def test_record_round_trips_through_json_including_infinity():
+    record = sample_record()
+    assert from_dict(CandidateRecord, json.loads(json.dumps(to_dict(record)))) == record
+
+
+def test_record_refuses_multiline_reason_and_speedup_on_failure():
+    with pytest.raises(ValueError):
+        sample_record(reason="two\nlines")
+    with pytest.raises(ValueError):
+        sample_record(status=Status.INCORRECT)
+
+
+def test_timing_stats_summarise_samples():
+    stats = TimingStats.from_samples([1.0, 2.0, 3.0, 4.0, 5.0], timer="cuda_events", warmup_calls=1, stopped_by="target_rse")
+    assert stats.median_ms == 3.0 and stats.min_ms == 1.0 and stats.iqr_ms == 2.0 and stats.n == 5
+    with pytest.raises(ValueError):
+        TimingStats.from_samples([], timer="x", warmup_calls=0, stopped_by="budget")
+
+
+def test_store_writes_each_record_and_refuses_newer_schema(tmp_path):
+    store = RunStore(tmp_path, "run")
+    store.append(sample_record())
+    store.append(sample_record(candidate="d"))
+    assert [r.candidate for r in read_records(store.dir)] == ["c", "d"]
+    line = json.loads(store.records_path.read_text().splitlines()[0])
+    line["schema_version"] = 99
+    store.records_path.write_text(json.dumps(line) + "\n")
+    with pytest.raises(UserError, match="schema version 99"):
+        read_records(store.dir)
+
+
+def test_config_layers_file_then_overrides(tmp_path):
+    extra = tmp_path / "c.yaml"
+    extra.write_text("check:\n  trials: 7\ntimeouts:\n  load: 5\n")
+    cfg = load_config(extra, ["timeouts.load=9", "check.tolerances.float32.atol=1e-3"])
+    assert cfg.check.trials == 7 and cfg.timeouts.load == 9
+    assert cfg.check.tolerances["float32"].atol == 1e-3 and cfg.check.tolerances["float32"].rtol == 1e-4
+    assert cfg.check.tolerances["float16"].atol == 1e-2
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("check.trails=3", "unknown config key 'check.trails' (valid keys here: allow_tf32, modes"),
+        ("check.trials=three", "must be an integer"),
+        ("check.trials=0", "at least 1"),
+        ("device=tpu", "device must be auto, cuda or cpu"),
+        ("no_equals_sign", "--set expects key=value"),
+    ],
+)
+def test_bad_config_is_a_clear_user_error(override, message):
+    with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        load_config(overrides=[override])
+
+
+def test_config_file_errors_name_the_file(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("check: [unclosed\n")
+    with pytest.raises(UserError, match="not valid YAML"):
+        load_config(bad)
+    with pytest.raises(UserError, match="not found"):
+        load_config(tmp_path / "missing.yaml")
+
+
+def channel_pair():
+    import os
+
+    key = new_key()
+    read_fd, write_fd = os.pipe()
+    return ChannelWriter(write_fd, key), ChannelReader(key), read_fd
+
+
+def test_channel_delivers_authenticated_messages_in_order():
+    import os
+
+    writer, reader, read_fd = channel_pair()
+    writer.send({"type": "phase", "phase": "load"})
+    writer.send({"type": "done"})
+    assert reader.feed(os.read(read_fd, 65536)) == [{"type": "phase", "phase": "load"}, {"type": "done"}]
+    reader.finish()
+
+
+@pytest.mark.parametrize(
+    "forged",
+    [
+        b'{"seq": 0, "body": "{\\"type\\": \\"done\\"}", "mac": "00"}\n',
+        b"CORRECT speedup=1000x\n",
+    ],
+)
+def test_channel_rejects_lines_it_did_not_write(forged):
+    _, reader, _ = channel_pair()
+    with pytest.raises(ForgedMessage):
+        reader.feed(forged)
+
+
+def test_channel_rejects_replayed_message():
+    import os
+
+    writer, reader, read_fd = channel_pair()
+    writer.send({"type": "done"})
+    line = os.read(read_fd, 65536)
+    reader.feed(line)
+    with pytest.raises(ForgedMessage, match="replayed"):
+        reader.feed(line)
+
+
+def test_channel_rejects_trailing_partial_line():
+    _, reader, _ = channel_pair()
+    reader.feed(b'{"seq": 0')
+    with pytest.raises(ForgedMessage):
+        reader.finish()
+
+
+def test_problem_found_by_name_prefix_suffix_and_path():
+    cfg = load_config()
+    problems = cfg.path(cfg.problems_dir)
+    assert resolve_problem("37_Matmul_Swish_Sum_GroupNorm", problems).name == "37_Matmul_Swish_Sum_GroupNorm"
+    assert resolve_problem("37_", problems).level == "level2"
+    assert resolve_problem("Gemm_Scale", problems).name == "39_Gemm_Scale_BatchNorm"
+    path = problems / "level0" / "1_Scale_Bias_ReLU.py"
+    assert resolve_problem(str(path), problems).path == path.resolve()
+
+
+def test_unknown_or_ambiguous_problem_lists_matches():
+    cfg = load_config()
+    problems = cfg.path(cfg.problems_dir)
+    with pytest.raises(UserError, match="ambiguous: it matches .*37_Matmul.*39_Gemm"):
+        resolve_problem("3", problems)
+    with pytest.raises(UserError, match="close matches: 37_Matmul_Swish_Sum_GroupNorm"):
+        resolve_problem("37_Matmul_Swish_Sum_GroupNrom", problems)
+
+
+def test_status_taxonomy_is_documented_and_skips_do_not_fail():
+    assert all(s.description for s in Status)
+    assert not Status.NEEDS_CUDA.is_failure and not Status.CORRECT.is_failure
+    assert Status.INCORRECT.is_failure and Status.TIMEOUT.is_failure
