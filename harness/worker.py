@@ -131,7 +131,7 @@ class Worker:
         self.phase("load")
         torch.backends.cuda.matmul.allow_tf32 = bool(job["allow_tf32"])
         torch.backends.cudnn.allow_tf32 = bool(job["allow_tf32"])
-        device = torch.device(job["device"])
+        device = torch.device("cuda", 0) if job["device"] == "cuda" else torch.device("cpu")
         if device.type == "cuda":
             if not torch.cuda.is_available():
                 raise WorkerFailure(Status.NEEDS_CUDA, "the run asked for CUDA and the worker sees no CUDA device")
