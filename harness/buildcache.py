@@ -111,6 +111,7 @@ class BuildCache:
         build_dir = self.root / key
         build_dir.mkdir(parents=True, exist_ok=True)
         arguments["build_directory"] = str(build_dir)
+        arguments["verbose"] = False  # verbose streams compiler output away from the exception we read
         started = time.perf_counter()
         # flock is released by the kernel if this process dies mid-build, unlike torch's own
         # lock file, which would then make every later build of this key wait forever.
