@@ -53,65 +53,81 @@ __device__ __forceinline__ float p88_seg_sum(float v) {
     return v;
 }
 
-// One (row, group) per TPG consecutive lanes; each lane keeps up to MAXV float4
-// of the group in registers.  Requires C % 4 == 0, Cg % 4 == 0, 16B-aligned
-// pointers and Cg / 4 <= MAXV * TPG.  blockDim.x must be a multiple of 32.
-template <int TPG, int MAXV>
+// A segment of TPG consecutive lanes owns NG consecutive (row, group) items
+// (item gid starts at float offset gid*Cg since C == G*Cg); each lane keeps up
+// to MAXV float4 per item in registers, and all NG*MAXV loads are issued before
+// any math, so each lane has several independent 16-byte loads in flight.
+// Requires C % 4 == 0, Cg % 4 == 0, 16B-aligned pointers, Cg/4 <= MAXV*TPG;
+// blockDim.x must be a multiple of 32.
+template <int TPG, int MAXV, int NG>
 __global__ void __launch_bounds__(256) p88_vec_kernel(
     float* y, const float* __restrict__ gamma, const float* __restrict__ beta,
-    const float* __restrict__ mulw, long long total, int C, int G, int Cg, float eps) {
+    const float* __restrict__ mulw, long long total, int G, int Cg, float eps) {
     const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    const long long gid = t / TPG;
+    const long long seg = t / TPG;
     const int sub = (int)(threadIdx.x & (TPG - 1));
-    const bool active = gid < total;
     const int nvec = Cg >> 2;
-    const long long row = active ? gid / G : 0;
-    const int g = active ? (int)(gid - row * (long long)G) : 0;
-    const int c0 = g * Cg;
-    float4* yv = reinterpret_cast<float4*>(y + row * (long long)C + c0);
-    const float4* gv = reinterpret_cast<const float4*>(gamma + c0);
-    const float4* ev = reinterpret_cast<const float4*>(beta + c0);
-    const float4* wv = reinterpret_cast<const float4*>(mulw + c0);
-
-    float4 v[MAXV];
-    float s = 0.f;
+    float4 v[NG][MAXV];
 #pragma unroll
-    for (int k = 0; k < MAXV; ++k) {
-        const int j = sub + k * TPG;
-        if (active && j < nvec) {
-            const float4 a = yv[j];
-            v[k] = a;
-            s += (a.x + a.y) + (a.z + a.w);
-        } else {
-            v[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int u = 0; u < NG; ++u) {
+        const long long gid = seg * NG + u;
+        const float4* yv = reinterpret_cast<const float4*>(y + gid * (long long)Cg);
+#pragma unroll
+        for (int k = 0; k < MAXV; ++k) {
+            const int j = sub + k * TPG;
+            v[u][k] = (gid < total && j < nvec) ? yv[j] : make_float4(0.f, 0.f, 0.f, 0.f);
         }
     }
-    s = p88_seg_sum<TPG>(s);
-    const float mean = s / (float)Cg;
-    float q = 0.f;
+    // inactive slots hold zeros, so they add nothing to the sums
+    float mean[NG], rstd[NG];
 #pragma unroll
-    for (int k = 0; k < MAXV; ++k) {
-        const int j = sub + k * TPG;
-        if (active && j < nvec) {
-            const float dx = v[k].x - mean, dy = v[k].y - mean, dz = v[k].z - mean, dw = v[k].w - mean;
-            q += (dx * dx + dy * dy) + (dz * dz + dw * dw);
-        }
+    for (int u = 0; u < NG; ++u) {
+        float s = 0.f;
+#pragma unroll
+        for (int k = 0; k < MAXV; ++k) s += (v[u][k].x + v[u][k].y) + (v[u][k].z + v[u][k].w);
+        mean[u] = s;
     }
-    q = p88_seg_sum<TPG>(q);
-    const float rstd = 1.0f / sqrtf(q / (float)Cg + eps);
 #pragma unroll
-    for (int k = 0; k < MAXV; ++k) {
-        const int j = sub + k * TPG;
-        if (active && j < nvec) {
-            const float4 gm = __ldg(&gv[j]);
-            const float4 bt = __ldg(&ev[j]);
-            const float4 mw = __ldg(&wv[j]);
-            float4 o;
-            o.x = p88_post(v[k].x, mean, rstd, gm.x, bt.x, mw.x);
-            o.y = p88_post(v[k].y, mean, rstd, gm.y, bt.y, mw.y);
-            o.z = p88_post(v[k].z, mean, rstd, gm.z, bt.z, mw.z);
-            o.w = p88_post(v[k].w, mean, rstd, gm.w, bt.w, mw.w);
-            yv[j] = o;
+    for (int u = 0; u < NG; ++u) mean[u] = p88_seg_sum<TPG>(mean[u]) / (float)Cg;
+#pragma unroll
+    for (int u = 0; u < NG; ++u) {
+        const long long gid = seg * NG + u;
+        float q = 0.f;
+#pragma unroll
+        for (int k = 0; k < MAXV; ++k) {
+            const int j = sub + k * TPG;
+            if (gid < total && j < nvec) {
+                const float dx = v[u][k].x - mean[u], dy = v[u][k].y - mean[u];
+                const float dz = v[u][k].z - mean[u], dw = v[u][k].w - mean[u];
+                q += (dx * dx + dy * dy) + (dz * dz + dw * dw);
+            }
+        }
+        rstd[u] = q;
+    }
+#pragma unroll
+    for (int u = 0; u < NG; ++u) rstd[u] = 1.0f / sqrtf(p88_seg_sum<TPG>(rstd[u]) / (float)Cg + eps);
+#pragma unroll
+    for (int u = 0; u < NG; ++u) {
+        const long long gid = seg * NG + u;
+        const int c0 = (int)(gid % G) * Cg;
+        float4* yv = reinterpret_cast<float4*>(y + gid * (long long)Cg);
+        const float4* gv = reinterpret_cast<const float4*>(gamma + c0);
+        const float4* ev = reinterpret_cast<const float4*>(beta + c0);
+        const float4* wv = reinterpret_cast<const float4*>(mulw + c0);
+#pragma unroll
+        for (int k = 0; k < MAXV; ++k) {
+            const int j = sub + k * TPG;
+            if (gid < total && j < nvec) {
+                const float4 gm = __ldg(&gv[j]);
+                const float4 bt = __ldg(&ev[j]);
+                const float4 mw = __ldg(&wv[j]);
+                float4 o;
+                o.x = p88_post(v[u][k].x, mean[u], rstd[u], gm.x, bt.x, mw.x);
+                o.y = p88_post(v[u][k].y, mean[u], rstd[u], gm.y, bt.y, mw.y);
+                o.z = p88_post(v[u][k].z, mean[u], rstd[u], gm.z, bt.z, mw.z);
+                o.w = p88_post(v[u][k].w, mean[u], rstd[u], gm.w, bt.w, mw.w);
+                yv[j] = o;
+            }
         }
     }
 }
@@ -172,12 +188,13 @@ static inline bool p88_al16(const void* p) { return (reinterpret_cast<uintptr_t>
 
 template <int TPG, int MAXV>
 static void p88_launch_vec(float* y, const float* g, const float* e, const float* w, long long total,
-                           int C, int G, int Cg, float eps, cudaStream_t st) {
+                           int G, int Cg, float eps, cudaStream_t st) {
+    constexpr int NG = (MAXV == 1) ? 4 : ((MAXV == 2) ? 2 : 1);   // items per lane segment
     const int threads = 256;
-    const long long nthreads = total * TPG;
-    const long long blocks = (nthreads + threads - 1) / threads;
+    const long long segs = (total + NG - 1) / NG;
+    const long long blocks = (segs * TPG + threads - 1) / threads;
     TORCH_CHECK(blocks <= 2147483647LL, "p88: too many groups");
-    p88_vec_kernel<TPG, MAXV><<<(unsigned)blocks, threads, 0, st>>>(y, g, e, w, total, C, G, Cg, eps);
+    p88_vec_kernel<TPG, MAXV, NG><<<(unsigned)blocks, threads, 0, st>>>(y, g, e, w, total, G, Cg, eps);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -208,18 +225,18 @@ torch::Tensor groupnorm_swish_mul_swish_(torch::Tensor y, torch::Tensor gamma, t
         // registers per lane: MAXV float4, the smallest of 1/2/4 with nvec <= MAXV*tpg
         const int maxv = (nvec <= tpg) ? 1 : ((nvec <= 2 * tpg) ? 2 : 4);
         switch (tpg * 8 + maxv) {
-            case 1 * 8 + 1:  p88_launch_vec<1, 1>(yp, gp, ep, wp, total, Ci, G, Cg, fe, st); break;
-            case 2 * 8 + 1:  p88_launch_vec<2, 1>(yp, gp, ep, wp, total, Ci, G, Cg, fe, st); break;
-            case 2 * 8 + 2:  p88_launch_vec<2, 2>(yp, gp, ep, wp, total, Ci, G, Cg, fe, st); break;
-            case 4 * 8 + 1:  p88_launch_vec<4, 1>(yp, gp, ep, wp, total, Ci, G, Cg, fe, st); break;
-            case 4 * 8 + 2:  p88_launch_vec<4, 2>(yp, gp, ep, wp, total, Ci, G, Cg, fe, st); break;
-            case 8 * 8 + 1:  p88_launch_vec<8, 1>(yp, gp, ep, wp, total, Ci, G, Cg, fe, st); break;
-            case 8 * 8 + 2:  p88_launch_vec<8, 2>(yp, gp, ep, wp, total, Ci, G, Cg, fe, st); break;
-            case 16 * 8 + 1: p88_launch_vec<16, 1>(yp, gp, ep, wp, total, Ci, G, Cg, fe, st); break;
-            case 16 * 8 + 2: p88_launch_vec<16, 2>(yp, gp, ep, wp, total, Ci, G, Cg, fe, st); break;
-            case 32 * 8 + 1: p88_launch_vec<32, 1>(yp, gp, ep, wp, total, Ci, G, Cg, fe, st); break;
-            case 32 * 8 + 2: p88_launch_vec<32, 2>(yp, gp, ep, wp, total, Ci, G, Cg, fe, st); break;
-            default:         p88_launch_vec<32, 4>(yp, gp, ep, wp, total, Ci, G, Cg, fe, st); break;
+            case 1 * 8 + 1:  p88_launch_vec<1, 1>(yp, gp, ep, wp, total, G, Cg, fe, st); break;
+            case 2 * 8 + 1:  p88_launch_vec<2, 1>(yp, gp, ep, wp, total, G, Cg, fe, st); break;
+            case 2 * 8 + 2:  p88_launch_vec<2, 2>(yp, gp, ep, wp, total, G, Cg, fe, st); break;
+            case 4 * 8 + 1:  p88_launch_vec<4, 1>(yp, gp, ep, wp, total, G, Cg, fe, st); break;
+            case 4 * 8 + 2:  p88_launch_vec<4, 2>(yp, gp, ep, wp, total, G, Cg, fe, st); break;
+            case 8 * 8 + 1:  p88_launch_vec<8, 1>(yp, gp, ep, wp, total, G, Cg, fe, st); break;
+            case 8 * 8 + 2:  p88_launch_vec<8, 2>(yp, gp, ep, wp, total, G, Cg, fe, st); break;
+            case 16 * 8 + 1: p88_launch_vec<16, 1>(yp, gp, ep, wp, total, G, Cg, fe, st); break;
+            case 16 * 8 + 2: p88_launch_vec<16, 2>(yp, gp, ep, wp, total, G, Cg, fe, st); break;
+            case 32 * 8 + 1: p88_launch_vec<32, 1>(yp, gp, ep, wp, total, G, Cg, fe, st); break;
+            case 32 * 8 + 2: p88_launch_vec<32, 2>(yp, gp, ep, wp, total, G, Cg, fe, st); break;
+            default:         p88_launch_vec<32, 4>(yp, gp, ep, wp, total, G, Cg, fe, st); break;
         }
     } else {
         const long long blocks = total < 1048576LL ? total : 1048576LL;
