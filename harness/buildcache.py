@@ -62,9 +62,17 @@ def _as_list(value: Any) -> list[str]:
 class BuildCache:
     """Wraps load_inline for one worker process and remembers what it built or reused."""
 
-    def __init__(self, root: Path, arch: str) -> None:
+    def __init__(
+        self,
+        root: Path,
+        arch: str,
+        around_build: Callable[[bool], None] = lambda starting: None,
+        on_event: Callable[[dict[str, Any]], None] = lambda event: None,
+    ) -> None:
         self.root = root
         self.arch = arch
+        self.around_build = around_build  # told True before and False after each build (for phase limits)
+        self.on_event = on_event  # told of each finished load_inline call
         self.events: list[dict[str, Any]] = []
         self._original: Callable[..., Any] | None = None
 
@@ -121,12 +129,15 @@ class BuildCache:
             if stale.exists():
                 stale.unlink()
             cached = any(build_dir.glob(f"{name}*.so"))
+            self.around_build(True)
             try:
                 module = self._original(**arguments)
             except Exception as exc:  # compile, link and load (undefined symbol) failures alike
                 message = f"{type(exc).__name__}: {exc}"
                 raise BuildFailedError(name, first_error_line(message), message) from None
-        self.events.append(
-            {"name": name, "cache_key": key, "cached": cached, "seconds": round(time.perf_counter() - started, 3)}
-        )
+            finally:
+                self.around_build(False)
+        event = {"name": name, "cache_key": key, "cached": cached, "seconds": round(time.perf_counter() - started, 3)}
+        self.events.append(event)
+        self.on_event(event)
         return module

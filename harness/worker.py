@@ -121,6 +121,11 @@ class Worker:
         print(f"[harness] phase {name}", file=sys.stderr, flush=True)
         self._phase_name, self._phase_started = name, time.perf_counter()
 
+    def _around_build(self, starting: bool) -> None:
+        """A build in __init__ or forward runs under the load limit, then its phase resumes afresh."""
+        if self._phase_name != "load":
+            self.channel.send({"type": "phase", "phase": "load" if starting else self._phase_name})
+
     def end_phase(self) -> None:
         self.phase_seconds[self._phase_name] = round(time.perf_counter() - self._phase_started, 4)
 
@@ -148,13 +153,16 @@ class Worker:
 
         from harness.buildcache import BuildCache
 
-        cache = BuildCache(Path(job["build_cache"]), arch)
+        cache = BuildCache(
+            Path(job["build_cache"]), arch,
+            around_build=self._around_build,
+            on_event=lambda event: self.channel.send({"type": "builds", "builds": [event]}),
+        )
         cache.install()
         module = load_module(Path(job["source"]), f"__{self.role}__")
         model_class = getattr(module, job["class_name"], None)
         if not isinstance(model_class, type) or not issubclass(model_class, torch.nn.Module):
             raise WorkerFailure(Status.INTERFACE_ERROR, f"the module defines no nn.Module subclass named {job['class_name']}")
-        self.channel.send({"type": "builds", "builds": cache.events})
         self.end_phase()
 
         self.phase("construct")

@@ -76,3 +76,33 @@ def test_compile_error_is_build_failed_with_first_error_line_and_full_log(make_c
 )
 def test_first_error_line_is_the_compilers_first_complaint(log, expected):
     assert first_error_line(log) == expected
+
+
+BUILD_IN_INIT = '''
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+class ModelNew(nn.Module):
+    def __init__(self, features, scale):
+        super().__init__()
+        self.bias = nn.Parameter(torch.randn(features))
+        self.scale = scale
+        self.ext = load_inline(name="built_in_init", functions=["f"], cpp_sources="""
+#include <torch/extension.h>
+torch::Tensor f(torch::Tensor x, torch::Tensor b, double s) { return torch::relu(x * s + b); }
+""")
+
+    def forward(self, x):
+        return self.ext.f(x, self.bias, self.scale)
+'''
+
+
+def test_build_inside_init_runs_under_the_load_limit_not_construct(make_config, tmp_path):
+    cfg = make_config("timeouts.construct=2", "timing.enabled=false")
+    path = tmp_path / "builds_in_init.py"
+    path.write_text(BUILD_IN_INIT)
+    records, _ = evaluate(cfg, [Candidate("builds_in_init", path)], "init-build")
+    record = records["builds_in_init"]
+    assert record.status is Status.CORRECT, record.reason
+    assert [b.name for b in record.builds] == ["built_in_init"]

@@ -7,6 +7,7 @@ cpp_source = r"""
 #include <torch/extension.h>
 
 torch::Tensor scale_bias_relu(torch::Tensor x, torch::Tensor bias, double scale) {
+    TORCH_CHECK(x.device().is_cpu(), "this kernel runs on the CPU only");
     TORCH_CHECK(x.dim() == 2 && x.scalar_type() == torch::kFloat, "x must be a 2-D float tensor");
     auto xc = x.contiguous();
     auto bc = bias.contiguous();
