@@ -12,6 +12,7 @@ import secrets
 import shutil
 import stat
 import tempfile
+import traceback
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -96,7 +97,11 @@ class ProblemEvaluation:
             for candidate in runnable:
                 self.on_start(candidate)
                 if reference.ok:
-                    record = self._run_candidate(candidate, plan, scratch, reference)
+                    try:
+                        record = self._run_candidate(candidate, plan, scratch, reference)
+                    except Exception as exc:  # a harness bug on one candidate must not end the run
+                        traceback.print_exc()
+                        record = self._record(candidate, Status.HARNESS_ERROR, f"{type(exc).__name__}: {exc}")
                 else:
                     record = self._record(candidate, Status.REFERENCE_FAILED, f"reference failed: {reference.record.reason}")
                 records.append(self._finish(record))
@@ -191,7 +196,10 @@ class ProblemEvaluation:
             path = outputs / f"call_{index}.pt"
             if not path.is_file():
                 return Status.RUNTIME_ERROR, f"the worker reported call {index} but wrote no outputs"
-            actual = torch.load(path, weights_only=True)
+            try:
+                actual = torch.load(path, weights_only=True)  # weights_only: no code runs in the parent
+            except Exception as exc:
+                return Status.FORGED_RESULT, f"outputs of call {index} are not the file the worker wrote ({type(exc).__name__})"
             path.unlink()
             check = compare_outputs(plan.calls[index].label, reference.expected[f"call_{index}"], actual, tolerances)
             checks.append(check)
@@ -204,7 +212,11 @@ class ProblemEvaluation:
         same_seed = None
         same_seed_file = outputs / "same_seed.pt"
         if same_seed_file.is_file():
-            same_seed = compare_outputs("same-seed construction (eval)", reference.expected["same_seed"], torch.load(same_seed_file, weights_only=True), tolerances)
+            try:
+                same_seed_outputs = torch.load(same_seed_file, weights_only=True)
+                same_seed = compare_outputs("same-seed construction (eval)", reference.expected["same_seed"], same_seed_outputs, tolerances)
+            except Exception as exc:
+                same_seed = CheckResult("same-seed construction (eval)", False, f"outputs unreadable ({type(exc).__name__})")
         shutil.rmtree(outputs, ignore_errors=True)
 
         builds = tuple(ExtensionBuild(**b) for m in outcome.messages if m.get("type") == "builds" for b in m["builds"])

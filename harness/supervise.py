@@ -127,48 +127,52 @@ def run_worker(
         failure = (status, reason)
         _kill_group(proc)
 
-    while open_fds and failure is None:
-        now = time.monotonic()
-        if now >= deadline:
-            stop(Status.TIMEOUT, f"phase {phase} ran past its {phase_limit:g} s limit")
-            break
-        ready, _, _ = select.select(list(open_fds), [], [], min(POLL_SECONDS, deadline - now))
-        for fd in ready:
-            data = os.read(fd, 1 << 16)
-            if not data:
-                del open_fds[fd]
-                continue
-            if open_fds[fd] == "output":
-                log.write(data)
-                continue
-            try:
-                new_messages = reader.feed(data)
-            except ForgedMessage as exc:
-                stop(Status.FORGED_RESULT, str(exc))
+    try:
+        while open_fds and failure is None:
+            now = time.monotonic()
+            if now >= deadline:
+                stop(Status.TIMEOUT, f"phase {phase} ran past its {phase_limit:g} s limit")
                 break
-            for message in new_messages:
-                messages.append(message)
-                kind = message.get("type")
-                if kind == "phase":
-                    phase = str(message["phase"])
-                    phase_limit = float(getattr(timeouts, phase))
-                    deadline = time.monotonic() + phase_limit
-                elif kind == "error":
-                    reported = (Status(message["status"]), str(message["reason"]))
-                elif kind == "done":
-                    done = message
-                else:
-                    verdict = on_message(message)
-                    if verdict is not None:
-                        stop(*verdict)
-                        break
-            if failure is not None:
-                break
-        if failure is None and memory_limit and _rss_bytes(proc.pid) > memory_limit:
-            stop(Status.OUT_OF_MEMORY, f"worker used over {memory_limit >> 20} MiB of host memory (limit)")
-        if failure is None and (done or reported) and proc.poll() is not None:
-            break  # reported and exited; a child it left holding the pipes must not keep us waiting
+            ready, _, _ = select.select(list(open_fds), [], [], min(POLL_SECONDS, deadline - now))
+            for fd in ready:
+                data = os.read(fd, 1 << 16)
+                if not data:
+                    del open_fds[fd]
+                    continue
+                if open_fds[fd] == "output":
+                    log.write(data)
+                    continue
+                try:
+                    new_messages = reader.feed(data)
+                except ForgedMessage as exc:
+                    stop(Status.FORGED_RESULT, str(exc))
+                    break
+                for message in new_messages:
+                    messages.append(message)
+                    kind = message.get("type")
+                    if kind == "phase":
+                        phase = str(message["phase"])
+                        phase_limit = float(getattr(timeouts, phase))
+                        deadline = time.monotonic() + phase_limit
+                    elif kind == "error":
+                        reported = (Status(message["status"]), str(message["reason"]))
+                    elif kind == "done":
+                        done = message
+                    else:
+                        verdict = on_message(message)
+                        if verdict is not None:
+                            stop(*verdict)
+                            break
+                if failure is not None:
+                    break
+            if failure is None and memory_limit and _rss_bytes(proc.pid) > memory_limit:
+                stop(Status.OUT_OF_MEMORY, f"worker used over {memory_limit >> 20} MiB of host memory (limit)")
+            if failure is None and (done or reported) and proc.poll() is not None:
+                break  # reported and exited; a child it left holding the pipes must not keep us waiting
 
+    except BaseException:  # Ctrl-C or a parent bug: the worker's process group must not outlive us
+        _kill_group(proc)
+        raise
     _drain(open_fds, log)
     try:
         returncode = proc.wait(timeout=30)
