@@ -46,8 +46,16 @@ SOURCES = {
     "cuda_correct": KERNEL.replace("NAME", "gpu_test_ok").replace(" OFFSET", ""),
     "cuda_out_of_bounds": KERNEL.replace("NAME", "gpu_test_oob").replace(" OFFSET", " + (1L << 40)"),
     "cuda_compile_error": KERNEL.replace("NAME", "gpu_test_bad").replace(" OFFSET", " + undefined_offset"),
+    "cuda_out_of_memory": KERNEL.replace("NAME", "gpu_test_ok").replace(" OFFSET", "").replace(
+        "return ext.f(x, self.bias, self.scale)", "hog = torch.empty(1 << 42, device=x.device); return ext.f(x, self.bias, self.scale)"
+    ),
 }
-EXPECTED = {"cuda_correct": Status.CORRECT, "cuda_out_of_bounds": Status.CUDA_FAULT, "cuda_compile_error": Status.BUILD_FAILED}
+EXPECTED = {
+    "cuda_correct": Status.CORRECT,
+    "cuda_out_of_bounds": Status.CUDA_FAULT,
+    "cuda_compile_error": Status.BUILD_FAILED,
+    "cuda_out_of_memory": Status.OUT_OF_MEMORY,
+}
 
 
 @pytest.fixture(scope="module")
@@ -75,3 +83,8 @@ def test_cuda_timing_uses_events_and_gives_speedup(verdicts):
     record = verdicts["cuda_correct"]
     assert record.timing.timer == "cuda_events" and record.speedup > 0
     assert record.builds and record.builds[0].name == "gpu_test_ok"
+
+
+def test_identical_kernels_in_another_file_reuse_the_build(verdicts):
+    assert verdicts["cuda_out_of_memory"].builds[0].cache_key == verdicts["cuda_correct"].builds[0].cache_key
+    assert verdicts["cuda_out_of_memory"].builds[0].cached
