@@ -15,6 +15,7 @@ class Progress:
         self._task: Optional[int] = None
         self._done = 0
         self._total = 0
+        self._problem = ""
 
     def __enter__(self) -> "Progress":
         if self.live:
@@ -41,7 +42,7 @@ class Progress:
             print(text, file=sys.stderr, flush=True)
 
     def problem(self, name: str, total: int) -> None:
-        self._done, self._total = 0, total
+        self._done, self._total, self._problem = 0, total, name
         if self._bar is not None:
             self._task = self._bar.add_task(name, total=total)
         else:
@@ -49,7 +50,7 @@ class Progress:
 
     def started(self, candidate: str) -> None:
         if self._bar is not None and self._task is not None:
-            self._bar.update(self._task, description=f"{self._bar.tasks[self._task].description.split(' ')[0]} [dim]{candidate}[/]")
+            self._bar.update(self._task, description=f"{self._problem} [dim]{candidate}[/]")
 
     def finished(self, record: CandidateRecord) -> None:
         self._done += 1
@@ -57,7 +58,7 @@ class Progress:
         line = f"  [{self._done}/{self._total}] {record.candidate}: {record.status.value}{speed} - {record.reason}"
         if self._bar is not None and self._task is not None:
             self._bar.advance(self._task)
-            self._bar.update(self._task, description=record.problem)
+            self._bar.update(self._task, description=self._problem)
             self._bar.console.print(line, markup=False, highlight=False)
         else:
             self.message(line)

@@ -167,9 +167,10 @@ class Worker:
 
         self.phase("construct")
         if self.role == "reference":
-            self._write_reference_inputs(module)
-        init_args = torch.load(self.exchange / "init_args.pt", weights_only=False)
-        arg_sets = [torch.load(self.exchange / f"inputs_{i}.pt", weights_only=False) for i in range(job["n_inputs"])]
+            init_args, arg_sets = self._write_reference_inputs(module)
+        else:
+            init_args = torch.load(self.exchange / "init_args.pt", weights_only=False)
+            arg_sets = [torch.load(self.exchange / f"inputs_{i}.pt", weights_only=False) for i in range(job["n_inputs"])]
         try:
             torch.manual_seed(job["construct_seed"])
             model = model_class(*init_args)
@@ -211,7 +212,8 @@ class Worker:
 
         self.channel.send({"type": "done", "device_name": device_name, "phase_seconds": self.phase_seconds})
 
-    def _write_reference_inputs(self, module: types.ModuleType) -> None:
+    def _write_reference_inputs(self, module: types.ModuleType) -> tuple[list[Any], list[list[Any]]]:
+        """Make the init args and input sets from the problem's seeds, save them for candidates, return them."""
         import torch
 
         for name in ("get_inputs", "get_init_inputs"):
@@ -220,10 +222,12 @@ class Worker:
         try:
             init_args = list(module.get_init_inputs())
             torch.save(init_args, self.exchange / "init_args.pt")
+            arg_sets = []
             for index, seed in enumerate(self.job["input_seeds"]):
                 torch.manual_seed(seed)
-                inputs = list(module.get_inputs())
-                torch.save(inputs, self.exchange / f"inputs_{index}.pt")
+                arg_sets.append(list(module.get_inputs()))
+                torch.save(arg_sets[-1], self.exchange / f"inputs_{index}.pt")
+            return init_args, arg_sets
         except WorkerFailure:
             raise
         except BaseException as exc:
