@@ -17,6 +17,9 @@ from harness.errors import UserError
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = ROOT / "configs" / "default.yaml"
 MODES = ("train", "eval")
+TIMING_MODES = ("eager", "graph")
+SYNC_MODES = ("auto", "stream", "device")
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,7 +49,8 @@ class Timeouts:
     load: float  # seconds to import the candidate, builds included
     construct: float  # seconds to construct ModelNew and load weights
     check: float  # seconds for all correctness calls
-    time: float  # seconds for timing
+    time: float  # seconds for timing (and the one profiled call)
+    compile: float  # seconds for each torch.compile baseline: compile, check and timing
 
     def __post_init__(self) -> None:
         for name, value in dataclasses.asdict(self).items():
@@ -64,12 +68,43 @@ class TimingConfig:
     target_rse: float  # stop when the relative standard error of the median is below this
     flush_l2: bool  # flush L2 before each timed CUDA call
     cpu_threads: int  # torch intra-op threads in CPU workers (0 = torch's default)
+    mode: str  # eager | graph (CUDA: capture each input set's call in a CUDA graph, time replays)
+    sync: str  # auto | stream | device: where the end of a timed CUDA call is taken
+    subtract_overhead: bool  # subtract the median time of an empty timed region from every sample
+    unstable_iqr: float  # warn when the interquartile range exceeds this fraction of the median
+    reuse_reference: bool  # reuse cached reference/baseline timings for the same problem, device, torch and config
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_reps <= self.max_reps:
             raise ValueError("timing needs 1 <= min_reps <= max_reps")
         if self.budget_s <= 0 or self.target_rse <= 0 or self.warmup_ms < 0:
             raise ValueError("timing.budget_s and timing.target_rse must be positive, warmup_ms >= 0")
+        if self.mode not in TIMING_MODES:
+            raise ValueError(f"timing.mode must be one of {list(TIMING_MODES)}, got {self.mode!r}")
+        if self.sync not in SYNC_MODES:
+            raise ValueError(f"timing.sync must be one of {list(SYNC_MODES)}, got {self.sync!r}")
+        if self.unstable_iqr <= 0:
+            raise ValueError("timing.unstable_iqr must be positive")
+
+
+@dataclasses.dataclass(frozen=True)
+class BaselinesConfig:
+    compile_modes: tuple[str, ...]  # torch.compile modes timed next to the eager reference ([] = none)
+
+    def __post_init__(self) -> None:
+        bad = [m for m in self.compile_modes if m not in COMPILE_MODES]
+        if bad:
+            raise ValueError(f"baselines.compile_modes: unknown mode {bad[0]!r} (valid: {', '.join(COMPILE_MODES)})")
+
+
+@dataclasses.dataclass(frozen=True)
+class SpeedOfLightConfig:
+    enabled: bool  # count FLOPs and bytes per problem, measure device peaks once, report % of roofline
+    impossible_below: float  # flag a time below this fraction of the roofline floor as impossible
+
+    def __post_init__(self) -> None:
+        if not 0 < self.impossible_below <= 1:
+            raise ValueError("speed_of_light.impossible_below must be in (0, 1]")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,9 +125,12 @@ class Config:
     solutions_dir: str  # where candidates are found, one folder per problem
     results_dir: str  # where runs are written
     build_cache_dir: str  # content-addressed extension builds
+    measurement_cache_dir: str  # measured device peaks and (when reused) reference timings
     check: CheckConfig
     timeouts: Timeouts
     timing: TimingConfig
+    baselines: BaselinesConfig
+    speed_of_light: SpeedOfLightConfig
     limits: Limits
     leaderboard: LeaderboardConfig
 

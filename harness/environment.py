@@ -1,6 +1,8 @@
 """The environment block of a run, collected once in the parent (no CUDA context is created)."""
 from __future__ import annotations
 
+import importlib.metadata
+import os
 import platform
 import shutil
 import socket
@@ -12,6 +14,13 @@ from harness import __version__
 from harness.config import ROOT
 
 
+def _package_version(name: str) -> str:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return ""
+
+
 def _run(command: list[str]) -> str:
     if shutil.which(command[0]) is None:
         return ""
@@ -19,6 +28,61 @@ def _run(command: list[str]) -> str:
         return subprocess.run(command, capture_output=True, text=True, timeout=20, cwd=ROOT).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return ""
+
+
+_GPU_FIELDS = {
+    "clocks.sm": "sm_clock_mhz",
+    "clocks.mem": "mem_clock_mhz",
+    "clocks.max.sm": "max_sm_clock_mhz",
+    "temperature.gpu": "temperature_c",
+    "power.draw": "power_w",
+    "power.limit": "power_limit_w",
+    "clocks_event_reasons.active": "clock_event_reasons",
+}
+
+
+def gpu_state(device: Any = None) -> dict[str, Any]:
+    """Clocks, temperature, power and active clock-event (throttle) reasons of one GPU, as the
+    driver reports them now; {} when nothing is readable. `device` is a torch CUDA device in a
+    process that already uses it (found by UUID); without one, the first GPU nvidia-smi lists."""
+    target: list[str] = []
+    if device is not None:
+        try:
+            import torch
+
+            target = ["-i", f"GPU-{torch.cuda.get_device_properties(device).uuid}"]
+        except Exception:
+            target = []
+    for fields in (list(_GPU_FIELDS), list(_GPU_FIELDS)[:-1]):  # older drivers lack the reasons field
+        out = _run(["nvidia-smi", *target, f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"])
+        lines = [line for line in out.splitlines() if line.strip()]
+        if lines and "," in lines[0]:
+            values = [v.strip() for v in lines[0].split(",")]
+            state: dict[str, Any] = {}
+            for field, value in zip(fields, values):
+                key = _GPU_FIELDS[field]
+                if key == "clock_event_reasons":
+                    state[key] = value
+                    continue
+                try:
+                    state[key] = float(value)
+                except ValueError:
+                    pass  # "[N/A]" and the like
+            return state
+    return {}
+
+
+def device_identity(device: str, cpu_threads: int = 0) -> str:
+    """Which physical device a run's workers use, without creating a CUDA context: the GPU's name
+    and UUID (the first visible one), or the CPU model and thread count."""
+    if device == "cuda":
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+        target = ["-i", visible] if visible else []
+        out = _run(["nvidia-smi", *target, "--query-gpu=name,uuid", "--format=csv,noheader"])
+        return (out.splitlines() or ["unknown GPU"])[0].strip()
+    from harness.roofline import _cpu_label
+
+    return f"{_cpu_label()} x{cpu_threads or os.cpu_count()}"
 
 
 def collect_environment() -> dict[str, Any]:
@@ -35,6 +99,8 @@ def collect_environment() -> dict[str, Any]:
         "python": sys.version.split()[0],
         "torch": torch.__version__,
         "torch_cuda": torch.version.cuda,
+        "triton": _package_version("triton"),
+        "gpu_start": gpu_state(),
         "cuda_available": torch.cuda.is_available(),
         "gpus": gpus,
         "nvcc": nvcc[-1] if nvcc else "",

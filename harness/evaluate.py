@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import hashlib
+import json
 import secrets
 import shutil
 import stat
@@ -22,7 +24,7 @@ from harness.candidate import Candidate, needs_cuda_statically
 from harness.compare import compare_outputs
 from harness.config import Config
 from harness.problem import Problem
-from harness.records import CandidateRecord, CheckResult, ExtensionBuild, ReferenceRecord, TimingStats, from_dict
+from harness.records import Baseline, CallProfile, CandidateRecord, CheckResult, ExtensionBuild, ReferenceRecord, SpeedOfLight, TimingStats, from_dict, to_dict
 from harness.status import Status
 from harness.store import RunStore
 from harness.supervise import Failure, WorkerOutcome, default_memory_limit, run_worker
@@ -120,14 +122,21 @@ class ProblemEvaluation:
                 return Status.NEEDS_CUDA, f"{why}; this run is on the CPU"
         return None
 
-    def _job(self, role: str, source: Path, plan: Plan, exchange: Path, outputs: Path) -> dict[str, Any]:
+    def _job(self, role: str, source: Path, plan: Plan, exchange: Path, outputs: Path, *, timed: bool = True, compile_mode: Optional[str] = None) -> dict[str, Any]:
         timing = dataclasses.asdict(self.cfg.timing)
-        enabled = timing.pop("enabled")
+        enabled = timing.pop("enabled") and timed
         cpu_threads = timing.pop("cpu_threads")
+        sync = timing.pop("sync")
+        for key in ("unstable_iqr", "reuse_reference"):
+            timing.pop(key)
+        speed_of_light = role == "reference" and timed and self.cfg.speed_of_light.enabled
         return {
             "role": role,
             "source": str(source.resolve()),
-            "class_name": "Model" if role == "reference" else "ModelNew",
+            "class_name": "ModelNew" if role == "candidate" else "Model",
+            "compile_mode": compile_mode,
+            "sync": sync,
+            "speed_of_light": {"cache_dir": str(self.cfg.path(self.cfg.measurement_cache_dir))} if speed_of_light else None,
             "device": self.device,
             "build_cache": str(self.cfg.path(self.cfg.build_cache_dir)),
             "exchange": str(exchange),
@@ -158,9 +167,11 @@ class ProblemEvaluation:
         outputs = scratch / "reference-outputs"
         exchange.mkdir()
         outputs.mkdir()
-        outcome = self._worker(self._job("reference", self.problem.path, plan, exchange, outputs), "_reference", outputs)
+        cache = TimingCache(self.cfg, self.problem_hash, self.device)
+        cached = cache.load() if self.cfg.timing.reuse_reference and self.cfg.timing.enabled else None
+        job = self._job("reference", self.problem.path, plan, exchange, outputs, timed=cached is None)
+        outcome = self._worker(job, "_reference", outputs)
         expected: dict[str, Any] = {}
-        timing = _timing(outcome)
         if outcome.failure is None:
             for label in ["same_seed"] + [f"call_{i}" for i in range(len(plan.calls))]:
                 expected[label] = torch.load(outputs / f"{label}.pt", weights_only=True)
@@ -177,15 +188,43 @@ class ProblemEvaluation:
             device_name=(outcome.done or {}).get("device_name", ""),
             ok=outcome.failure is None,
             reason=reason,
-            timing=timing,
+            timing=_timing(outcome),
+            speed_of_light=_speed_of_light(outcome),
+            profile=_profile(outcome),
             wall_seconds=round(outcome.wall_seconds, 3),
             finished_at=_now(),
         )
+        result = ReferenceResult(record, expected, exchange)
+        if record.ok and cached is not None:
+            record = dataclasses.replace(cached, run_id=record.run_id, device_name=record.device_name, wall_seconds=record.wall_seconds, finished_at=record.finished_at, timing_reused_from=cached.timing_reused_from or cached.run_id)
+        elif record.ok and self.cfg.timing.enabled:
+            baselines = tuple(self._run_baseline(mode, plan, scratch, result) for mode in self.cfg.baselines.compile_modes)
+            record = dataclasses.replace(record, baselines=baselines)
+            if self.cfg.timing.reuse_reference:
+                cache.save(record)
+        result.record = record
         self.store.append(record)
-        return ReferenceResult(record, expected, exchange)
+        return result
 
-    def _run_candidate(self, candidate: Candidate, plan: Plan, scratch: Path, reference: "ReferenceResult") -> CandidateRecord:
-        outputs = Path(tempfile.mkdtemp(prefix=f"{candidate.name[:20]}-", dir=scratch))
+    def _run_baseline(self, mode: str, plan: Plan, scratch: Path, reference: "ReferenceResult") -> Baseline:
+        """torch.compile of the reference, in its own worker: checked against the eager outputs like a
+        candidate, then timed with the same timer. Its failure never fails the reference."""
+        name = f"torch.compile({mode})"
+        outcome, checks, _ = self._run_compared("baseline", self.problem.path, plan, scratch, reference, f"_compile-{mode}", compile_mode=mode)
+        compiled = [m for m in outcome.messages if m.get("type") == "compiled"]
+        seconds = float(compiled[0]["seconds"]) if compiled else None
+        worst = max((c.max_abs_error or 0.0 for c in checks), default=None)
+        if outcome.failure is not None:
+            return Baseline(name, False, _one_line(f"{outcome.failure[0].value}: {outcome.failure[1]}"), compile_seconds=seconds, max_abs_error=worst)
+        timing = _timing(outcome)
+        if timing is None:
+            return Baseline(name, False, "compiled and matched, but no timing arrived", compile_seconds=seconds, max_abs_error=worst)
+        return Baseline(name, True, "ok", timing=timing, compile_seconds=seconds, max_abs_error=worst)
+
+    def _run_compared(self, role: str, source: Path, plan: Plan, scratch: Path, reference: "ReferenceResult", log_name: str, compile_mode: Optional[str] = None) -> tuple[WorkerOutcome, list[CheckResult], Optional[CheckResult]]:
+        """Run a worker on the reference's inputs and compare each output as it arrives; a wrong
+        output stops the worker. Returns the outcome, the checks made and the same-seed check."""
+        outputs = Path(tempfile.mkdtemp(prefix=f"{log_name[:20]}-", dir=scratch))
         checks: list[CheckResult] = []
         tolerances = self.cfg.check.tolerances
 
@@ -207,8 +246,8 @@ class ProblemEvaluation:
                 return Status.INCORRECT, f"{check.name}: {check.reason}"
             return None
 
-        job = self._job("candidate", candidate.path, plan, reference.exchange, outputs)
-        outcome = self._worker(job, candidate.name, outputs, on_message)
+        job = self._job(role, source, plan, reference.exchange, outputs, compile_mode=compile_mode)
+        outcome = self._worker(job, log_name, outputs, on_message)
         same_seed = None
         same_seed_file = outputs / "same_seed.pt"
         if same_seed_file.is_file():
@@ -218,14 +257,17 @@ class ProblemEvaluation:
             except Exception as exc:
                 same_seed = CheckResult("same-seed construction (eval)", False, f"outputs unreadable ({type(exc).__name__})")
         shutil.rmtree(outputs, ignore_errors=True)
+        if outcome.failure is None and len(checks) != len(plan.calls):
+            outcome = dataclasses.replace(outcome, failure=(Status.HARNESS_ERROR, f"{len(checks)} of {len(plan.calls)} checks arrived"))
+        return outcome, checks, same_seed
 
+    def _run_candidate(self, candidate: Candidate, plan: Plan, scratch: Path, reference: "ReferenceResult") -> CandidateRecord:
+        outcome, checks, same_seed = self._run_compared("candidate", candidate.path, plan, scratch, reference, candidate.name)
         builds = tuple(ExtensionBuild(**b) for m in outcome.messages if m.get("type") == "builds" for b in m["builds"])
         timing = _timing(outcome)
         warnings: list[str] = []
         if outcome.failure is not None:
             status, reason = outcome.failure
-        elif len(checks) != len(plan.calls):
-            status, reason = Status.HARNESS_ERROR, f"{len(checks)} of {len(plan.calls)} checks arrived"
         elif same_seed is not None and not same_seed.passed and self.cfg.check.require_same_seed:
             status, reason = Status.INCORRECT, f"{same_seed.name}: {same_seed.reason}"
         else:
@@ -233,14 +275,11 @@ class ProblemEvaluation:
             status, reason = Status.CORRECT, f"matched {len(checks)} calls ({', '.join(self.cfg.check.modes)}); max abs error {worst:.2g}"
         if same_seed is not None and not same_seed.passed and not self.cfg.check.require_same_seed:
             warnings.append(f"same-seed construction differs from the reference ({same_seed.reason}); weights are created differently")
-        speedup = None
-        if status is Status.CORRECT and timing is not None and reference.timing is not None and timing.median_ms > 0:
-            speedup = reference.timing.median_ms / timing.median_ms
-        if timing is not None and timing.rse > self.cfg.timing.target_rse:
-            warnings.append(
-                f"timing did not settle: relative standard error {timing.rse:.1%} after {timing.n} calls "
-                f"(stopped by {timing.stopped_by}); raise timing.budget_s or quiet the machine"
-            )
+        profile = _profile(outcome)
+        measures: dict[str, Any] = {}
+        if status is Status.CORRECT and timing is not None:
+            measures, more = self._compare_times(timing, profile, reference.record)
+            warnings.extend(more)
         if outcome.log_bytes > self.cfg.limits.log_kib << 10:
             warnings.append(f"printed {outcome.log_bytes} bytes; the log keeps the first and last {self.cfg.limits.log_kib // 2} KiB")
         return self._record(
@@ -251,12 +290,45 @@ class ProblemEvaluation:
             same_seed=same_seed,
             timing=timing,
             reference_ms=reference.timing.median_ms if reference.timing else None,
-            speedup=speedup,
             builds=builds,
+            profile=profile,
             phase_seconds=(outcome.done or {}).get("phase_seconds", {}),
             wall_seconds=round(outcome.wall_seconds, 3),
             warnings=tuple(warnings),
+            **measures,
         )
+
+    def _compare_times(self, timing: TimingStats, profile: Optional[CallProfile], reference: ReferenceRecord) -> tuple[dict[str, Any], list[str]]:
+        """Speedups over the eager reference and each baseline, % of speed-of-light, and the
+        warnings a reader needs to trust (or distrust) those numbers."""
+        measures: dict[str, Any] = {}
+        median = timing.median_ms
+        if median > 0 and reference.timing is not None:
+            measures["speedup"] = reference.timing.median_ms / median
+        baseline_ms = {b.name: b.timing.median_ms for b in reference.baselines if b.ok and b.timing is not None}
+        measures["baseline_ms"] = baseline_ms
+        if median > 0:
+            measures["speedups"] = {name: ms / median for name, ms in baseline_ms.items()}
+        sol = reference.speed_of_light
+        warnings = timing_warnings(timing, self.cfg.timing, profile)
+        if sol is not None and sol.floor_ms > 0:
+            measures["sol_ms"] = sol.floor_ms
+            if median > 0:
+                measures["sol_fraction"] = sol.floor_ms / median
+            if median < sol.floor_ms * self.cfg.speed_of_light.impossible_below:
+                warnings.append(
+                    f"impossible: {median:.4g} ms is below the speed-of-light floor {sol.floor_ms:.4g} ms "
+                    f"({sol.flops:.3g} FLOP at {sol.peak_tflops:.3g} TFLOP/s, {sol.min_bytes:.3g} B at {sol.peak_gbps:.4g} GB/s); "
+                    "the timing misses work or the output is not computed"
+                )
+        if timing.sm_clock_mhz and reference.timing is not None and reference.timing.sm_clock_mhz:
+            ratio = timing.sm_clock_mhz / reference.timing.sm_clock_mhz
+            if abs(ratio - 1) > CLOCK_TOLERANCE:
+                warnings.append(
+                    f"SM clock {timing.sm_clock_mhz:.0f} MHz after this timing vs {reference.timing.sm_clock_mhz:.0f} MHz after the reference's: "
+                    "the GPU changed speed between them, so the speedup is off by up to that ratio"
+                )
+        return measures, warnings
 
     def _record(self, candidate: Candidate, status: Status, reason: str, **fields: Any) -> CandidateRecord:
         log = self.store.log_path(self.problem.name, candidate.name)
@@ -301,6 +373,88 @@ def _timing(outcome: WorkerOutcome) -> Optional[TimingStats]:
         if message.get("type") == "timing":
             return from_dict(TimingStats, message["stats"])
     return None
+
+
+CLOCK_TOLERANCE = 0.05  # SM clocks further apart than this between two timings are reported
+
+
+def timing_warnings(timing: TimingStats, cfg: Any, profile: Optional[CallProfile] = None) -> list[str]:
+    """What a reader must know about one timing, each with what to do about it."""
+    warnings = []
+    if timing.rse > cfg.target_rse:
+        warnings.append(
+            f"timing did not settle: relative standard error {timing.rse:.1%} after {timing.n} calls "
+            f"(stopped by {timing.stopped_by}); raise timing.budget_s or quiet the machine"
+        )
+    if timing.median_ms > 0 and timing.iqr_ms / timing.median_ms > cfg.unstable_iqr:
+        warnings.append(
+            f"unstable timing: the interquartile range is {timing.iqr_ms / timing.median_ms:.0%} of the median; "
+            "stop other work on this GPU, check the clocks, or use timing.mode=graph if the call is launch-bound"
+        )
+    if timing.fallback:
+        warnings.append(timing.fallback)
+    if timing.sync_reason:
+        warnings.append(f"timed with a device-wide synchronise because {timing.sync_reason}")
+    if profile is not None and profile.after_return:
+        warnings.append(f"{profile.after_return} GPU activities were launched after forward returned: work continues outside the call")
+    if profile is not None and timing.mode == "eager" and timing.median_ms > 0 and profile.kernel_ms < 0.8 * timing.median_ms and timing.median_ms < 1.0:
+        warnings.append(
+            f"launch-bound: GPU work is {profile.kernel_ms:.4g} ms of a {timing.median_ms:.4g} ms call; "
+            "the rest is host overhead between launches; timing.mode=graph times it without the launch gaps"
+        )
+    return warnings
+
+
+class TimingCache:
+    """Reference and baseline timings per (problem hash, device, torch version, timing config),
+    reused across runs when timing.reuse_reference is set."""
+
+    def __init__(self, cfg: Config, problem_hash: str, device: str) -> None:
+        from harness.environment import device_identity
+
+        timing = dataclasses.asdict(cfg.timing)
+        for key in ("reuse_reference", "unstable_iqr"):
+            timing.pop(key)
+        key = {
+            "problem": problem_hash,
+            "device": device_identity(device, cfg.timing.cpu_threads),
+            "torch": torch.__version__,
+            "timing": timing,
+            "allow_tf32": cfg.check.allow_tf32,
+            "compile_modes": list(cfg.baselines.compile_modes),
+            "speed_of_light": cfg.speed_of_light.enabled,
+        }
+        digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]
+        self.path = cfg.path(cfg.measurement_cache_dir) / "reference-timing" / f"{digest}.json"
+
+    def load(self) -> Optional[ReferenceRecord]:
+        try:
+            return from_dict(ReferenceRecord, json.loads(self.path.read_text()))
+        except (OSError, ValueError, TypeError, KeyError):
+            return None
+
+    def save(self, record: ReferenceRecord) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(to_dict(record)))
+        tmp.replace(self.path)
+
+
+def _message(outcome: WorkerOutcome, kind: str) -> Optional[dict[str, Any]]:
+    for message in outcome.messages:
+        if message.get("type") == kind:
+            return message
+    return None
+
+
+def _profile(outcome: WorkerOutcome) -> Optional[CallProfile]:
+    message = _message(outcome, "timing")
+    return from_dict(CallProfile, message["profile"]) if message and message.get("profile") else None
+
+
+def _speed_of_light(outcome: WorkerOutcome) -> Optional[SpeedOfLight]:
+    message = _message(outcome, "speed_of_light")
+    return from_dict(SpeedOfLight, message["sol"]) if message and message.get("sol") else None
 
 
 def _one_line(text: str) -> str:

@@ -13,13 +13,24 @@ import pandas as pd
 from harness.records import CandidateRecord
 from harness.status import Status
 
-PROBLEM_COLUMNS = ["rank", "candidate", "status", "reason", "speedup", "candidate_ms", "reference_ms", "max_abs_error"]
+PROBLEM_COLUMNS = ["rank", "candidate", "status", "reason", "speedup", "vs_compile", "sol_pct", "candidate_ms", "reference_ms", "compile_ms", "max_abs_error"]
+NUMERIC = {"speedup", "vs_compile", "sol_pct", "candidate_ms", "reference_ms", "compile_ms", "max_abs_error", "geomean_speedup", "geomean_vs_compile"}
+COMPILE_BASELINE = "torch.compile(default)"
+
+
+def _compile_name(names: Iterable[str]) -> str | None:
+    """The torch.compile baseline the leaderboard compares with: default mode, else the first."""
+    names = list(names)
+    if COMPILE_BASELINE in names:
+        return COMPILE_BASELINE
+    return names[0] if names else None
 
 
 def candidate_frame(records: Iterable[CandidateRecord]) -> pd.DataFrame:
     """One row per candidate; a later record for the same (problem, candidate) replaces an earlier one."""
     rows = {}
     for r in records:
+        compile_name = _compile_name(r.baseline_ms)
         rows[(r.problem, r.candidate)] = {
             "problem": r.problem,
             "candidate": r.candidate,
@@ -28,13 +39,16 @@ def candidate_frame(records: Iterable[CandidateRecord]) -> pd.DataFrame:
             "evaluated": r.status is not Status.NEEDS_CUDA,
             "reason": r.reason,
             "speedup": r.speedup,
+            "vs_compile": r.speedups.get(compile_name) if compile_name else None,
+            "sol_pct": r.sol_fraction,
             "candidate_ms": r.timing.median_ms if r.timing and r.status is Status.CORRECT else None,
             "reference_ms": r.reference_ms,
+            "compile_ms": r.baseline_ms.get(compile_name) if compile_name else None,
             "max_abs_error": r.max_abs_error,
             "device": r.device,
             "run_id": r.run_id,
         }
-    columns = ["problem", "candidate", "status", "correct", "evaluated", "reason", "speedup", "candidate_ms", "reference_ms", "max_abs_error", "device", "run_id"]
+    columns = ["problem", "candidate", "status", "correct", "evaluated", "reason", "speedup", "vs_compile", "sol_pct", "candidate_ms", "reference_ms", "compile_ms", "max_abs_error", "device", "run_id"]
     return pd.DataFrame(list(rows.values()), columns=columns)
 
 
@@ -68,10 +82,15 @@ def summary_table(frame: pd.DataFrame, fast_p: Sequence[float]) -> pd.DataFrame:
             else:
                 hits = evaluated["correct"] & (evaluated["speedup"].fillna(0) > p)
             row[f"fast_{p:g}"] = (float(hits.sum()) / n) if n else None
-        speedups = evaluated.loc[evaluated["correct"], "speedup"].dropna()
-        row["geomean_speedup"] = float(math.exp(sum(math.log(s) for s in speedups) / len(speedups))) if len(speedups) else None
+        row["geomean_speedup"] = _geomean(evaluated.loc[evaluated["correct"], "speedup"])
+        row["geomean_vs_compile"] = _geomean(evaluated.loc[evaluated["correct"], "vs_compile"])
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _geomean(values: pd.Series) -> float | None:
+    values = [float(v) for v in values.dropna() if v > 0]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
 
 
 def _cell(value: object, column: str) -> str:
@@ -80,8 +99,10 @@ def _cell(value: object, column: str) -> str:
     if isinstance(value, float):
         if column.startswith("fast_"):
             return f"{value:.0%}"
-        if column in ("speedup", "geomean_speedup"):
+        if column in ("speedup", "vs_compile", "geomean_speedup", "geomean_vs_compile"):
             return f"{value:.2f}x"
+        if column == "sol_pct":
+            return f"{value:.1%}"
         if column.endswith("_ms"):
             return f"{value:.4g}"
         return f"{value:.2g}"
@@ -91,7 +112,7 @@ def _cell(value: object, column: str) -> str:
 def markdown_table(table: pd.DataFrame) -> str:
     """A GitHub-flavoured markdown table (pipes in cells escaped)."""
     header = "| " + " | ".join(table.columns) + " |"
-    rule = "|" + "|".join("---:" if c in ("speedup", "candidate_ms", "reference_ms", "max_abs_error", "geomean_speedup") or c.startswith("fast_") else "---" for c in table.columns) + "|"
+    rule = "|" + "|".join("---:" if c in NUMERIC or c.startswith("fast_") else "---" for c in table.columns) + "|"
     lines = [header, rule]
     for row in table.itertuples(index=False):
         cells = [_cell(v, c).replace("|", "\\|") for v, c in zip(row, table.columns)]
@@ -127,7 +148,7 @@ def print_leaderboard(frame: pd.DataFrame, fast_p: Sequence[float], console: obj
         table = Table(title=problem, title_justify="left")
         shown = problem_table(frame, problem)
         for column in shown.columns:
-            table.add_column(column, justify="right" if column in ("speedup", "candidate_ms", "reference_ms", "max_abs_error") else "left", overflow="fold", max_width=60 if column == "reason" else None)
+            table.add_column(column, justify="right" if column in NUMERIC else "left", overflow="fold", max_width=60 if column == "reason" else None)
         for row in shown.itertuples(index=False):
             cells = [_cell(v, c) for v, c in zip(row, shown.columns)]
             style = status_style.get(row.status, "red")

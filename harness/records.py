@@ -16,7 +16,7 @@ from typing import Any, Optional
 from harness import __version__
 from harness.status import Status
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: timing protocol fields, profiles, baselines, speed-of-light, run end
 
 
 def to_dict(obj: Any) -> Any:
@@ -68,19 +68,32 @@ def _convert(tp: Any, value: Any) -> Any:
 
 @dataclasses.dataclass(frozen=True)
 class TimingStats:
-    """Summary of one timed callable, with the raw samples it was computed from."""
+    """Summary of one timed callable, with the raw samples it was computed from.
 
-    samples_ms: tuple[float, ...]  # every timed call, in order, milliseconds
-    median_ms: float  # median of samples_ms
+    The statistics are taken over the samples minus `overhead_ms` when `overhead_subtracted`
+    (never below zero); `samples_ms` stays as measured.
+    """
+
+    samples_ms: tuple[float, ...]  # every timed call, in order, milliseconds, as measured
+    median_ms: float  # median (of the corrected samples)
     q1_ms: float  # 25th percentile
     q3_ms: float  # 75th percentile
     mean_ms: float  # arithmetic mean
     std_ms: float  # sample standard deviation (0 for a single sample)
-    min_ms: float  # fastest sample
+    min_ms: float  # fastest
     rse: float  # relative standard error of the median (approximated as 1.2533*std/sqrt(n)/median)
     timer: str  # "cuda_events" or "perf_counter"
     warmup_calls: int  # untimed calls made before sampling
     stopped_by: str  # why sampling stopped: "target_rse", "budget" or "max_reps"
+    mode: str = "eager"  # "eager" calls or "graph" replays (CUDA graphs)
+    sync: str = "stream"  # end taken on the calling stream, or after a device-wide synchronise ("device")
+    sync_reason: str = ""  # why "device" was chosen when the config said auto
+    fallback: str = ""  # why the configured mode could not be used (e.g. graph capture failed)
+    overhead_ms: float = 0.0  # median of an empty timed region under the same protocol
+    overhead_subtracted: bool = False  # statistics are over samples minus overhead_ms
+    input_sets: int = 1  # distinct input sets the calls rotated over
+    flush_bytes: int = 0  # bytes written before every timed call to flush the L2 cache (0: no flush)
+    sm_clock_mhz: Optional[float] = None  # SM clock read right after sampling, when readable
 
     def __post_init__(self) -> None:
         if not self.samples_ms:
@@ -97,8 +110,9 @@ class TimingStats:
         return len(self.samples_ms)
 
     @classmethod
-    def from_samples(cls, samples_ms: list[float], *, timer: str, warmup_calls: int, stopped_by: str) -> "TimingStats":
-        samples = [float(s) for s in samples_ms]
+    def from_samples(cls, samples_ms: list[float], *, timer: str, warmup_calls: int, stopped_by: str, overhead_ms: float = 0.0, subtract: bool = False, **protocol: Any) -> "TimingStats":
+        raw = [float(s) for s in samples_ms]
+        samples = [max(s - overhead_ms, 0.0) for s in raw] if subtract else raw
         median = statistics.median(samples)
         if len(samples) >= 2:
             q1, _, q3 = statistics.quantiles(samples, n=4, method="inclusive")
@@ -106,19 +120,21 @@ class TimingStats:
         else:
             q1 = q3 = median
             std = 0.0
-        rse = relative_standard_error_of_median(samples)
         return cls(
-            samples_ms=tuple(samples),
+            samples_ms=tuple(raw),
             median_ms=median,
             q1_ms=q1,
             q3_ms=q3,
             mean_ms=statistics.fmean(samples),
             std_ms=std,
             min_ms=min(samples),
-            rse=rse,
+            rse=relative_standard_error_of_median(samples),
             timer=timer,
             warmup_calls=warmup_calls,
             stopped_by=stopped_by,
+            overhead_ms=overhead_ms,
+            overhead_subtracted=subtract,
+            **protocol,
         )
 
 
@@ -130,6 +146,53 @@ def relative_standard_error_of_median(samples: list[float]) -> float:
     if median <= 0:
         return math.inf
     return 1.2533 * statistics.stdev(samples) / math.sqrt(len(samples)) / median
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelTime:
+    """GPU activity of one kind (kernel name, memcpy or memset) in a profiled call."""
+
+    name: str  # kernel name as the profiler reports it (truncated to 200 characters)
+    count: int  # launches in the call
+    total_ms: float  # summed durations
+
+
+@dataclasses.dataclass(frozen=True)
+class CallProfile:
+    """One call under the profiler (CUPTI): which GPU work ran, on which streams, and when."""
+
+    kernel_ms: float  # sum of the durations of the call's GPU activities (kernels, copies, memsets)
+    span_ms: float  # first start to last end of those activities
+    launches: int  # GPU activities in the call
+    streams: int  # distinct streams they ran on (the calling stream included)
+    after_return: int  # GPU activities that started after forward returned and the device was synchronised
+    kernels: tuple[KernelTime, ...] = ()  # by name, longest total first (at most 20)
+
+
+@dataclasses.dataclass(frozen=True)
+class Baseline:
+    """A baseline timed in the reference worker next to the eager reference (e.g. torch.compile)."""
+
+    name: str  # e.g. "torch.compile(default)"
+    ok: bool  # compiled, matched the eager outputs and was timed
+    reason: str  # one line: "ok" or why it could not be used
+    timing: Optional[TimingStats] = None
+    compile_seconds: Optional[float] = None  # wall time of the first (compiling) call
+    max_abs_error: Optional[float] = None  # against the eager reference on the same inputs
+
+
+@dataclasses.dataclass(frozen=True)
+class SpeedOfLight:
+    """The roofline floor of one problem on one device: no implementation can run much faster."""
+
+    flops: int  # floating-point operations of one forward (matmul/conv, torch.utils.flop_counter)
+    min_bytes: int  # inputs read once + outputs written once + parameters and buffers read once
+    dtype: str  # the dtype the peaks were measured for
+    peak_tflops: float  # measured matrix-multiply rate on this device for dtype (TFLOP/s)
+    peak_gbps: float  # measured device-to-device copy bandwidth, bytes read + written (GB/s)
+    floor_ms: float  # max(flops / peak rate, bytes / peak bandwidth)
+    bound: str  # "compute" or "memory": the larger term
+    peaks_source: str = ""  # where the peaks came from: "measured" now or the cache file
 
 
 @dataclasses.dataclass(frozen=True)
@@ -172,6 +235,11 @@ class CandidateRecord:
     timing: Optional[TimingStats] = None  # the candidate's forward, when it was timed
     reference_ms: Optional[float] = None  # median of the reference in the same run and device
     speedup: Optional[float] = None  # reference_ms / timing.median_ms, for correct candidates only
+    baseline_ms: dict[str, float] = dataclasses.field(default_factory=dict)  # other baselines' medians, by name
+    speedups: dict[str, float] = dataclasses.field(default_factory=dict)  # baseline_ms / timing.median_ms, by name
+    sol_ms: Optional[float] = None  # the problem's roofline floor on this device
+    sol_fraction: Optional[float] = None  # sol_ms / timing.median_ms: 1.0 is the speed of light
+    profile: Optional[CallProfile] = None  # one profiled call (CUDA)
     builds: tuple[ExtensionBuild, ...] = ()  # load_inline calls and cache hits
     phase_seconds: dict[str, float] = dataclasses.field(default_factory=dict)  # wall time per worker phase
     wall_seconds: float = 0.0  # wall time of the whole evaluation, seen by the parent
@@ -208,6 +276,10 @@ class ReferenceRecord:
     ok: bool  # the reference built, ran every call and (if asked) was timed
     reason: str  # one line: "ok" or why the reference failed
     timing: Optional[TimingStats] = None  # eager reference forward
+    baselines: tuple[Baseline, ...] = ()  # torch.compile modes, timed in the same worker
+    speed_of_light: Optional[SpeedOfLight] = None  # the problem's roofline floor on this device
+    profile: Optional[CallProfile] = None  # one profiled call (CUDA)
+    timing_reused_from: str = ""  # run id whose cached timings were reused (timing.reuse_reference)
     wall_seconds: float = 0.0  # wall time of the reference worker
     finished_at: str = ""  # ISO-8601
     schema_version: int = SCHEMA_VERSION  # record layout version
@@ -227,4 +299,17 @@ class RunHeader:
     tool_version: str = __version__  # harness version
 
 
-RECORD_KINDS: dict[str, type] = {"run": RunHeader, "reference": ReferenceRecord, "candidate": CandidateRecord}
+@dataclasses.dataclass(frozen=True)
+class RunEnd:
+    """Last line of a run's records file: the GPU's state at the end and what moved during the run."""
+
+    run_id: str
+    finished_at: str  # ISO-8601
+    gpu_end: dict[str, Any]  # clocks, temperature, power, throttle reasons (empty without a GPU)
+    sm_clocks_mhz: tuple[float, ...] = ()  # SM clock read after each timing of the run
+    warnings: tuple[str, ...] = ()  # e.g. clocks moved during the run
+    schema_version: int = SCHEMA_VERSION
+    tool_version: str = __version__
+
+
+RECORD_KINDS: dict[str, type] = {"run": RunHeader, "reference": ReferenceRecord, "candidate": CandidateRecord, "end": RunEnd}

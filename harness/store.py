@@ -32,8 +32,8 @@ class RunStore:
     def log_path(self, problem: str, candidate: str) -> Path:
         return self.dir / "logs" / problem / f"{candidate}.log"
 
-    def append(self, record: RunHeader | ReferenceRecord | CandidateRecord) -> None:
-        kind = {RunHeader: "run", ReferenceRecord: "reference", CandidateRecord: "candidate"}[type(record)]
+    def append(self, record: Any) -> None:
+        kind = {cls: name for name, cls in RECORD_KINDS.items()}[type(record)]
         line = json.dumps({"kind": kind, **to_dict(record)}, sort_keys=False)
         with open(self.records_path, "a", encoding="utf-8") as f:
             f.write(line + "\n")

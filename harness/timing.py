@@ -1,79 +1,182 @@
-"""The timer used by every worker, for the reference and the candidates alike.
+"""The timer used by every worker, for the reference, the baselines and the candidates alike.
 
-CUDA: events around each call, the L2 cache flushed (a 2x-L2 buffer written) before every timed
-call outside the events, warm-up by time, input sets rotated, adaptive repetition until the
-relative standard error of the median is below the target or the budget is spent.
-CPU: `time.perf_counter_ns` around each call, same stopping rule.
+CUDA, per timed call: the L2 cache is flushed (a buffer of twice the device's L2 size is written)
+outside the timed region, then a start event, the call (or a CUDA-graph replay of it), an optional
+device-wide synchronise (so work on other streams is inside), and an end event. The calls rotate
+over distinct input sets. Warm-up is by time; sampling stops when the relative standard error of
+the median reaches the target, the budget is spent or max_reps is reached. The median of an empty
+region timed the same way is measured and, by default, subtracted from every sample (the raw
+samples stay in the record).
+
+CPU: `time.perf_counter_ns` around each call, same rotation, stopping rule and overhead handling.
 """
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 
 from harness.records import TimingStats, relative_standard_error_of_median
 
+OVERHEAD_REPS = 100  # empty regions timed to estimate the fixed cost of one timed region
 
-def _stop_reason(samples: list[float], started: float, cfg: Any) -> str | None:
+
+class GraphCaptureError(RuntimeError):
+    """The call could not be captured in a CUDA graph (it synchronises, allocates on the host, ...)."""
+
+
+def _stop_reason(samples: list[float], started: float, cfg: Any, overhead: float) -> Optional[str]:
     n = len(samples)
     if n >= cfg.max_reps:
         return "max_reps"
-    if n >= cfg.min_reps and relative_standard_error_of_median(samples) <= cfg.target_rse:
+    offset = overhead if cfg.subtract_overhead else 0.0
+    if n >= cfg.min_reps and relative_standard_error_of_median([max(s - offset, 0.0) for s in samples]) <= cfg.target_rse:
         return "target_rse"
     if n >= 1 and time.perf_counter() - started >= cfg.budget_s:
         return "budget"
     return None
 
 
-def time_forward(fn: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], device: torch.device, cfg: Any) -> TimingStats:
-    """Time `fn(*args)` over `arg_sets` (rotated) with the timing config `cfg`."""
+def time_forward(fn: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], device: torch.device, cfg: Any, *, sync: str = "stream") -> TimingStats:
+    """Time `fn(*args)` over `arg_sets` (rotated) with the timing config `cfg`.
+
+    `sync` is "stream" (end event on the calling stream) or "device" (device-wide synchronise
+    before the end event). `cfg.mode` "graph" times CUDA-graph replays; when capture fails the
+    calls are timed eagerly and the record says why.
+    """
+    if not arg_sets:
+        raise ValueError("time_forward needs at least one input set")
     if device.type == "cuda":
-        return _time_cuda(fn, arg_sets, device, cfg)
+        return _time_cuda(fn, arg_sets, device, cfg, sync)
     return _time_cpu(fn, arg_sets, cfg)
 
 
-def _warm_up(fn: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], cfg: Any, sync: Callable[[], None]) -> int:
-    calls = 0
+def flush_buffer(device: torch.device) -> torch.Tensor:
+    """A buffer twice the device's L2 size; writing it evicts everything the last call left in L2."""
+    l2_bytes = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 50 << 20)
+    return torch.empty(max(2 * l2_bytes, 1 << 20) // 4, dtype=torch.int32, device=device)
+
+
+def _warm_up(calls: Sequence[Callable[[], Any]], cfg: Any, sync: Callable[[], None]) -> int:
+    count = 0
     started = time.perf_counter()
-    while calls == 0 or (time.perf_counter() - started) * 1e3 < cfg.warmup_ms:
-        fn(*arg_sets[calls % len(arg_sets)])
+    while count == 0 or (time.perf_counter() - started) * 1e3 < cfg.warmup_ms:
+        calls[count % len(calls)]()
         sync()
-        calls += 1
-    return calls
+        count += 1
+    return count
 
 
-def _time_cuda(fn: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], device: torch.device, cfg: Any) -> TimingStats:
-    sync = lambda: torch.cuda.synchronize(device)  # noqa: E731
-    flush = None
-    if cfg.flush_l2:
-        l2_bytes = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 50 << 20)
-        flush = torch.empty(max(2 * l2_bytes, 1 << 20) // 4, dtype=torch.int32, device=device)
-    warmup_calls = _warm_up(fn, arg_sets, cfg, sync)
+def capture_graphs(fn: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], device: torch.device) -> list[Callable[[], Any]]:
+    """One CUDA graph per input set (a capture fixes its addresses), sharing one memory pool."""
+    try:
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):  # warm-up on a side stream, as capture requires
+            for args in arg_sets:
+                fn(*args)
+        torch.cuda.current_stream(device).wait_stream(side)
+        torch.cuda.synchronize(device)
+        pool = torch.cuda.graph_pool_handle()
+        graphs = []
+        for args in arg_sets:
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=pool):
+                fn(*args)
+            graphs.append(graph)
+        torch.cuda.synchronize(device)
+    except Exception as exc:
+        try:
+            torch.cuda.synchronize(device)
+        except Exception:
+            raise exc from None  # the device itself failed: not a capture problem
+        first = (str(exc).strip().splitlines() or [""])[0]
+        raise GraphCaptureError(f"{type(exc).__name__}: {first}"[:300]) from None
+    return [graph.replay for graph in graphs]
+
+
+def _time_cuda(fn: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], device: torch.device, cfg: Any, sync: str) -> TimingStats:
+    device_sync = lambda: torch.cuda.synchronize(device)  # noqa: E731
+    flush = flush_buffer(device) if cfg.flush_l2 else None
+    calls = [(lambda a=args: fn(*a)) for args in arg_sets]
+    warmup_calls = _warm_up(calls, cfg, device_sync)
+    mode, fallback = "eager", ""
+    if cfg.mode == "graph":
+        try:
+            calls = capture_graphs(fn, arg_sets, device)
+            mode = "graph"
+            _warm_up(calls, cfg, device_sync)
+        except GraphCaptureError as exc:
+            fallback = f"graph capture failed, timed eagerly: {exc}"
+
     start = torch.cuda.Event(enable_timing=True)
     end = torch.cuda.Event(enable_timing=True)
-    samples: list[float] = []
-    started = time.perf_counter()
-    while (reason := _stop_reason(samples, started, cfg)) is None:
-        args = arg_sets[len(samples) % len(arg_sets)]
+
+    def region(call: Callable[[], Any]) -> float:
         if flush is not None:
-            flush.zero_()
+            flush.zero_()  # outside the events; while it runs, the host queues the call behind it
         start.record()
-        fn(*args)
+        call()
+        if sync == "device":
+            torch.cuda.synchronize(device)
         end.record()
         end.synchronize()
-        samples.append(start.elapsed_time(end))
-    sync()
-    return TimingStats.from_samples(samples, timer="cuda_events", warmup_calls=warmup_calls, stopped_by=reason)
+        return start.elapsed_time(end)
+
+    overhead = _median([region(lambda: None) for _ in range(OVERHEAD_REPS)])
+    samples: list[float] = []
+    started = time.perf_counter()
+    while (reason := _stop_reason(samples, started, cfg, overhead)) is None:
+        samples.append(region(calls[len(samples) % len(calls)]))
+    device_sync()
+    from harness.environment import gpu_state
+
+    clock = gpu_state(device).get("sm_clock_mhz")
+    return TimingStats.from_samples(
+        samples,
+        timer="cuda_events",
+        warmup_calls=warmup_calls,
+        stopped_by=reason,
+        overhead_ms=overhead,
+        subtract=cfg.subtract_overhead,
+        mode=mode,
+        sync=sync,
+        fallback=fallback,
+        input_sets=len(arg_sets),
+        flush_bytes=flush.numel() * flush.element_size() if flush is not None else 0,
+        sm_clock_mhz=clock,
+    )
 
 
 def _time_cpu(fn: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], cfg: Any) -> TimingStats:
-    warmup_calls = _warm_up(fn, arg_sets, cfg, lambda: None)
+    calls = [(lambda a=args: fn(*a)) for args in arg_sets]
+    warmup_calls = _warm_up(calls, cfg, lambda: None)
+
+    def region(call: Callable[[], Any]) -> float:
+        t0 = time.perf_counter_ns()
+        call()
+        return (time.perf_counter_ns() - t0) / 1e6
+
+    overhead = _median([region(lambda: None) for _ in range(OVERHEAD_REPS)])
     samples: list[float] = []
     started = time.perf_counter()
-    while (reason := _stop_reason(samples, started, cfg)) is None:
-        args = arg_sets[len(samples) % len(arg_sets)]
-        t0 = time.perf_counter_ns()
-        fn(*args)
-        samples.append((time.perf_counter_ns() - t0) / 1e6)
-    return TimingStats.from_samples(samples, timer="perf_counter", warmup_calls=warmup_calls, stopped_by=reason)
+    while (reason := _stop_reason(samples, started, cfg, overhead)) is None:
+        samples.append(region(calls[len(samples) % len(calls)]))
+    fallback = "CUDA graphs need a CUDA device; timed eagerly" if cfg.mode == "graph" else ""
+    return TimingStats.from_samples(
+        samples,
+        timer="perf_counter",
+        warmup_calls=warmup_calls,
+        stopped_by=reason,
+        overhead_ms=overhead,
+        subtract=cfg.subtract_overhead,
+        fallback=fallback,
+        input_sets=len(arg_sets),
+    )
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2

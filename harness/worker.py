@@ -179,38 +179,111 @@ class Worker:
             raise classify(exc, Status.CONSTRUCT_FAILED) from None
         self.end_phase()
 
+        runner = model
+        if job.get("compile_mode"):
+            runner = self._compile(model, job["compile_mode"], arg_sets[0], device)
+
         self.phase("check")
         with torch.no_grad():
-            model.eval()
-            self._call(model, arg_sets[job["same_seed_input"]], device, "same_seed")
-            if self.role == "reference":
-                torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, self.exchange / "state_dict.pt")
-            else:
-                self._load_reference_weights(model)
+            if self.role != "baseline":
+                model.eval()
+                self._call(model, arg_sets[job["same_seed_input"]], device, "same_seed")
+                if self.role == "reference":
+                    torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, self.exchange / "state_dict.pt")
+                else:
+                    self._load_reference_weights(model)
             for index, call in enumerate(job["calls"]):
                 model.train(call["mode"] == "train")
-                self._call(model, arg_sets[call["input"]], device, f"call_{index}")
+                self._call(runner, arg_sets[call["input"]], device, f"call_{index}")
                 self.channel.send({"type": "call", "index": index})
         self.end_phase()
 
-        timing = job.get("timing")
-        if timing is not None:
+        if job.get("timing") is not None or job.get("speed_of_light") is not None:
             self.phase("time")
-            from harness.timing import time_forward
-            from harness.records import to_dict
-
-            model.eval()
-            on_device = [[_to(a, device) for a in args] for args in arg_sets]
-            cfg = types.SimpleNamespace(**timing)
-            try:
-                with torch.no_grad():
-                    stats = time_forward(model, on_device, device, cfg)
-            except BaseException as exc:
-                raise classify(exc, Status.RUNTIME_ERROR) from None
-            self.channel.send({"type": "timing", "stats": to_dict(stats)})
+            if job.get("timing") is not None:
+                self._time(runner, [[_to(a, device) for a in args] for args in arg_sets], device)
+            if job.get("speed_of_light") is not None:
+                self._speed_of_light(model, [_to(a, device) for a in arg_sets[0]], device)
             self.end_phase()
 
         self.channel.send({"type": "done", "device_name": device_name, "phase_seconds": self.phase_seconds})
+
+    def _compile(self, model: Any, mode: str, args: list[Any], device: Any) -> Any:
+        """torch.compile the (weight-loaded) model; the first call, which compiles, is timed here."""
+        import torch
+
+        self._load_reference_weights(model)
+        self.phase("compile")
+        started = time.perf_counter()
+        try:
+            runner = torch.compile(model, mode=mode)
+            model.eval()
+            with torch.no_grad():
+                runner(*[_to(a, device) for a in args])
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+        except BaseException as exc:
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            raise classify(exc, Status.BUILD_FAILED) from None
+        self.channel.send({"type": "compiled", "seconds": round(time.perf_counter() - started, 3)})
+        self.end_phase()
+        return runner
+
+    def _time(self, runner: Any, on_device: list[list[Any]], device: Any) -> None:
+        """Time the forward; on CUDA profile one call, and re-time with a device-wide synchronise
+        when that call ran work on other streams or after it returned (timing.sync auto)."""
+        import dataclasses
+
+        import torch
+
+        from harness.records import to_dict
+        from harness.timing import flush_buffer, time_forward
+
+        job = self.job
+        cfg = types.SimpleNamespace(**job["timing"])
+        sync = job["sync"]
+        runner.eval()
+        profile, profile_error = None, ""
+        try:
+            with torch.no_grad():
+                stats = time_forward(runner, on_device, device, cfg, sync="device" if sync == "device" else "stream")
+                if device.type == "cuda" and self.role != "baseline":
+                    from harness.profile import profile_call
+
+                    try:
+                        profile = profile_call(runner, on_device[0], device, flush_buffer(device) if cfg.flush_l2 else None)
+                    except Exception as exc:
+                        torch.cuda.synchronize(device)  # a device fault is the model's; anything else is the profiler's
+                        profile_error = one_line(exc)
+                    if profile is not None and sync == "auto" and (profile.streams > 1 or profile.after_return):
+                        why = []
+                        if profile.streams > 1:
+                            why.append(f"the profiled call ran GPU work on {profile.streams} streams")
+                        if profile.after_return:
+                            why.append(f"{profile.after_return} GPU activities were launched after forward returned")
+                        stats = time_forward(runner, on_device, device, cfg, sync="device")
+                        stats = dataclasses.replace(stats, sync_reason="; ".join(why))
+        except BaseException as exc:
+            raise classify(exc, Status.RUNTIME_ERROR) from None
+        self.channel.send({"type": "timing", "stats": to_dict(stats), "profile": to_dict(profile), "profile_error": profile_error})
+
+    def _speed_of_light(self, model: Any, args: list[Any], device: Any) -> None:
+        """FLOPs and bytes of one forward, against this device's measured peaks (reference only)."""
+        import torch
+
+        from harness.records import to_dict
+        from harness.roofline import count_work, device_peaks, floor
+
+        try:
+            model.eval()
+            work = count_work(model, args)
+            peaks = device_peaks(device, work.dtype, Path(self.job["speed_of_light"]["cache_dir"]))
+            self.channel.send({"type": "speed_of_light", "sol": to_dict(floor(work, peaks))})
+        except Exception as exc:  # the floor is extra information; its failure is reported, not fatal
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            self.channel.send({"type": "speed_of_light", "error": one_line(exc)})
 
     def _write_reference_inputs(self, module: types.ModuleType) -> tuple[list[Any], list[list[Any]]]:
         """Make the init args and input sets from the problem's seeds, save them for candidates, return them."""

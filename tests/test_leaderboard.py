@@ -11,13 +11,17 @@ from harness.status import Status
 GOLDEN = Path(__file__).parent / "golden"
 
 
-def record(problem, candidate, status, reason, ms=None, ref=2.0):
+def record(problem, candidate, status, reason, ms=None, ref=2.0, compiled=1.0, floor=0.1):
     timing = TimingStats.from_samples([ms, ms], timer="cuda_events", warmup_calls=1, stopped_by="target_rse") if ms else None
+    correct = ms and status is Status.CORRECT
     return CandidateRecord(
         run_id="golden", problem=problem, problem_hash="h", candidate=candidate, candidate_path=f"{candidate}.py",
         candidate_hash="x", device="cuda", status=status, reason=reason,
         checks=(CheckResult("trial 1 (eval)", status is Status.CORRECT, "ok", 3e-6, 1e-5, 0.0),),
-        timing=timing, reference_ms=ref, speedup=ref / ms if ms and status is Status.CORRECT else None,
+        timing=timing, reference_ms=ref, speedup=ref / ms if correct else None,
+        baseline_ms={"torch.compile(default)": compiled} if correct else {},
+        speedups={"torch.compile(default)": compiled / ms} if correct else {},
+        sol_ms=floor if correct else None, sol_fraction=floor / ms if correct else None,
     )
 
 
@@ -45,6 +49,7 @@ def test_fast_p_counts_only_evaluated_candidates_and_geomean_only_correct():
     assert summary.loc["p1", "fast_0"] == pytest.approx(2 / 4)
     assert summary.loc["p1", "fast_1"] == pytest.approx(1 / 4)  # 4x faster; 0.5x is not
     assert summary.loc["p1", "geomean_speedup"] == pytest.approx((4.0 * 0.5) ** 0.5)
+    assert summary.loc["p1", "geomean_vs_compile"] == pytest.approx((2.0 * 0.25) ** 0.5)
     assert summary.loc["p2", "evaluated"] == 1 and summary.loc["p2", "fast_0"] == 1.0
 
 

@@ -15,9 +15,9 @@ from harness.evaluate import ProblemEvaluation
 from harness.leaderboard import candidate_frame, print_leaderboard, write_leaderboards
 from harness.problem import Problem, discover_problems, resolve_problem
 from harness.progress import Progress
-from harness.records import CandidateRecord, RunHeader, to_dict
+from harness.records import CandidateRecord, ReferenceRecord, RunEnd, RunHeader, to_dict
 from harness.status import Status
-from harness.store import RunStore, new_run_id
+from harness.store import RunStore, new_run_id, read_records
 
 Target = tuple[Problem, list[Candidate]]
 
@@ -115,6 +115,9 @@ def run(cfg: Config, targets: list[Target], *, run_id: str | None = None, quiet:
         except KeyboardInterrupt:
             interrupted = True
             progress.message("interrupted: the leaderboard below covers the candidates finished so far")
+    end = finish_run(store, device)
+    for warning in end.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     if records:
         csv_path, md_path = write_leaderboards(store.dir, records, cfg.leaderboard.fast_p)
     if json_output:
@@ -128,6 +131,37 @@ def run(cfg: Config, targets: list[Target], *, run_id: str | None = None, quiet:
         written = f"{store.records_path}" + (f", {csv_path}, {md_path}" if records else "")
         print(f"wrote {written}", file=sys.stderr)
     return int(exit_code(records, interrupted))
+
+
+def finish_run(store: RunStore, device: str) -> RunEnd:
+    """Append the run's last record: the GPU's state now and whether its clocks moved between timings."""
+    from harness.environment import gpu_state
+    from harness.evaluate import CLOCK_TOLERANCE
+
+    timings = []
+    for record in read_records(store.records_path):
+        if isinstance(record, (ReferenceRecord, CandidateRecord)) and record.timing is not None:
+            timings.append((record.problem, getattr(record, "candidate", "reference"), record.timing))
+        if isinstance(record, ReferenceRecord):
+            timings += [(record.problem, b.name, b.timing) for b in record.baselines if b.timing is not None]
+    clocks = [(p, c, t.sm_clock_mhz) for p, c, t in timings if t.sm_clock_mhz]
+    warnings = []
+    if clocks:
+        low, high = min(clocks, key=lambda x: x[2]), max(clocks, key=lambda x: x[2])
+        if high[2] > low[2] * (1 + CLOCK_TOLERANCE):
+            warnings.append(
+                f"SM clocks moved during the run: {low[2]:.0f} MHz after timing {low[0]}/{low[1]}, {high[2]:.0f} MHz after "
+                f"{high[0]}/{high[1]}; timings taken at different clocks are not comparable (check cooling, power and other GPU users)"
+            )
+    end = RunEnd(
+        run_id=store.run_id,
+        finished_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        gpu_end=gpu_state() if device == "cuda" else {},
+        sm_clocks_mhz=tuple(c for _, _, c in clocks),
+        warnings=tuple(warnings),
+    )
+    store.append(end)
+    return end
 
 
 def exit_code(records: list[CandidateRecord], interrupted: bool = False) -> ExitCode:

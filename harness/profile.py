@@ -1,0 +1,89 @@
+"""One call under the PyTorch profiler (CUPTI): which GPU work it ran, on which streams, and when.
+
+Every GPU activity (kernel, memcpy, memset) is tied to the host call that launched it through the
+profiler's correlation id, and classified by when that launch happened: during the call (between
+the start of forward and the device synchronise after it) or after forward had returned (launched
+by a thread the model left running). A tiny marker kernel launched first names the calling stream.
+The sum of the activities' durations is what the GPU itself says one call costs.
+"""
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
+
+import torch
+
+from harness.records import CallProfile, KernelTime
+
+GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+CALL_RANGE = "harness::call"
+AFTER_RANGE = "harness::after_return"
+
+
+def profile_call(fn: Callable[..., Any], args: Sequence[Any], device: torch.device, flush: Optional[torch.Tensor] = None, tail_s: float = 0.05) -> CallProfile:
+    """Profile `fn(*args)` once on `device`, with L2 flushed first when `flush` is given, then watch
+    the device for `tail_s` more seconds for work launched after the call returned."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    marker = torch.zeros(1, device=device)
+    torch.cuda.synchronize(device)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        if flush is not None:
+            flush.zero_()
+            torch.cuda.synchronize(device)
+        with record_function(CALL_RANGE):
+            marker.zero_()
+            fn(*args)
+            torch.cuda.synchronize(device)
+        with record_function(AFTER_RANGE):
+            time.sleep(tail_s)
+            torch.cuda.synchronize(device)
+    with tempfile.TemporaryDirectory(prefix="harness-trace-") as folder:
+        path = Path(folder) / "trace.json"
+        prof.export_chrome_trace(str(path))
+        trace = json.loads(path.read_text())
+    return summarize_trace(trace.get("traceEvents", []))
+
+
+def summarize_trace(events: list[dict[str, Any]]) -> CallProfile:
+    """A CallProfile from Chrome-trace events holding the CALL_RANGE and AFTER_RANGE annotations."""
+    ranges = {e["name"]: (float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))) for e in events if e.get("cat") == "user_annotation" and e.get("name") in (CALL_RANGE, AFTER_RANGE)}
+    if CALL_RANGE not in ranges:
+        raise ValueError("the profile holds no call range")
+    call_start, call_end = ranges[CALL_RANGE]
+    launched_at: dict[Any, float] = {}
+    for e in events:
+        if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {}):
+            launched_at[e["args"]["correlation"]] = float(e["ts"])
+    during: list[tuple[float, dict[str, Any]]] = []
+    after = 0
+    for e in events:
+        if e.get("cat") not in GPU_CATEGORIES:
+            continue
+        launch = launched_at.get(e.get("args", {}).get("correlation"), float(e["ts"]))
+        if call_start <= launch <= call_end:
+            during.append((launch, e))
+        elif launch > call_end:
+            after += 1
+    if not during:
+        raise ValueError("the profile shows no GPU activity in the call (not even the marker)")
+    during.sort(key=lambda item: (item[0], float(item[1]["ts"])))
+    _, marker = during[0]
+    work = [e for _, e in during[1:]]
+    streams = {marker.get("args", {}).get("stream")} | {e.get("args", {}).get("stream") for e in work}
+    by_name: dict[str, list[float]] = {}
+    for e in work:
+        by_name.setdefault(str(e.get("name", "?"))[:200], []).append(float(e.get("dur", 0)) / 1e3)
+    kernels = sorted((KernelTime(name, len(d), round(sum(d), 6)) for name, d in by_name.items()), key=lambda k: -k.total_ms)
+    span = (max(float(e["ts"]) + float(e.get("dur", 0)) for e in work) - min(float(e["ts"]) for e in work)) / 1e3 if work else 0.0
+    return CallProfile(
+        kernel_ms=round(sum(float(e.get("dur", 0)) for e in work) / 1e3, 6),
+        span_ms=round(span, 6),
+        launches=len(work),
+        streams=len(streams),
+        after_return=after,
+        kernels=tuple(kernels[:20]),
+    )
