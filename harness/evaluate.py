@@ -278,7 +278,7 @@ class ProblemEvaluation:
         profile = _profile(outcome)
         measures: dict[str, Any] = {}
         if status is Status.CORRECT and timing is not None:
-            measures, more = self._compare_times(timing, profile, reference.record)
+            measures, more = compare_times(timing, profile, reference.record, self.cfg)
             warnings.extend(more)
         if outcome.log_bytes > self.cfg.limits.log_kib << 10:
             warnings.append(f"printed {outcome.log_bytes} bytes; the log keeps the first and last {self.cfg.limits.log_kib // 2} KiB")
@@ -297,38 +297,6 @@ class ProblemEvaluation:
             warnings=tuple(warnings),
             **measures,
         )
-
-    def _compare_times(self, timing: TimingStats, profile: Optional[CallProfile], reference: ReferenceRecord) -> tuple[dict[str, Any], list[str]]:
-        """Speedups over the eager reference and each baseline, % of speed-of-light, and the
-        warnings a reader needs to trust (or distrust) those numbers."""
-        measures: dict[str, Any] = {}
-        median = timing.median_ms
-        if median > 0 and reference.timing is not None:
-            measures["speedup"] = reference.timing.median_ms / median
-        baseline_ms = {b.name: b.timing.median_ms for b in reference.baselines if b.ok and b.timing is not None}
-        measures["baseline_ms"] = baseline_ms
-        if median > 0:
-            measures["speedups"] = {name: ms / median for name, ms in baseline_ms.items()}
-        sol = reference.speed_of_light
-        warnings = timing_warnings(timing, self.cfg.timing, profile)
-        if sol is not None and sol.floor_ms > 0:
-            measures["sol_ms"] = sol.floor_ms
-            if median > 0:
-                measures["sol_fraction"] = sol.floor_ms / median
-            if median < sol.floor_ms * self.cfg.speed_of_light.impossible_below:
-                warnings.append(
-                    f"impossible: {median:.4g} ms is below the speed-of-light floor {sol.floor_ms:.4g} ms "
-                    f"({sol.flops:.3g} FLOP at {sol.peak_tflops:.3g} TFLOP/s, {sol.min_bytes:.3g} B at {sol.peak_gbps:.4g} GB/s); "
-                    "the timing misses work or the output is not computed"
-                )
-        if timing.sm_clock_mhz and reference.timing is not None and reference.timing.sm_clock_mhz:
-            ratio = timing.sm_clock_mhz / reference.timing.sm_clock_mhz
-            if abs(ratio - 1) > CLOCK_TOLERANCE:
-                warnings.append(
-                    f"SM clock {timing.sm_clock_mhz:.0f} MHz after this timing vs {reference.timing.sm_clock_mhz:.0f} MHz after the reference's: "
-                    "the GPU changed speed between them, so the speedup is off by up to that ratio"
-                )
-        return measures, warnings
 
     def _record(self, candidate: Candidate, status: Status, reason: str, **fields: Any) -> CandidateRecord:
         log = self.store.log_path(self.problem.name, candidate.name)
@@ -376,6 +344,40 @@ def _timing(outcome: WorkerOutcome) -> Optional[TimingStats]:
 
 
 CLOCK_TOLERANCE = 0.05  # SM clocks further apart than this between two timings are reported
+
+
+def compare_times(timing: TimingStats, profile: Optional[CallProfile], reference: ReferenceRecord, cfg: Config) -> tuple[dict[str, Any], list[str]]:
+    """Speedups over the eager reference and each baseline, % of speed-of-light, and the
+    warnings a reader needs to trust (or distrust) those numbers."""
+    measures: dict[str, Any] = {}
+    median = timing.median_ms
+    if median > 0 and reference.timing is not None:
+        measures["speedup"] = reference.timing.median_ms / median
+    baseline_ms = {b.name: b.timing.median_ms for b in reference.baselines if b.ok and b.timing is not None}
+    measures["baseline_ms"] = baseline_ms
+    if median > 0:
+        measures["speedups"] = {name: ms / median for name, ms in baseline_ms.items()}
+    sol = reference.speed_of_light
+    warnings = timing_warnings(timing, cfg.timing, profile)
+    if sol is not None and sol.floor_ms > 0:
+        measures["sol_ms"] = sol.floor_ms
+        if median > 0:
+            measures["sol_fraction"] = sol.floor_ms / median
+        if median < sol.floor_ms * cfg.speed_of_light.impossible_below:
+            warnings.append(
+                f"impossible: {median:.4g} ms is below the speed-of-light floor {sol.floor_ms:.4g} ms "
+                f"({sol.flops:.3g} FLOP at {sol.peak_tflops:.3g} TFLOP/s, {sol.min_bytes:.3g} B at {sol.peak_gbps:.4g} GB/s); "
+                "the timing misses work or the output is not computed"
+            )
+    if timing.sm_clock_mhz and reference.timing is not None and reference.timing.sm_clock_mhz:
+        ratio = timing.sm_clock_mhz / reference.timing.sm_clock_mhz
+        if abs(ratio - 1) > CLOCK_TOLERANCE:
+            warnings.append(
+                f"SM clock {timing.sm_clock_mhz:.0f} MHz after this timing vs {reference.timing.sm_clock_mhz:.0f} MHz after the reference's: "
+                "the GPU changed speed between them, so the speedup is off by up to that ratio"
+            )
+    return measures, warnings
+
 
 
 def timing_warnings(timing: TimingStats, cfg: Any, profile: Optional[CallProfile] = None) -> list[str]:

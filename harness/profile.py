@@ -26,18 +26,25 @@ AFTER_RANGE = "harness::after_return"
 def profile_call(fn: Callable[..., Any], args: Sequence[Any], device: torch.device, flush: Optional[torch.Tensor] = None, tail_s: float = 0.05) -> CallProfile:
     """Profile `fn(*args)` once on `device`, with L2 flushed first when `flush` is given, then watch
     the device for `tail_s` more seconds for work launched after the call returned."""
+    return profile_calls(fn, [args], device, flush, calls=1, tail_s=tail_s)[0]
+
+
+def profile_calls(fn: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], device: torch.device, flush: Optional[torch.Tensor] = None, calls: int = 1, tail_s: float = 0.05) -> list[CallProfile]:
+    """Profile `calls` calls (rotating over `arg_sets`), each after an L2 flush and a device
+    synchronise, in one profiler session; `after_return` is counted for the last call."""
     from torch.profiler import ProfilerActivity, profile, record_function
 
     marker = torch.zeros(1, device=device)
     torch.cuda.synchronize(device)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        if flush is not None:
-            flush.zero_()
+        for index in range(calls):
+            if flush is not None:
+                flush.zero_()
             torch.cuda.synchronize(device)
-        with record_function(CALL_RANGE):
-            marker.zero_()
-            fn(*args)
-            torch.cuda.synchronize(device)
+            with record_function(CALL_RANGE):
+                marker.zero_()
+                fn(*arg_sets[index % len(arg_sets)])
+                torch.cuda.synchronize(device)
         with record_function(AFTER_RANGE):
             time.sleep(tail_s)
             torch.cuda.synchronize(device)
@@ -48,28 +55,34 @@ def profile_call(fn: Callable[..., Any], args: Sequence[Any], device: torch.devi
     return summarize_trace(trace.get("traceEvents", []))
 
 
-def summarize_trace(events: list[dict[str, Any]]) -> CallProfile:
-    """A CallProfile from Chrome-trace events holding the CALL_RANGE and AFTER_RANGE annotations."""
-    ranges = {e["name"]: (float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))) for e in events if e.get("cat") == "user_annotation" and e.get("name") in (CALL_RANGE, AFTER_RANGE)}
-    if CALL_RANGE not in ranges:
+def summarize_trace(events: list[dict[str, Any]]) -> list[CallProfile]:
+    """One CallProfile per CALL_RANGE annotation in Chrome-trace `events`, in order."""
+    ranges = sorted((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))) for e in events if e.get("cat") == "user_annotation" and e.get("name") == CALL_RANGE)
+    if not ranges:
         raise ValueError("the profile holds no call range")
-    call_start, call_end = ranges[CALL_RANGE]
     launched_at: dict[Any, float] = {}
     for e in events:
         if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {}):
             launched_at[e["args"]["correlation"]] = float(e["ts"])
-    during: list[tuple[float, dict[str, Any]]] = []
+    during: list[list[tuple[float, dict[str, Any]]]] = [[] for _ in ranges]
     after = 0
     for e in events:
         if e.get("cat") not in GPU_CATEGORIES:
             continue
         launch = launched_at.get(e.get("args", {}).get("correlation"), float(e["ts"]))
-        if call_start <= launch <= call_end:
-            during.append((launch, e))
-        elif launch > call_end:
+        if launch > ranges[-1][1]:
             after += 1
+            continue
+        for index, (start, end) in enumerate(ranges):
+            if start <= launch <= end:
+                during[index].append((launch, e))
+                break
+    return [_summarize_call(items, after if index == len(ranges) - 1 else 0) for index, items in enumerate(during)]
+
+
+def _summarize_call(during: list[tuple[float, dict[str, Any]]], after: int) -> CallProfile:
     if not during:
-        raise ValueError("the profile shows no GPU activity in the call (not even the marker)")
+        raise ValueError("the profile shows no GPU activity in a call (not even the marker)")
     during.sort(key=lambda item: (item[0], float(item[1]["ts"])))
     _, marker = during[0]
     work = [e for _, e in during[1:]]

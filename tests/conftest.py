@@ -25,8 +25,14 @@ def build_cache(tmp_path_factory):
     return tmp_path_factory.mktemp("builds")
 
 
+@pytest.fixture(scope="session")
+def measurement_cache(tmp_path_factory):
+    """Device peaks measured once per session."""
+    return tmp_path_factory.mktemp("measurements")
+
+
 @pytest.fixture
-def make_config(tmp_path, build_cache):
+def make_config(tmp_path, build_cache, measurement_cache):
     """A config for fast test runs: results in tmp, short timing, short check timeouts."""
     from harness.config import load_config
 
@@ -34,6 +40,8 @@ def make_config(tmp_path, build_cache):
         return load_config(overrides=[
             f"results_dir={tmp_path / 'results'}",
             f"build_cache_dir={build_cache}",
+            f"measurement_cache_dir={measurement_cache}",
+            "baselines.compile_modes=[]",
             "check.trials=2",
             "timing.budget_s=0.3",
             "timing.warmup_ms=10",

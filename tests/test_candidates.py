@@ -96,6 +96,8 @@ def verdicts(tmp_path_factory, build_cache):
     cfg = load_config(overrides=[
         f"results_dir={root / 'results'}",
         f"build_cache_dir={build_cache}",
+        f"measurement_cache_dir={root / 'measurements'}",
+        "baselines.compile_modes=[]",
         "check.trials=2",
         "timing.budget_s=0.2",
         "timing.warmup_ms=5",

@@ -70,6 +70,7 @@ def verdicts(tmp_path_factory, build_cache):
     cfg = load_config(overrides=[f"results_dir={root / 'results'}", f"build_cache_dir={build_cache}", "timing.budget_s=1"])
     problem = resolve_problem("1_Scale_Bias_ReLU", cfg.path(cfg.problems_dir))
     store = RunStore(cfg.path(cfg.results_dir), "gpu")
+    RUN_ROOTS[store.run_id] = store.dir
     return {r.candidate: r for r in ProblemEvaluation(problem, candidates, cfg, "cuda", store).run()}
 
 
@@ -88,3 +89,113 @@ def test_cuda_timing_uses_events_and_gives_speedup(verdicts):
 def test_identical_kernels_in_another_file_reuse_the_build(verdicts):
     assert verdicts["cuda_out_of_memory"].builds[0].cache_key == verdicts["cuda_correct"].builds[0].cache_key
     assert verdicts["cuda_out_of_memory"].builds[0].cached
+
+
+def test_reference_has_compile_baseline_speed_of_light_and_profile(verdicts):
+    from harness.records import ReferenceRecord
+    from harness.store import read_records
+
+    record = verdicts["cuda_correct"]
+    store_records = read_records(_records_path(record))
+    (reference,) = [r for r in store_records if isinstance(r, ReferenceRecord)]
+    assert reference.baselines and reference.baselines[0].ok, reference.baselines
+    assert reference.speed_of_light.floor_ms > 0 and reference.profile.launches >= 1
+    assert record.profile is not None and record.profile.streams == 1 and record.timing.sync == "stream"
+    assert record.timing.flush_bytes > 0 and record.timing.overhead_ms > 0 and record.sol_fraction > 0
+
+
+def _records_path(record):
+    return RUN_ROOTS[record.run_id] / "records.jsonl"
+
+
+RUN_ROOTS = {}
+
+TORCH_CANDIDATE = '''
+import threading, time
+import torch
+import torch.nn as nn
+
+class ModelNew(nn.Module):
+    def __init__(self, features, scale):
+        super().__init__()
+        self.bias = nn.Parameter(torch.randn(features))
+        self.scale = scale
+        self.extra = None
+    def forward(self, x):
+        out = torch.relu(x * self.scale + self.bias)
+        if self.extra is None:
+            self.extra = torch.randn(2048, 2048, device=x.device)
+            self.side = torch.cuda.Stream(x.device)
+        WORK
+        return out
+'''
+EXTRA_WORK = {
+    "plain": "pass",
+    "extra_on_main_stream": "for _ in range(20): torch.mm(self.extra, self.extra)",
+    "extra_on_side_stream": (
+        "self.side.wait_stream(torch.cuda.current_stream())\n"
+        "        with torch.cuda.stream(self.side):\n"
+        "            for _ in range(20): torch.mm(self.extra, self.extra)"
+    ),
+    "extra_after_return": (
+        "threading.Thread(target=lambda: (time.sleep(0.002), torch.mm(self.extra, self.extra))).start()"
+    ),
+    "synchronises_in_forward": "torch.cuda.synchronize()",
+}
+
+
+def _evaluate(root, build_cache, names, *overrides):
+    from harness.config import load_config
+
+    candidates = []
+    for name in names:
+        (root / f"{name}.py").write_text(TORCH_CANDIDATE.replace("WORK", EXTRA_WORK[name]))
+        candidates.append(Candidate(name, root / f"{name}.py"))
+    cfg = load_config(overrides=[f"results_dir={root / 'results'}", f"build_cache_dir={build_cache}", "timing.budget_s=1", "baselines.compile_modes=[]", *overrides])
+    problem = resolve_problem("1_Scale_Bias_ReLU", cfg.path(cfg.problems_dir))
+    store = RunStore(cfg.path(cfg.results_dir), root.name)
+    RUN_ROOTS[store.run_id] = store.dir
+    return {r.candidate: r for r in ProblemEvaluation(problem, candidates, cfg, "cuda", store).run()}
+
+
+@pytest.fixture(scope="module")
+def streams(tmp_path_factory, build_cache):
+    return _evaluate(tmp_path_factory.mktemp("streams"), build_cache, ["plain", "extra_on_main_stream", "extra_on_side_stream", "extra_after_return"])
+
+
+def test_side_stream_work_is_inside_the_measurement(streams):
+    main, side = streams["extra_on_main_stream"], streams["extra_on_side_stream"]
+    assert main.status is side.status is Status.CORRECT
+    assert main.timing.sync == "stream" and side.timing.sync == "device"
+    assert "2 streams" in side.timing.sync_reason and side.profile.streams == 2
+    # Twenty 2048^2 matmuls dominate both; timed on the calling stream only, the side-stream
+    # candidate would read as the tiny elementwise op (hundreds of times less).
+    assert side.timing.median_ms > 0.7 * main.timing.median_ms, (side.timing.median_ms, main.timing.median_ms)
+    assert any("device-wide synchronise" in w for w in side.warnings)
+
+
+def test_work_launched_after_forward_returns_is_reported(streams):
+    late = streams["extra_after_return"]
+    assert late.profile.after_return >= 1 and late.timing.sync == "device"
+    assert any("after forward returned" in w for w in late.warnings)
+
+
+def test_plain_candidate_keeps_stream_timing_without_warnings_about_streams(streams):
+    plain = streams["plain"]
+    assert plain.timing.sync == "stream" and plain.profile.streams == 1 and plain.profile.after_return == 0
+
+
+@pytest.fixture(scope="module")
+def graphs(tmp_path_factory, build_cache):
+    return _evaluate(tmp_path_factory.mktemp("graphs"), build_cache, ["plain", "synchronises_in_forward"], "timing.mode=graph")
+
+
+def test_graph_mode_times_replays_and_is_recorded(graphs):
+    assert graphs["plain"].timing.mode == "graph" and graphs["plain"].timing.fallback == ""
+
+
+def test_graph_capture_failure_falls_back_to_eager_with_the_reason(graphs):
+    record = graphs["synchronises_in_forward"]
+    assert record.status is Status.CORRECT and record.timing.mode == "eager"
+    assert "graph capture failed" in record.timing.fallback
+    assert any("graph capture failed" in w for w in record.warnings)

@@ -1,0 +1,189 @@
+"""Measurement: the timer's protocol, the profile parser, speed-of-light, baselines and their reuse."""
+import dataclasses
+import types
+
+import pytest
+import torch
+
+from harness.evaluate import ProblemEvaluation, compare_times, timing_warnings
+from harness.candidate import Candidate
+from harness.problem import resolve_problem
+from harness.profile import AFTER_RANGE, CALL_RANGE, summarize_trace
+from harness.records import Baseline, CallProfile, ReferenceRecord, SpeedOfLight, TimingStats
+from harness.roofline import Peaks, Work, count_work, device_peaks, floor
+from harness.status import Status
+from harness.store import RunStore, read_records
+from harness.timing import time_forward
+
+CPU = torch.device("cpu")
+
+
+def timing_cfg(**changes):
+    base = dict(warmup_ms=0, min_reps=3, max_reps=12, budget_s=5.0, target_rse=1e-9, flush_l2=True,
+                mode="eager", subtract_overhead=True)
+    base.update(changes)
+    return types.SimpleNamespace(**base)
+
+
+def stats(samples, **fields):
+    return TimingStats.from_samples(samples, timer="cuda_events", warmup_calls=1, stopped_by="target_rse", **fields)
+
+
+# -- timer ---------------------------------------------------------------------------------------
+
+
+def test_calls_rotate_over_every_input_set_in_order():
+    seen = []
+    sets = [[torch.full((1,), float(i))] for i in range(3)]
+    result = time_forward(lambda x: seen.append(int(x.item())), sets, CPU, timing_cfg(max_reps=7))
+    timed = seen[-7:]
+    assert timed == [0, 1, 2, 0, 1, 2, 0]
+    assert result.input_sets == 3 and result.n == 7 and result.stopped_by == "max_reps"
+
+
+def test_sampling_stops_at_max_reps_or_budget_with_the_reason_recorded():
+    assert time_forward(lambda: None, [[]], CPU, timing_cfg(max_reps=5)).stopped_by == "max_reps"
+    slow = time_forward(lambda: __import__("time").sleep(0.02), [[]], CPU, timing_cfg(max_reps=10_000, budget_s=0.1))
+    assert slow.stopped_by == "budget" and 1 <= slow.n < 10_000
+
+
+def test_overhead_is_measured_and_subtracted_from_statistics_not_from_raw_samples():
+    result = stats([1.0, 1.2, 1.1], overhead_ms=0.1, subtract=True)
+    assert result.samples_ms == (1.0, 1.2, 1.1)
+    assert result.median_ms == pytest.approx(1.0) and result.min_ms == pytest.approx(0.9)
+    assert stats([0.05, 0.06], overhead_ms=0.1, subtract=True).median_ms == 0.0  # never negative
+    timed = time_forward(lambda: None, [[]], CPU, timing_cfg())
+    assert timed.overhead_ms > 0 and timed.overhead_subtracted
+
+
+def test_graph_mode_on_cpu_falls_back_to_eager_and_says_so():
+    result = time_forward(lambda: None, [[]], CPU, timing_cfg(mode="graph"))
+    assert result.mode == "eager" and "CUDA graphs need a CUDA device" in result.fallback
+
+
+def test_unstable_or_unsettled_timing_warns_with_what_to_do():
+    cfg = types.SimpleNamespace(target_rse=0.005, unstable_iqr=0.10)
+    warnings = timing_warnings(stats([1.0, 1.0, 2.0, 2.0, 1.5]), cfg)
+    assert any("unstable timing" in w and "interquartile" in w for w in warnings)
+    assert any("did not settle" in w and "budget_s" in w for w in warnings)
+    assert timing_warnings(stats([1.0] * 20), cfg) == []
+
+
+def test_launch_bound_call_suggests_graph_mode():
+    cfg = types.SimpleNamespace(target_rse=1.0, unstable_iqr=1.0)
+    profile = CallProfile(kernel_ms=0.01, span_ms=0.04, launches=6, streams=1, after_return=0)
+    assert any("launch-bound" in w and "timing.mode=graph" in w for w in timing_warnings(stats([0.05] * 5), cfg, profile))
+
+
+# -- profile parsing -------------------------------------------------------------------------------
+
+
+def _trace():
+    """Two profiled calls: the marker, a kernel on the calling stream and one on a side stream in
+    the second; and a kernel launched after the last call returned."""
+    events = [
+        {"cat": "user_annotation", "name": CALL_RANGE, "ts": 100, "dur": 100},
+        {"cat": "user_annotation", "name": CALL_RANGE, "ts": 300, "dur": 100},
+        {"cat": "user_annotation", "name": AFTER_RANGE, "ts": 400, "dur": 100},
+    ]
+    launches = [(1, 101, 7, "marker", 1), (2, 110, 7, "gemm", 40), (3, 301, 7, "marker", 1), (4, 310, 7, "gemm", 42),
+                (5, 320, 13, "side_work", 30), (6, 450, 13, "late_work", 5)]
+    for corr, ts, stream, name, dur in launches:
+        events.append({"cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": ts, "dur": 2, "args": {"correlation": corr}})
+        events.append({"cat": "kernel", "name": name, "ts": ts + 5, "dur": dur, "args": {"correlation": corr, "stream": stream}})
+    events.append({"cat": "gpu_user_annotation", "name": CALL_RANGE, "ts": 105, "dur": 50})
+    return events
+
+
+def test_profile_sums_kernels_per_call_without_the_marker_and_counts_streams():
+    first, second = summarize_trace(_trace())
+    assert first.kernel_ms == pytest.approx(0.040) and first.launches == 1 and first.streams == 1
+    assert second.kernel_ms == pytest.approx(0.072) and second.launches == 2 and second.streams == 2
+    assert {k.name for k in second.kernels} == {"gemm", "side_work"}
+
+
+def test_profile_counts_work_launched_after_the_call_returned():
+    first, second = summarize_trace(_trace())
+    assert first.after_return == 0 and second.after_return == 1
+
+
+# -- speed of light -----------------------------------------------------------------------------------
+
+
+def test_work_counts_matmul_flops_and_each_tensor_once():
+    model = torch.nn.Linear(64, 32)
+    x = torch.randn(8, 64)
+    work = count_work(model, [x])
+    assert work.flops == 2 * 8 * 64 * 32
+    assert work.min_bytes == 4 * (8 * 64 + 64 * 32 + 32 + 8 * 32)
+    assert work.dtype == "float32"
+
+
+def test_floor_is_the_larger_of_compute_and_memory_time():
+    compute = floor(Work(flops=2_000_000_000, min_bytes=1_000, dtype="float32"), Peaks(tflops=1.0, gbps=100.0, source="t"))
+    assert compute.bound == "compute" and compute.floor_ms == pytest.approx(2.0)
+    memory = floor(Work(flops=10, min_bytes=1_000_000_000, dtype="float32"), Peaks(tflops=1.0, gbps=100.0, source="t"))
+    assert memory.bound == "memory" and memory.floor_ms == pytest.approx(10.0)
+
+
+def test_device_peaks_are_measured_once_then_read_from_the_cache(tmp_path):
+    first = device_peaks(CPU, "float32", tmp_path)
+    second = device_peaks(CPU, "float32", tmp_path)
+    assert first.source == "measured" and first.tflops > 0 and first.gbps > 0
+    assert second.source.endswith(".json") and (second.tflops, second.gbps) == (first.tflops, first.gbps)
+
+
+def _reference(floor_ms=1.0, clock=None, baselines=()):
+    sol = SpeedOfLight(flops=10**9, min_bytes=10**6, dtype="float32", peak_tflops=1.0, peak_gbps=1000.0, floor_ms=floor_ms, bound="compute")
+    return ReferenceRecord(run_id="r", problem="p", problem_hash="h", problem_path="p.py", device="cuda", device_name="gpu", ok=True, reason="ok",
+                           timing=stats([4.0] * 5, sm_clock_mhz=clock), speed_of_light=sol, baselines=baselines)
+
+
+def test_time_below_the_speed_of_light_is_flagged_impossible_with_evidence(make_config):
+    cfg = make_config()
+    measures, warnings = compare_times(stats([0.5] * 5), None, _reference(floor_ms=1.0), cfg)
+    assert measures["sol_fraction"] == pytest.approx(2.0)
+    assert any(w.startswith("impossible") and "TFLOP/s" in w for w in warnings)
+    measures, warnings = compare_times(stats([2.0] * 5), None, _reference(floor_ms=1.0), cfg)
+    assert measures["sol_fraction"] == pytest.approx(0.5) and not any("impossible" in w for w in warnings)
+
+
+def test_speedups_over_every_baseline_and_clock_moves_are_reported(make_config):
+    compiled = Baseline("torch.compile(default)", True, "ok", timing=stats([3.0] * 5))
+    failed = Baseline("torch.compile(max-autotune)", False, "build failed: x")
+    measures, warnings = compare_times(stats([2.0] * 5, sm_clock_mhz=1500.0), None, _reference(clock=1980.0, baselines=(compiled, failed)), make_config())
+    assert measures["speedup"] == pytest.approx(2.0)
+    assert measures["speedups"] == {"torch.compile(default)": pytest.approx(1.5)}
+    assert any("SM clock 1500 MHz" in w for w in warnings)
+
+
+# -- baselines and reuse (real workers on the CPU) -----------------------------------------------------------
+
+
+def _evaluate(cfg, run_id):
+    problem = resolve_problem("1_Scale_Bias_ReLU", cfg.path(cfg.problems_dir))
+    candidate = Candidate("cpp_fused", cfg.path(cfg.solutions_dir) / problem.name / "cpp_fused.py")
+    store = RunStore(cfg.path(cfg.results_dir), run_id)
+    (record,) = ProblemEvaluation(problem, [candidate], cfg, "cpu", store).run()
+    (reference,) = [r for r in read_records(store.records_path) if isinstance(r, ReferenceRecord)]
+    return record, reference
+
+
+def test_torch_compile_baseline_is_checked_timed_and_compared(make_config):
+    cfg = make_config("baselines.compile_modes=[default]", "timeouts.check=600", "timing.enabled=true")
+    record, reference = _evaluate(cfg, "compile")
+    (baseline,) = reference.baselines
+    assert baseline.name == "torch.compile(default)" and baseline.ok, baseline.reason
+    assert baseline.compile_seconds > 0 and baseline.max_abs_error is not None and baseline.timing.n >= 3
+    assert record.status is Status.CORRECT and set(record.speedups) == {"torch.compile(default)"}
+    assert reference.speed_of_light is not None and record.sol_fraction is not None
+
+
+def test_reference_timing_is_reused_only_when_asked_and_says_from_which_run(make_config):
+    first_record, first = _evaluate(make_config("timing.reuse_reference=true"), "first")
+    second_record, second = _evaluate(make_config("timing.reuse_reference=true"), "second")
+    assert first.timing_reused_from == "" and second.timing_reused_from == "first"
+    assert second.timing == first.timing and second.speed_of_light == first.speed_of_light
+    assert second_record.reference_ms == first.timing.median_ms
+    _, fresh = _evaluate(make_config(), "fresh")
+    assert fresh.timing_reused_from == "" and fresh.timing != first.timing
