@@ -139,13 +139,18 @@ class TimingStats:
 
 
 def relative_standard_error_of_median(samples: list[float]) -> float:
-    """Standard error of the median over the median (normal approximation); inf below 2 samples."""
-    if len(samples) < 2:
+    """Standard error of the median over the median (normal approximation); inf below 2 samples.
+    Plain float arithmetic: the timer calls this between batches and must not keep the GPU waiting."""
+    n = len(samples)
+    if n < 2:
         return math.inf
-    median = statistics.median(samples)
+    ordered = sorted(samples)
+    median = ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
     if median <= 0:
         return math.inf
-    return 1.2533 * statistics.stdev(samples) / math.sqrt(len(samples)) / median
+    mean = math.fsum(samples) / n
+    std = math.sqrt(math.fsum((s - mean) ** 2 for s in samples) / (n - 1))
+    return 1.2533 * std / math.sqrt(n) / median
 
 
 @dataclasses.dataclass(frozen=True)

@@ -2,8 +2,10 @@
 
 CUDA, per timed call: the L2 cache is flushed (a buffer of twice the device's L2 size is written)
 outside the timed region, then a start event, the call (or a CUDA-graph replay of it), an optional
-device-wide synchronise (so work on other streams is inside), and an end event. The calls rotate
-over distinct input sets. Warm-up is by time; sampling stops when the relative standard error of
+device-wide synchronise (so work on other streams is inside), and an end event. Regions are queued
+in batches of BATCH with no host wait between them, so the GPU stays busy (an idle GPU between
+samples lowers its clocks and puts the host's launch latency inside the next region); the events
+are read and the stopping rule checked after each batch. The calls rotate over distinct input sets. Warm-up is by time; sampling stops when the relative standard error of
 the median reaches the target, the budget is spent or max_reps is reached. The median of an empty
 region timed the same way is measured and, by default, subtracted from every sample (the raw
 samples stay in the record).
@@ -20,6 +22,12 @@ import torch
 from harness.records import TimingStats, relative_standard_error_of_median
 
 OVERHEAD_REPS = 100  # empty regions timed to estimate the fixed cost of one timed region
+BATCH = 10  # CUDA regions queued back to back between two reads of the events (the GPU never idles
+# between them; the stopping rule is checked once per batch)
+
+
+def _nothing() -> None:
+    return None
 
 
 class GraphCaptureError(RuntimeError):
@@ -110,25 +118,28 @@ def _time_cuda(fn: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], device
         except GraphCaptureError as exc:
             fallback = f"graph capture failed, timed eagerly: {exc}"
 
-    start = torch.cuda.Event(enable_timing=True)
-    end = torch.cuda.Event(enable_timing=True)
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(BATCH)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(BATCH)]
 
-    def region(call: Callable[[], Any]) -> float:
-        if flush is not None:
-            flush.zero_()  # outside the events; while it runs, the host queues the call behind it
-        start.record()
-        call()
-        if sync == "device":
-            torch.cuda.synchronize(device)
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end)
+    def batch(chosen: Sequence[Callable[[], Any]]) -> list[float]:
+        """Queue len(chosen) timed regions back to back, then wait once and read them all."""
+        for call, start, end in zip(chosen, starts, ends):
+            if flush is not None:
+                flush.zero_()  # outside the events
+            start.record()
+            call()
+            if sync == "device":
+                torch.cuda.synchronize(device)
+            end.record()
+        ends[len(chosen) - 1].synchronize()
+        return [start.elapsed_time(end) for start, end in zip(starts[: len(chosen)], ends)]
 
-    overhead = _median([region(lambda: None) for _ in range(OVERHEAD_REPS)])
+    overhead = _median([t for _ in range(OVERHEAD_REPS // BATCH) for t in batch([_nothing] * BATCH)])
     samples: list[float] = []
     started = time.perf_counter()
     while (reason := _stop_reason(samples, started, cfg, overhead)) is None:
-        samples.append(region(calls[len(samples) % len(calls)]))
+        n = len(samples)
+        samples.extend(batch([calls[(n + j) % len(calls)] for j in range(min(BATCH, cfg.max_reps - n))]))
     device_sync()
     from harness.environment import gpu_state
 
@@ -158,7 +169,7 @@ def _time_cpu(fn: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], cfg: An
         call()
         return (time.perf_counter_ns() - t0) / 1e6
 
-    overhead = _median([region(lambda: None) for _ in range(OVERHEAD_REPS)])
+    overhead = _median([region(_nothing) for _ in range(OVERHEAD_REPS)])
     samples: list[float] = []
     started = time.perf_counter()
     while (reason := _stop_reason(samples, started, cfg, overhead)) is None:
