@@ -380,6 +380,18 @@ def compare_times(timing: TimingStats, profile: Optional[CallProfile], reference
 
 
 
+SLOWDOWN_BITS = {0x4: "software power cap", 0x8: "hardware slowdown", 0x20: "software thermal slowdown", 0x40: "hardware thermal slowdown", 0x80: "power brake"}
+
+
+def slowdown_reasons(reasons: str) -> list[str]:
+    """Names of the clock-event reasons (nvidia-smi clocks_event_reasons.active) that slow the GPU."""
+    try:
+        bits = int(reasons, 16)
+    except ValueError:
+        return []
+    return [name for bit, name in SLOWDOWN_BITS.items() if bits & bit]
+
+
 def timing_warnings(timing: TimingStats, cfg: Any, profile: Optional[CallProfile] = None) -> list[str]:
     """What a reader must know about one timing, each with what to do about it."""
     warnings = []
@@ -392,6 +404,12 @@ def timing_warnings(timing: TimingStats, cfg: Any, profile: Optional[CallProfile
         warnings.append(
             f"unstable timing: the interquartile range is {timing.iqr_ms / timing.median_ms:.0%} of the median; "
             "stop other work on this GPU, check the clocks, or use timing.mode=graph if the call is launch-bound"
+        )
+    slowed = slowdown_reasons(timing.clock_event_reasons)
+    if slowed:
+        warnings.append(
+            f"the GPU was slowing its clocks when timing ended ({', '.join(slowed)}): timings vary with power and temperature; "
+            "compare only runs taken under the same conditions, and repeat to see the spread"
         )
     if timing.fallback:
         warnings.append(timing.fallback)

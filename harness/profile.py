@@ -29,9 +29,11 @@ def profile_call(fn: Callable[..., Any], args: Sequence[Any], device: torch.devi
     return profile_calls(fn, [args], device, flush, calls=1, tail_s=tail_s)[0]
 
 
-def profile_calls(fn: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], device: torch.device, flush: Optional[torch.Tensor] = None, calls: int = 1, tail_s: float = 0.05) -> list[CallProfile]:
-    """Profile `calls` calls (rotating over `arg_sets`), each after an L2 flush and a device
-    synchronise, in one profiler session; `after_return` is counted for the last call."""
+def profile_calls(fn: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], device: torch.device, flush: Optional[torch.Tensor] = None, calls: int = 1, tail_s: float = 0.05, isolated: bool = True) -> list[CallProfile]:
+    """Profile `calls` calls (rotating over `arg_sets`), each after an L2 flush, in one profiler
+    session; `after_return` is counted for the last call. `isolated`: the device is synchronised
+    before and after every call; otherwise calls (and flushes) are queued back to back, as the
+    timer queues them, and told apart by when the host launched their work."""
     from torch.profiler import ProfilerActivity, profile, record_function
 
     marker = torch.zeros(1, device=device)
@@ -40,11 +42,13 @@ def profile_calls(fn: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], dev
         for index in range(calls):
             if flush is not None:
                 flush.zero_()
-            torch.cuda.synchronize(device)
+            if isolated:
+                torch.cuda.synchronize(device)
             with record_function(CALL_RANGE):
                 marker.zero_()
                 fn(*arg_sets[index % len(arg_sets)])
-                torch.cuda.synchronize(device)
+                if isolated or index == calls - 1:
+                    torch.cuda.synchronize(device)
         with record_function(AFTER_RANGE):
             time.sleep(tail_s)
             torch.cuda.synchronize(device)

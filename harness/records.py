@@ -94,6 +94,7 @@ class TimingStats:
     input_sets: int = 1  # distinct input sets the calls rotated over
     flush_bytes: int = 0  # bytes written before every timed call to flush the L2 cache (0: no flush)
     sm_clock_mhz: Optional[float] = None  # SM clock read right after sampling, when readable
+    clock_event_reasons: str = ""  # the driver's active clock-event (throttle) reasons then, e.g. "0x0000000000000004"
 
     def __post_init__(self) -> None:
         if not self.samples_ms:

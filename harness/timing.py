@@ -143,7 +143,7 @@ def _time_cuda(fn: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], device
     device_sync()
     from harness.environment import gpu_state
 
-    clock = gpu_state(device).get("sm_clock_mhz")
+    state = gpu_state(device)
     return TimingStats.from_samples(
         samples,
         timer="cuda_events",
@@ -156,7 +156,8 @@ def _time_cuda(fn: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], device
         fallback=fallback,
         input_sets=len(arg_sets),
         flush_bytes=flush.numel() * flush.element_size() if flush is not None else 0,
-        sm_clock_mhz=clock,
+        sm_clock_mhz=state.get("sm_clock_mhz"),
+        clock_event_reasons=str(state.get("clock_event_reasons", "")),
     )
 
 

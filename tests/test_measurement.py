@@ -69,6 +69,13 @@ def test_unstable_or_unsettled_timing_warns_with_what_to_do():
     assert timing_warnings(stats([1.0] * 20), cfg) == []
 
 
+def test_power_or_thermal_capping_after_timing_is_reported():
+    cfg = types.SimpleNamespace(target_rse=1.0, unstable_iqr=1.0)
+    capped = timing_warnings(stats([1.0] * 5, clock_event_reasons="0x0000000000000004"), cfg)
+    assert any("software power cap" in w for w in capped)
+    assert timing_warnings(stats([1.0] * 5, clock_event_reasons="0x0000000000000001"), cfg) == []  # idle is not a slowdown
+
+
 def test_launch_bound_call_suggests_graph_mode():
     cfg = types.SimpleNamespace(target_rse=1.0, unstable_iqr=1.0)
     profile = CallProfile(kernel_ms=0.01, span_ms=0.04, launches=6, streams=1, after_return=0)
