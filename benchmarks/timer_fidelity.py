@@ -93,38 +93,48 @@ def load_module(path, name):
     return module
 
 
-def workloads(device, with_candidates):
-    """(name, kind, callable, input sets) from ~20 us single kernels to ~11 ms fused problems."""
+def workloads(device, with_candidates, only=None):
+    """Yield (name, kind, callable, input sets), from ~20 us single kernels to ~11 ms fused
+    problems, building each only when its name contains one of `only` (all when None)."""
+    def wanted(name):
+        return not only or any(o in name for o in only)
+
     def sets(make):
         return [make() for _ in range(INPUT_SETS)]
 
-    out = []
     for n in (1024, 2048, 4096):
-        out.append((f"matmul {n}x{n}", "kernel", torch.mm, sets(lambda n=n: [torch.randn(n, n, device=device), torch.randn(n, n, device=device)])))
-    out.append(("softmax 4096x4096", "kernel", lambda x: torch.softmax(x, -1), sets(lambda: [torch.randn(4096, 4096, device=device)])))
+        if wanted(f"matmul {n}x{n}"):
+            yield f"matmul {n}x{n}", "kernel", torch.mm, sets(lambda n=n: [torch.randn(n, n, device=device), torch.randn(n, n, device=device)])
+    if wanted("softmax 4096x4096"):
+        yield "softmax 4096x4096", "kernel", lambda x: torch.softmax(x, -1), sets(lambda: [torch.randn(4096, 4096, device=device)])
     for millions in (8, 32):
-        n = millions << 20
-        out.append((f"relu {millions}M", "kernel", torch.relu, sets(lambda n=n: [torch.randn(n, device=device)])))
-    out.append(("add 16M", "kernel", torch.add, sets(lambda: [torch.randn(16 << 20, device=device), torch.randn(16 << 20, device=device)])))
+        if wanted(f"relu {millions}M"):
+            yield f"relu {millions}M", "kernel", torch.relu, sets(lambda n=millions << 20: [torch.randn(n, device=device)])
+    if wanted("add 16M"):
+        yield "add 16M", "kernel", torch.add, sets(lambda: [torch.randn(16 << 20, device=device), torch.randn(16 << 20, device=device)])
     from harness.buildcache import BuildCache
 
     major, minor = torch.cuda.get_device_capability(device)
     os.environ["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}"  # as the worker and prebuild.py build: same flags, cache hit
     BuildCache(ROOT / ".cache" / "builds", f"{major}.{minor}").install()
     for path in sorted((ROOT / "problems" / "level2").glob("*.py")):
+        number = path.stem.split("_")[0]
+        candidate = ROOT / "solutions" / path.stem / "team_fused.py"
+        use_candidate = with_candidates and candidate.is_file() and wanted(f"{number} team_fused")
+        if not (wanted(f"{number} eager") or use_candidate):
+            continue
         problem = load_module(path, f"problem_{path.stem}")
         torch.manual_seed(0)
         model = problem.Model(*problem.get_init_inputs()).to(device).eval()
         inputs = sets(lambda: [t.to(device) for t in problem.get_inputs()])
-        out.append((f"{path.stem.split('_')[0]} eager", "problem", model, inputs))
-        candidate = ROOT / "solutions" / path.stem / "team_fused.py"
-        if with_candidates and candidate.is_file():
+        if wanted(f"{number} eager"):
+            yield f"{number} eager", "problem", model, inputs
+        if use_candidate:
             module = load_module(candidate, f"candidate_{path.stem}")
             torch.manual_seed(0)
             new = module.ModelNew(*problem.get_init_inputs()).to(device).eval()
             new.load_state_dict(model.state_dict())
-            out.append((f"{path.stem.split('_')[0]} team_fused", "candidate", new, inputs))
-    return out
+            yield f"{number} team_fused", "candidate", new, inputs
 
 
 def gpu_now():
@@ -152,13 +162,8 @@ def main():
     }
     flush = flush_buffer(device)
     results = []
-    began = time.time()
-    loaded = workloads(device, not args.no_candidates)
-    print(f"workloads ready in {time.time() - began:.1f} s", file=sys.stderr, flush=True)
     with torch.no_grad():
-        for name, kind, fn, arg_sets in loaded:
-            if args.only and not any(o in name for o in args.only):
-                continue
+        for name, kind, fn, arg_sets in workloads(device, not args.no_candidates, args.only):
             for a in arg_sets:
                 fn(*a)
             torch.cuda.synchronize(device)
