@@ -5,12 +5,14 @@ outside the timed region, then a start event, the call (or a CUDA-graph replay o
 device-wide synchronise (so work on other streams is inside), and an end event. Regions are queued
 in batches of BATCH with no host wait between them, so the GPU stays busy (an idle GPU between
 samples lowers its clocks and puts the host's launch latency inside the next region); the events
-are read and the stopping rule checked after each batch. The calls rotate over distinct input sets. Warm-up is by time; sampling stops when the relative standard error of
-the median reaches the target, the budget is spent or max_reps is reached. The median of an empty
-region timed the same way is measured and, by default, subtracted from every sample (the raw
-samples stay in the record).
+are read and the stopping rule checked after each batch. The calls rotate over distinct input
+sets. Warm-up is by time; sampling stops when the relative standard error of the median reaches
+the target, the budget is spent or max_reps is reached. Each batch ends with one empty region
+timed the same way; their median (the fixed cost of a timed region) is, by default, subtracted
+from every sample (the raw samples stay in the record).
 
-CPU: `time.perf_counter_ns` around each call, same rotation, stopping rule and overhead handling.
+CPU: `time.perf_counter_ns` around each call, same rotation and stopping rule; the overhead is
+the median of OVERHEAD_REPS empty regions.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ import torch
 
 from harness.records import TimingStats, relative_standard_error_of_median
 
-OVERHEAD_REPS = 100  # empty regions timed to estimate the fixed cost of one timed region
+OVERHEAD_REPS = 100  # CPU: empty regions timed to estimate the fixed cost of one timed region
 BATCH = 10  # CUDA regions queued back to back between two reads of the events (the GPU never idles
 # between them; the stopping rule is checked once per batch)
 
@@ -118,8 +120,8 @@ def _time_cuda(fn: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], device
         except GraphCaptureError as exc:
             fallback = f"graph capture failed, timed eagerly: {exc}"
 
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(BATCH)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(BATCH)]
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(BATCH + 1)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(BATCH + 1)]
 
     def batch(chosen: Sequence[Callable[[], Any]]) -> list[float]:
         """Queue len(chosen) timed regions back to back, then wait once and read them all."""
@@ -134,12 +136,18 @@ def _time_cuda(fn: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], device
         ends[len(chosen) - 1].synchronize()
         return [start.elapsed_time(end) for start, end in zip(starts[: len(chosen)], ends)]
 
-    overhead = _median([t for _ in range(OVERHEAD_REPS // BATCH) for t in batch([_nothing] * BATCH)])
+    # Every batch ends with one empty region, so the overhead is estimated under the same clocks
+    # and queue conditions as the samples around it (not once, on a GPU that may still be idling).
+    empty: list[float] = []
     samples: list[float] = []
     started = time.perf_counter()
-    while (reason := _stop_reason(samples, started, cfg, overhead)) is None:
+    while (reason := _stop_reason(samples, started, cfg, _median(empty) if empty else 0.0)) is None:
         n = len(samples)
-        samples.extend(batch([calls[(n + j) % len(calls)] for j in range(min(BATCH, cfg.max_reps - n))]))
+        count = min(BATCH, cfg.max_reps - n)
+        *timed, nothing = batch([calls[(n + j) % len(calls)] for j in range(count)] + [_nothing])
+        samples.extend(timed)
+        empty.append(nothing)
+    overhead = _median(empty)
     device_sync()
     from harness.environment import gpu_state
 
