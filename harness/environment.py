@@ -8,6 +8,7 @@ import shutil
 import socket
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 from harness import __version__
@@ -80,9 +81,18 @@ def device_identity(device: str, cpu_threads: int = 0) -> str:
         target = ["-i", visible] if visible else []
         out = _run(["nvidia-smi", *target, "--query-gpu=name,uuid", "--format=csv,noheader"])
         return (out.splitlines() or ["unknown GPU"])[0].strip()
-    from harness.roofline import _cpu_label
+    return f"{cpu_name()} x{cpu_threads or os.cpu_count()}"
 
-    return f"{_cpu_label()} x{cpu_threads or os.cpu_count()}"
+
+def cpu_name() -> str:
+    """The CPU model, as /proc/cpuinfo names it."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def collect_environment() -> dict[str, Any]:

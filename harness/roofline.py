@@ -21,6 +21,7 @@ from typing import Any, Sequence
 
 import torch
 
+from harness.environment import cpu_name
 from harness.records import SpeedOfLight
 
 
@@ -91,7 +92,7 @@ def device_peaks(device: torch.device, dtype: str, cache_dir: Path) -> Peaks:
     """Peaks for `dtype` on `device`: from the cache file when there, else measured and cached.
     A lock on the file keeps two workers from measuring (and disturbing each other) at once."""
     tf32 = device.type == "cuda" and dtype == "float32" and torch.backends.cuda.matmul.allow_tf32
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_label()
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
     label = f"{name}|torch {torch.__version__}|{dtype}|tf32={tf32}|threads={torch.get_num_threads() if device.type == 'cpu' else 0}"
     slug = re.sub(r"[^A-Za-z0-9]+", "-", name).strip("-")[:40]
     path = cache_dir / f"{slug}-{hashlib.sha256(label.encode()).hexdigest()[:16]}.json"
@@ -146,13 +147,3 @@ def _copy_gbps(device: torch.device) -> float:
     dst = torch.empty_like(src)
     ms = _best_ms(lambda: dst.copy_(src), device, reps=20 if device.type == "cuda" else 5)
     return 2 * nbytes / (ms * 1e-3) / 1e9
-
-
-def _cpu_label() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "cpu"

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from harness.errors import UserError
-from harness.records import RECORD_KINDS, SCHEMA_VERSION, CandidateRecord, ReferenceRecord, RunHeader, from_dict, to_dict
+from harness.records import RECORD_KINDS, SCHEMA_VERSION, CandidateRecord, from_dict, to_dict
 
 RECORDS_FILE = "records.jsonl"
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import sys
 import time
 import traceback
@@ -147,7 +146,9 @@ class Worker:
             device_name = torch.cuda.get_device_name(device)
         else:
             arch = "cpu"
-            device_name = _cpu_name()
+            from harness.environment import cpu_name
+
+            device_name = cpu_name()
             if job["cpu_threads"]:
                 torch.set_num_threads(job["cpu_threads"])
 
@@ -361,16 +362,6 @@ def _to(value: Any, device: Any) -> Any:
     import torch
 
     return value.to(device).clone() if isinstance(value, torch.Tensor) else value
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def main() -> None:

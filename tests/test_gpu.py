@@ -58,6 +58,13 @@ EXPECTED = {
 }
 
 
+RUN_ROOTS = {}  # run id -> run folder, to read the reference records back
+
+
+def _records_path(record):
+    return RUN_ROOTS[record.run_id] / "records.jsonl"
+
+
 @pytest.fixture(scope="module")
 def verdicts(tmp_path_factory, build_cache):
     from harness.config import load_config
@@ -102,13 +109,6 @@ def test_reference_has_compile_baseline_speed_of_light_and_profile(verdicts):
     assert reference.speed_of_light.floor_ms > 0 and reference.profile.launches >= 1
     assert record.profile is not None and record.profile.streams == 1 and record.timing.sync == "stream"
     assert record.timing.flush_bytes > 0 and record.timing.overhead_ms > 0 and record.sol_fraction > 0
-
-
-def _records_path(record):
-    return RUN_ROOTS[record.run_id] / "records.jsonl"
-
-
-RUN_ROOTS = {}
 
 TORCH_CANDIDATE = '''
 import threading, time

@@ -1,5 +1,4 @@
 """Measurement: the timer's protocol, the profile parser, speed-of-light, baselines and their reuse."""
-import dataclasses
 import types
 
 import pytest
