@@ -21,12 +21,31 @@ def compare_outputs(name: str, expected: dict[str, Any], actual: dict[str, Any],
         label = f"output {index}" if len(exp) > 1 else "output"
         if kind != "Tensor":
             return CheckResult(name, False, f"{label} is a {kind}, not a plain torch.Tensor")
+        problem = _form(index, label, expected, actual)
+        if problem:
+            return CheckResult(name, False, problem)
         result = _compare_tensor(name, label, e, a, tolerances)
         if not result.passed:
             return result
         if worst is None or (result.max_abs_error or 0.0) > (worst.max_abs_error or 0.0):
             worst = result
     return worst or CheckResult(name, True, "ok (no outputs)")
+
+
+def _form(index: int, label: str, expected: dict[str, Any], actual: dict[str, Any]) -> str:
+    """Layout, device and input aliasing of an output against the reference's (when recorded)."""
+    def get(record: dict[str, Any], key: str) -> Any:
+        values = record.get(key)
+        return values[index] if values is not None and index < len(values) else None
+
+    if get(actual, "layouts") not in (None, "torch.strided"):
+        return f"{label} has layout {get(actual, 'layouts')}, not a dense (strided) tensor"
+    if get(expected, "devices") is not None and get(actual, "devices") != get(expected, "devices"):
+        return f"{label} is on {get(actual, 'devices')}, the reference's on {get(expected, 'devices')}"
+    alias, reference_alias = get(actual, "aliases"), get(expected, "aliases")
+    if alias is not None and alias >= 0 and reference_alias != alias:
+        return f"{label} shares memory with input {alias}; the reference returns a tensor of its own"
+    return ""
 
 
 def _compare_tensor(name: str, label: str, e: torch.Tensor, a: torch.Tensor, tolerances: dict[str, Tolerance]) -> CheckResult:

@@ -17,6 +17,7 @@ from harness.errors import UserError
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = ROOT / "configs" / "default.yaml"
 MODES = ("train", "eval")
+DISTRIBUTIONS = ("given", "normal", "signed", "shifted")
 TIMING_MODES = ("eager", "graph")
 SYNC_MODES = ("auto", "stream", "device")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -35,10 +36,18 @@ class CheckConfig:
     require_same_seed: bool  # same-seed construction mismatch fails the candidate
     allow_tf32: bool  # TF32 allowed in worker processes
     tolerances: dict[str, Tolerance]  # per output dtype name (e.g. "float32")
+    input_distributions: tuple[str, ...]  # cycled over the trials: given | normal | signed | shifted
+    randomize_weights: bool  # move the reference's parameters and buffers away from their default init
+    max_plausible_speedup: float  # warn when a speedup over eager is above this
 
     def __post_init__(self) -> None:
         if self.trials < 1:
             raise ValueError("check.trials must be at least 1")
+        bad = [d for d in self.input_distributions if d not in DISTRIBUTIONS]
+        if bad or not self.input_distributions:
+            raise ValueError(f"check.input_distributions must be a non-empty list of {list(DISTRIBUTIONS)}, got {list(self.input_distributions)}")
+        if self.max_plausible_speedup <= 1:
+            raise ValueError("check.max_plausible_speedup must be above 1")
         bad = [m for m in self.modes if m not in MODES]
         if bad or not self.modes:
             raise ValueError(f"check.modes must be a non-empty list of {list(MODES)}, got {list(self.modes)}")

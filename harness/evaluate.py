@@ -22,6 +22,7 @@ import torch
 
 from harness.candidate import Candidate, needs_cuda_statically
 from harness.compare import compare_outputs
+from harness.scan import scan_source
 from harness.config import Config
 from harness.problem import Problem
 from harness.records import Baseline, CallProfile, CandidateRecord, CheckResult, ExtensionBuild, ReferenceRecord, SpeedOfLight, TimingStats, from_dict, to_dict
@@ -34,10 +35,12 @@ from harness.supervise import Failure, WorkerOutcome, default_memory_limit, run_
 class Call:
     input: int  # index of the input set
     mode: str  # "train" or "eval"
+    distribution: str = "given"  # how the trial's floating inputs were drawn
 
     @property
     def label(self) -> str:
-        return f"trial {self.input + 1} ({self.mode})"
+        inputs = "" if self.distribution == "given" else f", {self.distribution} inputs"
+        return f"trial {self.input + 1} ({self.mode}{inputs})"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,13 +49,16 @@ class Plan:
 
     construct_seed: int  # manual_seed before constructing Model and ModelNew
     input_seeds: tuple[int, ...]  # one per trial; never shown to candidates (only the tensors are)
+    distributions: tuple[str, ...]  # one per trial: how its floating inputs are drawn
     calls: tuple[Call, ...]  # after the same-seed call, in this order
 
     @classmethod
     def fresh(cls, cfg: Config) -> "Plan":
         seeds = tuple(secrets.randbits(62) for _ in range(cfg.check.trials))
-        calls = tuple(Call(i, mode) for i in range(cfg.check.trials) for mode in cfg.check.modes)
-        return cls(construct_seed=secrets.randbits(62), input_seeds=seeds, calls=calls)
+        kinds = cfg.check.input_distributions
+        distributions = tuple(kinds[i % len(kinds)] for i in range(cfg.check.trials))
+        calls = tuple(Call(i, mode, distributions[i]) for i in range(cfg.check.trials) for mode in cfg.check.modes)
+        return cls(construct_seed=secrets.randbits(62), input_seeds=seeds, distributions=distributions, calls=calls)
 
 
 def _now() -> str:
@@ -143,6 +149,8 @@ class ProblemEvaluation:
             "outputs": str(outputs),
             "construct_seed": plan.construct_seed,
             "input_seeds": list(plan.input_seeds) if role == "reference" else [],
+            "input_distributions": list(plan.distributions) if role == "reference" else [],
+            "randomize_weights": self.cfg.check.randomize_weights,
             "n_inputs": len(plan.input_seeds),
             "same_seed_input": 0,
             "calls": [dataclasses.asdict(c) for c in plan.calls],
@@ -173,7 +181,7 @@ class ProblemEvaluation:
         outcome = self._worker(job, "_reference", outputs)
         expected: dict[str, Any] = {}
         if outcome.failure is None:
-            for label in ["same_seed"] + [f"call_{i}" for i in range(len(plan.calls))]:
+            for label in ["same_seed", "buffers"] + [f"call_{i}" for i in range(len(plan.calls))]:
                 expected[label] = torch.load(outputs / f"{label}.pt", weights_only=True)
         shutil.rmtree(outputs, ignore_errors=True)  # expected outputs live only in this process now
         for path in exchange.iterdir():
@@ -256,9 +264,14 @@ class ProblemEvaluation:
                 same_seed = compare_outputs("same-seed construction (eval)", reference.expected["same_seed"], same_seed_outputs, tolerances)
             except Exception as exc:
                 same_seed = CheckResult("same-seed construction (eval)", False, f"outputs unreadable ({type(exc).__name__})")
+        buffers = _compare_buffers(outputs / "buffers.pt", reference.expected["buffers"], tolerances) if outcome.failure is None else None
         shutil.rmtree(outputs, ignore_errors=True)
         if outcome.failure is None and len(checks) != len(plan.calls):
             outcome = dataclasses.replace(outcome, failure=(Status.HARNESS_ERROR, f"{len(checks)} of {len(plan.calls)} checks arrived"))
+        elif buffers is not None and buffers.reason != NO_BUFFERS:
+            checks.append(buffers)
+            if not buffers.passed:
+                outcome = dataclasses.replace(outcome, failure=(Status.INCORRECT, f"{buffers.name}: {buffers.reason}"))
         return outcome, checks, same_seed
 
     def _run_candidate(self, candidate: Candidate, plan: Plan, scratch: Path, reference: "ReferenceResult") -> CandidateRecord:
@@ -272,9 +285,14 @@ class ProblemEvaluation:
             status, reason = Status.INCORRECT, f"{same_seed.name}: {same_seed.reason}"
         else:
             worst = max((c.max_abs_error or 0.0) for c in checks)
-            status, reason = Status.CORRECT, f"matched {len(checks)} calls ({', '.join(self.cfg.check.modes)}); max abs error {worst:.2g}"
+            state = " and the buffers after them" if len(checks) > len(plan.calls) else ""
+            status, reason = Status.CORRECT, f"matched {len(plan.calls)} calls ({', '.join(self.cfg.check.modes)}){state}; max abs error {worst:.2g}"
         if same_seed is not None and not same_seed.passed and not self.cfg.check.require_same_seed:
             warnings.append(f"same-seed construction differs from the reference ({same_seed.reason}); weights are created differently")
+        threads = [m for m in outcome.messages if m.get("type") == "threads"]
+        if threads:
+            warnings.append(f"forward left {threads[0]['count']} thread(s) running after it returned ({', '.join(threads[0]['names'])}; first seen after {threads[0]['label']})")
+        warnings.extend(f"source: {w}" for w in scan_source(candidate.path))
         profile = _profile(outcome)
         measures: dict[str, Any] = {}
         if status is Status.CORRECT and timing is not None:
@@ -359,6 +377,11 @@ def compare_times(timing: TimingStats, profile: Optional[CallProfile], reference
         measures["speedups"] = {name: ms / median for name, ms in baseline_ms.items()}
     sol = reference.speed_of_light
     warnings = timing_warnings(timing, cfg.timing, profile)
+    if measures.get("speedup", 0.0) > cfg.check.max_plausible_speedup:
+        warnings.append(
+            f"implausible: {measures['speedup']:.1f}x faster than eager ({median:.4g} ms vs {reference.timing.median_ms:.4g} ms) "
+            f"is above check.max_plausible_speedup={cfg.check.max_plausible_speedup:g}; look at the profile and the source"
+        )
     if sol is not None and sol.floor_ms > 0:
         measures["sol_ms"] = sol.floor_ms
         if median > 0:
@@ -458,6 +481,30 @@ class TimingCache:
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps(to_dict(record)))
         tmp.replace(self.path)
+
+
+NO_BUFFERS = "ok (no buffers)"
+
+
+def _compare_buffers(path: Path, expected: dict[str, Any], tolerances: Any) -> CheckResult:
+    """Module state after every planned call (BatchNorm running statistics and the like) against
+    the reference's: a kernel that skips the running-stat update fails here."""
+    name = "buffers after the calls"
+    try:
+        actual = torch.load(path, weights_only=True)
+    except Exception as exc:
+        return CheckResult(name, False, f"the worker wrote no readable buffers ({type(exc).__name__})")
+    missing = [k for k in expected if k not in actual]
+    if missing:
+        return CheckResult(name, False, f"buffer {missing[0]} is missing")
+    worst = CheckResult(name, True, NO_BUFFERS)
+    for key, value in expected.items():
+        result = compare_outputs(name, {"types": ["Tensor"], "tensors": [value]}, {"types": ["Tensor"], "tensors": [actual[key]]}, tolerances)
+        if not result.passed:
+            return dataclasses.replace(result, reason=f"buffer {key} differs from the reference's: {result.reason.removeprefix('output: ').removeprefix('output ')}")
+        if (result.max_abs_error or 0.0) >= (worst.max_abs_error or 0.0):
+            worst = result
+    return worst
 
 
 def _message(outcome: WorkerOutcome, kind: str) -> Optional[dict[str, Any]]:

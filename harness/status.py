@@ -23,6 +23,7 @@ class Status(str, enum.Enum):
     CRASHED = "crashed"
     EXITED_EARLY = "exited early"
     FORGED_RESULT = "forged result"
+    TAMPERED = "tampered"
     REFERENCE_FAILED = "reference failed"
     HARNESS_ERROR = "harness error"
 
@@ -55,6 +56,7 @@ DESCRIPTIONS: dict[Status, str] = {
     Status.CRASHED: "the worker process died (signal or non-zero exit) without reporting",
     Status.EXITED_EARLY: "the worker process exited cleanly before reporting a result",
     Status.FORGED_RESULT: "the result channel carried a message the harness did not write",
+    Status.TAMPERED: "the model replaced a timer, synchronisation, serialisation or harness function",
     Status.REFERENCE_FAILED: "the problem's own reference could not be evaluated",
     Status.HARNESS_ERROR: "the harness itself failed on this candidate (a bug: please report it)",
 }

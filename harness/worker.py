@@ -160,7 +160,9 @@ class Worker:
             on_event=lambda event: self.channel.send({"type": "builds", "builds": [event]}),
         )
         cache.install()
+        self.guard = Guard(self)
         module = load_module(Path(job["source"]), f"__{self.role}__")
+        self.guard.check("import")
         model_class = getattr(module, job["class_name"], None)
         if not isinstance(model_class, type) or not issubclass(model_class, torch.nn.Module):
             raise WorkerFailure(Status.INTERFACE_ERROR, f"the module defines no nn.Module subclass named {job['class_name']}")
@@ -178,6 +180,7 @@ class Worker:
             model = model.to(device)
         except BaseException as exc:
             raise classify(exc, Status.CONSTRUCT_FAILED) from None
+        self.guard.check("construction")
         self.end_phase()
 
         runner = model
@@ -190,13 +193,21 @@ class Worker:
                 model.eval()
                 self._call(model, arg_sets[job["same_seed_input"]], device, "same_seed")
                 if self.role == "reference":
+                    if job.get("randomize_weights"):
+                        randomize_state(model, job["construct_seed"])
                     torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, self.exchange / "state_dict.pt")
                 else:
                     self._load_reference_weights(model)
+            reused: list[Any] = []
             for index, call in enumerate(job["calls"]):
                 model.train(call["mode"] == "train")
-                self._call(runner, arg_sets[call["input"]], device, f"call_{index}")
+                # Every call after the first gets its inputs written into the tensors of the call
+                # before (same objects, same addresses, new values): an answer memoised by input
+                # identity or address comes back stale and fails the comparison.
+                reused = _refill(reused, arg_sets[call["input"]], device)
+                self._call(runner, reused, device, f"call_{index}", fresh_inputs=False)
                 self.channel.send({"type": "call", "index": index})
+            torch.save({k: v.detach().cpu() for k, v in model.named_buffers()}, self.outputs / "buffers.pt")
         self.end_phase()
 
         if job.get("timing") is not None or job.get("speed_of_light") is not None:
@@ -267,6 +278,7 @@ class Worker:
                         stats = dataclasses.replace(stats, sync_reason="; ".join(why))
         except BaseException as exc:
             raise classify(exc, Status.RUNTIME_ERROR) from None
+        self.guard.check("timing")
         self.channel.send({"type": "timing", "stats": to_dict(stats), "profile": to_dict(profile), "profile_error": profile_error})
 
     def _speed_of_light(self, model: Any, args: list[Any], device: Any) -> None:
@@ -297,9 +309,10 @@ class Worker:
             init_args = list(module.get_init_inputs())
             torch.save(init_args, self.exchange / "init_args.pt")
             arg_sets = []
-            for index, seed in enumerate(self.job["input_seeds"]):
+            distributions = self.job.get("input_distributions") or ["given"] * len(self.job["input_seeds"])
+            for index, (seed, distribution) in enumerate(zip(self.job["input_seeds"], distributions)):
                 torch.manual_seed(seed)
-                arg_sets.append(list(module.get_inputs()))
+                arg_sets.append([redistribute(a, distribution, seed + position) for position, a in enumerate(module.get_inputs())])
                 torch.save(arg_sets[-1], self.exchange / f"inputs_{index}.pt")
             return init_args, arg_sets
         except WorkerFailure:
@@ -329,11 +342,14 @@ class Worker:
         except BaseException as exc:
             raise WorkerFailure(Status.WEIGHTS_MISMATCH, one_line(exc)) from None
 
-    def _call(self, model: Any, args: list[Any], device: Any, label: str) -> None:
+    def _call(self, model: Any, args: list[Any], device: Any, label: str, fresh_inputs: bool = True) -> None:
+        import threading
+
         import torch
 
-        on_device = [_to(a, device) for a in args]
+        on_device = [_to(a, device) for a in args] if fresh_inputs else list(args)
         pristine = [a.clone() if isinstance(a, torch.Tensor) else a for a in on_device]
+        threads_before = set(threading.enumerate())
         try:
             out = model(*on_device)
             if device.type == "cuda":
@@ -342,6 +358,10 @@ class Worker:
             if isinstance(exc, KeyboardInterrupt):
                 raise
             raise classify(exc, Status.RUNTIME_ERROR) from None
+        self.guard.check(f"forward ({label})")
+        alive = [t.name for t in threading.enumerate() if t not in threads_before and t.is_alive()]
+        if alive:
+            self.channel.send({"type": "threads", "label": label, "names": alive[:5], "count": len(alive)})
         for position, (before, after) in enumerate(zip(pristine, on_device)):
             if not same_bits(before, after):
                 raise WorkerFailure(Status.MUTATED_INPUT, f"forward changed input {position} in place ({label})")
@@ -353,9 +373,124 @@ class Worker:
             {
                 "types": [type(o).__name__ for o in outputs],
                 "tensors": [o.detach().as_subclass(torch.Tensor).cpu() for o in outputs],
+                "layouts": [str(o.layout) for o in outputs],
+                "devices": [o.device.type for o in outputs],
+                "aliases": [_aliased_input(o, on_device) for o in outputs],
             },
             self.outputs / f"{label}.pt",
         )
+
+
+class Guard:
+    """Identities of the functions the worker's measurements and reports rely on, taken before the
+    model's module is imported; a model that replaces any of them is reported as tampering."""
+
+    def __init__(self, worker: "Worker") -> None:
+        import time as time_module
+
+        import torch
+
+        from harness import channel, timing
+
+        self.targets: list[tuple[str, Any, str]] = [
+            ("time", time_module, "perf_counter"),
+            ("time", time_module, "perf_counter_ns"),
+            ("time", time_module, "time"),
+            ("torch", torch, "save"),
+            ("torch", torch, "load"),
+            ("torch", torch, "equal"),
+            ("torch", torch, "allclose"),
+            ("torch.cuda", torch.cuda, "synchronize"),
+            ("torch.cuda", torch.cuda, "Event"),
+            ("torch.cuda", torch.cuda, "current_stream"),
+            ("torch.cuda.Event", torch.cuda.Event, "record"),
+            ("torch.cuda.Event", torch.cuda.Event, "elapsed_time"),
+            ("torch.cuda.Event", torch.cuda.Event, "synchronize"),
+            ("torch.Tensor", torch.Tensor, "clone"),
+            ("torch.Tensor", torch.Tensor, "cpu"),
+            ("torch.Tensor", torch.Tensor, "to"),
+            ("harness.timing", timing, "time_forward"),
+            ("harness.channel.ChannelWriter", channel.ChannelWriter, "send"),
+            ("Worker", type(worker), "_call"),
+        ]
+        self.original = [getattr(owner, name) for _, owner, name in self.targets]
+        self.send = channel.ChannelWriter.send
+
+    def check(self, when: str) -> None:
+        changed = [f"{label}.{name}" for (label, owner, name), before in zip(self.targets, self.original) if getattr(owner, name) is not before]
+        if changed:
+            for (_, owner, name), before in zip(self.targets, self.original):
+                setattr(owner, name, before)  # restore, so the report itself goes out unaltered
+            raise WorkerFailure(Status.TAMPERED, f"the model replaced {', '.join(changed[:4])} (seen after {when})")
+
+
+def redistribute(value: Any, distribution: str, seed: int) -> Any:
+    """A floating input tensor drawn again from `distribution` (same shape, dtype and device), so
+    a kernel cannot rely on the one distribution a problem's get_inputs happens to use:
+    given (unchanged), normal (standard normal), signed (uniform in [-2, 2)), shifted (plus 3)."""
+    import torch
+
+    if not isinstance(value, torch.Tensor) or not value.is_floating_point() or distribution == "given":
+        return value
+    generator = torch.Generator().manual_seed(seed)
+    if distribution == "normal":
+        fresh = torch.randn(value.shape, generator=generator)
+    elif distribution == "signed":
+        fresh = torch.rand(value.shape, generator=generator) * 4 - 2
+    elif distribution == "shifted":
+        return value + 3
+    else:
+        raise ValueError(f"unknown input distribution {distribution!r}")
+    return fresh.to(dtype=value.dtype, device=value.device)
+
+
+def randomize_state(model: Any, seed: int) -> None:
+    """Move every floating parameter and buffer away from its default initialisation (a GroupNorm
+    with weight 1 and bias 0 lets a kernel skip the affine step): signed normal values of the
+    tensor's own magnitude; buffers that were non-negative (running variances) stay positive."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed ^ 0x5EED)
+    with torch.no_grad():
+        for kind, tensors in (("parameter", model.named_parameters()), ("buffer", model.named_buffers())):
+            for _, t in tensors:
+                if not t.is_floating_point() or t.numel() == 0:
+                    continue
+                scale = float(t.detach().abs().float().mean()) or 1.0
+                if kind == "buffer" and bool((t >= 0).all()):
+                    fresh = torch.rand(t.shape, generator=generator) * scale + 0.5 * scale
+                else:
+                    fresh = torch.randn(t.shape, generator=generator) * scale
+                t.copy_(fresh.to(t.dtype))
+
+
+def _refill(previous: list[Any], args: list[Any], device: Any) -> list[Any]:
+    """The input set `args` on `device`, written into `previous`'s tensors where shapes allow."""
+    import torch
+
+    out = []
+    for index, value in enumerate(args):
+        old = previous[index] if index < len(previous) else None
+        if isinstance(value, torch.Tensor) and isinstance(old, torch.Tensor) and old.shape == value.shape and old.dtype == value.dtype:
+            old.copy_(value)
+            out.append(old)
+        else:
+            out.append(_to(value, device))
+    return out
+
+
+def _aliased_input(output: Any, inputs: list[Any]) -> int:
+    """Index of the first input whose storage `output` shares, or -1."""
+    import torch
+
+    storage = output.untyped_storage()
+    start, size = storage.data_ptr(), storage.nbytes()
+    for index, value in enumerate(inputs):
+        if isinstance(value, torch.Tensor):
+            other = value.untyped_storage()
+            if size and other.nbytes() and start < other.data_ptr() + other.nbytes() and other.data_ptr() < start + size:
+                return index
+    return -1
 
 
 def _to(value: Any, device: Any) -> Any:
