@@ -37,6 +37,7 @@ class CheckConfig:
     allow_tf32: bool  # TF32 allowed in worker processes
     tolerances: dict[str, Tolerance]  # per output dtype name (e.g. "float32")
     input_distributions: tuple[str, ...]  # cycled over the trials: given | normal | signed | shifted
+    repeats: int  # extra eval calls on trial 1's inputs after all trials (races, uninitialised reads)
     randomize_weights: bool  # move the reference's parameters and buffers away from their default init
     max_plausible_speedup: float  # warn when a speedup over eager is above this
 
@@ -46,6 +47,8 @@ class CheckConfig:
         bad = [d for d in self.input_distributions if d not in DISTRIBUTIONS]
         if bad or not self.input_distributions:
             raise ValueError(f"check.input_distributions must be a non-empty list of {list(DISTRIBUTIONS)}, got {list(self.input_distributions)}")
+        if self.repeats < 0:
+            raise ValueError("check.repeats must be 0 or more")
         if self.max_plausible_speedup <= 1:
             raise ValueError("check.max_plausible_speedup must be above 1")
         bad = [m for m in self.modes if m not in MODES]

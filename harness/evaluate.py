@@ -36,11 +36,13 @@ class Call:
     input: int  # index of the input set
     mode: str  # "train" or "eval"
     distribution: str = "given"  # how the trial's floating inputs were drawn
+    repeat: int = 0  # > 0: a repeat of an earlier call on the same inputs (determinism)
 
     @property
     def label(self) -> str:
         inputs = "" if self.distribution == "given" else f", {self.distribution} inputs"
-        return f"trial {self.input + 1} ({self.mode}{inputs})"
+        again = f"repeat {self.repeat} of " if self.repeat else ""
+        return f"{again}trial {self.input + 1} ({self.mode}{inputs})"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +60,7 @@ class Plan:
         kinds = cfg.check.input_distributions
         distributions = tuple(kinds[i % len(kinds)] for i in range(cfg.check.trials))
         calls = tuple(Call(i, mode, distributions[i]) for i in range(cfg.check.trials) for mode in cfg.check.modes)
+        calls += tuple(Call(0, "eval", distributions[0], repeat=k) for k in range(1, cfg.check.repeats + 1))
         return cls(construct_seed=secrets.randbits(62), input_seeds=seeds, distributions=distributions, calls=calls)
 
 
@@ -286,7 +289,7 @@ class ProblemEvaluation:
         else:
             worst = max((c.max_abs_error or 0.0) for c in checks)
             state = " and the buffers after them" if len(checks) > len(plan.calls) else ""
-            status, reason = Status.CORRECT, f"matched {len(plan.calls)} calls ({', '.join(self.cfg.check.modes)}){state}; max abs error {worst:.2g}"
+            status, reason = Status.CORRECT, f"matched {len(plan.calls)} calls ({', '.join(self.cfg.check.modes)}, repeats){state}; max abs error {worst:.2g}"
         if same_seed is not None and not same_seed.passed and not self.cfg.check.require_same_seed:
             warnings.append(f"same-seed construction differs from the reference ({same_seed.reason}); weights are created differently")
         threads = [m for m in outcome.messages if m.get("type") == "threads"]
