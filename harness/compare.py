@@ -40,7 +40,7 @@ def _form(index: int, label: str, expected: dict[str, Any], actual: dict[str, An
 
     if get(actual, "layouts") not in (None, "torch.strided"):
         return f"{label} has layout {get(actual, 'layouts')}, not a dense (strided) tensor"
-    if get(expected, "devices") is not None and get(actual, "devices") != get(expected, "devices"):
+    if None not in (get(expected, "devices"), get(actual, "devices")) and get(actual, "devices") != get(expected, "devices"):
         return f"{label} is on {get(actual, 'devices')}, the reference's on {get(expected, 'devices')}"
     alias, reference_alias = get(actual, "aliases"), get(expected, "aliases")
     if alias is not None and alias >= 0 and reference_alias != alias:

@@ -268,14 +268,31 @@ class ProblemEvaluation:
             except Exception as exc:
                 same_seed = CheckResult("same-seed construction (eval)", False, f"outputs unreadable ({type(exc).__name__})")
         buffers = _compare_buffers(outputs / "buffers.pt", reference.expected["buffers"], tolerances) if outcome.failure is None else None
+        timed = self._compare_timed(outputs / "timed.pt", plan, reference) if outcome.failure is None else None
         shutil.rmtree(outputs, ignore_errors=True)
         if outcome.failure is None and len(checks) != len(plan.calls):
             outcome = dataclasses.replace(outcome, failure=(Status.HARNESS_ERROR, f"{len(checks)} of {len(plan.calls)} checks arrived"))
-        elif buffers is not None and buffers.reason != NO_BUFFERS:
-            checks.append(buffers)
-            if not buffers.passed:
-                outcome = dataclasses.replace(outcome, failure=(Status.INCORRECT, f"{buffers.name}: {buffers.reason}"))
+        else:
+            for extra in (buffers, timed):
+                if extra is None or extra.reason == NO_BUFFERS:
+                    continue
+                checks.append(extra)
+                if not extra.passed and outcome.failure is None:
+                    outcome = dataclasses.replace(outcome, failure=(Status.INCORRECT, f"{extra.name}: {extra.reason}"))
         return outcome, checks, same_seed
+
+    def _compare_timed(self, path: Path, plan: Plan, reference: "ReferenceResult") -> Optional[CheckResult]:
+        """The last timed call on trial 1's inputs against the reference's repeat of that call
+        (same inputs, same final state): work skipped or answers swapped once timing starts fail."""
+        repeats = [i for i, call in enumerate(plan.calls) if call.repeat]
+        if not path.is_file() or not repeats:
+            return None
+        name = "last timed call on trial 1 (eval)"
+        try:
+            actual = torch.load(path, weights_only=True)
+        except Exception as exc:
+            return CheckResult(name, False, f"outputs of the timed calls are unreadable ({type(exc).__name__})")
+        return compare_outputs(name, reference.expected[f"call_{repeats[0]}"], actual, self.cfg.check.tolerances)
 
     def _run_candidate(self, candidate: Candidate, plan: Plan, scratch: Path, reference: "ReferenceResult") -> CandidateRecord:
         outcome, checks, same_seed = self._run_compared("candidate", candidate.path, plan, scratch, reference, candidate.name)
