@@ -38,6 +38,7 @@ class CheckConfig:
     tolerances: dict[str, Tolerance]  # per output dtype name (e.g. "float32")
     input_distributions: tuple[str, ...]  # cycled over the trials: given | normal | signed | shifted
     repeats: int  # extra eval calls on trial 1's inputs after all trials (races, uninitialised reads)
+    other_size: bool  # one more trial at another input size (HARNESS_EXTRA_SIZES, or batch_size // 2 + 1)
     randomize_weights: bool  # move the reference's parameters and buffers away from their default init
     max_plausible_speedup: float  # warn when a speedup over eager is above this
 

@@ -37,12 +37,14 @@ class Call:
     mode: str  # "train" or "eval"
     distribution: str = "given"  # how the trial's floating inputs were drawn
     repeat: int = 0  # > 0: a repeat of an earlier call on the same inputs (determinism)
+    other_size: bool = False  # the generalisation trial: inputs at another size
 
     @property
     def label(self) -> str:
         inputs = "" if self.distribution == "given" else f", {self.distribution} inputs"
+        size = ", other size" if self.other_size else ""
         again = f"repeat {self.repeat} of " if self.repeat else ""
-        return f"{again}trial {self.input + 1} ({self.mode}{inputs})"
+        return f"{again}trial {self.input + 1} ({self.mode}{inputs}{size})"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,15 +55,26 @@ class Plan:
     input_seeds: tuple[int, ...]  # one per trial; never shown to candidates (only the tensors are)
     distributions: tuple[str, ...]  # one per trial: how its floating inputs are drawn
     calls: tuple[Call, ...]  # after the same-seed call, in this order
+    other_size_trial: Optional[int] = None  # index of the trial at another input size (after the regular ones)
+
+    @property
+    def timed_inputs(self) -> int:
+        """Input sets the timer rotates over: the regular trials only."""
+        return len(self.input_seeds) - (self.other_size_trial is not None)
 
     @classmethod
     def fresh(cls, cfg: Config) -> "Plan":
-        seeds = tuple(secrets.randbits(62) for _ in range(cfg.check.trials))
+        trials = cfg.check.trials + (1 if cfg.check.other_size else 0)
+        other = cfg.check.trials if cfg.check.other_size else None
+        seeds = tuple(secrets.randbits(62) for _ in range(trials))
         kinds = cfg.check.input_distributions
-        distributions = tuple(kinds[i % len(kinds)] for i in range(cfg.check.trials))
+        distributions = tuple(kinds[i % len(kinds)] if i != other else "given" for i in range(trials))
         calls = tuple(Call(i, mode, distributions[i]) for i in range(cfg.check.trials) for mode in cfg.check.modes)
+        if other is not None:
+            calls += tuple(Call(other, mode, "given", other_size=True) for mode in cfg.check.modes)
+        # Repeats come last: the module's state is final, as it is when the timed calls run.
         calls += tuple(Call(0, "eval", distributions[0], repeat=k) for k in range(1, cfg.check.repeats + 1))
-        return cls(construct_seed=secrets.randbits(62), input_seeds=seeds, distributions=distributions, calls=calls)
+        return cls(construct_seed=secrets.randbits(62), input_seeds=seeds, distributions=distributions, calls=calls, other_size_trial=other)
 
 
 def _now() -> str:
@@ -154,6 +167,8 @@ class ProblemEvaluation:
             "input_seeds": list(plan.input_seeds) if role == "reference" else [],
             "input_distributions": list(plan.distributions) if role == "reference" else [],
             "randomize_weights": self.cfg.check.randomize_weights,
+            "other_size_trial": plan.other_size_trial if role == "reference" else None,
+            "timed_inputs": plan.timed_inputs,
             "n_inputs": len(plan.input_seeds),
             "same_seed_input": 0,
             "calls": [dataclasses.asdict(c) for c in plan.calls],
@@ -202,12 +217,14 @@ class ProblemEvaluation:
             timing=_timing(outcome),
             speed_of_light=_speed_of_light(outcome),
             profile=_profile(outcome),
+            other_size=(_message(outcome, "other_size") or {}).get("sizes", {}),
+            other_size_note=(_message(outcome, "other_size") or {}).get("note", ""),
             wall_seconds=round(outcome.wall_seconds, 3),
             finished_at=_now(),
         )
         result = ReferenceResult(record, expected, exchange)
         if record.ok and cached is not None:
-            record = dataclasses.replace(cached, run_id=record.run_id, device_name=record.device_name, wall_seconds=record.wall_seconds, finished_at=record.finished_at, timing_reused_from=cached.timing_reused_from or cached.run_id)
+            record = dataclasses.replace(cached, run_id=record.run_id, device_name=record.device_name, other_size=record.other_size, other_size_note=record.other_size_note, wall_seconds=record.wall_seconds, finished_at=record.finished_at, timing_reused_from=cached.timing_reused_from or cached.run_id)
         elif record.ok and self.cfg.timing.enabled:
             baselines = tuple(self._run_baseline(mode, plan, scratch, result) for mode in self.cfg.baselines.compile_modes)
             record = dataclasses.replace(record, baselines=baselines)
@@ -313,6 +330,8 @@ class ProblemEvaluation:
         if threads:
             warnings.append(f"forward left {threads[0]['count']} thread(s) running after it returned ({', '.join(threads[0]['names'])}; first seen after {threads[0]['label']})")
         warnings.extend(f"source: {w}" for w in scan_source(candidate.path))
+        if reference.record.other_size_note:
+            warnings.append(f"the other-size trial ran at the problem's own size: {reference.record.other_size_note}")
         profile = _profile(outcome)
         measures: dict[str, Any] = {}
         if status is Status.CORRECT and timing is not None:

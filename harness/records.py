@@ -286,6 +286,8 @@ class ReferenceRecord:
     speed_of_light: Optional[SpeedOfLight] = None  # the problem's roofline floor on this device
     profile: Optional[CallProfile] = None  # one profiled call (CUDA)
     timing_reused_from: str = ""  # run id whose cached timings were reused (timing.reuse_reference)
+    other_size: dict[str, Any] = dataclasses.field(default_factory=dict)  # module constants of the other-size trial
+    other_size_note: str = ""  # why the other-size trial ran at the problem's own size, when it did
     wall_seconds: float = 0.0  # wall time of the reference worker
     finished_at: str = ""  # ISO-8601
     schema_version: int = SCHEMA_VERSION  # record layout version

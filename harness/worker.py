@@ -114,6 +114,7 @@ class Worker:
         self.exchange = Path(job["exchange"])
         self.outputs = Path(job["outputs"])
         self.phase_seconds: dict[str, float] = {}
+        self.other_size: dict[str, Any] = {}
 
     def phase(self, name: str) -> None:
         self.channel.send({"type": "phase", "phase": name})
@@ -181,6 +182,8 @@ class Worker:
         except BaseException as exc:
             raise classify(exc, Status.CONSTRUCT_FAILED) from None
         self.guard.check("construction")
+        if self.role == "reference" and job.get("other_size_trial") is not None:
+            self._probe_other_size(module, model, arg_sets, device)
         self.end_phase()
 
         runner = model
@@ -213,7 +216,8 @@ class Worker:
         if job.get("timing") is not None or job.get("speed_of_light") is not None:
             self.phase("time")
             if job.get("timing") is not None:
-                self._time(runner, [[_to(a, device) for a in args] for args in arg_sets], device)
+                timed_sets = arg_sets[: job.get("timed_inputs") or len(arg_sets)]  # never the other-size trial
+                self._time(runner, [[_to(a, device) for a in args] for args in timed_sets], device)
             if job.get("speed_of_light") is not None:
                 self._speed_of_light(model, [_to(a, device) for a in arg_sets[0]], device)
             self.end_phase()
@@ -326,15 +330,57 @@ class Worker:
             torch.save(init_args, self.exchange / "init_args.pt")
             arg_sets = []
             distributions = self.job.get("input_distributions") or ["given"] * len(self.job["input_seeds"])
+            other = self.job.get("other_size_trial")
             for index, (seed, distribution) in enumerate(zip(self.job["input_seeds"], distributions)):
-                torch.manual_seed(seed)
-                arg_sets.append([redistribute(a, distribution, seed + position) for position, a in enumerate(module.get_inputs())])
+                sizes = other_sizes(module) if index == other else {}
+                arg_sets.append(self._inputs(module, seed, distribution, sizes))
                 torch.save(arg_sets[-1], self.exchange / f"inputs_{index}.pt")
+                if index == other:
+                    self.other_size = sizes
             return init_args, arg_sets
         except WorkerFailure:
             raise
         except BaseException as exc:
             raise classify(exc, Status.CONSTRUCT_FAILED) from None
+
+    def _inputs(self, module: types.ModuleType, seed: int, distribution: str, sizes: dict[str, Any]) -> list[Any]:
+        """get_inputs() after manual_seed(seed), with module constants overridden by `sizes`."""
+        import torch
+
+        saved = {name: getattr(module, name) for name in sizes}
+        try:
+            for name, value in sizes.items():
+                setattr(module, name, value)
+            torch.manual_seed(seed)
+            return [redistribute(a, distribution, seed + position) for position, a in enumerate(module.get_inputs())]
+        finally:
+            for name, value in saved.items():
+                setattr(module, name, value)
+
+    def _probe_other_size(self, module: types.ModuleType, model: Any, arg_sets: list[list[Any]], device: Any) -> None:
+        """The reference must run at the other size; if it cannot, that trial falls back to the
+        problem's own size (and the parent is told), rather than failing the reference."""
+        import torch
+
+        index = self.job["other_size_trial"]
+        note = ""
+        if not self.other_size:
+            note = "the problem declares no HARNESS_EXTRA_SIZES and has no integer batch_size above 1"
+        else:
+            training = model.training
+            try:
+                model.eval()
+                with torch.no_grad():
+                    model(*[_to(a, device) for a in arg_sets[index]])
+            except Exception as exc:
+                note = f"the reference fails at {self.other_size} ({one_line(exc)})"
+            finally:
+                model.train(training)
+        if note:
+            seed = self.job["input_seeds"][index]
+            arg_sets[index] = self._inputs(module, seed, self.job["input_distributions"][index], {})
+            torch.save(arg_sets[index], self.exchange / f"inputs_{index}.pt")
+        self.channel.send({"type": "other_size", "sizes": {} if note else self.other_size, "note": note})
 
     def _load_reference_weights(self, model: Any) -> None:
         import torch
@@ -429,6 +475,18 @@ class Guard:
             for (_, owner, name), before in zip(self.targets, self.original):
                 setattr(owner, name, before)  # restore, so the report itself goes out unaltered
             raise WorkerFailure(Status.TAMPERED, f"the model replaced {', '.join(changed[:4])} (seen after {when})")
+
+
+def other_sizes(module: types.ModuleType) -> dict[str, Any]:
+    """Module constants for the generalisation trial: the problem's first HARNESS_EXTRA_SIZES entry
+    (e.g. [{"batch_size": 7}]), else batch_size // 2 + 1 when batch_size is an integer above 1."""
+    declared = getattr(module, "HARNESS_EXTRA_SIZES", None)
+    if isinstance(declared, (list, tuple)) and declared and isinstance(declared[0], dict):
+        return dict(declared[0])
+    batch = getattr(module, "batch_size", None)
+    if isinstance(batch, int) and not isinstance(batch, bool) and batch > 1:
+        return {"batch_size": batch // 2 + 1}
+    return {}
 
 
 def redistribute(value: Any, distribution: str, seed: int) -> Any:

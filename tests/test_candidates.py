@@ -153,9 +153,13 @@ def test_each_candidate_gets_its_own_status(verdicts, name):
 
 def test_honest_candidate_is_timed_with_speedup_and_every_check(verdicts):
     record = verdicts[0]["honest"]
-    # 2 trials x (train, eval), 2 repeats of trial 1 (eval), then the last timed call on trial 1
-    assert [c.name for c in record.checks][-3:] == ["repeat 1 of trial 1 (eval)", "repeat 2 of trial 1 (eval)", "last timed call on trial 1 (eval)"]
-    assert len(record.checks) == 7
+    # 2 trials x (train, eval), trial 3 at another size (train, eval), 2 repeats of trial 1 (eval),
+    # then the last timed call on trial 1
+    assert [c.name for c in record.checks] == [
+        "trial 1 (train)", "trial 1 (eval)", "trial 2 (train, normal inputs)", "trial 2 (eval, normal inputs)",
+        "trial 3 (train, other size)", "trial 3 (eval, other size)", "repeat 1 of trial 1 (eval)", "repeat 2 of trial 1 (eval)",
+        "last timed call on trial 1 (eval)",
+    ]
     assert all(c.passed for c in record.checks)
     assert record.same_seed is not None and record.same_seed.passed
     assert record.timing is not None and record.timing.n >= 3
