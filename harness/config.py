@@ -41,6 +41,7 @@ class CheckConfig:
     other_size: bool  # one more trial at another input size (HARNESS_EXTRA_SIZES, or batch_size // 2 + 1)
     randomize_weights: bool  # move the reference's parameters and buffers away from their default init
     max_plausible_speedup: float  # warn when a speedup over eager is above this
+    precision_ratio: float  # warn when the error against float64 exceeds the reference's own by this factor
 
     def __post_init__(self) -> None:
         if self.trials < 1:

@@ -58,6 +58,11 @@ class Plan:
     other_size_trial: Optional[int] = None  # index of the trial at another input size (after the regular ones)
 
     @property
+    def precision_call(self) -> Optional[int]:
+        """The call the reference also makes in float64: the first regular eval call."""
+        return next((i for i, c in enumerate(self.calls) if c.mode == "eval" and not c.repeat and not c.other_size), None)
+
+    @property
     def timed_inputs(self) -> int:
         """Input sets the timer rotates over: the regular trials only."""
         return len(self.input_seeds) - (self.other_size_trial is not None)
@@ -168,6 +173,7 @@ class ProblemEvaluation:
             "input_distributions": list(plan.distributions) if role == "reference" else [],
             "randomize_weights": self.cfg.check.randomize_weights,
             "other_size_trial": plan.other_size_trial if role == "reference" else None,
+            "precision_call": plan.precision_call,
             "timed_inputs": plan.timed_inputs,
             "n_inputs": len(plan.input_seeds),
             "same_seed_input": 0,
@@ -201,6 +207,9 @@ class ProblemEvaluation:
         if outcome.failure is None:
             for label in ["same_seed", "buffers"] + [f"call_{i}" for i in range(len(plan.calls))]:
                 expected[label] = torch.load(outputs / f"{label}.pt", weights_only=True)
+            wide = outputs / f"call_{plan.precision_call}.f64.pt"
+            if wide.is_file():
+                expected["float64"] = torch.load(wide, weights_only=True)
         shutil.rmtree(outputs, ignore_errors=True)  # expected outputs live only in this process now
         for path in exchange.iterdir():
             path.chmod(stat.S_IRUSR)
@@ -238,7 +247,7 @@ class ProblemEvaluation:
         """torch.compile of the reference, in its own worker: checked against the eager outputs like a
         candidate, then timed with the same timer. Its failure never fails the reference."""
         name = f"torch.compile({mode})"
-        outcome, checks, _ = self._run_compared("baseline", self.problem.path, plan, scratch, reference, f"_compile-{mode}", compile_mode=mode)
+        outcome, checks, _, _ = self._run_compared("baseline", self.problem.path, plan, scratch, reference, f"_compile-{mode}", compile_mode=mode)
         compiled = [m for m in outcome.messages if m.get("type") == "compiled"]
         seconds = float(compiled[0]["seconds"]) if compiled else None
         worst = max((c.max_abs_error or 0.0 for c in checks), default=None)
@@ -249,11 +258,13 @@ class ProblemEvaluation:
             return Baseline(name, False, "compiled and matched, but no timing arrived", compile_seconds=seconds, max_abs_error=worst)
         return Baseline(name, True, "ok", timing=timing, compile_seconds=seconds, max_abs_error=worst)
 
-    def _run_compared(self, role: str, source: Path, plan: Plan, scratch: Path, reference: "ReferenceResult", log_name: str, compile_mode: Optional[str] = None) -> tuple[WorkerOutcome, list[CheckResult], Optional[CheckResult]]:
+    def _run_compared(self, role: str, source: Path, plan: Plan, scratch: Path, reference: "ReferenceResult", log_name: str, compile_mode: Optional[str] = None) -> tuple[WorkerOutcome, list[CheckResult], Optional[CheckResult], dict[str, float]]:
         """Run a worker on the reference's inputs and compare each output as it arrives; a wrong
-        output stops the worker. Returns the outcome, the checks made and the same-seed check."""
+        output stops the worker. Returns the outcome, the checks made, the same-seed check and the
+        relative errors of the float64-checked call."""
         outputs = Path(tempfile.mkdtemp(prefix=f"{log_name[:20]}-", dir=scratch))
         checks: list[CheckResult] = []
+        precision: dict[str, float] = {}
         tolerances = self.cfg.check.tolerances
 
         def on_message(message: dict[str, Any]) -> Optional[Failure]:
@@ -270,6 +281,8 @@ class ProblemEvaluation:
             path.unlink()
             check = compare_outputs(plan.calls[index].label, reference.expected[f"call_{index}"], actual, tolerances)
             checks.append(check)
+            if index == plan.precision_call and "float64" in reference.expected:
+                precision.update(relative_errors(actual, reference.expected[f"call_{index}"], reference.expected["float64"]))
             if not check.passed:
                 return Status.INCORRECT, f"{check.name}: {check.reason}"
             return None
@@ -296,7 +309,7 @@ class ProblemEvaluation:
                 checks.append(extra)
                 if not extra.passed and outcome.failure is None:
                     outcome = dataclasses.replace(outcome, failure=(Status.INCORRECT, f"{extra.name}: {extra.reason}"))
-        return outcome, checks, same_seed
+        return outcome, checks, same_seed, precision
 
     def _compare_timed(self, path: Path, plan: Plan, reference: "ReferenceResult") -> Optional[CheckResult]:
         """The last timed call on trial 1's inputs against the reference's repeat of that call
@@ -312,7 +325,7 @@ class ProblemEvaluation:
         return compare_outputs(name, reference.expected[f"call_{repeats[0]}"], actual, self.cfg.check.tolerances)
 
     def _run_candidate(self, candidate: Candidate, plan: Plan, scratch: Path, reference: "ReferenceResult") -> CandidateRecord:
-        outcome, checks, same_seed = self._run_compared("candidate", candidate.path, plan, scratch, reference, candidate.name)
+        outcome, checks, same_seed, precision = self._run_compared("candidate", candidate.path, plan, scratch, reference, candidate.name)
         builds = tuple(ExtensionBuild(**b) for m in outcome.messages if m.get("type") == "builds" for b in m["builds"])
         timing = _timing(outcome)
         warnings: list[str] = []
@@ -330,6 +343,12 @@ class ProblemEvaluation:
         if threads:
             warnings.append(f"forward left {threads[0]['count']} thread(s) running after it returned ({', '.join(threads[0]['names'])}; first seen after {threads[0]['label']})")
         warnings.extend(f"source: {w}" for w in scan_source(candidate.path))
+        if precision and precision["candidate"] > max(self.cfg.check.precision_ratio * precision["reference"], PRECISION_FLOOR):
+            warnings.append(
+                f"less precise than the reference: relative error {precision['candidate']:.2g} against a float64 reference, "
+                f"where the float32 reference has {precision['reference']:.2g} (over check.precision_ratio={self.cfg.check.precision_ratio:g}x); "
+                "it passes the tolerance, but look for lower-precision arithmetic (TF32, fp16, bf16)"
+            )
         if reference.record.other_size_note:
             warnings.append(f"the other-size trial ran at the problem's own size: {reference.record.other_size_note}")
         profile = _profile(outcome)
@@ -523,6 +542,26 @@ class TimingCache:
 
 
 NO_BUFFERS = "ok (no buffers)"
+PRECISION_FLOOR = 1e-6  # relative errors below this are never called imprecise
+
+
+def relative_errors(actual: dict[str, Any], expected: dict[str, Any], wide: dict[str, Any]) -> dict[str, float]:
+    """||x - float64 reference|| / ||float64 reference|| over all floating outputs, for the
+    candidate ("candidate") and the float32 reference ("reference"); {} when not comparable."""
+    def error(outputs: list[Any]) -> float:
+        num = den = 0.0
+        for got, exact in zip(outputs, wide["tensors"]):
+            if not (exact.is_floating_point() and got.shape == exact.shape):
+                return float("nan")
+            finite = torch.isfinite(exact) & torch.isfinite(got)
+            num += float(((got.double() - exact)[finite] ** 2).sum())
+            den += float((exact[finite] ** 2).sum())
+        return (num / den) ** 0.5 if den > 0 else float("nan")
+
+    if len(actual["tensors"]) != len(wide["tensors"]):
+        return {}
+    result = {"candidate": error(actual["tensors"]), "reference": error(expected["tensors"])}
+    return result if all(v == v for v in result.values()) else {}
 
 
 def _compare_buffers(path: Path, expected: dict[str, Any], tolerances: Any) -> CheckResult:

@@ -209,6 +209,8 @@ class Worker:
                 # identity or address comes back stale and fails the comparison.
                 reused = _refill(reused, arg_sets[call["input"]], device)
                 self._call(runner, reused, device, f"call_{index}", fresh_inputs=False)
+                if self.role == "reference" and index == job.get("precision_call"):
+                    self._call_float64(model, reused, f"call_{index}.f64")
                 self.channel.send({"type": "call", "index": index})
             torch.save({k: v.detach().cpu() for k, v in model.named_buffers()}, self.outputs / "buffers.pt")
         self.end_phase()
@@ -342,6 +344,25 @@ class Worker:
             raise
         except BaseException as exc:
             raise classify(exc, Status.CONSTRUCT_FAILED) from None
+
+    def _call_float64(self, model: Any, args: list[Any], label: str) -> None:
+        """The same call on a float64 copy of the model and inputs: the yardstick for precision.
+        A model that cannot run in float64 is reported and skipped, never failed."""
+        import copy
+
+        import torch
+
+        try:
+            twin = copy.deepcopy(model).double()
+            twin.train(model.training)
+            wide = [a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
+            with torch.no_grad():
+                out = twin(*wide)
+            outputs = list(out) if isinstance(out, (tuple, list)) else [out]
+            torch.save(_output_record(outputs, wide), self.outputs / f"{label}.pt")
+            del twin, out, outputs
+        except Exception as exc:
+            self.channel.send({"type": "float64_skipped", "reason": one_line(exc)})
 
     def _inputs(self, module: types.ModuleType, seed: int, distribution: str, sizes: dict[str, Any]) -> list[Any]:
         """get_inputs() after manual_seed(seed), with module constants overridden by `sizes`."""
