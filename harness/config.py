@@ -42,6 +42,7 @@ class CheckConfig:
     randomize_weights: bool  # move the reference's parameters and buffers away from their default init
     max_plausible_speedup: float  # warn when a speedup over eager is above this
     precision_ratio: float  # warn when the error against float64 exceeds the reference's own by this factor
+    no_custom_kernel: str  # flag | fail | ignore: a CUDA candidate none of whose own kernels ran
 
     def __post_init__(self) -> None:
         if self.trials < 1:
@@ -49,6 +50,8 @@ class CheckConfig:
         bad = [d for d in self.input_distributions if d not in DISTRIBUTIONS]
         if bad or not self.input_distributions:
             raise ValueError(f"check.input_distributions must be a non-empty list of {list(DISTRIBUTIONS)}, got {list(self.input_distributions)}")
+        if self.no_custom_kernel not in ("flag", "fail", "ignore"):
+            raise ValueError(f"check.no_custom_kernel must be flag, fail or ignore, got {self.no_custom_kernel!r}")
         if self.repeats < 0:
             raise ValueError("check.repeats must be 0 or more")
         if self.max_plausible_speedup <= 1:

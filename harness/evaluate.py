@@ -22,7 +22,7 @@ import torch
 
 from harness.candidate import Candidate, needs_cuda_statically
 from harness.compare import compare_outputs
-from harness.scan import scan_source
+from harness.scan import custom_share, declared_kernels, scan_source
 from harness.config import Config
 from harness.problem import Problem
 from harness.records import Baseline, CallProfile, CandidateRecord, CheckResult, ExtensionBuild, ReferenceRecord, SpeedOfLight, TimingStats, from_dict, to_dict
@@ -352,6 +352,18 @@ class ProblemEvaluation:
         if reference.record.other_size_note:
             warnings.append(f"the other-size trial ran at the problem's own size: {reference.record.other_size_note}")
         profile = _profile(outcome)
+        share = None
+        if profile is not None and profile.kernels:
+            names = declared_kernels(candidate.path)
+            share = custom_share([(k.name, k.total_ms) for k in profile.kernels], names)
+            policy = self.cfg.check.no_custom_kernel
+            if status is Status.CORRECT and share == 0 and policy != "ignore":
+                ran = ", ".join(k.name.split("(")[0][:60] for k in profile.kernels[:3])
+                why = (f"none of its own kernels ({', '.join(sorted(names)[:4])}) ran" if names else "it brings no kernel of its own") + f"; the profiled call ran only {ran}"
+                if policy == "fail":
+                    status, reason = Status.NO_CUSTOM_KERNEL, why
+                else:
+                    warnings.append(f"no custom kernel: {why}")
         measures: dict[str, Any] = {}
         if status is Status.CORRECT and timing is not None:
             measures, more = compare_times(timing, profile, reference.record, self.cfg)
@@ -368,6 +380,7 @@ class ProblemEvaluation:
             reference_ms=reference.timing.median_ms if reference.timing else None,
             builds=builds,
             profile=profile,
+            custom_kernel_share=share,
             phase_seconds=(outcome.done or {}).get("phase_seconds", {}),
             wall_seconds=round(outcome.wall_seconds, 3),
             warnings=tuple(warnings),

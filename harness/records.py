@@ -246,6 +246,7 @@ class CandidateRecord:
     sol_ms: Optional[float] = None  # the problem's roofline floor on this device
     sol_fraction: Optional[float] = None  # sol_ms / timing.median_ms: 1.0 is the speed of light
     profile: Optional[CallProfile] = None  # one profiled call (CUDA)
+    custom_kernel_share: Optional[float] = None  # share of the profiled GPU time in the candidate's own kernels
     builds: tuple[ExtensionBuild, ...] = ()  # load_inline calls and cache hits
     phase_seconds: dict[str, float] = dataclasses.field(default_factory=dict)  # wall time per worker phase
     wall_seconds: float = 0.0  # wall time of the whole evaluation, seen by the parent

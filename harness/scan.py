@@ -4,6 +4,7 @@ cheats use. Each finding becomes a warning on the record; the runtime checks dec
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 SUSPICIOUS_MODULES = {
@@ -92,3 +93,35 @@ def scan_source(path: Path) -> list[str]:
             elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("half", "bfloat16"):
                 note(f"forward calls .{node.func.attr}(): lower precision than the reference may hide in the tolerance", node)
     return [f"{message} (line {line})" for message, line in sorted(found.items(), key=lambda item: item[1])]
+
+
+_GLOBAL = re.compile(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(?:static\s+)?void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)")
+
+
+def declared_kernels(path: Path) -> set[str]:
+    """Names of the GPU kernels a candidate brings: `__global__` functions in its source strings
+    and functions decorated with Triton's `jit`."""
+    try:
+        tree = ast.parse(Path(path).read_text(encoding="utf-8", errors="replace"))
+    except (OSError, SyntaxError, ValueError):
+        return set()
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and "__global__" in node.value:
+            names.update(_GLOBAL.findall(node.value))
+        elif isinstance(node, ast.FunctionDef):
+            for decorator in node.decorator_list:
+                target = decorator.func if isinstance(decorator, ast.Call) else decorator
+                if _dotted(target).split(".")[-1] in ("jit", "autotune", "heuristics"):
+                    names.add(node.name)
+    return names
+
+
+def custom_share(kernels: "list[tuple[str, float]]", names: set[str]) -> float:
+    """Fraction of the GPU time in `kernels` ((name, ms) pairs, as the profiler names them) spent in
+    kernels whose name contains one of `names` as a whole identifier."""
+    total = sum(ms for _, ms in kernels)
+    if total <= 0 or not names:
+        return 0.0
+    pattern = re.compile(r"\b(" + "|".join(re.escape(n) for n in sorted(names)) + r")\b")
+    return sum(ms for name, ms in kernels if pattern.search(name)) / total

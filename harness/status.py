@@ -24,6 +24,7 @@ class Status(str, enum.Enum):
     EXITED_EARLY = "exited early"
     FORGED_RESULT = "forged result"
     TAMPERED = "tampered"
+    NO_CUSTOM_KERNEL = "no custom kernel"
     REFERENCE_FAILED = "reference failed"
     HARNESS_ERROR = "harness error"
 
@@ -57,6 +58,7 @@ DESCRIPTIONS: dict[Status, str] = {
     Status.EXITED_EARLY: "the worker process exited cleanly before reporting a result",
     Status.FORGED_RESULT: "the result channel carried a message the harness did not write",
     Status.TAMPERED: "the model replaced a timer, synchronisation, serialisation or harness function",
+    Status.NO_CUSTOM_KERNEL: "correct, but none of its own kernels ran in the profiled call (check.no_custom_kernel: fail)",
     Status.REFERENCE_FAILED: "the problem's own reference could not be evaluated",
     Status.HARNESS_ERROR: "the harness itself failed on this candidate (a bug: please report it)",
 }

@@ -185,6 +185,18 @@ def test_plain_candidate_keeps_stream_timing_without_warnings_about_streams(stre
     assert plain.timing.sync == "stream" and plain.profile.streams == 1 and plain.profile.after_return == 0
 
 
+def test_candidate_without_kernels_of_its_own_is_flagged(streams):
+    plain = streams["plain"]
+    assert plain.custom_kernel_share == 0.0
+    assert any(w.startswith("no custom kernel: it brings no kernel of its own") for w in plain.warnings)
+
+
+def test_share_of_time_in_the_candidates_own_kernel_is_reported(verdicts):
+    record = verdicts["cuda_correct"]
+    assert record.custom_kernel_share is not None and record.custom_kernel_share > 0.5
+    assert not any(w.startswith("no custom kernel") for w in record.warnings)
+
+
 @pytest.fixture(scope="module")
 def graphs(tmp_path_factory, build_cache):
     return _evaluate(tmp_path_factory.mktemp("graphs"), build_cache, ["plain", "synchronises_in_forward"], "timing.mode=graph")
