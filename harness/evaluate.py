@@ -486,6 +486,9 @@ def slowdown_reasons(reasons: str) -> list[str]:
     return [name for bit, name in SLOWDOWN_BITS.items() if bits & bit]
 
 
+PROFILE_FLOOR = 0.8  # a median under this fraction of the profiled call's own GPU time is flagged
+
+
 def timing_warnings(timing: TimingStats, cfg: Any, profile: Optional[CallProfile] = None) -> list[str]:
     """What a reader must know about one timing, each with what to do about it."""
     warnings = []
@@ -509,6 +512,11 @@ def timing_warnings(timing: TimingStats, cfg: Any, profile: Optional[CallProfile
         warnings.append(timing.fallback)
     if timing.sync_reason:
         warnings.append(f"timed with a device-wide synchronise because {timing.sync_reason}")
+    if profile is not None and profile.launches and timing.median_ms < PROFILE_FLOOR * min(profile.kernel_ms, profile.span_ms or profile.kernel_ms):
+        warnings.append(
+            f"implausible: the timed median {timing.median_ms:.4g} ms is below the GPU time of its own profiled call "
+            f"({profile.kernel_ms:.4g} ms in {profile.launches} activities); the timing does not cover the work"
+        )
     if profile is not None and profile.after_return:
         warnings.append(f"{profile.after_return} GPU activities were launched after forward returned: work continues outside the call")
     if profile is not None and timing.mode == "eager" and timing.median_ms > 0 and profile.kernel_ms < 0.8 * timing.median_ms and timing.median_ms < 1.0:

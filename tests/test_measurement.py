@@ -75,6 +75,13 @@ def test_power_or_thermal_capping_after_timing_is_reported():
     assert timing_warnings(stats([1.0] * 5, clock_event_reasons="0x0000000000000001"), cfg) == []  # idle is not a slowdown
 
 
+def test_time_below_the_calls_own_profiled_gpu_time_is_flagged():
+    cfg = types.SimpleNamespace(target_rse=1.0, unstable_iqr=1.0)
+    profile = CallProfile(kernel_ms=2.0, span_ms=2.1, launches=3, streams=1, after_return=0)
+    assert any("below the GPU time of its own profiled call" in w for w in timing_warnings(stats([1.0] * 5), cfg, profile))
+    assert not any("below the GPU time" in w for w in timing_warnings(stats([2.05] * 5), cfg, profile))
+
+
 def test_launch_bound_call_suggests_graph_mode():
     cfg = types.SimpleNamespace(target_rse=1.0, unstable_iqr=1.0)
     profile = CallProfile(kernel_ms=0.01, span_ms=0.04, launches=6, streams=1, after_return=0)
