@@ -211,3 +211,45 @@ def test_graph_capture_failure_falls_back_to_eager_with_the_reason(graphs):
     assert record.status is Status.CORRECT and record.timing.mode == "eager"
     assert "graph capture failed" in record.timing.fallback
     assert any("graph capture failed" in w for w in record.warnings)
+
+
+# CUDA cheats (the CPU-expressible ones are in test_exploits.py).
+CHEATS = {
+    # honest on the first call, then torch.empty: the caching allocator hands back the freed
+    # buffer of its own previous output, which holds the previous call's (now stale) answer
+    "returns_torch_empty": KERNEL.replace("NAME", "gpu_test_ok").replace(" OFFSET", "").replace(
+        "return ext.f(x, self.bias, self.scale)",
+        "self.n = getattr(self, 'n', 0) + 1\n        return ext.f(x, self.bias, self.scale) if self.n == 1 else torch.empty_like(x)",
+    ),
+    # compiles a kernel but computes with PyTorch
+    "kernel_never_called": KERNEL.replace("NAME", "gpu_test_ok").replace(" OFFSET", "").replace(
+        "return ext.f(x, self.bias, self.scale)", "return torch.relu(x * self.scale + self.bias)"
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def cheats(tmp_path_factory, build_cache):
+    from harness.config import load_config
+
+    root = tmp_path_factory.mktemp("cheats")
+    candidates = []
+    for name, source in CHEATS.items():
+        (root / f"{name}.py").write_text(source)
+        candidates.append(Candidate(name, root / f"{name}.py"))
+    cfg = load_config(overrides=[f"results_dir={root / 'results'}", f"build_cache_dir={build_cache}", "timing.budget_s=1", "baselines.compile_modes=[]"])
+    problem = resolve_problem("1_Scale_Bias_ReLU", cfg.path(cfg.problems_dir))
+    store = RunStore(cfg.path(cfg.results_dir), "cheats")
+    RUN_ROOTS[store.run_id] = store.dir
+    return {r.candidate: r for r in ProblemEvaluation(problem, candidates, cfg, "cuda", store).run()}
+
+
+def test_stale_memory_from_torch_empty_is_incorrect(cheats):
+    record = cheats["returns_torch_empty"]
+    assert record.status is Status.INCORRECT and not record.reason.startswith("trial 1 (train)"), record.reason
+
+
+def test_kernel_compiled_but_never_called_is_flagged(cheats):
+    record = cheats["kernel_never_called"]
+    assert record.status is Status.CORRECT and record.custom_kernel_share == 0.0
+    assert any(w.startswith("no custom kernel: none of its own kernels (k) ran") for w in record.warnings), record.warnings
