@@ -519,6 +519,11 @@ def timing_warnings(timing: TimingStats, cfg: Any, profile: Optional[CallProfile
         )
     if profile is not None and profile.after_return:
         warnings.append(f"{profile.after_return} GPU activities were launched after forward returned: work continues outside the call")
+    if profile is not None and profile.busy_after_return:
+        warnings.append(
+            f"{profile.busy_after_return} GPU activities on other streams were still running when the calling stream had finished: "
+            "forward returns before its work is done"
+        )
     if profile is not None and timing.mode == "eager" and timing.median_ms > 0 and profile.kernel_ms < 0.8 * timing.median_ms and timing.median_ms < 1.0:
         warnings.append(
             f"launch-bound: GPU work is {profile.kernel_ms:.4g} ms of a {timing.median_ms:.4g} ms call; "

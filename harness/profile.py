@@ -20,6 +20,7 @@ from harness.records import CallProfile, KernelTime
 
 GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 CALL_RANGE = "harness::call"
+RETURN_RANGE = "harness::returned"
 AFTER_RANGE = "harness::after_return"
 
 
@@ -31,12 +32,14 @@ def profile_call(fn: Callable[..., Any], args: Sequence[Any], device: torch.devi
 
 def profile_calls(fn: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], device: torch.device, flush: Optional[torch.Tensor] = None, calls: int = 1, tail_s: float = 0.05, isolated: bool = True) -> list[CallProfile]:
     """Profile `calls` calls (rotating over `arg_sets`), each after an L2 flush, in one profiler
-    session; `after_return` is counted for the last call. `isolated`: the device is synchronised
-    before and after every call; otherwise calls (and flushes) are queued back to back, as the
-    timer queues them, and told apart by when the host launched their work."""
+    session. `isolated`: the device is synchronised before and after every call; otherwise calls
+    (and flushes) are queued back to back, as the timer queues them, and told apart by when the
+    host launched their work. After each call returns, a closing marker goes on the calling
+    stream: work on other streams that ends after it started was left running by forward."""
     from torch.profiler import ProfilerActivity, profile, record_function
 
     marker = torch.zeros(1, device=device)
+    closing = torch.zeros(1, device=device)
     torch.cuda.synchronize(device)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for index in range(calls):
@@ -47,6 +50,8 @@ def profile_calls(fn: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], dev
             with record_function(CALL_RANGE):
                 marker.zero_()
                 fn(*arg_sets[index % len(arg_sets)])
+            with record_function(RETURN_RANGE):
+                closing.zero_()
                 if isolated or index == calls - 1:
                     torch.cuda.synchronize(device)
         with record_function(AFTER_RANGE):
@@ -60,31 +65,50 @@ def profile_calls(fn: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], dev
 
 
 def summarize_trace(events: list[dict[str, Any]]) -> list[CallProfile]:
-    """One CallProfile per CALL_RANGE annotation in Chrome-trace `events`, in order."""
-    ranges = sorted((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))) for e in events if e.get("cat") == "user_annotation" and e.get("name") == CALL_RANGE)
-    if not ranges:
+    """One CallProfile per CALL_RANGE annotation in Chrome-trace `events`, in order. GPU work is
+    assigned by when the host launched it: inside a call range (the first launch is the start
+    marker), inside the RETURN_RANGE after it (the first launch is the closing marker, any other
+    was launched after forward returned), or after the last call."""
+    def ranges_named(name: str) -> list[tuple[float, float]]:
+        return sorted((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))) for e in events if e.get("cat") == "user_annotation" and e.get("name") == name)
+
+    calls, returns = ranges_named(CALL_RANGE), ranges_named(RETURN_RANGE)
+    if not calls:
         raise ValueError("the profile holds no call range")
     launched_at: dict[Any, float] = {}
     for e in events:
         if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {}):
             launched_at[e["args"]["correlation"]] = float(e["ts"])
-    during: list[list[tuple[float, dict[str, Any]]]] = [[] for _ in ranges]
-    after = 0
+    during: list[list[tuple[float, dict[str, Any]]]] = [[] for _ in calls]
+    returned: list[list[tuple[float, dict[str, Any]]]] = [[] for _ in calls]
+    late = 0
+    last_end = max(calls[-1][1], returns[-1][1] if returns else 0.0)
     for e in events:
         if e.get("cat") not in GPU_CATEGORIES:
             continue
         launch = launched_at.get(e.get("args", {}).get("correlation"), float(e["ts"]))
-        if launch > ranges[-1][1]:
-            after += 1
+        if launch > last_end:
+            late += 1
             continue
-        for index, (start, end) in enumerate(ranges):
+        for index, (start, end) in enumerate(calls):
             if start <= launch <= end:
                 during[index].append((launch, e))
                 break
-    return [_summarize_call(items, after if index == len(ranges) - 1 else 0) for index, items in enumerate(during)]
+        else:
+            for index, (start, end) in enumerate(returns[: len(calls)]):
+                if start <= launch <= end:
+                    returned[index].append((launch, e))
+                    break
+    profiles = []
+    for index, items in enumerate(during):
+        after = sorted(returned[index], key=lambda item: item[0])
+        closing = after[0][1] if after else None
+        extra = len(after) - 1 if after else 0
+        profiles.append(_summarize_call(items, extra + (late if index == len(calls) - 1 else 0), closing))
+    return profiles
 
 
-def _summarize_call(during: list[tuple[float, dict[str, Any]]], after: int) -> CallProfile:
+def _summarize_call(during: list[tuple[float, dict[str, Any]]], after: int, closing: Optional[dict[str, Any]] = None) -> CallProfile:
     if not during:
         raise ValueError("the profile shows no GPU activity in a call (not even the marker)")
     during.sort(key=lambda item: (item[0], float(item[1]["ts"])))
@@ -96,11 +120,13 @@ def _summarize_call(during: list[tuple[float, dict[str, Any]]], after: int) -> C
         by_name.setdefault(str(e.get("name", "?"))[:200], []).append(float(e.get("dur", 0)) / 1e3)
     kernels = sorted((KernelTime(name, len(d), round(sum(d), 6)) for name, d in by_name.items()), key=lambda k: -k.total_ms)
     span = (max(float(e["ts"]) + float(e.get("dur", 0)) for e in work) - min(float(e["ts"]) for e in work)) / 1e3 if work else 0.0
+    busy = sum(1 for e in work if float(e["ts"]) + float(e.get("dur", 0)) > float(closing["ts"])) if closing is not None else 0
     return CallProfile(
         kernel_ms=round(sum(float(e.get("dur", 0)) for e in work) / 1e3, 6),
         span_ms=round(span, 6),
         launches=len(work),
         streams=len(streams),
         after_return=after,
+        busy_after_return=busy,
         kernels=tuple(kernels[:20]),
     )

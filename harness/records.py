@@ -171,8 +171,9 @@ class CallProfile:
     span_ms: float  # first start to last end of those activities
     launches: int  # GPU activities in the call
     streams: int  # distinct streams they ran on (the calling stream included)
-    after_return: int  # GPU activities that started after forward returned and the device was synchronised
+    after_return: int  # GPU activities launched after forward returned
     kernels: tuple[KernelTime, ...] = ()  # by name, longest total first (at most 20)
+    busy_after_return: int = 0  # activities of the call still running when the calling stream had drained
 
 
 @dataclasses.dataclass(frozen=True)

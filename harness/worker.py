@@ -285,7 +285,7 @@ class Worker:
                     except Exception as exc:
                         torch.cuda.synchronize(device)  # a device fault is the model's; anything else is the profiler's
                         profile_error = one_line(exc)
-                    if profile is not None and sync == "auto" and (profile.streams > 1 or profile.after_return):
+                    if profile is not None and sync == "auto" and (profile.streams > 1 or profile.after_return or profile.busy_after_return):
                         why = []
                         if profile.streams > 1:
                             why.append(f"the profiled call ran GPU work on {profile.streams} streams")

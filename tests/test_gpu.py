@@ -168,6 +168,7 @@ def test_side_stream_work_is_inside_the_measurement(streams):
     assert main.status is side.status is Status.CORRECT
     assert main.timing.sync == "stream" and side.timing.sync == "device"
     assert "2 streams" in side.timing.sync_reason and side.profile.streams == 2
+    assert side.profile.busy_after_return >= 1 and main.profile.busy_after_return == 0
     # Twenty 2048^2 matmuls dominate both; timed on the calling stream only, the side-stream
     # candidate would read as the tiny elementwise op (hundreds of times less).
     assert side.timing.median_ms > 0.7 * main.timing.median_ms, (side.timing.median_ms, main.timing.median_ms)

@@ -7,7 +7,7 @@ import torch
 from harness.evaluate import ProblemEvaluation, compare_times, timing_warnings
 from harness.candidate import Candidate
 from harness.problem import resolve_problem
-from harness.profile import AFTER_RANGE, CALL_RANGE, summarize_trace
+from harness.profile import AFTER_RANGE, CALL_RANGE, RETURN_RANGE, summarize_trace
 from harness.records import Baseline, CallProfile, ReferenceRecord, SpeedOfLight, TimingStats
 from harness.roofline import Peaks, Work, count_work, device_peaks, floor
 from harness.status import Status
@@ -92,32 +92,44 @@ def test_launch_bound_call_suggests_graph_mode():
 
 
 def _trace():
-    """Two profiled calls: the marker, a kernel on the calling stream and one on a side stream in
-    the second; and a kernel launched after the last call returned."""
+    """Two profiled calls. Each has a start marker, a kernel on the calling stream (7) and, after
+    forward returns, a closing marker on stream 7. The second call also has side-stream work
+    (stream 13) that outlives the closing marker, and a thread's launch after forward returned.
+    One more kernel is launched after the last call."""
     events = [
-        {"cat": "user_annotation", "name": CALL_RANGE, "ts": 100, "dur": 100},
-        {"cat": "user_annotation", "name": CALL_RANGE, "ts": 300, "dur": 100},
+        {"cat": "user_annotation", "name": CALL_RANGE, "ts": 100, "dur": 50},
+        {"cat": "user_annotation", "name": RETURN_RANGE, "ts": 150, "dur": 50},
+        {"cat": "user_annotation", "name": CALL_RANGE, "ts": 300, "dur": 40},
+        {"cat": "user_annotation", "name": RETURN_RANGE, "ts": 340, "dur": 60},
         {"cat": "user_annotation", "name": AFTER_RANGE, "ts": 400, "dur": 100},
     ]
-    launches = [(1, 101, 7, "marker", 1), (2, 110, 7, "gemm", 40), (3, 301, 7, "marker", 1), (4, 310, 7, "gemm", 42),
-                (5, 320, 13, "side_work", 30), (6, 450, 13, "late_work", 5)]
-    for corr, ts, stream, name, dur in launches:
-        events.append({"cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": ts, "dur": 2, "args": {"correlation": corr}})
-        events.append({"cat": "kernel", "name": name, "ts": ts + 5, "dur": dur, "args": {"correlation": corr, "stream": stream}})
+    launches = [  # correlation, host launch, GPU start, stream, name, duration (all µs)
+        (1, 101, 105, 7, "marker", 1), (2, 110, 115, 7, "gemm", 40), (3, 151, 156, 7, "closing", 1),
+        (4, 301, 305, 7, "marker", 1), (5, 310, 315, 7, "gemm", 42), (6, 320, 325, 13, "side_work", 60),
+        (7, 341, 358, 7, "closing", 1), (8, 345, 390, 13, "thread_work", 5), (9, 450, 455, 13, "late_work", 5),
+    ]
+    for corr, launch, start, stream, name, dur in launches:
+        events.append({"cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": launch, "dur": 2, "args": {"correlation": corr}})
+        events.append({"cat": "kernel", "name": name, "ts": start, "dur": dur, "args": {"correlation": corr, "stream": stream}})
     events.append({"cat": "gpu_user_annotation", "name": CALL_RANGE, "ts": 105, "dur": 50})
     return events
 
 
-def test_profile_sums_kernels_per_call_without_the_marker_and_counts_streams():
+def test_profile_sums_kernels_per_call_without_the_markers_and_counts_streams():
     first, second = summarize_trace(_trace())
     assert first.kernel_ms == pytest.approx(0.040) and first.launches == 1 and first.streams == 1
-    assert second.kernel_ms == pytest.approx(0.072) and second.launches == 2 and second.streams == 2
+    assert second.kernel_ms == pytest.approx(0.102) and second.launches == 2 and second.streams == 2
     assert {k.name for k in second.kernels} == {"gemm", "side_work"}
 
 
 def test_profile_counts_work_launched_after_the_call_returned():
     first, second = summarize_trace(_trace())
-    assert first.after_return == 0 and second.after_return == 1
+    assert first.after_return == 0 and second.after_return == 2  # the thread's launch, and the late one
+
+
+def test_profile_counts_work_still_running_when_the_calling_stream_drained():
+    first, second = summarize_trace(_trace())
+    assert first.busy_after_return == 0 and second.busy_after_return == 1  # side_work ends at 385, closing starts at 358
 
 
 # -- speed of light -----------------------------------------------------------------------------------
