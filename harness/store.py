@@ -29,6 +29,24 @@ class RunStore:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.records_path = self.dir / RECORDS_FILE
 
+    @property
+    def has_records(self) -> bool:
+        return self.records_path.is_file() and self.records_path.stat().st_size > 0
+
+    def drop_partial_line(self) -> bool:
+        """Cut a last line that a killed run left unfinished (no newline); True when one was cut.
+        Every finished record was fsync'ed with its newline, so nothing finished is lost."""
+        if not self.has_records:
+            return False
+        data = self.records_path.read_bytes()
+        if data.endswith(b"\n"):
+            return False
+        with open(self.records_path, "r+b") as f:
+            f.truncate(data.rfind(b"\n") + 1)
+            f.flush()
+            os.fsync(f.fileno())
+        return True
+
     def log_path(self, problem: str, candidate: str) -> Path:
         return self.dir / "logs" / problem / f"{candidate}.log"
 

@@ -34,6 +34,7 @@ def setup_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-timing", action="store_true", help="check correctness only")
     parser.add_argument("--results", metavar="DIR", help="results folder (config results_dir)")
     parser.add_argument("--run-id", metavar="ID", help="name of the run folder (default: time + random)")
+    parser.add_argument("--resume", metavar="RUN", help="finish an interrupted run: evaluate only the candidates without a record in results/RUN")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
     parser.add_argument("--json", action="store_true", help="print the records as JSON lines on stdout instead of tables")
 
@@ -49,7 +50,11 @@ def run_from_args(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if args.results:
         overrides.append(f"results_dir={args.results}")
     cfg = load_config(args.config, overrides)
+    if args.resume and args.run_id:
+        raise UserError("--resume names the run to finish; leave out --run-id")
     targets = select_targets(cfg, problem=args.problem, solution=args.solution, everything=args.all)
+    if args.resume:
+        return run(cfg, targets, run_id=Path(args.resume).name, resume=True, quiet=args.quiet, json_output=args.json, argv=argv)
     return run(cfg, targets, run_id=args.run_id, quiet=args.quiet, json_output=args.json, argv=argv)
 
 
@@ -87,11 +92,48 @@ def resolve_device(cfg: Config) -> str:
     return cfg.device
 
 
-def run(cfg: Config, targets: list[Target], *, run_id: str | None = None, quiet: bool = False, json_output: bool = False, argv: Sequence[str] = ()) -> int:
+def resume_targets(store: RunStore, targets: list[Target]) -> tuple[list[Target], list[CandidateRecord]]:
+    """The targets minus candidates that already have a final record in `store` (same problem and
+    candidate file contents), and those records. A `harness error` record is redone."""
+    finished: dict[tuple[str, str], CandidateRecord] = {}
+    for record in read_records(store.records_path):
+        if isinstance(record, CandidateRecord):
+            if record.status is Status.HARNESS_ERROR:
+                finished.pop((record.problem, record.candidate), None)
+            else:
+                finished[(record.problem, record.candidate)] = record
+    left: list[Target] = []
+    kept: list[CandidateRecord] = []
+    for problem, candidates in targets:
+        todo = []
+        for candidate in candidates:
+            done = finished.get((problem.name, candidate.name))
+            if done is not None and done.candidate_hash == candidate.hash and done.problem_hash == problem.hash:
+                kept.append(done)
+            else:
+                todo.append(candidate)
+        if todo:
+            left.append((problem, todo))
+    return left, kept
+
+
+def run(cfg: Config, targets: list[Target], *, run_id: str | None = None, resume: bool = False, quiet: bool = False, json_output: bool = False, argv: Sequence[str] = ()) -> int:
     from harness.environment import collect_environment
 
     device = resolve_device(cfg)
-    store = RunStore(cfg.path(cfg.results_dir), run_id or new_run_id())
+    results_dir = cfg.path(cfg.results_dir)
+    if resume and not (results_dir / str(run_id) / "records.jsonl").is_file():
+        raise UserError(f"--resume {run_id}: no run with records in {results_dir}")
+    if not resume and run_id and (results_dir / run_id / "records.jsonl").is_file():
+        raise UserError(f"run {run_id} already has records in {results_dir}; use --resume {run_id} to finish it, or another --run-id")
+    store = RunStore(results_dir, run_id or new_run_id())
+    previous: list[CandidateRecord] = []
+    if resume:
+        if store.drop_partial_line() and not quiet:
+            print(f"note: {store.records_path} ended in a half-written line (the run was killed); it was cut", file=sys.stderr)
+        targets, previous = resume_targets(store, targets)
+        if not quiet:
+            print(f"resuming {store.run_id}: {len(previous)} candidate(s) already finished, {sum(len(c) for _, c in targets)} to evaluate", file=sys.stderr)
     store.append(RunHeader(
         run_id=store.run_id,
         started_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -99,7 +141,7 @@ def run(cfg: Config, targets: list[Target], *, run_id: str | None = None, quiet:
         config=cfg.to_dict(),
         environment=collect_environment(),
     ))
-    records: list[CandidateRecord] = []
+    records: list[CandidateRecord] = list(previous)
     interrupted = False
     with Progress(quiet=quiet) as progress:
         if device == "cpu":
