@@ -125,6 +125,19 @@ class SpeedOfLightConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class BuildsConfig:
+    ahead: str  # auto | always | never: build candidates' extensions in a CPU pool ahead of evaluation (auto: on CUDA runs)
+    parallel: int  # concurrent builds (0: one per two cores and per 4 GiB of memory)
+    jobs_per_build: int  # MAX_JOBS for each build's ninja (0: cores / parallel builds)
+
+    def __post_init__(self) -> None:
+        if self.ahead not in ("auto", "always", "never"):
+            raise ValueError(f"builds.ahead must be auto, always or never, got {self.ahead!r}")
+        if self.parallel < 0 or self.jobs_per_build < 0:
+            raise ValueError("builds.parallel and builds.jobs_per_build must be 0 (auto) or more")
+
+
+@dataclasses.dataclass(frozen=True)
 class Limits:
     memory_mb: int  # host RSS limit per worker, 0 = 80% of RAM
     log_kib: int  # captured output kept per worker
@@ -148,6 +161,7 @@ class Config:
     timing: TimingConfig
     baselines: BaselinesConfig
     speed_of_light: SpeedOfLightConfig
+    builds: BuildsConfig
     limits: Limits
     leaderboard: LeaderboardConfig
 

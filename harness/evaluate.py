@@ -96,6 +96,7 @@ class ProblemEvaluation:
         store: RunStore,
         on_record: Callable[[CandidateRecord], None] = lambda r: None,
         on_start: Callable[[Candidate], None] = lambda c: None,
+        builds: Optional[Any] = None,
     ) -> None:
         self.problem = problem
         self.candidates = candidates
@@ -104,6 +105,7 @@ class ProblemEvaluation:
         self.store = store
         self.on_record = on_record
         self.on_start = on_start
+        self.builds = builds  # a harness.prebuild.BuildAhead already building these candidates, or None
         self.problem_hash = problem.hash
         self.memory_limit = cfg.limits.memory_mb << 20 if cfg.limits.memory_mb else default_memory_limit()
 
@@ -125,6 +127,8 @@ class ProblemEvaluation:
             reference = self._run_reference(plan, scratch)
             for candidate in runnable:
                 self.on_start(candidate)
+                if self.builds is not None:
+                    self.builds.wait(candidate.path)  # the worker then loads the finished build
                 if reference.ok:
                     try:
                         record = self._run_candidate(candidate, plan, scratch, reference)

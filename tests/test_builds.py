@@ -106,3 +106,25 @@ def test_build_inside_init_runs_under_the_load_limit_not_construct(make_config, 
     record = records["builds_in_init"]
     assert record.status is Status.CORRECT, record.reason
     assert [b.name for b in record.builds] == ["built_in_init"]
+
+
+def test_builds_run_ahead_in_a_pool_and_the_worker_loads_them_finished(make_config, tmp_path):
+    from harness.commands.run import run, start_builds
+    from harness.store import read_records
+
+    folder = tmp_path / "solutions" / "1_Scale_Bias_ReLU"
+    folder.mkdir(parents=True)
+    source = CPP_CANDIDATE.read_text()
+    for variant in ("ahead_a", "ahead_b"):  # distinct extension names: two fresh builds
+        (folder / f"{variant}.py").write_text(source.replace('name="cpp_scale_bias_relu"', f'name="cpp_{variant}"'))
+    cfg = make_config("builds.ahead=always", "builds.parallel=2", "timing.enabled=false", f"solutions_dir={tmp_path / 'solutions'}")
+    from harness.commands.run import select_targets
+
+    targets = select_targets(cfg, problem="1_Scale_Bias_ReLU", solution=None, everything=False)
+    assert start_builds(make_config("builds.ahead=auto"), "cpu", targets) is None  # never on a CPU run unless asked
+    assert run(cfg, targets, run_id="ahead", quiet=True, argv=()) == 0
+    records = [r for r in read_records(cfg.path(cfg.results_dir) / "ahead") if hasattr(r, "builds")]
+    assert {r.candidate for r in records} == {"ahead_a", "ahead_b"}
+    for record in records:
+        assert record.status is Status.CORRECT, record.reason
+        assert record.builds and all(b.cached for b in record.builds), record.builds  # the pool built it first

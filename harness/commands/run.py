@@ -143,6 +143,7 @@ def run(cfg: Config, targets: list[Target], *, run_id: str | None = None, resume
     ))
     records: list[CandidateRecord] = list(previous)
     interrupted = False
+    builds = start_builds(cfg, device, targets)
     with Progress(quiet=quiet) as progress:
         if device == "cpu":
             progress.message("note: no CUDA device in use: running on the CPU; candidates that need CUDA get the status 'needs CUDA'")
@@ -151,12 +152,15 @@ def run(cfg: Config, targets: list[Target], *, run_id: str | None = None, resume
                 progress.problem(problem.name, len(candidates))
                 evaluation = ProblemEvaluation(
                     problem, candidates, cfg, device, store,
-                    on_record=progress.finished, on_start=lambda c: progress.started(c.name),
+                    on_record=progress.finished, on_start=lambda c: progress.started(c.name), builds=builds,
                 )
                 records.extend(evaluation.run())
         except KeyboardInterrupt:
             interrupted = True
             progress.message("interrupted: the leaderboard below covers the candidates finished so far")
+        finally:
+            if builds is not None:
+                builds.close()
     end = finish_run(store, device)
     for warning in end.warnings:
         print(f"warning: {warning}", file=sys.stderr)
@@ -173,6 +177,28 @@ def run(cfg: Config, targets: list[Target], *, run_id: str | None = None, resume
         written = f"{store.records_path}" + (f", {csv_path}, {md_path}" if records else "")
         print(f"wrote {written}", file=sys.stderr)
     return int(exit_code(records, interrupted))
+
+
+def start_builds(cfg: Config, device: str, targets: list[Target]):
+    """A BuildAhead already compiling every candidate of `targets`, in evaluation order; None when
+    builds.ahead is never (or auto on a CPU run, where building would disturb the timings)."""
+    from harness.prebuild import BuildAhead, default_parallelism, gpu_arch
+
+    if cfg.builds.ahead == "never" or (cfg.builds.ahead == "auto" and device != "cuda"):
+        return None
+    parallel, jobs = default_parallelism()
+    builds = BuildAhead(
+        cfg.path(cfg.build_cache_dir),
+        gpu_arch() if device == "cuda" else "cpu",
+        cfg.builds.parallel or parallel,
+        cfg.builds.jobs_per_build or jobs,
+        timeout=cfg.timeouts.load,
+    )
+    for _, candidates in targets:
+        for candidate in candidates:
+            if candidate.extraction_failure is None:
+                builds.submit(candidate.path)
+    return builds
 
 
 def finish_run(store: RunStore, device: str) -> RunEnd:

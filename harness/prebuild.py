@@ -1,0 +1,109 @@
+"""Builds ahead of evaluation: each candidate's inline extensions are compiled in a CPU pool, in
+their own processes, into the same content-addressed cache the worker uses. The worker then
+loads the finished build instead of compiling while the GPU waits.
+
+A build process imports the candidate module (that is what triggers `load_inline`), exactly as the
+worker's load phase would, in a subprocess of its own; it never evaluates anything. A build that
+fails, or that only happens in `__init__`, is simply left to the worker, which reports it.
+
+    python -m harness.prebuild FILE CACHE_DIR ARCH      (one build; prints one line)
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Optional
+
+from harness.config import ROOT
+
+
+def default_parallelism() -> tuple[int, int]:
+    """(concurrent builds, ninja jobs per build): about one build per two cores and per 4 GiB of
+    memory (an nvcc build of a torch extension peaks near 2-3 GiB), never oversubscribing."""
+    cores = os.cpu_count() or 1
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        memory = 8 << 30
+    builds = max(1, min(cores // 2, memory // (4 << 30), 16))
+    return builds, max(1, cores // builds)
+
+
+def gpu_arch() -> str:
+    """Compute capability of the first visible GPU ("9.0"), read without a CUDA context; "" if unknown."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    command = ["nvidia-smi", *(["-i", visible] if visible else []), "--query-gpu=compute_cap", "--format=csv,noheader"]
+    try:
+        out = subprocess.run(command, capture_output=True, text=True, timeout=20).stdout.strip().splitlines()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return out[0].strip() if out else ""
+
+
+class BuildAhead:
+    """A pool that builds candidates' extensions in the background; `wait` blocks until a given
+    candidate's build has finished (or failed, or run past `timeout`)."""
+
+    def __init__(self, cache_dir: Path, arch: str, builds: int, jobs_per_build: int, timeout: float) -> None:
+        self.cache_dir = cache_dir
+        self.arch = arch
+        self.jobs_per_build = jobs_per_build
+        self.timeout = timeout
+        self.pool = ThreadPoolExecutor(max_workers=builds, thread_name_prefix="build")
+        self.futures: dict[Path, Future] = {}
+
+    def submit(self, path: Path) -> None:
+        if path.suffix == ".py" and path not in self.futures:
+            self.futures[path] = self.pool.submit(self._build, path)
+
+    def wait(self, path: Path) -> Optional[str]:
+        """The build's one-line outcome, or None when it was never submitted."""
+        future = self.futures.get(path)
+        if future is None:
+            return None
+        try:
+            return future.result()
+        except Exception as exc:  # a failed build process is the worker's to report
+            return f"error: {exc}"
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+    def _build(self, path: Path) -> str:
+        env = {**os.environ, "MAX_JOBS": str(self.jobs_per_build)}
+        if self.arch not in ("", "cpu"):
+            env["TORCH_CUDA_ARCH_LIST"] = self.arch
+        started = time.perf_counter()
+        try:
+            done = subprocess.run(
+                [sys.executable, "-m", "harness.prebuild", str(path), str(self.cache_dir), self.arch],
+                capture_output=True, text=True, cwd=ROOT, env=env, timeout=self.timeout, start_new_session=True,
+            )
+        except subprocess.TimeoutExpired:
+            return f"timeout after {self.timeout:g} s"
+        lines = (done.stdout.strip() or done.stderr.strip() or "no output").splitlines()
+        return f"{lines[-1]} ({time.perf_counter() - started:.1f} s)"
+
+
+def main() -> None:
+    path, cache_dir, arch = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+    from harness.buildcache import BuildCache
+    from harness.worker import WorkerFailure, load_module
+
+    cache = BuildCache(cache_dir, arch or "cpu")
+    cache.install()
+    try:
+        load_module(path, "__candidate__")
+        print("ok", [(e["name"], "cached" if e["cached"] else "built") for e in cache.events])
+    except WorkerFailure as failure:
+        print(failure.status.value, failure.reason)
+    sys.stdout.flush()
+    os._exit(0)  # threads or atexit hooks the module left must not keep the build process alive
+
+
+if __name__ == "__main__":
+    main()
