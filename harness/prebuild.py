@@ -70,6 +70,10 @@ class BuildAhead:
         except Exception as exc:  # a failed build process is the worker's to report
             return f"error: {exc}"
 
+    def counts(self) -> tuple[int, int]:
+        """(finished builds, submitted builds)."""
+        return sum(f.done() for f in self.futures.values()), len(self.futures)
+
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
 

@@ -1,15 +1,25 @@
-"""Progress on stderr: a rich progress bar on a terminal, one plain line per candidate otherwise."""
+"""Progress on stderr: a rich progress bar on a terminal, one plain line per candidate otherwise.
+
+Every finished candidate's line ends with the run so far: done of total, failures, the build
+pool's state (built of submitted, when builds run ahead) and an estimate of the time left.
+"""
 from __future__ import annotations
 
 import sys
-from typing import Any, Optional
+import time
+from typing import Any, Callable, Optional
 
 from harness.records import CandidateRecord
 
 
 class Progress:
-    def __init__(self, quiet: bool = False) -> None:
+    def __init__(self, quiet: bool = False, total: int = 0, builds: Optional[Callable[[], tuple[int, int]]] = None) -> None:
         self.quiet = quiet
+        self.run_total = total  # candidates in the whole run
+        self.run_done = 0
+        self.failed = 0
+        self.builds = builds  # () -> (finished builds, submitted builds)
+        self.started_at = time.monotonic()
         self.live = sys.stderr.isatty() and not quiet
         self._bar: Any = None
         self._task: Optional[int] = None
@@ -52,10 +62,25 @@ class Progress:
         if self._bar is not None and self._task is not None:
             self._bar.update(self._task, description=f"{self._problem} [dim]{candidate}[/]")
 
+    def overall(self) -> str:
+        """"run 3/40, 1 failed, builds 12/40, ETA 4m10s": the whole run at a glance."""
+        parts = [f"run {self.run_done}/{self.run_total}" if self.run_total else f"run {self.run_done}"]
+        parts.append(f"{self.failed} failed")
+        if self.builds is not None:
+            built, submitted = self.builds()
+            parts.append(f"builds {built}/{submitted}")
+        left = self.run_total - self.run_done
+        if self.run_done and left > 0:
+            seconds = (time.monotonic() - self.started_at) / self.run_done * left
+            parts.append(f"ETA {int(seconds // 60)}m{int(seconds % 60):02d}s")
+        return ", ".join(parts)
+
     def finished(self, record: CandidateRecord) -> None:
         self._done += 1
+        self.run_done += 1
+        self.failed += record.status.is_failure
         speed = f", {record.speedup:.2f}x" if record.speedup else ""
-        line = f"  [{self._done}/{self._total}] {record.candidate}: {record.status.value}{speed} - {record.reason}"
+        line = f"  [{self._done}/{self._total}] {record.candidate}: {record.status.value}{speed} - {record.reason} ({self.overall()})"
         if self._bar is not None and self._task is not None:
             self._bar.advance(self._task)
             self._bar.update(self._task, description=self._problem)

@@ -163,3 +163,19 @@ def test_status_taxonomy_is_documented_and_skips_do_not_fail():
     assert all(s.description for s in Status)
     assert not Status.NEEDS_CUDA.is_failure and not Status.CORRECT.is_failure
     assert Status.INCORRECT.is_failure and Status.TIMEOUT.is_failure
+
+
+def test_progress_line_tells_the_whole_run_failures_builds_and_time_left(capsys):
+    from harness.progress import Progress
+    from harness.records import CandidateRecord
+
+    def record(name, status):
+        return CandidateRecord(run_id="r", problem="p", problem_hash="h", candidate=name, candidate_path=f"{name}.py",
+                               candidate_hash="x", device="cpu", status=status, reason="why")
+
+    with Progress(total=4, builds=lambda: (3, 4)) as progress:
+        progress.problem("p", 4)
+        progress.finished(record("a", Status.CORRECT))
+        progress.finished(record("b", Status.INCORRECT))
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[-1].startswith("  [2/4] b: incorrect - why (run 2/4, 1 failed, builds 3/4, ETA ")

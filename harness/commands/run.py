@@ -144,7 +144,8 @@ def run(cfg: Config, targets: list[Target], *, run_id: str | None = None, resume
     records: list[CandidateRecord] = list(previous)
     interrupted = False
     builds = start_builds(cfg, device, targets)
-    with Progress(quiet=quiet) as progress:
+    total = sum(len(c) for _, c in targets)
+    with Progress(quiet=quiet, total=total, builds=builds.counts if builds is not None else None) as progress:
         if device == "cpu":
             progress.message("note: no CUDA device in use: running on the CPU; candidates that need CUDA get the status 'needs CUDA'")
         try:
