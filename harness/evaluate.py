@@ -23,8 +23,9 @@ import torch
 from harness.candidate import Candidate, needs_cuda_statically
 from harness.compare import compare_outputs
 from harness.scan import custom_share, declared_kernels, scan_source
-from harness.config import Config
-from harness.problem import Problem
+from harness.config import DISTRIBUTIONS, Config
+from harness.errors import UserError
+from harness.problem import Problem, declared_settings
 from harness.records import Baseline, CallProfile, CandidateRecord, CheckResult, ExtensionBuild, ReferenceRecord, SpeedOfLight, TimingStats, from_dict, to_dict
 from harness.status import Status
 from harness.store import RunStore
@@ -56,6 +57,7 @@ class Plan:
     distributions: tuple[str, ...]  # one per trial: how its floating inputs are drawn
     calls: tuple[Call, ...]  # after the same-seed call, in this order
     other_size_trial: Optional[int] = None  # index of the trial at another input size (after the regular ones)
+    randomize_weights: bool = True  # the reference's weights are redrawn before candidates load them
 
     @property
     def precision_call(self) -> Optional[int]:
@@ -68,18 +70,24 @@ class Plan:
         return len(self.input_seeds) - (self.other_size_trial is not None)
 
     @classmethod
-    def fresh(cls, cfg: Config) -> "Plan":
+    def fresh(cls, cfg: Config, declared: Optional[dict[str, Any]] = None) -> "Plan":
+        """A plan from the config, where the problem's HARNESS_* declarations take precedence."""
+        declared = declared or {}
         trials = cfg.check.trials + (1 if cfg.check.other_size else 0)
         other = cfg.check.trials if cfg.check.other_size else None
         seeds = tuple(secrets.randbits(62) for _ in range(trials))
-        kinds = cfg.check.input_distributions
+        kinds = tuple(declared.get("HARNESS_INPUT_DISTRIBUTIONS", cfg.check.input_distributions))
+        bad = [k for k in kinds if k not in DISTRIBUTIONS]
+        if bad or not kinds:
+            raise UserError(f"HARNESS_INPUT_DISTRIBUTIONS must be a non-empty list of {list(DISTRIBUTIONS)}, got {list(kinds)}")
         distributions = tuple(kinds[i % len(kinds)] if i != other else "given" for i in range(trials))
         calls = tuple(Call(i, mode, distributions[i]) for i in range(cfg.check.trials) for mode in cfg.check.modes)
         if other is not None:
             calls += tuple(Call(other, mode, "given", other_size=True) for mode in cfg.check.modes)
         # Repeats come last: the module's state is final, as it is when the timed calls run.
         calls += tuple(Call(0, "eval", distributions[0], repeat=k) for k in range(1, cfg.check.repeats + 1))
-        return cls(construct_seed=secrets.randbits(62), input_seeds=seeds, distributions=distributions, calls=calls, other_size_trial=other)
+        randomize = bool(declared.get("HARNESS_RANDOMIZE_WEIGHTS", cfg.check.randomize_weights))
+        return cls(construct_seed=secrets.randbits(62), input_seeds=seeds, distributions=distributions, calls=calls, other_size_trial=other, randomize_weights=randomize)
 
 
 def _now() -> str:
@@ -123,7 +131,7 @@ class ProblemEvaluation:
             return records
         scratch = Path(tempfile.mkdtemp(prefix=f"harness-{self.problem.name[:20]}-"))
         try:
-            plan = Plan.fresh(self.cfg)
+            plan = Plan.fresh(self.cfg, declared_settings(self.problem.path))
             reference = self._run_reference(plan, scratch)
             for candidate in runnable:
                 self.on_start(candidate)
@@ -175,7 +183,7 @@ class ProblemEvaluation:
             "construct_seed": plan.construct_seed,
             "input_seeds": list(plan.input_seeds) if role == "reference" else [],
             "input_distributions": list(plan.distributions) if role == "reference" else [],
-            "randomize_weights": self.cfg.check.randomize_weights,
+            "randomize_weights": plan.randomize_weights,
             "other_size_trial": plan.other_size_trial if role == "reference" else None,
             "precision_call": plan.precision_call,
             "timed_inputs": plan.timed_inputs,

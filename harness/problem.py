@@ -24,6 +24,38 @@ class Problem:
         return file_hash(self.path)
 
 
+DECLARABLE = {
+    "HARNESS_INPUT_DISTRIBUTIONS": list,  # e.g. ["given"] for inputs with a domain (probabilities, indices)
+    "HARNESS_RANDOMIZE_WEIGHTS": bool,  # False when parameters must keep their initialisation (e.g. positive scales)
+    "HARNESS_EXTRA_SIZES": list,  # e.g. [{"batch_size": 7}] for the other-size trial
+}
+
+
+def declared_settings(path: Path) -> dict[str, object]:
+    """Module-level HARNESS_* constants of a problem file, read from its syntax tree (the parent
+    never imports a problem). Only literal values count; a wrong type is a usage error."""
+    import ast
+
+    from harness.errors import UserError
+
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return {}  # the reference worker reports an unreadable problem
+    found: dict[str, object] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) and node.targets[0].id in DECLARABLE:
+            name = node.targets[0].id
+            try:
+                value = ast.literal_eval(node.value)
+            except ValueError:
+                raise UserError(f"{path}: {name} must be a literal {DECLARABLE[name].__name__}") from None
+            if not isinstance(value, DECLARABLE[name]):
+                raise UserError(f"{path}: {name} must be a {DECLARABLE[name].__name__}, got {value!r}")
+            found[name] = value
+    return found
+
+
 def file_hash(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
