@@ -9,7 +9,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from harness import __version__
 from harness.config import ROOT
@@ -42,23 +42,36 @@ _GPU_FIELDS = {
 }
 
 
+def _visible_gpu() -> list[str]:
+    """nvidia-smi's selector for the first GPU CUDA_VISIBLE_DEVICES leaves visible (none: its first)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    return ["-i", visible] if visible else []
+
+
+def query_gpu(fields: list[str], target: Optional[list[str]] = None) -> list[str]:
+    """The values of nvidia-smi's --query-gpu `fields` for one GPU (`target` selector, else the
+    first visible one), read without a CUDA context; [] when nothing is readable."""
+    out = _run(["nvidia-smi", *(_visible_gpu() if target is None else target), f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"])
+    lines = [line for line in out.splitlines() if line.strip()]
+    values = [v.strip() for v in lines[0].split(",")] if lines else []
+    return values if len(values) == len(fields) else []
+
+
 def gpu_state(device: Any = None) -> dict[str, Any]:
     """Clocks, temperature, power and active clock-event (throttle) reasons of one GPU, as the
     driver reports them now; {} when nothing is readable. `device` is a torch CUDA device in a
-    process that already uses it (found by UUID); without one, the first GPU nvidia-smi lists."""
-    target: list[str] = []
+    process that already uses it (found by UUID); without one, the first visible GPU."""
+    target = None
     if device is not None:
         try:
             import torch
 
             target = ["-i", f"GPU-{torch.cuda.get_device_properties(device).uuid}"]
         except Exception:
-            target = []
+            target = None
     for fields in (list(_GPU_FIELDS), list(_GPU_FIELDS)[:-1]):  # older drivers lack the reasons field
-        out = _run(["nvidia-smi", *target, f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"])
-        lines = [line for line in out.splitlines() if line.strip()]
-        if lines and "," in lines[0]:
-            values = [v.strip() for v in lines[0].split(",")]
+        values = query_gpu(fields, target)
+        if values:
             state: dict[str, Any] = {}
             for field, value in zip(fields, values):
                 key = _GPU_FIELDS[field]
@@ -77,10 +90,7 @@ def device_identity(device: str, cpu_threads: int = 0) -> str:
     """Which physical device a run's workers use, without creating a CUDA context: the GPU's name
     and UUID (the first visible one), or the CPU model and thread count."""
     if device == "cuda":
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
-        target = ["-i", visible] if visible else []
-        out = _run(["nvidia-smi", *target, "--query-gpu=name,uuid", "--format=csv,noheader"])
-        return (out.splitlines() or ["unknown GPU"])[0].strip()
+        return ", ".join(query_gpu(["name", "uuid"])) or "unknown GPU"
     return f"{cpu_name()} x{cpu_threads or os.cpu_count()}"
 
 

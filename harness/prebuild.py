@@ -35,13 +35,9 @@ def default_parallelism() -> tuple[int, int]:
 
 def gpu_arch() -> str:
     """Compute capability of the first visible GPU ("9.0"), read without a CUDA context; "" if unknown."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
-    command = ["nvidia-smi", *(["-i", visible] if visible else []), "--query-gpu=compute_cap", "--format=csv,noheader"]
-    try:
-        out = subprocess.run(command, capture_output=True, text=True, timeout=20).stdout.strip().splitlines()
-    except (OSError, subprocess.SubprocessError):
-        return ""
-    return out[0].strip() if out else ""
+    from harness.environment import query_gpu
+
+    return (query_gpu(["compute_cap"]) or [""])[0]
 
 
 class BuildAhead:

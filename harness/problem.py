@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import hashlib
 from pathlib import Path
 
@@ -23,6 +24,11 @@ class Problem:
     def hash(self) -> str:
         return file_hash(self.path)
 
+    @functools.cached_property
+    def settings(self) -> dict[str, object]:
+        """The problem's HARNESS_* declarations (see declared_settings), read once."""
+        return declared_settings(self.path)
+
 
 DECLARABLE = {
     "HARNESS_INPUT_DISTRIBUTIONS": list,  # e.g. ["given"] for inputs with a domain (probabilities, indices)
@@ -36,6 +42,7 @@ def declared_settings(path: Path) -> dict[str, object]:
     never imports a problem). Only literal values count; a wrong type is a usage error."""
     import ast
 
+    from harness.config import DISTRIBUTIONS
     from harness.errors import UserError
 
     try:
@@ -52,6 +59,8 @@ def declared_settings(path: Path) -> dict[str, object]:
                 raise UserError(f"{path}: {name} must be a literal {DECLARABLE[name].__name__}") from None
             if not isinstance(value, DECLARABLE[name]):
                 raise UserError(f"{path}: {name} must be a {DECLARABLE[name].__name__}, got {value!r}")
+            if name == "HARNESS_INPUT_DISTRIBUTIONS" and (not value or any(v not in DISTRIBUTIONS for v in value)):
+                raise UserError(f"{path}: {name} must be a non-empty list of {list(DISTRIBUTIONS)}, got {value!r}")
             found[name] = value
     return found
 

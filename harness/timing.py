@@ -16,6 +16,7 @@ the median of OVERHEAD_REPS empty regions.
 """
 from __future__ import annotations
 
+import statistics
 import time
 from typing import Any, Callable, Optional, Sequence
 
@@ -141,13 +142,13 @@ def _time_cuda(fn: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], device
     empty: list[float] = []
     samples: list[float] = []
     started = time.perf_counter()
-    while (reason := _stop_reason(samples, started, cfg, _median(empty) if empty else 0.0)) is None:
+    while (reason := _stop_reason(samples, started, cfg, statistics.median(empty) if empty else 0.0)) is None:
         n = len(samples)
         count = min(BATCH, cfg.max_reps - n)
         *timed, nothing = batch([calls[(n + j) % len(calls)] for j in range(count)] + [_nothing])
         samples.extend(timed)
         empty.append(nothing)
-    overhead = _median(empty)
+    overhead = statistics.median(empty)
     device_sync()
     from harness.environment import gpu_state
 
@@ -178,7 +179,7 @@ def _time_cpu(fn: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], cfg: An
         call()
         return (time.perf_counter_ns() - t0) / 1e6
 
-    overhead = _median([region(_nothing) for _ in range(OVERHEAD_REPS)])
+    overhead = statistics.median([region(_nothing) for _ in range(OVERHEAD_REPS)])
     samples: list[float] = []
     started = time.perf_counter()
     while (reason := _stop_reason(samples, started, cfg, overhead)) is None:
@@ -194,9 +195,3 @@ def _time_cpu(fn: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], cfg: An
         fallback=fallback,
         input_sets=len(arg_sets),
     )
-
-
-def _median(values: list[float]) -> float:
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2

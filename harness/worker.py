@@ -488,7 +488,6 @@ class Guard:
             ("Worker", type(worker), "_call"),
         ]
         self.original = [getattr(owner, name) for _, owner, name in self.targets]
-        self.send = channel.ChannelWriter.send
 
     def check(self, when: str) -> None:
         changed = [f"{label}.{name}" for (label, owner, name), before in zip(self.targets, self.original) if getattr(owner, name) is not before]

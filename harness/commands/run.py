@@ -121,6 +121,8 @@ def run(cfg: Config, targets: list[Target], *, run_id: str | None = None, resume
     from harness.environment import collect_environment
 
     device = resolve_device(cfg)
+    for problem, _ in targets:
+        problem.settings  # a malformed HARNESS_* declaration is a usage error before anything runs
     results_dir = cfg.path(cfg.results_dir)
     if resume and not (results_dir / str(run_id) / "records.jsonl").is_file():
         raise UserError(f"--resume {run_id}: no run with records in {results_dir}")
