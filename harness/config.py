@@ -138,6 +138,29 @@ class BuildsConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class WorkersConfig:
+    prestart: str  # auto | always | never: start each worker's interpreter and torch import ahead of its job (auto: on CUDA runs)
+    gpus: tuple[int, ...]  # CUDA runs: indices of the visible GPUs to evaluate on, one evaluation at a time on each; [] = all
+
+    def __post_init__(self) -> None:
+        if self.prestart not in ("auto", "always", "never"):
+            raise ValueError(f"workers.prestart must be auto, always or never, got {self.prestart!r}")
+        if any(g < 0 for g in self.gpus) or len(set(self.gpus)) != len(self.gpus):
+            raise ValueError(f"workers.gpus must list distinct GPU indices (0 or more), got {list(self.gpus)}")
+
+
+@dataclasses.dataclass(frozen=True)
+class RayConfig:
+    address: str  # "" = start a Ray instance on this machine; "auto" = join the running cluster; "ray://HOST:10001"
+    lanes: int  # evaluation actors, one GPU each (CPU runs: one CPU each); 0 = one per GPU in the cluster (CPU runs: 1)
+    build_cpus: int  # CPUs each build task asks for (its MAX_JOBS)
+
+    def __post_init__(self) -> None:
+        if self.lanes < 0 or self.build_cpus < 1:
+            raise ValueError("ray.lanes must be 0 (auto) or more and ray.build_cpus 1 or more")
+
+
+@dataclasses.dataclass(frozen=True)
 class Limits:
     memory_mb: int  # host RSS limit per worker, 0 = 80% of RAM
     log_kib: int  # captured output kept per worker
@@ -162,12 +185,17 @@ class Config:
     baselines: BaselinesConfig
     speed_of_light: SpeedOfLightConfig
     builds: BuildsConfig
+    workers: WorkersConfig
+    executor: str  # local | ray: where evaluations run (ray: needs the optional extra, pip install .[ray])
+    ray: RayConfig
     limits: Limits
     leaderboard: LeaderboardConfig
 
     def __post_init__(self) -> None:
         if self.device not in ("auto", "cuda", "cpu"):
             raise ValueError(f"device must be auto, cuda or cpu, got {self.device!r}")
+        if self.executor not in ("local", "ray"):
+            raise ValueError(f"executor must be local or ray, got {self.executor!r}")
 
     def path(self, value: str) -> Path:
         """A configured path, relative ones taken from the project root."""

@@ -86,11 +86,12 @@ def gpu_state(device: Any = None) -> dict[str, Any]:
     return {}
 
 
-def device_identity(device: str, cpu_threads: int = 0) -> str:
+def device_identity(device: str, cpu_threads: int = 0, gpu: str = "") -> str:
     """Which physical device a run's workers use, without creating a CUDA context: the GPU's name
-    and UUID (the first visible one), or the CPU model and thread count."""
+    and UUID (`gpu`, an nvidia-smi index or UUID, else the first visible one), or the CPU model
+    and thread count."""
     if device == "cuda":
-        return ", ".join(query_gpu(["name", "uuid"])) or "unknown GPU"
+        return ", ".join(query_gpu(["name", "uuid"], ["-i", gpu] if gpu else None)) or "unknown GPU"
     return f"{cpu_name()} x{cpu_threads or os.cpu_count()}"
 
 

@@ -91,6 +91,10 @@ def _now() -> str:
 
 
 class ProblemEvaluation:
+    """One problem on one lane: the reference once (on the first candidate), then candidates one
+    at a time. `run()` evaluates every candidate; an executor spreading candidates over several
+    lanes gives each lane its own ProblemEvaluation with the same plan and calls `evaluate`."""
+
     def __init__(
         self,
         problem: Problem,
@@ -101,7 +105,10 @@ class ProblemEvaluation:
         on_record: Callable[[CandidateRecord], None] = lambda r: None,
         on_start: Callable[[Candidate], None] = lambda c: None,
         builds: Optional[Any] = None,
+        lane: Optional[Any] = None,
     ) -> None:
+        from harness.lanes import Lane
+
         self.problem = problem
         self.candidates = candidates
         self.cfg = cfg
@@ -110,10 +117,15 @@ class ProblemEvaluation:
         self.on_record = on_record
         self.on_start = on_start
         self.builds = builds  # a harness.prebuild.BuildAhead already building these candidates, or None
+        self.lane: Lane = lane if lane is not None else Lane.single(cfg, device)
         self.problem_hash = problem.hash
         self.memory_limit = cfg.limits.memory_mb << 20 if cfg.limits.memory_mb else default_memory_limit()
+        self.plan: Optional[Plan] = None
+        self._scratch: Optional[Path] = None
+        self._reference: Optional[ReferenceResult] = None
 
-    def run(self) -> list[CandidateRecord]:
+    def screen(self) -> tuple[list[CandidateRecord], list[Candidate]]:
+        """Records for candidates that cannot run here (written now), and the runnable rest."""
         records: list[CandidateRecord] = []
         runnable: list[Candidate] = []
         for candidate in self.candidates:
@@ -123,28 +135,39 @@ class ProblemEvaluation:
             else:
                 self.on_start(candidate)
                 records.append(self._finish(self._record(candidate, *skip)))
-        if not runnable:
-            return records
-        scratch = Path(tempfile.mkdtemp(prefix=f"harness-{self.problem.name[:20]}-"))
+        return records, runnable
+
+    def run(self) -> list[CandidateRecord]:
+        records, runnable = self.screen()
         try:
-            plan = Plan.fresh(self.cfg, self.problem.settings)
-            reference = self._run_reference(plan, scratch)
-            for candidate in runnable:
-                self.on_start(candidate)
-                if self.builds is not None:
-                    self.builds.wait(candidate.path)  # the worker then loads the finished build
-                if reference.ok:
-                    try:
-                        record = self._run_candidate(candidate, plan, scratch, reference)
-                    except Exception as exc:  # a harness bug on one candidate must not end the run
-                        traceback.print_exc()
-                        record = self._record(candidate, Status.HARNESS_ERROR, f"{type(exc).__name__}: {exc}")
-                else:
-                    record = self._record(candidate, Status.REFERENCE_FAILED, f"reference failed: {reference.record.reason}")
-                records.append(self._finish(record))
+            records.extend(self.evaluate(candidate) for candidate in runnable)
         finally:
-            shutil.rmtree(scratch, ignore_errors=True)
+            self.close()
         return records
+
+    def evaluate(self, candidate: Candidate) -> CandidateRecord:
+        """Evaluate one runnable candidate on this lane (its reference first, once) and write its record."""
+        if self._reference is None:
+            self.plan = self.plan or Plan.fresh(self.cfg, self.problem.settings)
+            self._scratch = Path(tempfile.mkdtemp(prefix=f"harness-{self.problem.name[:20]}-"))
+            self._reference = self._run_reference(self.plan, self._scratch)
+        self.on_start(candidate)
+        if self.builds is not None:
+            self.builds.wait(candidate.path)  # the worker then loads the finished build
+        reference = self._reference
+        if not reference.ok:
+            return self._finish(self._record(candidate, Status.REFERENCE_FAILED, f"reference failed: {reference.record.reason}"))
+        try:
+            record = self._run_candidate(candidate, self.plan, self._scratch, reference)
+        except Exception as exc:  # a harness bug on one candidate must not end the run
+            traceback.print_exc()
+            record = self._record(candidate, Status.HARNESS_ERROR, f"{type(exc).__name__}: {exc}")
+        return self._finish(record)
+
+    def close(self) -> None:
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+        self._scratch, self._reference = None, None
 
     # -- steps ---------------------------------------------------------------------------------
 
@@ -200,6 +223,7 @@ class ProblemEvaluation:
             log_limit=self.cfg.limits.log_kib << 10,
             cwd=cwd,
             on_message=on_message,
+            launcher=self.lane.launcher,
         )
 
     def _run_reference(self, plan: Plan, scratch: Path) -> "ReferenceResult":
@@ -207,7 +231,7 @@ class ProblemEvaluation:
         outputs = scratch / "reference-outputs"
         exchange.mkdir()
         outputs.mkdir()
-        cache = TimingCache(self.cfg, self.problem_hash, self.device)
+        cache = TimingCache(self.cfg, self.problem_hash, self.device, self.lane.gpu)
         cached = cache.load() if self.cfg.timing.reuse_reference and self.cfg.timing.enabled else None
         job = self._job("reference", self.problem.path, plan, exchange, outputs, timed=cached is None)
         outcome = self._worker(job, "_reference", outputs)
@@ -239,10 +263,11 @@ class ProblemEvaluation:
             other_size_note=other_size.get("note", ""),
             wall_seconds=round(outcome.wall_seconds, 3),
             finished_at=_now(),
+            lane=self.lane.label,
         )
         result = ReferenceResult(record, expected, exchange)
         if record.ok and cached is not None:
-            record = dataclasses.replace(cached, run_id=record.run_id, device_name=record.device_name, other_size=record.other_size, other_size_note=record.other_size_note, wall_seconds=record.wall_seconds, finished_at=record.finished_at, timing_reused_from=cached.timing_reused_from or cached.run_id)
+            record = dataclasses.replace(cached, run_id=record.run_id, device_name=record.device_name, other_size=record.other_size, other_size_note=record.other_size_note, wall_seconds=record.wall_seconds, finished_at=record.finished_at, timing_reused_from=cached.timing_reused_from or cached.run_id, lane=record.lane)
         elif record.ok and self.cfg.timing.enabled:
             baselines = tuple(self._run_baseline(mode, plan, scratch, result) for mode in self.cfg.baselines.compile_modes)
             record = dataclasses.replace(record, baselines=baselines)
@@ -410,6 +435,7 @@ class ProblemEvaluation:
             reason=_one_line(reason),
             log_path=str(log.relative_to(self.store.dir)) if log.exists() else "",
             finished_at=_now(),
+            lane=self.lane.label,
             **fields,
         )
 
@@ -543,7 +569,7 @@ class TimingCache:
     """Reference and baseline timings per (problem hash, device, torch version, timing config),
     reused across runs when timing.reuse_reference is set."""
 
-    def __init__(self, cfg: Config, problem_hash: str, device: str) -> None:
+    def __init__(self, cfg: Config, problem_hash: str, device: str, gpu: str = "") -> None:
         from harness.environment import device_identity
 
         timing = dataclasses.asdict(cfg.timing)
@@ -551,7 +577,7 @@ class TimingCache:
             timing.pop(key)
         key = {
             "problem": problem_hash,
-            "device": device_identity(device, cfg.timing.cpu_threads),
+            "device": device_identity(device, cfg.timing.cpu_threads, gpu),
             "torch": torch.__version__,
             "timing": timing,
             "allow_tf32": cfg.check.allow_tf32,

@@ -17,6 +17,7 @@ class Progress:
         self.quiet = quiet
         self.run_total = total  # candidates in the whole run
         self.run_done = 0
+        self.evaluating = 0  # started, not finished (several at once when a run has several lanes)
         self.failed = 0
         self.builds = builds  # () -> (finished builds, submitted builds)
         self.started_at = time.monotonic()
@@ -59,12 +60,18 @@ class Progress:
             self.message(f"{name}: {total} candidate(s)")
 
     def started(self, candidate: str) -> None:
+        self.evaluating += 1
         if self._bar is not None and self._task is not None:
             self._bar.update(self._task, description=f"{self._problem} [dim]{candidate}[/]")
 
     def overall(self) -> str:
-        """"run 3/40, 1 failed, builds 12/40, ETA 4m10s": the whole run at a glance."""
+        """"run 3/40, 2 evaluating, 35 queued, 1 failed, builds 12/40, ETA 4m10s": the whole run at a glance."""
         parts = [f"run {self.run_done}/{self.run_total}" if self.run_total else f"run {self.run_done}"]
+        if self.evaluating > 1:
+            parts.append(f"{self.evaluating} evaluating")
+        queued = self.run_total - self.run_done - self.evaluating
+        if self.run_total and queued > 0:
+            parts.append(f"{queued} queued")
         parts.append(f"{self.failed} failed")
         if self.builds is not None:
             built, submitted = self.builds()
@@ -76,6 +83,7 @@ class Progress:
         return ", ".join(parts)
 
     def finished(self, record: CandidateRecord) -> None:
+        self.evaluating = max(self.evaluating - 1, 0)
         self._done += 1
         self.run_done += 1
         self.failed += record.status.is_failure

@@ -252,6 +252,7 @@ class CandidateRecord:
     phase_seconds: dict[str, float] = dataclasses.field(default_factory=dict)  # wall time per worker phase
     wall_seconds: float = 0.0  # wall time of the whole evaluation, seen by the parent
     log_path: str = ""  # captured stdout/stderr of the worker, relative to the run folder
+    lane: str = ""  # where it ran when a run uses several: "cuda:1" (a visible GPU), "host/cuda:0" (Ray)
     warnings: tuple[str, ...] = ()  # things to look at that do not change the status
     finished_at: str = ""  # ISO-8601 time the record was written
     schema_version: int = SCHEMA_VERSION  # record layout version
@@ -292,6 +293,7 @@ class ReferenceRecord:
     other_size_note: str = ""  # why the other-size trial ran at the problem's own size, when it did
     wall_seconds: float = 0.0  # wall time of the reference worker
     finished_at: str = ""  # ISO-8601
+    lane: str = ""  # the lane (GPU) this reference ran and was timed on; its candidates compare to it
     schema_version: int = SCHEMA_VERSION  # record layout version
     tool_version: str = __version__  # harness version that wrote the record
 

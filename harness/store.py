@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import threading
 import time
 from pathlib import Path
 from typing import Any, Iterable
@@ -28,6 +29,7 @@ class RunStore:
         self.dir = results_dir / run_id
         self.dir.mkdir(parents=True, exist_ok=True)
         self.records_path = self.dir / RECORDS_FILE
+        self._lock = threading.Lock()  # lanes append from their own threads
 
     @property
     def has_records(self) -> bool:
@@ -53,7 +55,7 @@ class RunStore:
     def append(self, record: Any) -> None:
         kind = {cls: name for name, cls in RECORD_KINDS.items()}[type(record)]
         line = json.dumps({"kind": kind, **to_dict(record)}, sort_keys=False)
-        with open(self.records_path, "a", encoding="utf-8") as f:
+        with self._lock, open(self.records_path, "a", encoding="utf-8") as f:
             f.write(line + "\n")
             f.flush()
             os.fsync(f.fileno())

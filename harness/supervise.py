@@ -80,6 +80,85 @@ def default_memory_limit() -> int:
         return 1 << 62
 
 
+@dataclasses.dataclass
+class Started:
+    """A worker process up and waiting for its job on stdin (its interpreter and torch loaded)."""
+
+    proc: subprocess.Popen[bytes]
+    read_fd: int  # the parent's end of the result channel
+    write_fd: int  # the number the worker knows its end by
+
+
+def start_worker(env_overrides: Optional[dict[str, str]] = None) -> Started:
+    """Start `python -m harness.worker`; it imports torch, then waits for a job on stdin."""
+    read_fd, write_fd = os.pipe()
+    env = dict(os.environ)
+    env.update(env_overrides or {})
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["PYTHONUNBUFFERED"] = "1"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness.worker"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        pass_fds=(write_fd,),
+        start_new_session=True,
+        cwd=ROOT,
+        env=env,
+    )
+    os.close(write_fd)
+    return Started(proc, read_fd, write_fd)
+
+
+class Launcher:
+    """Hands out fresh worker processes, one per job. With `prestart`, the next one is started as
+    soon as one is taken, so its interpreter and torch import (about 2 s) overlap the job before
+    it instead of delaying the next. A prestarted worker has run no model code: every job still
+    gets a process of its own. `env` (e.g. CUDA_VISIBLE_DEVICES) applies to every worker."""
+
+    def __init__(self, prestart: bool = False, env: Optional[dict[str, str]] = None) -> None:
+        self.prestart = prestart
+        self.env = dict(env or {})
+        self.active: set[subprocess.Popen[bytes]] = set()  # handed out, not yet ended
+        self._spare: Optional[Started] = None
+        self._closed = False
+
+    def take(self) -> Started:
+        started = self._spare if self._spare is not None and self._spare.proc.poll() is None else None
+        if started is None:
+            self._discard()
+            started = start_worker(self.env)
+        self._spare = None
+        if self.prestart and not self._closed:
+            self._spare = start_worker(self.env)
+        self.active.add(started.proc)
+        return started
+
+    def release(self, proc: subprocess.Popen[bytes]) -> None:
+        self.active.discard(proc)
+
+    def kill_all(self) -> None:
+        """End the spare and every worker handed out and still running (an interrupted run)."""
+        self._closed = True
+        self._discard()
+        for proc in list(self.active):
+            _kill_group(proc)
+
+    def close(self) -> None:
+        self._closed = True
+        self._discard()
+
+    def _discard(self) -> None:
+        if self._spare is not None:
+            _kill_group(self._spare.proc)
+            self._spare.proc.wait()
+            for stream in (self._spare.proc.stdin, self._spare.proc.stdout):
+                if stream is not None:
+                    stream.close()
+            os.close(self._spare.read_fd)
+            self._spare = None
+
+
 def run_worker(
     job: dict[str, Any],
     *,
@@ -89,29 +168,20 @@ def run_worker(
     log_limit: int,
     cwd: Path,
     on_message: Callable[[dict[str, Any]], Optional[Failure]] = lambda m: None,
+    launcher: Optional[Launcher] = None,
 ) -> WorkerOutcome:
-    """Run one worker to its end. `on_message` sees each verified message and may stop the worker."""
-    read_fd, write_fd = os.pipe()
+    """Run one worker to its end. `on_message` sees each verified message and may stop the worker.
+    The worker comes from `launcher` (possibly prestarted), else is started now; it works in `cwd`."""
     key = new_key()
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    env["PYTHONUNBUFFERED"] = "1"
     started = time.perf_counter()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "harness.worker"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        pass_fds=(write_fd,),
-        start_new_session=True,
-        cwd=cwd,
-        env=env,
-    )
-    os.close(write_fd)
+    worker = launcher.take() if launcher is not None else start_worker()
+    proc, read_fd = worker.proc, worker.read_fd
     assert proc.stdin is not None and proc.stdout is not None
-    proc.stdin.write(json.dumps({**job, "result_fd": write_fd, "key": key}).encode())
-    proc.stdin.close()
-
+    try:
+        proc.stdin.write(json.dumps({**job, "cwd": str(cwd), "result_fd": worker.write_fd, "key": key}).encode())
+        proc.stdin.close()
+    except BrokenPipeError:
+        pass  # it died before reading its job; the ending below says how
     reader = ChannelReader(key)
     log = BoundedLog(log_limit)
     messages: list[dict[str, Any]] = []
@@ -180,6 +250,8 @@ def run_worker(
         _kill_group(proc)
         returncode = proc.wait()
     _kill_group(proc)  # children the model left behind
+    if launcher is not None:
+        launcher.release(proc)
     for fd in open_fds:
         if open_fds[fd] == "result":
             os.close(fd)

@@ -1,6 +1,7 @@
 """The worker subprocess: runs one model (the problem's reference or one candidate) and reports.
 
-Started by `harness.supervise` as `python -m harness.worker`; the job arrives as JSON on stdin.
+Started by `harness.supervise` as `python -m harness.worker`; it imports torch, then reads its job
+as JSON on stdin (so a worker can be started ahead of its job).
 It never decides a verdict: it loads the module (building inline extensions through the
 content-addressed cache), constructs the model, runs the forward calls the parent planned on the
 inputs it was given, writes the outputs to files, times the forward, and reports each step on the
@@ -598,10 +599,26 @@ def _to(value: Any, device: Any) -> Any:
     return value.to(device).clone() if isinstance(value, torch.Tensor) else value
 
 
+def preload() -> None:
+    """What every job needs, imported before the job is read: a prestarted worker waits with these
+    loaded. Nothing here touches the GPU (no CUDA context before the job names the device)."""
+    import torch  # noqa: F401
+    import torch.utils.cpp_extension  # noqa: F401
+
+    import harness.buildcache  # noqa: F401
+    import harness.records  # noqa: F401
+    import harness.timing  # noqa: F401
+
+
 def main() -> None:
-    job = json.loads(sys.stdin.read())
+    preload()
+    text = sys.stdin.read()
+    if not text.strip():  # the parent went away, or no longer needs this prestarted worker
+        os._exit(0)
+    job = json.loads(text)
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
+    os.chdir(job.pop("cwd"))
     channel = ChannelWriter(job.pop("result_fd"), job.pop("key"))
     try:
         Worker(job, channel).run()

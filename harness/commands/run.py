@@ -11,7 +11,6 @@ from typing import Sequence
 from harness.candidate import Candidate, discover_candidates
 from harness.config import Config, load_config
 from harness.errors import ExitCode, UserError
-from harness.evaluate import ProblemEvaluation
 from harness.leaderboard import candidate_frame, print_leaderboard, write_leaderboards
 from harness.problem import Problem, discover_problems, resolve_problem
 from harness.progress import Progress
@@ -150,18 +149,19 @@ def run(cfg: Config, targets: list[Target], *, run_id: str | None = None, resume
     with Progress(quiet=quiet, total=total, builds=builds.counts if builds is not None else None) as progress:
         if device == "cpu":
             progress.message("note: no CUDA device in use: running on the CPU; candidates that need CUDA get the status 'needs CUDA'")
+        executor = make_executor(cfg, device, store, progress, builds)
+        if executor.describe():
+            progress.message(executor.describe())
         try:
             for problem, candidates in targets:
                 progress.problem(problem.name, len(candidates))
-                evaluation = ProblemEvaluation(
-                    problem, candidates, cfg, device, store,
-                    on_record=progress.finished, on_start=lambda c: progress.started(c.name), builds=builds,
-                )
-                records.extend(evaluation.run())
+                records.extend(executor.run_problem(problem, candidates))
         except KeyboardInterrupt:
             interrupted = True
+            executor.stop()
             progress.message("interrupted: the leaderboard below covers the candidates finished so far")
         finally:
+            executor.close()
             if builds is not None:
                 builds.close()
     end = finish_run(store, device)
@@ -182,13 +182,24 @@ def run(cfg: Config, targets: list[Target], *, run_id: str | None = None, resume
     return int(exit_code(records, interrupted))
 
 
+def make_executor(cfg: Config, device: str, store: RunStore, progress: Progress, builds):
+    """The local executor (this machine's lanes) or, with executor: ray, the Ray executor."""
+    if cfg.executor == "ray":
+        from harness.ray_executor import RayExecutor
+
+        return RayExecutor(cfg, device, store, on_record=progress.finished, on_start=lambda c: progress.started(c.name))
+    from harness.lanes import LocalExecutor
+
+    return LocalExecutor(cfg, device, store, on_record=progress.finished, on_start=lambda c: progress.started(c.name), builds=builds)
+
+
 def start_builds(cfg: Config, device: str, targets: list[Target]):
     """A BuildAhead already compiling every candidate of `targets`, in evaluation order; None when
     builds.ahead is never (or auto on a CPU run, where building would disturb the timings)."""
     from harness.prebuild import BuildAhead, default_parallelism, gpu_arch
 
-    if cfg.builds.ahead == "never" or (cfg.builds.ahead == "auto" and device != "cuda"):
-        return None
+    if cfg.executor == "ray" or cfg.builds.ahead == "never" or (cfg.builds.ahead == "auto" and device != "cuda"):
+        return None  # (Ray runs build in CPU tasks on the cluster)
     parallel, jobs = default_parallelism()
     builds = BuildAhead(
         cfg.path(cfg.build_cache_dir),
