@@ -34,6 +34,8 @@ def setup_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--results", metavar="DIR", help="results folder (config results_dir)")
     parser.add_argument("--run-id", metavar="ID", help="name of the run folder (default: time + random)")
     parser.add_argument("--resume", metavar="RUN", help="finish an interrupted run: evaluate only the candidates without a record in results/RUN")
+    parser.add_argument("--executor", choices=["local", "ray"], help="where evaluations run (config executor; ray: pip install '.[ray]')")
+    parser.add_argument("--ray-address", metavar="ADDR", help="Ray cluster to use with --executor ray: auto, ray://HOST:10001 (default: a new local instance)")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
     parser.add_argument("--json", action="store_true", help="print the records as JSON lines on stdout instead of tables")
 
@@ -48,6 +50,10 @@ def run_from_args(args: argparse.Namespace, argv: Sequence[str]) -> int:
         overrides.append("timing.enabled=false")
     if args.results:
         overrides.append(f"results_dir={args.results}")
+    if args.executor:
+        overrides.append(f"executor={args.executor}")
+    if args.ray_address is not None:
+        overrides.append(f"ray.address={json.dumps(args.ray_address)}")
     cfg = load_config(args.config, overrides)
     if args.resume and args.run_id:
         raise UserError("--resume names the run to finish; leave out --run-id")
@@ -82,6 +88,10 @@ def select_targets(cfg: Config, *, problem: str | None, solution: str | None, ev
 
 
 def resolve_device(cfg: Config) -> str:
+    if cfg.executor == "ray":  # the cluster's GPUs count, not this machine's
+        from harness.ray_executor import cluster_device
+
+        return cluster_device(cfg)
     import torch
 
     if cfg.device == "cuda" and not torch.cuda.is_available():
