@@ -6,10 +6,12 @@ A build process imports the candidate module (that is what triggers `load_inline
 worker's load phase would, in a subprocess of its own; it never evaluates anything. A build that
 fails, or that only happens in `__init__`, is simply left to the worker, which reports it.
 
-    python -m harness.prebuild FILE CACHE_DIR ARCH      (one build; prints one line)
+    python -m harness.prebuild FILE CACHE_DIR ARCH [KEYS_FILE]
+        (one build; prints one line; KEYS_FILE gets the JSON list of cache keys it used)
 """
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -91,6 +93,7 @@ class BuildAhead:
 
 def main() -> None:
     path, cache_dir, arch = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+    keys_file = Path(sys.argv[4]) if len(sys.argv) > 4 else None
     from harness.buildcache import BuildCache
     from harness.worker import WorkerFailure, load_module
 
@@ -101,6 +104,8 @@ def main() -> None:
         print("ok", [(e["name"], "cached" if e["cached"] else "built") for e in cache.events])
     except WorkerFailure as failure:
         print(failure.status.value, failure.reason)
+    if keys_file is not None:  # the cache entries this candidate uses, for shipping them elsewhere
+        keys_file.write_text(json.dumps([e["cache_key"] for e in cache.events]))
     sys.stdout.flush()
     os._exit(0)  # threads or atexit hooks the module left must not keep the build process alive
 

@@ -75,9 +75,9 @@ def cluster_device(cfg: Config) -> str:
     return "cuda"
 
 
-def pack_builds(cache_dir: Path) -> bytes:
-    """The finished build directories under `cache_dir` as a gzipped tarball (b"" when none)."""
-    entries = [p for p in cache_dir.iterdir() if p.is_dir() and not p.name.startswith("_") and any(p.glob("*.so"))] if cache_dir.is_dir() else []
+def pack_builds(cache_dir: Path, keys: list[str]) -> bytes:
+    """The finished build directories `keys` of `cache_dir` as a gzipped tarball (b"" when none)."""
+    entries = [cache_dir / key for key in keys if any((cache_dir / key).glob("*.so"))]
     if not entries:
         return b""
     buffer = io.BytesIO()
@@ -109,20 +109,23 @@ def unpack_builds(blob: bytes, cache_dir: Path) -> list[str]:
     return added
 
 
-def build_remote(file_name: str, source: str, arch: str, jobs: int, timeout: float) -> bytes:
-    """A CPU task: build one candidate's inline extensions in a scratch cache; the builds as a tarball."""
+def build_remote(file_name: str, source: str, arch: str, jobs: int, timeout: float, cache_dir: str) -> bytes:
+    """A CPU task: build one candidate's inline extensions into this node's content-addressed
+    cache (a build already there is reused) and return the builds it uses as a tarball."""
+    cache = Path(cache_dir) if os.path.isabs(cache_dir) else ROOT / cache_dir
     with tempfile.TemporaryDirectory(prefix="harness-ray-build-") as folder:
         path = Path(folder) / file_name
         path.write_text(source)
-        cache = Path(folder) / "cache"
+        keys_file = Path(folder) / "keys.json"
         env = {**os.environ, "MAX_JOBS": str(jobs)}
         if arch not in ("", "cpu"):
             env["TORCH_CUDA_ARCH_LIST"] = arch
         try:
-            subprocess.run([sys.executable, "-m", "harness.prebuild", str(path), str(cache), arch], capture_output=True, cwd=ROOT, env=env, timeout=timeout, start_new_session=True)
-        except subprocess.TimeoutExpired:
+            subprocess.run([sys.executable, "-m", "harness.prebuild", str(path), str(cache), arch, str(keys_file)], capture_output=True, cwd=ROOT, env=env, timeout=timeout, start_new_session=True)
+            keys = json.loads(keys_file.read_text()) if keys_file.is_file() else []
+        except (subprocess.TimeoutExpired, ValueError):
             return b""  # the lane's worker builds it, under its own limit, and reports
-        return pack_builds(cache)
+        return pack_builds(cache, keys)
 
 
 class LaneActor:
@@ -226,7 +229,8 @@ class RayExecutor:
         plan = Plan.fresh(self.cfg, problem.settings)
         problem_source = problem.path.read_text()
         sources = {c.path: c.path.read_text() for c in runnable}
-        builds = {c.path: self.builder.remote(c.path.name, sources[c.path], self.arch, self.build_cpus, self.cfg.timeouts.load) for c in runnable}
+        cache = self.cfg.build_cache_dir  # resolved on each node against its own checkout
+        builds = {c.path: self.builder.remote(c.path.name, sources[c.path], self.arch, self.build_cpus, self.cfg.timeouts.load, cache) for c in runnable}
         by_name = {c.name: c for c in runnable}
 
         def submit(actor: Any, candidate: Candidate) -> Any:

@@ -1,0 +1,166 @@
+"""Scale: prestarted workers, several lanes at once, and the Ray executor on a local CPU instance."""
+import json
+import shutil
+
+import pytest
+
+from harness.candidate import Candidate
+from harness.config import ROOT
+from harness.errors import UserError
+from harness.lanes import Lane, LocalExecutor, local_lanes
+from harness.problem import resolve_problem
+from harness.records import CandidateRecord, ReferenceRecord
+from harness.status import Status
+from harness.store import RunStore, read_records
+from harness.supervise import Launcher
+
+PROBLEM = "1_Scale_Bias_ReLU"
+CPP_CANDIDATE = ROOT / "solutions" / PROBLEM / "cpp_fused.py"
+
+PLAIN = '''
+import torch
+import torch.nn as nn
+
+class ModelNew(nn.Module):
+    def __init__(self, features, scale):
+        super().__init__()
+        self.bias = nn.Parameter(torch.randn(features))
+        self.scale = scale
+
+    def forward(self, x):
+        return torch.relu(x * self.scale + self.bias){suffix}
+'''
+
+
+def write_candidates(folder, count, wrong=()):
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for index in range(count):
+        path = folder / f"plain_{index}.py"
+        path.write_text(PLAIN.format(suffix=" + 1" if index in wrong else ""))
+        paths.append(path)
+    return [Candidate(p.stem, p) for p in paths]
+
+
+def test_prestarted_worker_is_a_fresh_process_for_every_job():
+    launcher = Launcher(prestart=True)
+    try:
+        first = launcher.take()
+        spare = launcher._spare
+        second = launcher.take()
+        assert spare is not None and second.proc is spare.proc  # the prestarted one is handed out next
+        assert first.proc.pid != second.proc.pid
+        assert launcher._spare is not None and launcher._spare.proc.pid not in (first.proc.pid, second.proc.pid)
+    finally:
+        for started in (first, second):
+            started.proc.kill()
+            started.proc.wait()
+        waiting = launcher._spare.proc
+        launcher.close()
+    assert waiting.wait(timeout=10) is not None  # close ends the spare
+
+
+def test_prestarted_workers_give_the_same_verdicts(make_config, tmp_path):
+    cfg = make_config("workers.prestart=always", "timing.enabled=false")
+    problem = resolve_problem(PROBLEM, cfg.path(cfg.problems_dir))
+    candidates = write_candidates(tmp_path / "c", 3, wrong={1})
+    executor = LocalExecutor(cfg, "cpu", RunStore(cfg.path(cfg.results_dir), "prestart"), on_record=lambda r: None, on_start=lambda c: None)
+    try:
+        records = {r.candidate: r for r in executor.run_problem(problem, candidates)}
+    finally:
+        executor.close()
+    assert [records[f"plain_{i}"].status for i in range(3)] == [Status.CORRECT, Status.INCORRECT, Status.CORRECT]
+
+
+def test_two_lanes_share_the_candidates_and_each_compares_to_its_own_reference(make_config, tmp_path):
+    cfg = make_config()
+    problem = resolve_problem(PROBLEM, cfg.path(cfg.problems_dir))
+    candidates = write_candidates(tmp_path / "c", 4, wrong={2})
+    store = RunStore(cfg.path(cfg.results_dir), "lanes")
+    started = []
+    executor = LocalExecutor(cfg, "cpu", store, on_record=lambda r: None, on_start=lambda c: started.append(c.name))
+    executor.lanes = [Lane.single(cfg, "cpu", label="lane-a"), Lane.single(cfg, "cpu", label="lane-b")]  # two lanes, as two GPUs would give
+    try:
+        records = executor.run_problem(problem, candidates)
+    finally:
+        executor.close()
+    assert [r.candidate for r in records] == [f"plain_{i}" for i in range(4)]  # in candidate order, whoever finished first
+    assert sorted(started) == sorted(c.name for c in candidates)
+    written = read_records(store.records_path)
+    references = {r.lane: r for r in written if isinstance(r, ReferenceRecord)}
+    assert set(references) == {"lane-a", "lane-b"}  # each lane ran the reference once
+    for record in records:
+        assert record.lane in references
+        if record.status is Status.CORRECT:
+            assert record.reference_ms == references[record.lane].timing.median_ms  # compared on its own lane
+    assert records[2].status is Status.INCORRECT
+    assert {r.lane for r in records} == {"lane-a", "lane-b"}  # both lanes did work
+
+
+def test_gpu_selection_beyond_the_visible_gpus_is_a_usage_error(make_config, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    with pytest.raises(UserError, match="workers.gpus names GPU 2, but 2 GPU"):
+        local_lanes(make_config("workers.gpus=[0,2]"), "cuda")
+    lanes = local_lanes(make_config("workers.gpus=[1]"), "cuda")
+    assert [(lane.label, lane.gpu, lane.launcher.env) for lane in lanes] == [("cuda:5", "5", {"CUDA_VISIBLE_DEVICES": "5"})]
+    assert [lane.label for lane in local_lanes(make_config(), "cuda")] == ["cuda:3", "cuda:5"]
+    assert [lane.label for lane in local_lanes(make_config(), "cpu")] == [""]  # one CPU lane: timings must not share it
+
+
+@pytest.mark.parametrize("setting", ["executor=slurm", "workers.prestart=sometimes", "workers.gpus=[0,0]", "ray.build_cpus=0"])
+def test_bad_scale_settings_are_usage_errors(make_config, setting):
+    with pytest.raises(UserError):
+        make_config(setting)
+
+
+def test_build_tarball_adds_new_builds_and_never_replaces_one(tmp_path):
+    from harness.ray_executor import pack_builds, unpack_builds
+
+    source = tmp_path / "source"
+    for key, text in (("aaa", "new"), ("bbb", "new")):
+        (source / key).mkdir(parents=True)
+        (source / key / "ext.so").write_text(text)
+    (source / "ccc").mkdir()  # a failed build: no library, not shipped
+    blob = pack_builds(source, ["aaa", "bbb", "ccc"])
+    target = tmp_path / "target"
+    (target / "aaa").mkdir(parents=True)
+    (target / "aaa" / "ext.so").write_text("old")
+    assert unpack_builds(blob, target) == ["bbb"]
+    assert (target / "aaa" / "ext.so").read_text() == "old"
+    assert (target / "bbb" / "ext.so").read_text() == "new"
+    assert pack_builds(source, ["ccc"]) == b"" and unpack_builds(b"", target) == []
+
+
+def test_ray_executor_gives_the_same_records_as_the_local_one(make_config, tmp_path, build_cache):
+    pytest.importorskip("ray")
+    import subprocess
+    import sys
+
+    solutions = tmp_path / "solutions" / PROBLEM
+    write_candidates(solutions, 2, wrong={1})
+    shutil.copy(CPP_CANDIDATE, solutions / "cpp_fused.py")  # a C++ build, made in a Ray CPU task
+    (solutions / "broken.py").write_text("this is not python")
+    common = [
+        sys.executable, "run.py", "--problem", PROBLEM, "--device", "cpu", "--json", "--quiet",
+        "--results", str(tmp_path / "results"), "--set", f"solutions_dir={tmp_path / 'solutions'}",
+        "--set", f"build_cache_dir={build_cache}", "--set", "check.trials=2", "--set", "timing.budget_s=0.2",
+        "--set", "timing.warmup_ms=5", "--set", "baselines.compile_modes=[]",
+    ]
+    outputs = {}
+    for executor in ("local", "ray"):
+        done = subprocess.run([*common, "--executor", executor, "--run-id", executor], capture_output=True, text=True, cwd=ROOT, timeout=900)
+        assert done.returncode == 2, done.stderr[-2000:]  # candidates failed (the wrong one and the broken one)
+        outputs[executor] = {r["candidate"]: r for r in map(json.loads, done.stdout.splitlines())}
+    local, ray = outputs["local"], outputs["ray"]
+    assert {n: r["status"] for n, r in ray.items()} == {n: r["status"] for n, r in local.items()} == {
+        "cpp_fused": "correct", "plain_0": "correct", "plain_1": "incorrect", "broken": "import error",
+    }
+    assert ray["cpp_fused"]["candidate_path"] == str(solutions / "cpp_fused.py")  # the driver's file, not the lane's copy
+    assert [b["name"] for b in ray["cpp_fused"]["builds"]] == ["cpp_scale_bias_relu"]
+    assert ray["plain_0"]["lane"].endswith("/cpu")
+    run = tmp_path / "results" / "ray"
+    assert (run / "leaderboard.md").is_file() and (run / "leaderboard.csv").is_file()
+    assert (run / ray["plain_1"]["log_path"]).is_file()  # the lane's logs come back to the run folder
+    kinds = [type(r).__name__ for r in read_records(run / "records.jsonl")]
+    assert kinds.count("ReferenceRecord") == 1 and kinds.count("CandidateRecord") == 4 and kinds[-1] == "RunEnd"
+    assert all(isinstance(r, CandidateRecord) for r in read_records(run) if getattr(r, "candidate", None))
