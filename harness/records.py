@@ -249,7 +249,7 @@ class CandidateRecord:
     profile: Optional[CallProfile] = None  # one profiled call (CUDA)
     custom_kernel_share: Optional[float] = None  # share of the profiled GPU time in the candidate's own kernels
     builds: tuple[ExtensionBuild, ...] = ()  # load_inline calls and cache hits
-    phase_seconds: dict[str, float] = dataclasses.field(default_factory=dict)  # wall time per worker phase
+    phase_seconds: dict[str, float] = dataclasses.field(default_factory=dict)  # wall time per worker phase (timer, profile: parts of time)
     wall_seconds: float = 0.0  # wall time of the whole evaluation, seen by the parent
     log_path: str = ""  # captured stdout/stderr of the worker, relative to the run folder
     lane: str = ""  # where it ran when a run uses several: "cuda:1" (a visible GPU), "host/cuda:0" (Ray)

@@ -278,14 +278,17 @@ class Worker:
         try:
             with torch.no_grad():
                 stats = time_forward(timed, on_device, device, cfg, sync="device" if sync == "device" else "stream")
+                self.phase_seconds["timer"] = round(time.perf_counter() - self._phase_started, 4)
                 if device.type == "cuda" and self.role != "baseline":
                     from harness.profile import profile_call
 
+                    profiling = time.perf_counter()
                     try:
                         profile = profile_call(runner, on_device[0], device, flush_buffer(device) if cfg.flush_l2 else None)
                     except Exception as exc:
                         torch.cuda.synchronize(device)  # a device fault is the model's; anything else is the profiler's
                         profile_error = one_line(exc)
+                    self.phase_seconds["profile"] = round(time.perf_counter() - profiling, 4)
                     if profile is not None and sync == "auto" and (profile.streams > 1 or profile.after_return or profile.busy_after_return):
                         why = []
                         if profile.streams > 1:
