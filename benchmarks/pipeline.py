@@ -1,6 +1,7 @@
 """Is the harness compile-bound? Pipelined builds against strictly sequential ones, and a warm re-run.
 
-    python3 benchmarks/pipeline.py [--count 16] [--device cuda|cpu] [--modes sequential,pipelined,warm] [--out FILE|DIR]
+    python3 benchmarks/pipeline.py [--count 16] [--device cuda|cpu] [--modes sequential,pipelined,warm]
+                                   [--warm-also KEY=VALUE ...] [--out FILE|DIR]
 
 Generates COUNT distinct candidates for 1_Scale_Bias_ReLU. Each is a real fused kernel, CUDA (or,
 with --device cpu, the shipped C++ candidate), with its own extension name and source, so every
@@ -82,7 +83,7 @@ def cpu_variant(variant: int, salt: str) -> str:
                 .replace("#include <torch/extension.h>", f"#include <torch/extension.h>\n#define VARIANT {variant}", 1))
 
 
-def run_mode(name: str, work: Path, solutions: Path, cache: Path, device: str, ahead: str) -> dict:
+def run_mode(name: str, work: Path, solutions: Path, cache: Path, device: str, ahead: str, extra: tuple[str, ...] = ()) -> dict:
     run_id = f"pipeline-{name}"
     command = [
         sys.executable, str(ROOT / "run.py"), "--problem", PROBLEM, "--device", device, "--quiet", "--json",
@@ -91,6 +92,7 @@ def run_mode(name: str, work: Path, solutions: Path, cache: Path, device: str, a
         "--set", f"measurement_cache_dir={work / 'measurements'}", "--set", f"builds.ahead={ahead}",
         "--set", f"workers.prestart={'never' if ahead == 'never' else 'auto'}",
         "--set", "baselines.compile_modes=[]", "--set", "timing.budget_s=1",
+        *[arg for setting in extra for arg in ("--set", setting)],
     ]
     started = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
@@ -119,6 +121,7 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=16)
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     parser.add_argument("--modes", default="sequential,pipelined,warm", help="comma-separated: sequential, pipelined, warm (warm needs pipelined)")
+    parser.add_argument("--warm-also", metavar="KEY=VALUE", action="append", default=[], help="one more warm run with this config setting (e.g. workers.gpus=[0]); repeatable")
     parser.add_argument("--out", type=Path, default=None, help="write the results here as JSON (a folder gets pipeline.json)")
     args = parser.parse_args()
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
@@ -134,16 +137,19 @@ def main() -> None:
         (folder / f"variant_{variant:02d}.py").write_text(source)
     plan = {"sequential": ("cache-sequential", "never"), "pipelined": ("cache-pipelined", "always"), "warm": ("cache-pipelined", "always")}
     results = [run_mode(mode, work, solutions, work / plan[mode][0], args.device, plan[mode][1]) for mode in ("sequential", "pipelined", "warm") if mode in modes]
+    if "pipelined" in modes:
+        results += [run_mode(f"warm {setting}", work, solutions, work / "cache-pipelined", args.device, "always", (setting,)) for setting in args.warm_also]
     for r in results:
         print(json.dumps(r), flush=True)
     print(f"\n{args.count} fresh {args.device} candidates of {PROBLEM}")
-    print(f"{'mode':<12}{'wall s':>9}{'exit':>6}{'overhead median s':>20}{'max s':>8}  statuses")
+    width = max(12, *(len(r["mode"]) + 2 for r in results))
+    print(f"{'mode':<{width}}{'wall s':>9}{'exit':>6}{'overhead median s':>20}{'max s':>8}  statuses")
     for r in results:
         med = f"{r['overhead_median_s']:.2f}" if r["overhead_median_s"] is not None else "-"
         top = f"{r['overhead_max_s']:.2f}" if r["overhead_max_s"] is not None else "-"
-        print(f"{r['mode']:<12}{r['wall_s']:>9.1f}{r['exit']:>6}{med:>20}{top:>8}  {', '.join(r['statuses'])}")
+        print(f"{r['mode']:<{width}}{r['wall_s']:>9.1f}{r['exit']:>6}{med:>20}{top:>8}  {', '.join(r['statuses'])}")
     for r in results:
-        print(f"{r['mode']:<12}median seconds per candidate: " + ", ".join(f"{k} {v:g}" for k, v in r["phase_median_s"].items()))
+        print(f"{r['mode']:<{width}}median seconds per candidate: " + ", ".join(f"{k} {v:g}" for k, v in r["phase_median_s"].items()))
     walls = {r["mode"]: r["wall_s"] for r in results}
     if "sequential" in walls and "pipelined" in walls:
         print(f"pipelined / sequential = {walls['pipelined'] / walls['sequential']:.2f} (target <= 0.35)")

@@ -254,3 +254,40 @@ def test_kernel_compiled_but_never_called_is_flagged(cheats):
     record = cheats["kernel_never_called"]
     assert record.status is Status.CORRECT and record.custom_kernel_share == 0.0
     assert any(w.startswith("no custom kernel: none of its own kernels (k) ran") for w in record.warnings), record.warnings
+
+
+def test_every_visible_gpu_is_a_lane_with_its_own_reference(make_config, tmp_path):
+    """Several GPUs: candidates spread over them, each compared to the reference timed on its GPU."""
+    import torch
+
+    from harness.lanes import LocalExecutor
+    from harness.records import ReferenceRecord
+    from harness.store import read_records
+
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two GPUs")
+    cfg = make_config()
+    problem = resolve_problem("1_Scale_Bias_ReLU", cfg.path(cfg.problems_dir))
+    candidates = []
+    for index in range(6):
+        path = tmp_path / f"plain_{index}.py"
+        path.write_text(
+            "import torch\nimport torch.nn as nn\n\nclass ModelNew(nn.Module):\n"
+            "    def __init__(self, features, scale):\n        super().__init__()\n"
+            "        self.bias = nn.Parameter(torch.randn(features))\n        self.scale = scale\n\n"
+            "    def forward(self, x):\n        return torch.relu(x * self.scale + self.bias)\n"
+        )
+        candidates.append(Candidate(path.stem, path))
+    store = RunStore(cfg.path(cfg.results_dir), "lanes")
+    executor = LocalExecutor(cfg, "cuda", store, on_record=lambda r: None, on_start=lambda c: None)
+    try:
+        assert len(executor.lanes) == torch.cuda.device_count()
+        records = executor.run_problem(problem, candidates)
+    finally:
+        executor.close()
+    references = {r.lane: r for r in read_records(store.records_path) if isinstance(r, ReferenceRecord)}
+    assert len(references) >= 2 and all(r.ok and r.timing is not None for r in references.values())
+    assert all(r.status is Status.CORRECT for r in records), [r.reason for r in records]
+    assert len({r.lane for r in records}) >= 2
+    for record in records:
+        assert record.reference_ms == references[record.lane].timing.median_ms
