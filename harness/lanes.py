@@ -34,7 +34,8 @@ class Lane:
 
     @classmethod
     def single(cls, cfg: Config, device: str, gpu: str = "", label: str = "") -> "Lane":
-        env = {"CUDA_VISIBLE_DEVICES": gpu} if gpu else {}
+        # nvidia-smi (clocks, identity) numbers GPUs in PCI order; CUDA must number them the same way
+        env = {"CUDA_VISIBLE_DEVICES": gpu, "CUDA_DEVICE_ORDER": os.environ.get("CUDA_DEVICE_ORDER", "PCI_BUS_ID")} if gpu else {}
         return cls(label, gpu, Launcher(prestart=wants_prestart(cfg, device), env=env))
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -105,7 +106,7 @@ def unpack_builds(blob: bytes, cache_dir: Path) -> list[str]:
                 added.append(key)
             except OSError:
                 pass  # another lane on this node got there first
-            subprocess.run(["rm", "-rf", str(scratch)], check=False)
+            shutil.rmtree(scratch, ignore_errors=True)
     return added
 
 
@@ -189,7 +190,7 @@ class LaneActor:
         if self.evaluation is not None:
             self.evaluation.close()
         self.lane.launcher.close()
-        subprocess.run(["rm", "-rf", str(self.folder)], check=False)
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 class RayExecutor:

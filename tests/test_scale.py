@@ -101,8 +101,9 @@ def test_gpu_selection_beyond_the_visible_gpus_is_a_usage_error(make_config, mon
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
     with pytest.raises(UserError, match="workers.gpus names GPU 2, but 2 GPU"):
         local_lanes(make_config("workers.gpus=[0,2]"), "cuda")
+    monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
     lanes = local_lanes(make_config("workers.gpus=[1]"), "cuda")
-    assert [(lane.label, lane.gpu, lane.launcher.env) for lane in lanes] == [("cuda:5", "5", {"CUDA_VISIBLE_DEVICES": "5"})]
+    assert [(lane.label, lane.gpu, lane.launcher.env) for lane in lanes] == [("cuda:5", "5", {"CUDA_VISIBLE_DEVICES": "5", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"})]
     assert [lane.label for lane in local_lanes(make_config(), "cuda")] == ["cuda:3", "cuda:5"]
     assert [lane.label for lane in local_lanes(make_config(), "cpu")] == [""]  # one CPU lane: timings must not share it
 
