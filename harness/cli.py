@@ -10,20 +10,20 @@ import sys
 from typing import Sequence
 
 from harness import __version__
-from harness.commands import ingest, run
+from harness.commands import baseline, gate, ingest, leaderboard, run
 from harness.errors import ExitCode, UserError
 
-COMMANDS = {"run": run, "ingest": ingest}
+COMMANDS = {"run": run, "ingest": ingest, "gate": gate, "baseline": baseline, "leaderboard": leaderboard}
 
 
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
         prog="run.py",
         description="Evaluate candidate kernels against reference problems: correctness, then speed.",
-        epilog="exit codes: 0 ok, 1 usage error, 2 a candidate failed (or an ingest was refused), 4 reference or harness failure, 130 interrupted",
+        epilog="exit codes: 0 ok, 1 usage error, 2 a candidate failed (or an ingest was refused), 3 the gate found a regression, 4 reference or harness failure, 130 interrupted",
     )
     top.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    sub = top.add_subparsers(dest="command", metavar="{run,ingest}")
+    sub = top.add_subparsers(dest="command", metavar="{" + ",".join(COMMANDS) + "}")
     for name, module in COMMANDS.items():
         module.setup_arguments(sub.add_parser(name, help=(module.__doc__ or "").strip().splitlines()[0]))
     return top

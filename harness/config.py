@@ -161,6 +161,17 @@ class RayConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class GateConfig:
+    threshold: float  # a candidate slower than (1 + threshold) x its baseline median, significantly, regresses
+    alpha: float  # significance: two-sided Mann-Whitney U p-value below this
+    fail_on: str  # default --fail-on rules ("default" = status and median at threshold)
+
+    def __post_init__(self) -> None:
+        if not 0 < self.threshold < 10 or not 0 < self.alpha < 1:
+            raise ValueError("gate.threshold must be in (0, 10) and gate.alpha in (0, 1)")
+
+
+@dataclasses.dataclass(frozen=True)
 class Limits:
     memory_mb: int  # host RSS limit per worker, 0 = 80% of RAM
     log_kib: int  # captured output kept per worker
@@ -190,6 +201,7 @@ class Config:
     ray: RayConfig
     limits: Limits
     leaderboard: LeaderboardConfig
+    gate: GateConfig
 
     def __post_init__(self) -> None:
         if self.device not in ("auto", "cuda", "cpu"):

@@ -8,7 +8,7 @@ class ExitCode(enum.IntEnum):
     OK = 0  # every evaluated candidate is correct (candidates that need CUDA on a CPU run are skipped)
     USAGE = 1  # bad command line, config, problem name or input file
     CANDIDATES_FAILED = 2  # at least one candidate got a failing status (or an ingest refused a file)
-    REGRESSION = 3  # reserved for the regression gate
+    REGRESSION = 3  # the regression gate failed (run.py gate, or run.py --gate)
     INTERNAL = 4  # the reference itself failed, or the harness hit a bug
     INTERRUPTED = 130  # Ctrl-C; records written so far are kept
 

@@ -5,8 +5,9 @@ Written as CSV and GitHub-flavoured markdown, and shown as a rich table on the t
 from __future__ import annotations
 
 import math
+import urllib.parse
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import pandas as pd
 
@@ -120,22 +121,40 @@ def markdown_table(table: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def render_markdown(frame: pd.DataFrame, fast_p: Sequence[float], title: str) -> str:
-    parts = [f"# {title}", "", "## Summary", "", markdown_table(summary_table(frame, fast_p)), ""]
+def render_markdown(frame: pd.DataFrame, fast_p: Sequence[float], title: str, charts: Mapping[str, str] | None = None, note: str = "") -> str:
+    """The summary, then one table per problem; `charts` maps a problem to an image link shown
+    under its heading, `note` is a line under the title."""
+    parts = [f"# {title}", ""] + ([note, ""] if note else []) + ["## Summary", "", markdown_table(summary_table(frame, fast_p)), ""]
     for problem in sorted(frame["problem"].unique()):
-        parts += [f"## {problem}", "", markdown_table(problem_table(frame, problem)), ""]
+        parts += [f"## {problem}", ""]
+        if charts and problem in charts:
+            parts += [f"![{problem}: speedups]({charts[problem]})", ""]
+        parts += [markdown_table(problem_table(frame, problem)), ""]
     return "\n".join(parts)
 
 
-def write_leaderboards(run_dir: Path, records: Iterable[CandidateRecord], fast_p: Sequence[float]) -> tuple[Path, Path]:
+def write_leaderboards(run_dir: Path, records: Iterable[CandidateRecord], fast_p: Sequence[float], *, plots: bool = True) -> tuple[Path, Path]:
+    """leaderboard.csv and leaderboard.md in `run_dir`; with `plots` and matplotlib, also a chart per
+    problem in run_dir/plots/, linked from the markdown."""
     frame = candidate_frame(records)
     csv_path = run_dir / "leaderboard.csv"
     md_path = run_dir / "leaderboard.md"
-    tables = [problem_table(frame, p).assign(problem=p) for p in sorted(frame["problem"].unique())]
+    problems = sorted(frame["problem"].unique())
+    tables = [problem_table(frame, p).assign(problem=p) for p in problems]
     combined = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame(columns=PROBLEM_COLUMNS + ["problem"])
     combined = combined[["problem"] + PROBLEM_COLUMNS]
     combined.to_csv(csv_path, index=False, float_format="%.6g")
-    md_path.write_text(render_markdown(frame, fast_p, f"Leaderboard: {run_dir.name}") + "\n")
+    charts: dict[str, str] = {}
+    note = ""
+    if plots:
+        from harness import plots as plotting
+
+        if plotting.available():
+            written = plotting.write_plots(run_dir, {p: problem_table(frame, p) for p in problems})
+            charts = {p: "plots/" + urllib.parse.quote(path.name) for p, path in written.items()}
+        else:
+            note = f"Charts need matplotlib: `{plotting.INSTALL_HINT}`."
+    md_path.write_text(render_markdown(frame, fast_p, f"Leaderboard: {run_dir.name}", charts, note) + "\n")
     return csv_path, md_path
 
 

@@ -26,7 +26,7 @@ import sys
 import tarfile
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 from harness.candidate import Candidate
 from harness.config import ROOT, Config

@@ -61,6 +61,15 @@ class RunStore:
             os.fsync(f.fileno())
 
 
+def resolve_run(value: str, results_dir: Path) -> Path:
+    """The records file of a run given as a folder, a records (or baseline) file or a run id under `results_dir`."""
+    path = Path(value)
+    for option in (path, path / RECORDS_FILE, results_dir / value / RECORDS_FILE):
+        if option.is_file():
+            return option
+    raise UserError(f"no run {value!r}: not a records file, a run folder or a run id with records in {results_dir}")
+
+
 def read_records(path: Path) -> list[Any]:
     """Every record of a records file (or of a run folder), oldest first."""
     if path.is_dir():

@@ -36,7 +36,7 @@ RECORDS = [
 
 
 def test_leaderboard_files_match_golden(tmp_path):
-    csv_path, md_path = write_leaderboards(tmp_path, RECORDS, fast_p=(0.0, 1.0, 2.0))
+    csv_path, md_path = write_leaderboards(tmp_path, RECORDS, fast_p=(0.0, 1.0, 2.0), plots=False)  # charts: test_reports.py
     if os.environ.get("UPDATE_GOLDEN"):
         (GOLDEN / "leaderboard.md").write_text(md_path.read_text().replace(tmp_path.name, "RUN"))
         (GOLDEN / "leaderboard.csv").write_text(csv_path.read_text())

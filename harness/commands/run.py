@@ -36,6 +36,10 @@ def setup_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resume", metavar="RUN", help="finish an interrupted run: evaluate only the candidates without a record in results/RUN")
     parser.add_argument("--executor", choices=["local", "ray"], help="where evaluations run (config executor; ray: pip install '.[ray]')")
     parser.add_argument("--ray-address", metavar="ADDR", help="Ray cluster to use with --executor ray: auto, ray://HOST:10001 (default: a new local instance)")
+    parser.add_argument("--gate", metavar="BASELINE", help="after the run, gate it against this baseline (file, run folder or id): exit 3 on a regression, else 0")
+    from harness.commands.gate import add_gate_options
+
+    add_gate_options(parser)
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
     parser.add_argument("--json", action="store_true", help="print the records as JSON lines on stdout instead of tables")
 
@@ -58,9 +62,21 @@ def run_from_args(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if args.resume and args.run_id:
         raise UserError("--resume names the run to finish; leave out --run-id")
     targets = select_targets(cfg, problem=args.problem, solution=args.solution, everything=args.all)
-    if args.resume:
-        return run(cfg, targets, run_id=Path(args.resume).name, resume=True, quiet=args.quiet, json_output=args.json, argv=argv)
-    return run(cfg, targets, run_id=args.run_id, quiet=args.quiet, json_output=args.json, argv=argv)
+    run_id = Path(args.resume).name if args.resume else args.run_id
+    if args.gate is None:
+        return run(cfg, targets, run_id=run_id, resume=bool(args.resume), quiet=args.quiet, json_output=args.json, argv=argv)
+    from harness.commands.gate import run_gate
+    from harness.gate import Rules, load_side
+
+    results_dir = cfg.path(cfg.results_dir)
+    load_side(args.gate, results_dir)  # a missing or empty baseline is a usage error before anything runs
+    Rules.parse(args.fail_on if args.fail_on is not None else cfg.gate.fail_on, cfg.gate.threshold)
+    run_id = run_id or new_run_id()
+    code = run(cfg, targets, run_id=run_id, resume=bool(args.resume), quiet=args.quiet, json_output=args.json, argv=argv)
+    if code in (ExitCode.INTERRUPTED, ExitCode.INTERNAL):
+        return code  # an unfinished run, or a failed reference, is not gated
+    folder = results_dir / run_id
+    return run_gate(cfg, args.gate, str(folder), args.fail_on, args.across_changes, folder / "gate.md", echo=not args.json)
 
 
 def select_targets(cfg: Config, *, problem: str | None, solution: str | None, everything: bool) -> list[Target]:

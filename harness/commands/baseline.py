@@ -1,0 +1,44 @@
+"""`python run.py baseline save RUN --out FILE`: keep a run's results as a baseline file to commit."""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Sequence
+
+from harness.config import load_config
+from harness.errors import UserError
+from harness.records import CandidateRecord, ReferenceRecord, RunHeader, RECORD_KINDS, to_dict
+from harness.store import read_records, resolve_run
+
+
+def setup_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="action", metavar="{save}", required=True)
+    save = sub.add_parser("save", help="write a run's header, references and latest candidate records to one file")
+    save.add_argument("run", metavar="RUN", help="run folder, run id or records.jsonl")
+    save.add_argument("--out", required=True, metavar="FILE", help="the baseline file to write (e.g. baselines/main.jsonl)")
+    save.add_argument("--problem", action="append", default=[], metavar="NAME", help="keep only these problems (repeatable)")
+
+
+def run_from_args(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    cfg = load_config()
+    path = resolve_run(args.run, cfg.path(cfg.results_dir))
+    keep = set(args.problem)
+    header, references, candidates = None, {}, {}
+    for record in read_records(path):
+        if isinstance(record, RunHeader) and header is None:
+            header = record
+        elif isinstance(record, ReferenceRecord) and (not keep or record.problem in keep):
+            references.setdefault((record.problem, record.lane), record)
+        elif isinstance(record, CandidateRecord) and (not keep or record.problem in keep):
+            candidates[(record.problem, record.candidate)] = record
+    if not candidates:
+        raise UserError(f"{args.run}: no candidate records" + (f" for {', '.join(sorted(keep))}" if keep else ""))
+    kinds = {cls: name for name, cls in RECORD_KINDS.items()}
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "w", encoding="utf-8") as f:
+        for record in ([header] if header else []) + list(references.values()) + list(candidates.values()):
+            f.write(json.dumps({"kind": kinds[type(record)], **to_dict(record)}) + "\n")
+    print(f"wrote {out}: {len(candidates)} candidate(s) of {len({p for p, _ in candidates})} problem(s) from {path}")
+    return 0

@@ -1,0 +1,57 @@
+"""`python run.py gate --baseline OLD --current NEW`: fail when a candidate regressed."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from harness.config import Config, load_config
+from harness.errors import ExitCode
+from harness.gate import GateResult, Rules, gate, load_side, report
+
+
+def setup_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--baseline", required=True, metavar="OLD", help="baseline: a baseline file, run folder, run id or records.jsonl")
+    parser.add_argument("--current", required=True, metavar="NEW", help="current run: run folder, run id or records.jsonl")
+    add_gate_options(parser)
+    parser.add_argument("--config", metavar="FILE", help="YAML layered over configs/default.yaml (the gate section)")
+    parser.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], help="override one config key, e.g. gate.alpha=0.01")
+    parser.add_argument("--report", metavar="FILE", help="where to write the markdown report (default: gate.md in the current run folder, else ./gate.md)")
+
+
+def add_gate_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--fail-on", metavar="RULES", help="what fails the gate: e.g. median:5%%,geomean:3%%,missing,incomparable, or none (default: config gate.fail_on; correctness always counts unless none)")
+    parser.add_argument("--across-changes", action="store_true", help="compare a candidate whose source changed instead of calling it not comparable")
+
+
+def run_from_args(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    cfg = load_config(args.config, list(args.set))
+    current = Path(args.current)
+    folder = current if current.is_dir() else current.parent if current.is_file() else cfg.path(cfg.results_dir) / args.current
+    out = Path(args.report) if args.report else (folder / "gate.md" if folder.is_dir() else Path("gate.md"))
+    return run_gate(cfg, args.baseline, args.current, args.fail_on, args.across_changes, out)
+
+
+def run_gate(cfg: Config, baseline: str, current: str, fail_on: str | None, across_changes: bool, out: Path, echo: bool = True) -> int:
+    """Compare, write the report (file, stdout, and $GITHUB_STEP_SUMMARY when set), then the exit code."""
+    results_dir = cfg.path(cfg.results_dir)
+    rules = Rules.parse(fail_on if fail_on is not None else cfg.gate.fail_on, cfg.gate.threshold)
+    result = gate(load_side(baseline, results_dir), load_side(current, results_dir), rules, cfg.gate.alpha, across_changes)
+    publish(result, out, echo)
+    return int(ExitCode.OK if result.passed else ExitCode.REGRESSION)
+
+
+def publish(result: GateResult, out: Path, echo: bool = True) -> None:
+    text = report(result)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        with open(summary, "a", encoding="utf-8") as f:
+            f.write(text + "\n")
+    if echo:
+        print(text)
+    verdict = "gate passed" if result.passed else "gate FAILED: " + "; ".join(result.failures)
+    print(f"{verdict} (report: {out})", file=sys.stderr)

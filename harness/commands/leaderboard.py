@@ -1,0 +1,133 @@
+"""`python run.py leaderboard RUN...`: rebuild leaderboards from stored records, evaluating nothing.
+
+The candidate records of one or more runs (a run folder, a run id under the results folder or a
+records.jsonl file) are filtered and written as leaderboard.csv, leaderboard.md and charts.
+Combined runs are read in the order given; a later record for the same (problem, candidate)
+replaces an earlier one.
+"""
+from __future__ import annotations
+
+import argparse
+import difflib
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from harness.config import load_config
+from harness.errors import ExitCode, UserError
+from harness.leaderboard import candidate_frame, print_leaderboard, write_leaderboards
+from harness.records import CandidateRecord, RunHeader
+from harness.status import Status
+from harness.store import read_records, resolve_run
+
+
+def setup_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("runs", nargs="+", metavar="RUN", help="run folder, run id under the results folder, or records.jsonl file")
+    parser.add_argument("--problem", metavar="NAME", action="append", default=[], help="keep this problem (exact name or prefix; repeatable)")
+    parser.add_argument("--status", metavar="STATUS", action="append", default=[], help="keep candidates with this status, e.g. correct or 'build failed' (repeatable)")
+    parser.add_argument("--run", metavar="ID", action="append", default=[], help="keep only records of this run id (repeatable)")
+    parser.add_argument("--out", metavar="DIR", help="where leaderboard.csv, leaderboard.md and plots/ go (default: the run's folder; needed for several runs)")
+    parser.add_argument("--config", metavar="FILE", help="YAML layered over configs/default.yaml")
+    parser.add_argument("--results", metavar="DIR", help="results folder that run ids are looked up in (config results_dir)")
+    parser.add_argument("--no-plots", action="store_true", help="write no charts")
+
+
+def run_from_args(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    cfg = load_config(args.config, [f"results_dir={args.results}"] if args.results else [])
+    return run(
+        [resolve_run(r, cfg.path(cfg.results_dir)) for r in args.runs],
+        out=Path(args.out) if args.out else None,
+        problems=args.problem,
+        statuses=[parse_status(s) for s in args.status],
+        run_ids=args.run,
+        default_fast_p=cfg.leaderboard.fast_p,
+        plots=not args.no_plots,
+    )
+
+
+def parse_status(value: str) -> Status:
+    """A status by its value, in any case (`correct`, `build failed`, `needs cuda`)."""
+    for status in Status:
+        if value.strip().lower() in (status.value.lower(), status.name.lower()):
+            return status
+    raise UserError(f"--status {value!r} is not a status; one of: {', '.join(s.value for s in Status)}")
+
+
+def select(records: list[CandidateRecord], *, problems: Sequence[str] = (), statuses: Sequence[Status] = (), run_ids: Sequence[str] = ()) -> list[CandidateRecord]:
+    """The latest record per (problem, candidate) among the records of `run_ids` (all when empty),
+    kept when its problem matches one of `problems` and its status is one of `statuses`."""
+    if run_ids:
+        found = sorted({r.run_id for r in records})
+        for run_id in run_ids:
+            if run_id not in found:
+                raise UserError(f"--run {run_id!r}: no records of that run id; these records have {', '.join(found)}")
+        records = [r for r in records if r.run_id in run_ids]
+    latest: dict[tuple[str, str], CandidateRecord] = {}
+    for r in records:
+        latest[(r.problem, r.candidate)] = r
+    kept = list(latest.values())
+    if problems:
+        names = match_problems(problems, sorted({r.problem for r in kept}))
+        kept = [r for r in kept if r.problem in names]
+    if statuses:
+        kept = [r for r in kept if r.status in statuses]
+    return kept
+
+
+def match_problems(queries: Sequence[str], names: list[str]) -> set[str]:
+    """Each query's exact name, else every name it is a prefix of (of the name or of the part after
+    its number); a query that matches nothing is a usage error."""
+    chosen: set[str] = set()
+    for query in queries:
+        matches = [n for n in names if n == query] or [n for n in names if n.startswith(query) or n.split("_", 1)[-1].startswith(query)]
+        if not matches:
+            close = difflib.get_close_matches(query, names, n=5, cutoff=0.4)
+            listed = close or names[:8]
+            raise UserError(f"--problem {query!r}: no records for such a problem; {'close matches' if close else 'problems in these records'}: {', '.join(listed)}")
+        chosen.update(matches)
+    return chosen
+
+
+def run_fast_p(headers: list[RunHeader], default: Sequence[float]) -> tuple[float, ...]:
+    """The fast_p thresholds the runs were made with when they agree, else `default`."""
+    seen = {tuple(h.config.get("leaderboard", {}).get("fast_p", ())) for h in headers}
+    seen.discard(())
+    return tuple(seen.pop()) if len(seen) == 1 else tuple(default)
+
+
+def run(
+    records_files: list[Path],
+    *,
+    default_fast_p: Sequence[float],
+    out: Path | None = None,
+    problems: Sequence[str] = (),
+    statuses: Sequence[Status] = (),
+    run_ids: Sequence[str] = (),
+    plots: bool = True,
+    console: Any = None,
+) -> int:
+    if out is None:
+        if len(records_files) > 1:
+            raise UserError(f"{len(records_files)} runs are combined: say where the leaderboard goes with --out DIR")
+        out = records_files[0].parent
+    loaded = [record for path in records_files for record in read_records(path)]
+    candidates = [r for r in loaded if isinstance(r, CandidateRecord)]
+    if not candidates:
+        raise UserError(f"no candidate records in {', '.join(str(p) for p in records_files)}")
+    chosen = select(candidates, problems=problems, statuses=statuses, run_ids=run_ids)
+    if not chosen:
+        filters = [f"--problem {p}" for p in problems] + [f"--status '{s.value}'" for s in statuses] + [f"--run {r}" for r in run_ids]
+        raise UserError(f"no candidate records left after {' '.join(filters)}")
+    used_runs = {r.run_id for r in chosen}
+    fast_p = run_fast_p([r for r in loaded if isinstance(r, RunHeader) and r.run_id in used_runs], default_fast_p)
+    out.mkdir(parents=True, exist_ok=True)
+    csv_path, md_path = write_leaderboards(out, chosen, fast_p, plots=plots)
+    if console is None:
+        from rich.console import Console
+
+        console = Console(soft_wrap=False, width=200 if not sys.stdout.isatty() else None)
+    print_leaderboard(candidate_frame(chosen), fast_p, console)
+    charts = out / "plots"
+    written = f"{csv_path}, {md_path}" + (f", {charts}/" if plots and any(charts.glob("*.png")) else "")
+    print(f"wrote {written} ({len(chosen)} candidate(s) of {len(used_runs)} run(s))", file=sys.stderr)
+    return int(ExitCode.OK)

@@ -1,0 +1,266 @@
+"""The regression gate: compare a current run with a baseline, candidate by candidate.
+
+A candidate regresses when it was correct and is not now, or when its median is slower by more
+than the threshold **and** the raw samples differ significantly (two-sided Mann-Whitney U at a
+strict p). Improvements are found the same way. Results are "not comparable" (reported, never
+compared) when the problem's or the candidate's source, the device, or the timing protocol
+differ. The verdict follows the `--fail-on` rules; the markdown report is always written.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+from harness.errors import UserError
+from harness.records import CandidateRecord, ReferenceRecord, RunHeader, TimingStats
+from harness.status import Status
+from harness.store import read_records, resolve_run
+
+# Settings of the timing protocol that change what a median means; a baseline taken under other
+# values is not comparable. (Budgets and repetition counts change only how sure a median is.)
+PROTOCOL_KEYS = ("timing.mode", "timing.sync", "timing.flush_l2", "timing.subtract_overhead", "timing.cpu_threads", "check.allow_tf32")
+
+REGRESSED, IMPROVED, UNCHANGED, NOT_COMPARABLE, NEW, MISSING = "regressed", "improved", "unchanged", "not comparable", "new", "missing"
+VERDICTS = (REGRESSED, IMPROVED, UNCHANGED, NOT_COMPARABLE, NEW, MISSING)
+
+
+@dataclasses.dataclass(frozen=True)
+class Side:
+    """One side of a comparison: the records of a run folder, a records file or a baseline file."""
+
+    source: str
+    header: Optional[RunHeader]
+    references: dict[str, ReferenceRecord]  # problem -> its (first) reference record
+    candidates: dict[tuple[str, str], CandidateRecord]  # (problem, candidate) -> its latest record
+
+
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+    problem: str
+    candidate: str
+    verdict: str  # one of VERDICTS
+    reason: str
+    baseline_status: Optional[str] = None
+    current_status: Optional[str] = None
+    baseline_ms: Optional[float] = None
+    current_ms: Optional[float] = None
+    ratio: Optional[float] = None  # current / baseline median (> 1: slower)
+    p_value: Optional[float] = None  # two-sided Mann-Whitney U over the raw samples
+    reference_ratio: Optional[float] = None  # the eager reference's own current / baseline median
+
+
+@dataclasses.dataclass(frozen=True)
+class Rules:
+    """What fails the gate (`--fail-on`): comma-separated `median:10%`, `geomean:5%`, `missing`,
+    `incomparable`; correctness (`status`) is always checked, unless the rule is `none`."""
+
+    status: bool = True  # a candidate that was correct and is not now
+    median: Optional[float] = 0.10  # a significant slowdown beyond this fraction (None: never)
+    geomean: Optional[float] = None  # the geometric mean of comparable ratios slower beyond this
+    missing: bool = False  # a baseline candidate absent from the current run
+    incomparable: bool = False  # any result that could not be compared
+
+    @classmethod
+    def parse(cls, text: str, median_default: float) -> "Rules":
+        text = text.strip()
+        if text in ("", "default"):
+            return cls(median=median_default)
+        if text == "none":
+            return cls(status=False, median=None)
+        fields: dict[str, Any] = {"status": True, "median": None}
+        for item in (part.strip() for part in text.split(",")):
+            match = re.fullmatch(r"(median|geomean):(\d+(?:\.\d+)?)%", item)
+            if match:
+                fields[match.group(1)] = float(match.group(2)) / 100
+            elif item in ("status", "missing", "incomparable"):
+                fields[item] = True
+            else:
+                raise UserError(f"--fail-on: cannot read {item!r}; use comma-separated status, median:10%, geomean:5%, missing, incomparable or none")
+        return cls(**fields)
+
+    def describe(self) -> str:
+        parts = ["status" if self.status else ""]
+        parts.append(f"median:{self.median:.0%}" if self.median is not None else "")
+        parts.append(f"geomean:{self.geomean:.0%}" if self.geomean is not None else "")
+        parts += ["missing" if self.missing else "", "incomparable" if self.incomparable else ""]
+        return ",".join(p for p in parts if p) or "none"
+
+
+@dataclasses.dataclass(frozen=True)
+class GateResult:
+    baseline: str
+    current: str
+    rules: Rules
+    alpha: float
+    comparisons: tuple[Comparison, ...]
+    geomean_ratio: Optional[float]  # over candidates compared on time
+    failures: tuple[str, ...]  # why the gate fails; empty when it passes
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+    def count(self, verdict: str) -> int:
+        return sum(c.verdict == verdict for c in self.comparisons)
+
+
+def load_side(where: str, results_dir: Path) -> Side:
+    """Records from a run folder, a run id under `results_dir`, a records file or a baseline file."""
+    path = resolve_run(where, results_dir)
+    header, references, candidates = None, {}, {}
+    for record in read_records(path):
+        if isinstance(record, RunHeader) and header is None:
+            header = record
+        elif isinstance(record, ReferenceRecord):
+            references.setdefault(record.problem, record)
+        elif isinstance(record, CandidateRecord):
+            candidates[(record.problem, record.candidate)] = record
+    if not candidates:
+        raise UserError(f"{where}: holds no candidate records")
+    return Side(str(where), header, references, candidates)
+
+
+def _setting(header: Optional[RunHeader], dotted: str) -> Any:
+    value: Any = header.config if header is not None else {}
+    for part in dotted.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
+def _corrected(timing: TimingStats) -> list[float]:
+    offset = timing.overhead_ms if timing.overhead_subtracted else 0.0
+    return [max(s - offset, 0.0) for s in timing.samples_ms]
+
+
+def mann_whitney_p(a: list[float], b: list[float]) -> float:
+    """Two-sided Mann-Whitney U p-value (scipy); 1.0 when either side has too few samples to tell."""
+    from scipy.stats import mannwhitneyu
+
+    if len(a) < 2 or len(b) < 2:
+        return 1.0
+    return float(mannwhitneyu(a, b, alternative="two-sided").pvalue)
+
+
+def _incomparable(baseline: Side, current: Side, old: CandidateRecord, new: CandidateRecord, across_changes: bool) -> str:
+    if old.problem_hash != new.problem_hash:
+        return "the problem file changed"
+    if old.candidate_hash != new.candidate_hash and not across_changes:
+        return "the candidate file changed (compare anyway with --across-changes)"
+    if old.device != new.device:
+        return f"device {old.device} then, {new.device} now"
+    old_ref, new_ref = baseline.references.get(old.problem), current.references.get(new.problem)
+    if old_ref is not None and new_ref is not None and old_ref.device_name and new_ref.device_name and old_ref.device_name != new_ref.device_name:
+        return f"{old_ref.device_name} then, {new_ref.device_name} now"
+    for key in PROTOCOL_KEYS:
+        then, now = _setting(baseline.header, key), _setting(current.header, key)
+        if then is not None and now is not None and then != now:
+            return f"{key} was {then!r}, is {now!r}"
+    return ""
+
+
+def compare_one(baseline: Side, current: Side, key: tuple[str, str], threshold: float, alpha: float, across_changes: bool = False) -> Comparison:
+    problem, name = key
+    old, new = baseline.candidates.get(key), current.candidates.get(key)
+    if old is None:
+        assert new is not None
+        return Comparison(problem, name, NEW, "not in the baseline", current_status=new.status.value)
+    if new is None:
+        return Comparison(problem, name, MISSING, "in the baseline, not in this run", baseline_status=old.status.value)
+    statuses = {"baseline_status": old.status.value, "current_status": new.status.value}
+    why = _incomparable(baseline, current, old, new, across_changes)
+    if why:
+        return Comparison(problem, name, NOT_COMPARABLE, why, **statuses)
+    was, now = old.status is Status.CORRECT, new.status is Status.CORRECT
+    if was and not now:
+        return Comparison(problem, name, REGRESSED, f"was correct, now {new.status.value}: {new.reason}", **statuses)
+    if now and not was:
+        return Comparison(problem, name, IMPROVED, f"was {old.status.value}, now correct", **statuses)
+    if not now:
+        same = "" if old.status is new.status else f" (was {old.status.value})"
+        return Comparison(problem, name, UNCHANGED, f"still not correct{same}", **statuses)
+    if old.timing is None or new.timing is None:
+        return Comparison(problem, name, UNCHANGED, "correct; not timed on both sides", **statuses)
+    old_ms, new_ms = old.timing.median_ms, new.timing.median_ms
+    ratio = new_ms / old_ms if old_ms > 0 else math.inf
+    p = mann_whitney_p(_corrected(old.timing), _corrected(new.timing))
+    reference_ratio = new.reference_ms / old.reference_ms if old.reference_ms and new.reference_ms else None
+    times = {"baseline_ms": old_ms, "current_ms": new_ms, "ratio": ratio, "p_value": p, "reference_ratio": reference_ratio}
+    changed = " (source changed)" if old.candidate_hash != new.candidate_hash else ""
+    beyond = ratio > 1 + threshold or ratio < 1 / (1 + threshold)
+    if beyond and p < alpha:
+        verdict = REGRESSED if ratio > 1 else IMPROVED
+        return Comparison(problem, name, verdict, f"{_percent(ratio)} (p={p:.1e}){changed}", **statuses, **times)
+    if beyond:
+        return Comparison(problem, name, UNCHANGED, f"{_percent(ratio)}, not significant (p={p:.2g} >= {alpha:g}){changed}", **statuses, **times)
+    return Comparison(problem, name, UNCHANGED, f"{_percent(ratio)}, within {threshold:.0%}{changed}", **statuses, **times)
+
+
+def gate(baseline: Side, current: Side, rules: Rules, alpha: float, across_changes: bool = False) -> GateResult:
+    threshold = rules.median if rules.median is not None else 0.10
+    keys = sorted(set(baseline.candidates) | set(current.candidates))
+    comparisons = tuple(compare_one(baseline, current, key, threshold, alpha, across_changes) for key in keys)
+    ratios = [c.ratio for c in comparisons if c.ratio is not None and c.verdict != NOT_COMPARABLE and 0 < c.ratio < math.inf]
+    geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios)) if ratios else None
+    failures = []
+    status_regressions = [c for c in comparisons if c.verdict == REGRESSED and c.ratio is None]
+    slower = [c for c in comparisons if c.verdict == REGRESSED and c.ratio is not None]
+    if rules.status and status_regressions:
+        failures.append(f"{len(status_regressions)} candidate(s) no longer correct")
+    if rules.median is not None and slower:
+        failures.append(f"{len(slower)} candidate(s) significantly slower than {1 + rules.median:.2f}x")
+    if rules.geomean is not None and geomean is not None and geomean > 1 + rules.geomean:
+        failures.append(f"geometric mean {_percent(geomean)}, over {rules.geomean:.0%}")
+    if rules.missing and any(c.verdict == MISSING for c in comparisons):
+        failures.append(f"{sum(c.verdict == MISSING for c in comparisons)} baseline candidate(s) missing")
+    if rules.incomparable and any(c.verdict == NOT_COMPARABLE for c in comparisons):
+        failures.append(f"{sum(c.verdict == NOT_COMPARABLE for c in comparisons)} result(s) not comparable")
+    return GateResult(baseline.source, current.source, rules, alpha, comparisons, geomean, tuple(failures))
+
+
+def _percent(ratio: float) -> str:
+    if ratio == math.inf:
+        return "infinitely slower"
+    return f"{(ratio - 1) * 100:+.1f}%"
+
+
+def _ms(value: Optional[float]) -> str:
+    return "" if value is None else f"{value:.4g}"
+
+
+def _table(rows: Iterable[Comparison]) -> list[str]:
+    lines = ["| problem | candidate | change | baseline ms | current ms | ratio | p | reference moved | statuses |", "|---|---|---|---:|---:|---:|---:|---:|---|"]
+    for c in rows:
+        ratio = f"{c.ratio:.3f}x" if c.ratio is not None else ""
+        p = f"{c.p_value:.1e}" if c.p_value is not None else ""
+        moved = _percent(c.reference_ratio) if c.reference_ratio is not None else ""
+        states = c.current_status if c.baseline_status == c.current_status else f"{c.baseline_status or '-'} → {c.current_status or '-'}"
+        lines.append(f"| {c.problem} | {c.candidate} | {c.reason.replace('|', '/')} | {_ms(c.baseline_ms)} | {_ms(c.current_ms)} | {ratio} | {p} | {moved} | {states} |")
+    return lines
+
+
+def report(result: GateResult) -> str:
+    """The markdown report: the verdict, counts, regressions and improvements in full, the rest folded."""
+    verdict = "**PASS**" if result.passed else "**FAIL**: " + "; ".join(result.failures)
+    lines = [
+        "# Regression gate",
+        "",
+        f"{verdict}",
+        "",
+        f"Baseline `{result.baseline}`, current `{result.current}`. Fails on: `{result.rules.describe()}`; "
+        f"a change in time counts when Mann-Whitney U gives p < {result.alpha:g}.",
+        "",
+        "| " + " | ".join(VERDICTS) + " | geomean ratio |",
+        "|" + "---:|" * (len(VERDICTS) + 1),
+        "| " + " | ".join(str(result.count(v)) for v in VERDICTS) + f" | {f'{result.geomean_ratio:.3f}x' if result.geomean_ratio else ''} |",
+    ]
+    for verdict_name, title in ((REGRESSED, "Regressions"), (IMPROVED, "Improvements"), (NOT_COMPARABLE, "Not comparable"), (MISSING, "Missing"), (NEW, "New")):
+        rows = [c for c in result.comparisons if c.verdict == verdict_name]
+        if rows:
+            lines += ["", f"## {title}", "", *_table(rows)]
+    unchanged = [c for c in result.comparisons if c.verdict == UNCHANGED]
+    if unchanged:
+        lines += ["", f"<details><summary>{len(unchanged)} unchanged</summary>", "", *_table(unchanged), "", "</details>"]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,214 @@
+"""The regression gate, from synthetic records: real slowdowns fail, noise passes, changes are not compared."""
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+from harness.config import ROOT
+from harness.errors import ExitCode, UserError
+from harness.gate import NOT_COMPARABLE, Rules
+from harness.records import CandidateRecord, ReferenceRecord, RunHeader, TimingStats
+from harness.status import Status
+from harness.store import RunStore
+
+GOLDEN = Path(__file__).parent / "golden"
+PROTOCOL = {"timing": {"mode": "eager", "sync": "auto", "flush_l2": True, "subtract_overhead": True, "cpu_threads": 1}, "check": {"allow_tf32": False}}
+
+
+def samples(median, spread, n=60, seed=0):
+    rng = random.Random(seed)
+    return [median * (1 + rng.uniform(-spread, spread)) for _ in range(n)]
+
+
+def candidate(name, status=Status.CORRECT, ms=None, problem="p1", problem_hash="ph", candidate_hash=None, reference_ms=2.0, run_id="run"):
+    timing = TimingStats.from_samples(ms, timer="cuda_events", warmup_calls=1, stopped_by="target_rse") if ms else None
+    return CandidateRecord(
+        run_id=run_id, problem=problem, problem_hash=problem_hash, candidate=name, candidate_path=f"{name}.py",
+        candidate_hash=candidate_hash or f"hash-{name}", device="cuda", status=status, reason="why" if status is not Status.CORRECT else "matched",
+        timing=timing, reference_ms=reference_ms,
+    )
+
+
+def write_run(folder, records, protocol=PROTOCOL, device_name="NVIDIA H100 80GB HBM3"):
+    store = RunStore(folder.parent, folder.name)
+    store.append(RunHeader(run_id=folder.name, started_at="2026-11-21T00:00:00+00:00", argv=(), config=protocol, environment={}))
+    for problem in sorted({r.problem for r in records}):
+        store.append(ReferenceRecord(run_id=folder.name, problem=problem, problem_hash="ph", problem_path="p.py", device="cuda", device_name=device_name, ok=True, reason="ok"))
+    for record in records:
+        store.append(record)
+    return folder
+
+
+def gate_cli(baseline, current, *extra):
+    return main(["gate", "--baseline", str(baseline), "--current", str(current), *extra])
+
+
+def test_a_true_20_percent_slowdown_with_tight_samples_fails(tmp_path):
+    base = write_run(tmp_path / "base", [candidate("k", ms=samples(1.0, 0.01, seed=1))])
+    now = write_run(tmp_path / "now", [candidate("k", ms=samples(1.2, 0.01, seed=2))])
+    assert gate_cli(base, now) == ExitCode.REGRESSION
+    report = (now / "gate.md").read_text()
+    assert "**FAIL**: 1 candidate(s) significantly slower than 1.10x" in report
+    assert "| p1 | k | +" in report and "## Regressions" in report
+
+
+def test_a_3_percent_change_in_noisy_samples_passes(tmp_path):
+    base = write_run(tmp_path / "base", [candidate("k", ms=samples(1.0, 0.30, seed=3))])
+    now = write_run(tmp_path / "now", [candidate("k", ms=samples(1.03, 0.30, seed=4))])
+    assert gate_cli(base, now) == ExitCode.OK
+    assert "**PASS**" in (now / "gate.md").read_text()
+
+
+def test_a_large_but_insignificant_change_is_reported_not_failed(tmp_path):
+    base = write_run(tmp_path / "base", [candidate("k", ms=[1.0, 1.5, 0.6])])
+    now = write_run(tmp_path / "now", [candidate("k", ms=[1.3, 0.7, 1.9])])
+    assert gate_cli(base, now) == ExitCode.OK
+    assert "not significant" in (now / "gate.md").read_text()
+
+
+def test_a_newly_incorrect_candidate_fails_and_a_fixed_one_is_an_improvement(tmp_path):
+    base = write_run(tmp_path / "base", [candidate("was_ok", ms=samples(1.0, 0.01)), candidate("was_wrong", Status.INCORRECT)])
+    now = write_run(tmp_path / "now", [candidate("was_ok", Status.INCORRECT), candidate("was_wrong", ms=samples(1.0, 0.01))])
+    assert gate_cli(base, now) == ExitCode.REGRESSION
+    report = (now / "gate.md").read_text()
+    assert "1 candidate(s) no longer correct" in report
+    assert "was correct, now incorrect: why" in report and "was incorrect, now correct" in report
+
+
+def test_faster_is_an_improvement_and_passes(tmp_path):
+    base = write_run(tmp_path / "base", [candidate("k", ms=samples(1.0, 0.01))])
+    now = write_run(tmp_path / "now", [candidate("k", ms=samples(0.7, 0.01, seed=5))])
+    assert gate_cli(base, now) == ExitCode.OK
+    assert "## Improvements" in (now / "gate.md").read_text()
+
+
+@pytest.mark.parametrize("change, why", [
+    ({"problem_hash": "changed"}, "the problem file changed"),
+    ({"candidate_hash": "changed"}, "the candidate file changed"),
+])
+def test_changed_sources_are_not_comparable(tmp_path, change, why):
+    base = write_run(tmp_path / "base", [candidate("k", ms=samples(1.0, 0.01))])
+    now = write_run(tmp_path / "now", [candidate("k", ms=samples(2.0, 0.01), **change)])
+    assert gate_cli(base, now) == ExitCode.OK  # reported, never compared
+    report = (now / "gate.md").read_text()
+    assert "## Not comparable" in report and why in report
+    assert gate_cli(base, now, "--fail-on", "incomparable") == ExitCode.REGRESSION
+
+
+def test_a_changed_candidate_is_compared_with_across_changes(tmp_path):
+    base = write_run(tmp_path / "base", [candidate("k", ms=samples(1.0, 0.01))])
+    now = write_run(tmp_path / "now", [candidate("k", ms=samples(2.0, 0.01), candidate_hash="changed")])
+    assert gate_cli(base, now, "--across-changes") == ExitCode.REGRESSION
+    assert "(source changed)" in (now / "gate.md").read_text()
+
+
+def test_another_device_or_timing_protocol_is_not_comparable(tmp_path):
+    base = write_run(tmp_path / "base", [candidate("k", ms=samples(1.0, 0.01))])
+    other_gpu = write_run(tmp_path / "gpu", [candidate("k", ms=samples(2.0, 0.01))], device_name="NVIDIA H200")
+    graph = write_run(tmp_path / "graph", [candidate("k", ms=samples(2.0, 0.01))], protocol={**PROTOCOL, "timing": {**PROTOCOL["timing"], "mode": "graph"}})
+    for current, why in ((other_gpu, "NVIDIA H100 80GB HBM3 then, NVIDIA H200 now"), (graph, "timing.mode was 'eager', is 'graph'")):
+        assert gate_cli(base, current) == ExitCode.OK
+        assert why in (current / "gate.md").read_text()
+
+
+def test_missing_and_new_candidates_are_listed_and_missing_can_fail(tmp_path):
+    base = write_run(tmp_path / "base", [candidate("gone", ms=samples(1.0, 0.01))])
+    now = write_run(tmp_path / "now", [candidate("added", ms=samples(1.0, 0.01))])
+    assert gate_cli(base, now) == ExitCode.OK
+    report = (now / "gate.md").read_text()
+    assert "## Missing" in report and "## New" in report
+    assert gate_cli(base, now, "--fail-on", "missing") == ExitCode.REGRESSION
+
+
+def test_geomean_rule_fails_on_a_broad_small_slowdown(tmp_path):
+    names = [f"k{i}" for i in range(4)]
+    base = write_run(tmp_path / "base", [candidate(n, ms=samples(1.0, 0.002, seed=i)) for i, n in enumerate(names)])
+    now = write_run(tmp_path / "now", [candidate(n, ms=samples(1.06, 0.002, seed=10 + i)) for i, n in enumerate(names)])
+    assert gate_cli(base, now) == ExitCode.OK  # 6% each: under the 10% median threshold
+    assert gate_cli(base, now, "--fail-on", "median:5%") == ExitCode.REGRESSION
+    assert gate_cli(base, now, "--fail-on", "geomean:3%") == ExitCode.REGRESSION
+    assert "geometric mean +6." in (now / "gate.md").read_text()
+
+
+def test_fail_on_grammar():
+    assert Rules.parse("default", 0.1) == Rules(status=True, median=0.1)
+    assert Rules.parse("median:5%,geomean:2.5%,missing", 0.1) == Rules(status=True, median=0.05, geomean=0.025, missing=True)
+    assert Rules.parse("none", 0.1) == Rules(status=False, median=None)
+    assert Rules.parse("median:5%", 0.1).describe() == "status,median:5%"
+    for bad in ("median:5", "speed:5%", "median:five%"):
+        with pytest.raises(UserError, match="--fail-on: cannot read"):
+            Rules.parse(bad, 0.1)
+
+
+def test_bad_rules_and_missing_runs_are_usage_errors(tmp_path, capsys):
+    base = write_run(tmp_path / "base", [candidate("k", ms=samples(1.0, 0.01))])
+    assert gate_cli(base, base, "--fail-on", "median:lots") == ExitCode.USAGE
+    assert gate_cli(base, tmp_path / "nowhere") == ExitCode.USAGE
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: ") and "nowhere" in err[-1]
+
+
+def test_report_is_appended_to_the_github_step_summary(tmp_path, monkeypatch):
+    summary = tmp_path / "summary.md"
+    summary.write_text("earlier step\n")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    base = write_run(tmp_path / "base", [candidate("k", ms=samples(1.0, 0.01))])
+    assert gate_cli(base, base, "--report", str(tmp_path / "r.md")) == ExitCode.OK
+    text = summary.read_text()
+    assert text.startswith("earlier step\n# Regression gate") and (tmp_path / "r.md").is_file()
+
+
+def test_report_matches_golden(tmp_path):
+    base = write_run(tmp_path / "base", [
+        candidate("slower", ms=samples(1.0, 0.01, seed=1)), candidate("steady", ms=samples(1.0, 0.01, seed=2)),
+        candidate("broke", ms=samples(1.0, 0.01, seed=3)), candidate("edited", ms=samples(1.0, 0.01, seed=4)),
+    ])
+    now = write_run(tmp_path / "now", [
+        candidate("slower", ms=samples(1.25, 0.01, seed=5), reference_ms=2.02), candidate("steady", ms=samples(1.0, 0.01, seed=6)),
+        candidate("broke", Status.RUNTIME_ERROR), candidate("edited", ms=samples(1.0, 0.01, seed=7), candidate_hash="new"),
+    ])
+    assert gate_cli(base, now, "--report", str(tmp_path / "gate.md")) == ExitCode.REGRESSION
+    text = (tmp_path / "gate.md").read_text().replace(str(tmp_path), "TMP")
+    if os.environ.get("UPDATE_GOLDEN"):
+        (GOLDEN / "gate.md").write_text(text)
+    assert text == (GOLDEN / "gate.md").read_text()
+
+
+def test_baseline_save_then_run_with_gate_end_to_end(tmp_path):
+    """Save a real CPU run as a baseline, re-run against it (pass), then break the candidate (exit 3)."""
+    solutions = tmp_path / "solutions" / "1_Scale_Bias_ReLU"
+    solutions.mkdir(parents=True)
+    good = (
+        "import torch\nimport torch.nn as nn\n\nclass ModelNew(nn.Module):\n"
+        "    def __init__(self, features, scale):\n        super().__init__()\n"
+        "        self.bias = nn.Parameter(torch.randn(features))\n        self.scale = scale\n\n"
+        "    def forward(self, x):\n        return torch.relu(x * self.scale + self.bias)\n"
+    )
+    (solutions / "plain.py").write_text(good)
+    common = [sys.executable, "run.py", "--problem", "1_Scale_Bias_ReLU", "--device", "cpu", "--no-timing", "--quiet", "--trials", "2",
+              "--results", str(tmp_path / "results"), "--set", f"solutions_dir={tmp_path / 'solutions'}"]
+
+    def call(*args):
+        return subprocess.run([*common, *args], capture_output=True, text=True, cwd=ROOT, timeout=600)
+
+    first = call("--run-id", "first")
+    assert first.returncode == 0, first.stderr
+    baseline = tmp_path / "baselines" / "main.jsonl"
+    saved = subprocess.run([sys.executable, "run.py", "baseline", "save", str(tmp_path / "results" / "first"), "--out", str(baseline)], capture_output=True, text=True, cwd=ROOT)
+    assert saved.returncode == 0, saved.stderr
+    kinds = [json.loads(line)["kind"] for line in baseline.read_text().splitlines()]
+    assert kinds == ["run", "reference", "candidate"]
+    again = call("--run-id", "again", "--gate", str(baseline))
+    assert again.returncode == 0, again.stderr
+    assert "**PASS**" in (tmp_path / "results" / "again" / "gate.md").read_text()
+    (solutions / "plain.py").write_text(good.replace("self.bias)", "self.bias) + 1"))
+    broken = call("--run-id", "broken", "--gate", str(baseline), "--across-changes")
+    assert broken.returncode == ExitCode.REGRESSION, broken.stderr
+    assert "was correct, now incorrect" in (tmp_path / "results" / "broken" / "gate.md").read_text()
+    missing = call("--run-id", "never", "--gate", str(tmp_path / "nothing.jsonl"))
+    assert missing.returncode == ExitCode.USAGE and not (tmp_path / "results" / "never").exists()
