@@ -10,10 +10,10 @@ import sys
 from typing import Sequence
 
 from harness import __version__
-from harness.commands import baseline, gate, ingest, leaderboard, run
+from harness.commands import baseline, gate, ingest, leaderboard, lint, run
 from harness.errors import ExitCode, UserError
 
-COMMANDS = {"run": run, "ingest": ingest, "gate": gate, "baseline": baseline, "leaderboard": leaderboard}
+COMMANDS = {"run": run, "ingest": ingest, "gate": gate, "baseline": baseline, "leaderboard": leaderboard, "lint": lint}
 
 
 def parser() -> argparse.ArgumentParser:

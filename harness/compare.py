@@ -96,3 +96,26 @@ def _compare_tensor(name: str, label: str, e: torch.Tensor, a: torch.Tensor, tol
         )
         return CheckResult(name, False, reason, max_abs, max_rel, mismatch)
     return CheckResult(name, True, "ok", max_abs, max_rel, 0.0)
+
+
+def compare_gradients(expected: dict[str, Any], actual: dict[str, Any], tolerances: dict[str, Tolerance], factor: float) -> tuple[str, str]:
+    """Gradients saved by reference and candidate workers ({"status", "reason", "tensors", ...}):
+    ("match" | "mismatch" | "forward only", why). Tolerances are the outputs' times `factor`."""
+    wanted, got = expected["tensors"], actual["tensors"]
+    if actual["status"] != "ok":
+        return "forward only", actual["reason"]
+    if wanted and not got:
+        return "forward only", "no gradient reaches its inputs or parameters"
+    missing = [name for name in wanted if name not in got]
+    if missing:
+        more = f" (and {len(missing) - 3} more)" if len(missing) > 3 else ""
+        verb, owner = ("gets", "reference's does") if len(missing) == 1 else ("get", "reference's do")
+        return "mismatch", f"{', '.join(missing[:3])}{more} {verb} no gradient; the {owner}"
+    scaled = {dtype: Tolerance(atol=t.atol * factor, rtol=t.rtol * factor) for dtype, t in tolerances.items()}
+    worst = 0.0
+    for name, e in wanted.items():
+        result = _compare_tensor("gradients", name, e, got[name], scaled)
+        if not result.passed:
+            return "mismatch", f"gradient of {result.reason}"
+        worst = max(worst, result.max_abs_error or 0.0)
+    return "match", f"{len(wanted)} gradients match; max abs error {worst:.2g}"

@@ -43,6 +43,8 @@ class CheckConfig:
     max_plausible_speedup: float  # warn when a speedup over eager is above this
     precision_ratio: float  # warn when the error against float64 exceeds the reference's own by this factor
     no_custom_kernel: str  # flag | fail | ignore: a CUDA candidate none of whose own kernels ran
+    gradients: str  # flag | fail | off: backward of the same loss must give the reference's gradients
+    gradient_tolerance_factor: float  # gradients sum over the batch: their atol and rtol are the output's times this
 
     def __post_init__(self) -> None:
         if self.trials < 1:
@@ -52,6 +54,10 @@ class CheckConfig:
             raise ValueError(f"check.input_distributions must be a non-empty list of {list(DISTRIBUTIONS)}, got {list(self.input_distributions)}")
         if self.no_custom_kernel not in ("flag", "fail", "ignore"):
             raise ValueError(f"check.no_custom_kernel must be flag, fail or ignore, got {self.no_custom_kernel!r}")
+        if self.gradients not in ("flag", "fail", "off"):
+            raise ValueError(f"check.gradients must be flag, fail or off, got {self.gradients!r}")
+        if self.gradient_tolerance_factor < 1:
+            raise ValueError("check.gradient_tolerance_factor must be 1 or more")
         if self.repeats < 0:
             raise ValueError("check.repeats must be 0 or more")
         if self.max_plausible_speedup <= 1:
@@ -161,6 +167,17 @@ class RayConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class LintConfig:
+    memory_gb: float  # a problem's reference must fit in this much device memory
+    time_ms: tuple[float, ...]  # [low, high]: the eager reference's time the suite aims for on the GPU
+    timeout_s: float  # per problem
+
+    def __post_init__(self) -> None:
+        if len(self.time_ms) != 2 or not 0 < self.time_ms[0] < self.time_ms[1]:
+            raise ValueError("lint.time_ms must be [low, high] with 0 < low < high")
+
+
+@dataclasses.dataclass(frozen=True)
 class GateConfig:
     threshold: float  # a candidate slower than (1 + threshold) x its baseline median, significantly, regresses
     alpha: float  # significance: two-sided Mann-Whitney U p-value below this
@@ -202,6 +219,7 @@ class Config:
     limits: Limits
     leaderboard: LeaderboardConfig
     gate: GateConfig
+    lint: LintConfig
 
     def __post_init__(self) -> None:
         if self.device not in ("auto", "cuda", "cpu"):
@@ -333,6 +351,8 @@ def _typed(tp: Any, value: Any, key: str) -> Any:
             raise UserError(f"config key {key!r} must be a number, got {value!r}")
         return float(value)
     if tp is str:
+        if isinstance(value, bool):  # YAML 1.1 reads unquoted on/off/yes/no as booleans
+            value = "on" if value else "off"
         if not isinstance(value, str):
             raise UserError(f"config key {key!r} must be a string, got {value!r}")
         return value

@@ -21,7 +21,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from harness.candidate import Candidate, needs_cuda_statically
-from harness.compare import compare_outputs
+from harness.compare import compare_gradients as compare_gradient_tensors, compare_outputs
 from harness.scan import custom_share, declared_kernels, scan_source
 from harness.config import Config
 from harness.problem import Problem
@@ -57,6 +57,7 @@ class Plan:
     calls: tuple[Call, ...]  # after the same-seed call, in this order
     other_size_trial: Optional[int] = None  # index of the trial at another input size (after the regular ones)
     randomize_weights: bool = True  # the reference's weights are redrawn before candidates load them
+    gradient_seed: int = 0  # the random projection of the outputs whose backward both sides take
 
     @property
     def precision_call(self) -> Optional[int]:
@@ -83,7 +84,7 @@ class Plan:
         # Repeats come last: the module's state is final, as it is when the timed calls run.
         calls += tuple(Call(0, "eval", distributions[0], repeat=k) for k in range(1, cfg.check.repeats + 1))
         randomize = bool(declared.get("HARNESS_RANDOMIZE_WEIGHTS", cfg.check.randomize_weights))
-        return cls(construct_seed=secrets.randbits(62), input_seeds=seeds, distributions=distributions, calls=calls, other_size_trial=other, randomize_weights=randomize)
+        return cls(construct_seed=secrets.randbits(62), input_seeds=seeds, distributions=distributions, calls=calls, other_size_trial=other, randomize_weights=randomize, gradient_seed=secrets.randbits(62))
 
 
 def _now() -> str:
@@ -211,6 +212,8 @@ class ProblemEvaluation:
             "calls": [dataclasses.asdict(c) for c in plan.calls],
             "timing": timing if enabled else None,
             "allow_tf32": self.cfg.check.allow_tf32,
+            "gradients": self.cfg.check.gradients != "off",
+            "gradient_seed": plan.gradient_seed,
             "cpu_threads": cpu_threads,
         }
 
@@ -239,6 +242,8 @@ class ProblemEvaluation:
         if outcome.failure is None:
             for label in ["same_seed", "buffers"] + [f"call_{i}" for i in range(len(plan.calls))]:
                 expected[label] = torch.load(outputs / f"{label}.pt", weights_only=True)
+            if (outputs / "grads.pt").is_file():
+                expected["grads"] = torch.load(outputs / "grads.pt", weights_only=True)
             wide = outputs / f"call_{plan.precision_call}.f64.pt"
             if wide.is_file():
                 expected["float64"] = torch.load(wide, weights_only=True)
@@ -281,7 +286,7 @@ class ProblemEvaluation:
         """torch.compile of the reference, in its own worker: checked against the eager outputs like a
         candidate, then timed with the same timer. Its failure never fails the reference."""
         name = f"torch.compile({mode})"
-        outcome, checks, _, _ = self._run_compared("baseline", self.problem.path, plan, scratch, reference, f"_compile-{mode}", compile_mode=mode)
+        outcome, checks, _, _, _ = self._run_compared("baseline", self.problem.path, plan, scratch, reference, f"_compile-{mode}", compile_mode=mode)
         compiled = [m for m in outcome.messages if m.get("type") == "compiled"]
         seconds = float(compiled[0]["seconds"]) if compiled else None
         worst = max((c.max_abs_error or 0.0 for c in checks), default=None)
@@ -292,10 +297,10 @@ class ProblemEvaluation:
             return Baseline(name, False, "compiled and matched, but no timing arrived", compile_seconds=seconds, max_abs_error=worst)
         return Baseline(name, True, "ok", timing=timing, compile_seconds=seconds, max_abs_error=worst)
 
-    def _run_compared(self, role: str, source: Path, plan: Plan, scratch: Path, reference: "ReferenceResult", log_name: str, compile_mode: Optional[str] = None) -> tuple[WorkerOutcome, list[CheckResult], Optional[CheckResult], dict[str, float]]:
+    def _run_compared(self, role: str, source: Path, plan: Plan, scratch: Path, reference: "ReferenceResult", log_name: str, compile_mode: Optional[str] = None) -> tuple[WorkerOutcome, list[CheckResult], Optional[CheckResult], dict[str, float], Optional[CheckResult]]:
         """Run a worker on the reference's inputs and compare each output as it arrives; a wrong
         output stops the worker. Returns the outcome, the checks made, the same-seed check and the
-        relative errors of the float64-checked call."""
+        relative errors of the float64-checked call, and the gradient check (None when not made)."""
         outputs = Path(tempfile.mkdtemp(prefix=f"{log_name[:20]}-", dir=scratch))
         checks: list[CheckResult] = []
         precision: dict[str, float] = {}
@@ -333,6 +338,7 @@ class ProblemEvaluation:
                 same_seed = CheckResult("same-seed construction (eval)", False, f"outputs unreadable ({type(exc).__name__})")
         buffers = _compare_buffers(outputs / "buffers.pt", reference.expected["buffers"], tolerances) if outcome.failure is None else None
         timed = self._compare_timed(outputs / "timed.pt", plan, reference) if outcome.failure is None else None
+        gradients = compare_gradients(outputs / "grads.pt", reference.expected.get("grads"), self.cfg) if outcome.failure is None else None
         shutil.rmtree(outputs, ignore_errors=True)
         if outcome.failure is None and len(checks) != len(plan.calls):
             outcome = dataclasses.replace(outcome, failure=(Status.HARNESS_ERROR, f"{len(checks)} of {len(plan.calls)} checks arrived"))
@@ -343,7 +349,7 @@ class ProblemEvaluation:
                 checks.append(extra)
                 if not extra.passed and outcome.failure is None:
                     outcome = dataclasses.replace(outcome, failure=(Status.INCORRECT, f"{extra.name}: {extra.reason}"))
-        return outcome, checks, same_seed, precision
+        return outcome, checks, same_seed, precision, gradients
 
     def _compare_timed(self, path: Path, plan: Plan, reference: "ReferenceResult") -> Optional[CheckResult]:
         """The last timed call on trial 1's inputs against the reference's repeat of that call
@@ -359,7 +365,7 @@ class ProblemEvaluation:
         return compare_outputs(name, reference.expected[f"call_{repeats[0]}"], actual, self.cfg.check.tolerances)
 
     def _run_candidate(self, candidate: Candidate, plan: Plan, scratch: Path, reference: "ReferenceResult") -> CandidateRecord:
-        outcome, checks, same_seed, precision = self._run_compared("candidate", candidate.path, plan, scratch, reference, candidate.name)
+        outcome, checks, same_seed, precision, gradients = self._run_compared("candidate", candidate.path, plan, scratch, reference, candidate.name)
         builds = tuple(ExtensionBuild(**b) for m in outcome.messages if m.get("type") == "builds" for b in m["builds"])
         timing = _timing(outcome)
         warnings: list[str] = []
@@ -371,6 +377,11 @@ class ProblemEvaluation:
             worst = max((c.max_abs_error or 0.0) for c in checks)
             state = " and the buffers after them" if len(checks) > len(plan.calls) else ""
             status, reason = Status.CORRECT, f"matched {len(plan.calls)} calls ({', '.join(self.cfg.check.modes)}, repeats){state}; max abs error {worst:.2g}"
+        if gradients is not None and gradients[0] != "match" and status is Status.CORRECT:
+            if self.cfg.check.gradients == "fail":
+                status, reason = (Status.WRONG_GRADIENTS if gradients[0] == "mismatch" else Status.FORWARD_ONLY), gradients[1]
+            else:
+                warnings.append(f"{'wrong gradients' if gradients[0] == 'mismatch' else 'forward only'}: {gradients[1]}")
         if same_seed is not None and not same_seed.passed and not self.cfg.check.require_same_seed:
             warnings.append(f"same-seed construction differs from the reference ({same_seed.reason}); weights are created differently")
         threads = [m for m in outcome.messages if m.get("type") == "threads"]
@@ -415,6 +426,7 @@ class ProblemEvaluation:
             builds=builds,
             profile=profile,
             custom_kernel_share=share,
+            gradients=gradients[0] if gradients is not None else "",
             phase_seconds=(outcome.done or {}).get("phase_seconds", {}),
             wall_seconds=round(outcome.wall_seconds, 3),
             warnings=tuple(warnings),
@@ -598,6 +610,18 @@ class TimingCache:
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps(to_dict(record)))
         tmp.replace(self.path)
+
+
+def compare_gradients(path: Path, expected: Optional[dict[str, Any]], cfg: Config) -> Optional[tuple[str, str]]:
+    """The candidate's gradients (grads.pt) against the reference's: (verdict, why), or None when
+    either side made no gradient check, or the reference itself has no gradients to match."""
+    if expected is None or not expected.get("tensors") or not path.is_file():
+        return None
+    try:
+        actual = torch.load(path, weights_only=True)
+    except Exception as exc:
+        return "mismatch", f"its gradients are unreadable ({type(exc).__name__})"
+    return compare_gradient_tensors(expected, actual, cfg.check.tolerances, cfg.check.gradient_tolerance_factor)
 
 
 PRECISION_FLOOR = 1e-6  # relative errors below this are never called imprecise

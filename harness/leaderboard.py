@@ -14,7 +14,7 @@ import pandas as pd
 from harness.records import CandidateRecord
 from harness.status import Status
 
-PROBLEM_COLUMNS = ["rank", "candidate", "status", "reason", "speedup", "vs_compile", "sol_pct", "candidate_ms", "reference_ms", "compile_ms", "max_abs_error"]
+PROBLEM_COLUMNS = ["rank", "candidate", "status", "reason", "speedup", "vs_compile", "sol_pct", "gradients", "candidate_ms", "reference_ms", "compile_ms", "max_abs_error"]
 NUMERIC = {"speedup", "vs_compile", "sol_pct", "candidate_ms", "reference_ms", "compile_ms", "max_abs_error", "geomean_speedup", "geomean_vs_compile"}
 COMPILE_BASELINE = "torch.compile(default)"
 
@@ -46,10 +46,11 @@ def candidate_frame(records: Iterable[CandidateRecord]) -> pd.DataFrame:
             "reference_ms": r.reference_ms,
             "compile_ms": r.baseline_ms.get(compile_name) if compile_name else None,
             "max_abs_error": r.max_abs_error,
+            "gradients": r.gradients,
             "device": r.device,
             "run_id": r.run_id,
         }
-    columns = ["problem", "candidate", "status", "correct", "evaluated", "reason", "speedup", "vs_compile", "sol_pct", "candidate_ms", "reference_ms", "compile_ms", "max_abs_error", "device", "run_id"]
+    columns = ["problem", "candidate", "status", "correct", "evaluated", "reason", "speedup", "vs_compile", "sol_pct", "gradients", "candidate_ms", "reference_ms", "compile_ms", "max_abs_error", "device", "run_id"]
     return pd.DataFrame(list(rows.values()), columns=columns)
 
 

@@ -253,6 +253,7 @@ class CandidateRecord:
     wall_seconds: float = 0.0  # wall time of the whole evaluation, seen by the parent
     log_path: str = ""  # captured stdout/stderr of the worker, relative to the run folder
     lane: str = ""  # where it ran when a run uses several: "cuda:1" (a visible GPU), "host/cuda:0" (Ray)
+    gradients: str = ""  # training parity: "match", "mismatch", "forward only"; "" when not checked
     warnings: tuple[str, ...] = ()  # things to look at that do not change the status
     finished_at: str = ""  # ISO-8601 time the record was written
     schema_version: int = SCHEMA_VERSION  # record layout version

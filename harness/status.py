@@ -25,6 +25,8 @@ class Status(str, enum.Enum):
     FORGED_RESULT = "forged result"
     TAMPERED = "tampered"
     NO_CUSTOM_KERNEL = "no custom kernel"
+    WRONG_GRADIENTS = "wrong gradients"
+    FORWARD_ONLY = "forward only"
     REFERENCE_FAILED = "reference failed"
     HARNESS_ERROR = "harness error"
 
@@ -59,6 +61,8 @@ DESCRIPTIONS: dict[Status, str] = {
     Status.FORGED_RESULT: "the result channel carried a message the harness did not write",
     Status.TAMPERED: "the model replaced a timer, synchronisation, serialisation or harness function",
     Status.NO_CUSTOM_KERNEL: "correct, but none of its own kernels ran in the profiled call (check.no_custom_kernel: fail)",
+    Status.WRONG_GRADIENTS: "forward matched, but a backward of the same loss gave other gradients (check.gradients: fail)",
+    Status.FORWARD_ONLY: "forward matched, but no gradients flow through it to its inputs or parameters (check.gradients: fail)",
     Status.REFERENCE_FAILED: "the problem's own reference could not be evaluated",
     Status.HARNESS_ERROR: "the harness itself failed on this candidate (a bug: please report it)",
 }

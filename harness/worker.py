@@ -214,6 +214,8 @@ class Worker:
                     self._call_float64(model, reused, f"call_{index}.f64")
                 self.channel.send({"type": "call", "index": index})
             torch.save({k: v.detach().cpu() for k, v in model.named_buffers()}, self.outputs / "buffers.pt")
+        if job.get("gradients") and self.role != "baseline":
+            self._gradients(model, arg_sets[job["same_seed_input"]], device, job["gradient_seed"])
         self.end_phase()
 
         if job.get("timing") is not None or job.get("speed_of_light") is not None:
@@ -323,6 +325,47 @@ class Worker:
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             self.channel.send({"type": "speed_of_light", "error": one_line(exc)})
+
+    def _gradients(self, model: Any, args: list[Any], device: Any, seed: int) -> None:
+        """Training parity: a train-mode forward on trial 1's inputs, then a backward of a fixed
+        random projection of the floating outputs. The gradients of the floating inputs and of every
+        parameter (by name) go to grads.pt; the module's state is then restored, so the checks and
+        timings after this see the same model."""
+        import torch
+
+        snapshot = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        inputs = [_to(a, device).detach().requires_grad_(True) if isinstance(a, torch.Tensor) and a.is_floating_point() else _to(a, device) for a in args]
+        model.train()
+        model.zero_grad(set_to_none=True)
+        status, reason = "ok", ""
+        try:
+            with torch.enable_grad():
+                out = model(*inputs)
+                outputs = [o for o in (list(out) if isinstance(out, (tuple, list)) else [out]) if isinstance(o, torch.Tensor) and o.is_floating_point()]
+                if not any(o.requires_grad for o in outputs):
+                    status, reason = "forward only", "its outputs carry no autograd graph (the kernel has no backward)"
+                else:
+                    generator = torch.Generator().manual_seed(seed)
+                    loss = sum((o.float() * torch.randn(tuple(o.shape), generator=generator).to(o.device)).sum() for o in outputs)
+                    loss.backward()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+        except BaseException as exc:
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            if device.type == "cuda":
+                try:
+                    torch.cuda.synchronize(device)
+                except BaseException:
+                    raise classify(exc, Status.RUNTIME_ERROR) from None  # a device fault, not a missing backward
+            status, reason = "forward only", f"backward raised {one_line(exc, 200)}"
+        grads = {f"input {i}": a.grad.detach().cpu() for i, a in enumerate(inputs) if isinstance(a, torch.Tensor) and a.requires_grad and a.grad is not None}
+        grads.update({f"parameter {name}": p.grad.detach().cpu() for name, p in model.named_parameters() if p.grad is not None})
+        without = [name for name, p in model.named_parameters() if p.requires_grad and p.grad is None]
+        torch.save({"status": status, "reason": reason, "tensors": grads, "without": without}, self.outputs / "grads.pt")
+        model.load_state_dict(snapshot)
+        model.zero_grad(set_to_none=True)
+        self.guard.check("backward")
 
     def _write_reference_inputs(self, module: types.ModuleType) -> tuple[list[Any], list[list[Any]]]:
         """Make the init args and input sets from the problem's seeds, save them for candidates, return them."""

@@ -11,7 +11,7 @@ import pytest
 from harness.cli import main
 from harness.config import ROOT
 from harness.errors import ExitCode, UserError
-from harness.gate import NOT_COMPARABLE, Rules
+from harness.gate import Rules
 from harness.records import CandidateRecord, ReferenceRecord, RunHeader, TimingStats
 from harness.status import Status
 from harness.store import RunStore

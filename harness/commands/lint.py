@@ -1,0 +1,78 @@
+"""`python run.py lint [PROBLEM...]`: check that problems can tell a right kernel from a wrong one."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+from harness.config import ROOT, load_config
+from harness.errors import ExitCode, UserError
+from harness.lint import LintCheck
+from harness.problem import Problem, discover_problems, resolve_problem
+
+
+def setup_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("problems", nargs="*", metavar="PROBLEM", help="problem names or unique prefixes (default: every problem)")
+    parser.add_argument("--device", choices=["auto", "cuda", "cpu"], help="where to run the references (default: config device)")
+    parser.add_argument("--out", metavar="FILE", default="lint.md", help="the markdown report (default: lint.md)")
+    parser.add_argument("--config", metavar="FILE", help="YAML layered over configs/default.yaml (the lint section)")
+    parser.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], help="override one config key, e.g. lint.memory_gb=80")
+
+
+def run_from_args(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    overrides = list(args.set) + ([f"device={args.device}"] if args.device else [])
+    cfg = load_config(args.config, overrides)
+    from harness.commands.run import resolve_device
+
+    device = resolve_device(cfg)
+    problems_dir = cfg.path(cfg.problems_dir)
+    problems = [resolve_problem(name, problems_dir) for name in args.problems] if args.problems else discover_problems(problems_dir)
+    if not problems:
+        raise UserError(f"no problems in {problems_dir}")
+    tolerance = cfg.check.tolerances.get("float32")
+    settings = {"atol": tolerance.atol, "rtol": tolerance.rtol, "memory_gb": cfg.lint.memory_gb, "time_ms": list(cfg.lint.time_ms)}
+    results: list[tuple[Problem, list[LintCheck], float]] = []
+    for problem in problems:
+        started = time.perf_counter()
+        checks = lint_in_subprocess(problem, "cuda" if device == "cuda" else "cpu", settings, cfg.lint.timeout_s)
+        results.append((problem, checks, time.perf_counter() - started))
+        failed = [c.name for c in checks if c.verdict == "fail"]
+        print(f"{problem.name}: {'FAIL (' + ', '.join(failed) + ')' if failed else 'ok'}", file=sys.stderr, flush=True)
+    text = report(results, device)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    print(text)
+    print(f"wrote {out}", file=sys.stderr)
+    return int(ExitCode.CANDIDATES_FAILED if any(c.verdict == "fail" for _, checks, _ in results for c in checks) else ExitCode.OK)
+
+
+def lint_in_subprocess(problem: Problem, device: str, settings: dict, timeout: float) -> list[LintCheck]:
+    """The problem's code runs in a process of its own, never in this one."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    try:
+        done = subprocess.run([sys.executable, "-m", "harness.lint", str(problem.path), device, json.dumps(settings)],
+                              capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env)
+    except subprocess.TimeoutExpired:
+        return [LintCheck("runs", "fail", f"the checks ran past {timeout:g} s")]
+    lines = [line for line in done.stdout.splitlines() if line.startswith("[")]
+    if done.returncode != 0 or not lines:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return [LintCheck("runs", "fail", f"the lint process exited {done.returncode}: {last}"[:300])]
+    return [LintCheck(**c) for c in json.loads(lines[-1])]
+
+
+def report(results: list[tuple[Problem, list[LintCheck], float]], device: str) -> str:
+    failing = [p.name for p, checks, _ in results if any(c.verdict == "fail" for c in checks)]
+    lines = ["# Problem lint", "", f"{len(results)} problem(s) on {device}; {len(failing)} fail" + (f": {', '.join(failing)}" if failing else "") + ".", ""]
+    lines += ["| problem | check | verdict | detail |", "|---|---|---|---|"]
+    for problem, checks, seconds in results:
+        for check in checks:
+            mark = {"fail": "**fail**", "warn": "warn"}.get(check.verdict, check.verdict)
+            lines.append(f"| {problem.name} | {check.name} | {mark} | {check.detail.replace('|', '/')} |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,145 @@
+"""Can a problem tell right from wrong? Checks on the reference itself, run in a subprocess.
+
+    python -m harness.lint PROBLEM_FILE DEVICE SETTINGS_JSON     (prints one JSON line)
+
+For one problem: the reference is deterministic; an all-zeros, a constant and an input-independent
+output would all fail the tolerance; outputs depend on the inputs and on the weights; on CUDA, the
+eager reference is not launch-bound and its time is in the suite's range; its memory fits the
+device the suite targets. Each check is pass, fail, warn or skip, with the numbers behind it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+VERDICTS = ("pass", "fail", "warn", "skip")
+
+
+@dataclasses.dataclass(frozen=True)
+class LintCheck:
+    name: str
+    verdict: str  # pass | fail | warn | skip
+    detail: str
+
+
+def _outputs(out: Any) -> list[Any]:
+    return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+def _floats(outputs: list[Any]) -> list[Any]:
+    import torch
+
+    return [o for o in outputs if isinstance(o, torch.Tensor) and o.is_floating_point()]
+
+
+def _share_within(candidate: list[Any], expected: list[Any], atol: float, rtol: float) -> float:
+    """The share of elements of `expected` that `candidate` matches within the tolerance (1.0: it passes)."""
+    import torch
+
+    inside = total = 0
+    for c, e in zip(candidate, expected):
+        ok = torch.isclose(c.to(e.dtype).expand_as(e), e, atol=atol, rtol=rtol, equal_nan=True)
+        inside += int(ok.sum())
+        total += ok.numel()
+    return inside / max(total, 1)
+
+
+def lint(path: Path, device_name: str, settings: dict[str, Any]) -> list[LintCheck]:
+    import importlib.util
+
+    import torch
+
+    from harness.worker import randomize_state
+
+    atol, rtol = settings["atol"], settings["rtol"]
+    device = torch.device(device_name)
+    spec = importlib.util.spec_from_file_location("__lint_problem__", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+    def inputs(seed: int) -> list[Any]:
+        torch.manual_seed(seed)
+        return [a.to(device) if isinstance(a, torch.Tensor) else a for a in module.get_inputs()]
+
+    torch.manual_seed(1)
+    model = module.Model(*module.get_init_inputs()).to(device).eval()
+    checks: list[LintCheck] = []
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    with torch.no_grad():
+        first_inputs = inputs(11)
+        first = _floats(_outputs(model(*first_inputs)))
+        again = _floats(_outputs(model(*first_inputs)))
+        other = _floats(_outputs(model(*inputs(12))))
+        if not first:
+            return [LintCheck("floating outputs", "fail", "the reference returns no floating tensor: nothing to compare with a tolerance")]
+        same = _share_within(again, first, 0.0, 0.0)
+        close = _share_within(again, first, atol, rtol)
+        checks.append(LintCheck("deterministic", "pass" if close == 1.0 else "fail",
+                                f"the same inputs twice: {same:.2%} of elements bit-identical, {close:.2%} within tolerance"))
+        zeros = _share_within([torch.zeros_like(o) for o in first], first, atol, rtol)
+        checks.append(LintCheck("zeros fail", "fail" if zeros == 1.0 else ("warn" if zeros > 0.9 else "pass"),
+                                f"an all-zeros output matches {zeros:.2%} of elements"))
+        constant = _share_within([torch.full_like(o, float(o.float().mean())) for o in first], first, atol, rtol)
+        checks.append(LintCheck("constant fails", "fail" if constant == 1.0 else ("warn" if constant > 0.9 else "pass"),
+                                f"a constant output (the mean) matches {constant:.2%} of elements"))
+        stale = _share_within(first, other, atol, rtol) if all(a.shape == b.shape for a, b in zip(first, other)) else 0.0
+        checks.append(LintCheck("depends on inputs", "fail" if stale == 1.0 else ("warn" if stale > 0.9 else "pass"),
+                                f"the output for other inputs matches {stale:.2%} of this one's elements"))
+        if any(True for _ in model.parameters()) or any(True for _ in model.buffers()):
+            randomize_state(model, 13)
+            moved = _floats(_outputs(model(*first_inputs)))
+            kept = _share_within(moved, first, atol, rtol)
+            checks.append(LintCheck("depends on weights", "fail" if kept == 1.0 else ("warn" if kept > 0.9 else "pass"),
+                                    f"with redrawn weights the output still matches {kept:.2%} of elements"))
+        else:
+            checks.append(LintCheck("depends on weights", "skip", "the model has no parameters or buffers"))
+    limit = settings["memory_gb"] * (1 << 30)
+    if device.type == "cuda":
+        peak = torch.cuda.max_memory_allocated(device)
+        checks.append(LintCheck("fits in memory", "pass" if peak <= limit else "fail", f"peak {peak / (1 << 30):.2f} GiB allocated, limit {settings['memory_gb']:g} GiB"))
+        checks += _launch_bound(model, first_inputs, device, settings)
+    else:
+        tensors = [a for a in first_inputs if isinstance(a, torch.Tensor)] + first + list(model.parameters()) + list(model.buffers())
+        floor = sum(t.numel() * t.element_size() for t in tensors)
+        checks.append(LintCheck("fits in memory", "pass" if floor <= limit else "fail", f"inputs, outputs and weights take {floor / (1 << 30):.2f} GiB (a floor), limit {settings['memory_gb']:g} GiB"))
+        checks.append(LintCheck("not launch-bound", "skip", "needs CUDA to judge"))
+    return checks
+
+
+def _launch_bound(model: Any, args: list[Any], device: Any, settings: dict[str, Any]) -> list[LintCheck]:
+    import types
+
+    import torch
+
+    from harness.profile import profile_call
+    from harness.timing import flush_buffer, time_forward
+
+    cfg = types.SimpleNamespace(warmup_ms=100, min_reps=10, max_reps=500, budget_s=2.0, target_rse=0.005, flush_l2=True, mode="eager", subtract_overhead=True)
+    with torch.no_grad():
+        stats = time_forward(model, [args], device, cfg)
+        profile = profile_call(model, args, device, flush_buffer(device))
+    busy = profile.kernel_ms / stats.median_ms if stats.median_ms > 0 else 0.0
+    low, high = settings["time_ms"]
+    checks = [LintCheck("not launch-bound", "pass" if busy >= 0.5 else "fail",
+                        f"GPU work is {profile.kernel_ms:.4g} ms of a {stats.median_ms:.4g} ms call ({busy:.0%}) in {profile.launches} launches")]
+    inside = low <= stats.median_ms <= high
+    checks.append(LintCheck("time in range", "pass" if inside else "warn", f"eager reference {stats.median_ms:.4g} ms; the suite aims for {low:g}-{high:g} ms"))
+    return checks
+
+
+def main() -> None:
+    path, device, settings = Path(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3])
+    try:
+        checks = lint(path, device, settings)
+    except Exception as exc:  # the problem itself does not run: that is the finding
+        checks = [LintCheck("runs", "fail", f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"[:300])]
+    print(json.dumps([dataclasses.asdict(c) for c in checks]))
+
+
+if __name__ == "__main__":
+    main()

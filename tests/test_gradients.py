@@ -1,0 +1,106 @@
+"""Training parity: a backward of the same loss must give the reference's gradients, by name."""
+import pytest
+
+from harness.candidate import Candidate
+from harness.config import ROOT
+from harness.evaluate import ProblemEvaluation
+from harness.problem import resolve_problem
+from harness.status import Status
+from harness.store import RunStore
+
+HEADER = "import torch\nimport torch.nn as nn\n\n"
+INIT = (
+    "class ModelNew(nn.Module):\n"
+    "    def __init__(self, features, scale):\n        super().__init__()\n"
+    "        self.bias = nn.Parameter(torch.randn(features))\n        self.scale = scale\n\n"
+)
+CANDIDATES = {
+    "honest": HEADER + INIT + "    def forward(self, x):\n        return torch.relu(x * self.scale + self.bias)\n",
+    # the kernel is run outside autograd: right values, no graph
+    "no_graph": HEADER + INIT + "    def forward(self, x):\n        with torch.no_grad():\n            return torch.relu(x * self.scale + self.bias)\n",
+    # the parameter is read as a constant: the input's gradient is right, the bias learns nothing
+    "detached_bias": HEADER + INIT + "    def forward(self, x):\n        return torch.relu(x * self.scale + self.bias.detach())\n",
+    # a hand-written backward that is wrong by a factor of two
+    "wrong_backward": HEADER + (
+        "class Op(torch.autograd.Function):\n"
+        "    @staticmethod\n    def forward(ctx, x, bias, scale):\n"
+        "        y = torch.relu(x * scale + bias)\n        ctx.save_for_backward(y)\n        ctx.scale = scale\n        return y\n"
+        "    @staticmethod\n    def backward(ctx, g):\n"
+        "        (y,) = ctx.saved_tensors\n        g = g * (y > 0)\n        return 2 * g * ctx.scale, 2 * g.sum(0), None\n\n"
+    ) + INIT + "    def forward(self, x):\n        return Op.apply(x, self.bias, self.scale)\n",
+    # a backward that raises
+    "raising_backward": HEADER + (
+        "class Op(torch.autograd.Function):\n"
+        "    @staticmethod\n    def forward(ctx, x, bias, scale):\n        return torch.relu(x * scale + bias)\n"
+        "    @staticmethod\n    def backward(ctx, g):\n        raise NotImplementedError('no backward kernel yet')\n\n"
+    ) + INIT + "    def forward(self, x):\n        return Op.apply(x, self.bias, self.scale)\n",
+}
+
+
+def evaluate(cfg, tmp_path, names, problem="1_Scale_Bias_ReLU", extra=()):
+    paths = []
+    for name in names:
+        if isinstance(name, tuple):
+            paths.append(Candidate(*name))
+            continue
+        path = tmp_path / f"{name}.py"
+        path.write_text(CANDIDATES[name])
+        paths.append(Candidate(name, path))
+    found = resolve_problem(problem, cfg.path(cfg.problems_dir))
+    store = RunStore(cfg.path(cfg.results_dir), "grads")
+    return {r.candidate: r for r in ProblemEvaluation(found, paths, cfg, "cpu", store).run()}
+
+
+def test_gradients_are_compared_and_flagged_by_default(make_config, tmp_path):
+    records = evaluate(make_config("timing.enabled=false"), tmp_path, list(CANDIDATES))
+    assert {n: (r.status, r.gradients) for n, r in records.items()} == {
+        "honest": (Status.CORRECT, "match"),
+        "no_graph": (Status.CORRECT, "forward only"),
+        "detached_bias": (Status.CORRECT, "mismatch"),
+        "wrong_backward": (Status.CORRECT, "mismatch"),
+        "raising_backward": (Status.CORRECT, "forward only"),
+    }
+    assert not any(w.startswith(("wrong gradients", "forward only")) for w in records["honest"].warnings)
+    assert "forward only: its outputs carry no autograd graph" in " ".join(records["no_graph"].warnings)
+    assert "wrong gradients: parameter bias gets no gradient; the reference's does" in records["detached_bias"].warnings
+    assert any(w.startswith("wrong gradients: gradient of input 0: ") for w in records["wrong_backward"].warnings)
+    assert any("NotImplementedError: no backward kernel yet" in w for w in records["raising_backward"].warnings)
+
+
+def test_gradient_policy_fail_gives_statuses(make_config, tmp_path):
+    records = evaluate(make_config("timing.enabled=false", "check.gradients=fail"), tmp_path, ["honest", "no_graph", "wrong_backward"])
+    assert records["honest"].status is Status.CORRECT
+    assert records["no_graph"].status is Status.FORWARD_ONLY
+    assert records["wrong_backward"].status is Status.WRONG_GRADIENTS
+    assert records["wrong_backward"].reason.startswith("gradient of input 0: ")
+
+
+def test_gradient_policy_off_checks_nothing(make_config, tmp_path):
+    records = evaluate(make_config("timing.enabled=false", "check.gradients=off"), tmp_path, ["wrong_backward"])
+    assert records["wrong_backward"].gradients == "" and records["wrong_backward"].status is Status.CORRECT
+
+
+def test_extension_kernel_without_backward_is_forward_only(make_config, tmp_path):
+    cpp = ("cpp_fused", ROOT / "solutions" / "1_Scale_Bias_ReLU" / "cpp_fused.py")
+    records = evaluate(make_config("timing.enabled=false"), tmp_path, [cpp])
+    assert records["cpp_fused"].status is Status.CORRECT, records["cpp_fused"].reason
+    assert records["cpp_fused"].gradients == "forward only"
+
+
+def test_backward_leaves_batchnorm_state_as_it_was(make_config, tmp_path):
+    """The train-mode forward of the gradient check moves running statistics; they are restored,
+    so the buffer check and the timed-output check after it still match the reference."""
+    functional = ("functional", ROOT / "solutions" / "3_Linear_BatchNorm" / "functional.py")
+    records = evaluate(make_config(), tmp_path, [functional], problem="3_Linear_BatchNorm")
+    record = records["functional"]
+    assert record.status is Status.CORRECT, record.reason
+    assert record.gradients == "match"
+    assert {c.name for c in record.checks} >= {"buffers after the calls", "last timed call on trial 1 (eval)"}
+
+
+@pytest.mark.parametrize("setting", ["check.gradients=sometimes", "check.gradient_tolerance_factor=0.5"])
+def test_bad_gradient_settings_are_usage_errors(make_config, setting):
+    from harness.errors import UserError
+
+    with pytest.raises(UserError):
+        make_config(setting)

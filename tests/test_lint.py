@@ -1,0 +1,135 @@
+"""The problem linter finds problems that cannot tell a right kernel from a wrong one."""
+import pytest
+
+from harness.cli import main
+from harness.errors import ExitCode
+
+TEMPLATE = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, features):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(features))
+
+    def forward(self, x):
+        return {body}
+
+
+def get_inputs():
+    return [torch.randn(16, 32)]
+
+
+def get_init_inputs():
+    return [32]
+'''
+
+PROBLEMS = {
+    "good": "x * self.weight + 1",
+    "near_zero": "(x * self.weight) * 1e-7",  # an all-zeros kernel passes atol=1e-4
+    "constant": "torch.ones_like(x) * 3 + x * 1e-8",  # a constant kernel passes
+    "ignores_inputs": "self.weight.expand(16, -1) * 2",  # the same answer for every input
+    "ignores_weights": "x * 2",  # the parameter never matters
+    "random": "x * self.weight + torch.rand_like(x)",  # not deterministic
+}
+
+
+@pytest.fixture
+def problems_dir(tmp_path):
+    folder = tmp_path / "problems" / "lintcases"
+    folder.mkdir(parents=True)
+    for name, body in PROBLEMS.items():
+        (folder / f"{name}.py").write_text(TEMPLATE.format(body=body))
+    (folder / "crashes.py").write_text(TEMPLATE.format(body="x").replace("return [torch.randn(16, 32)]", "raise ValueError('no inputs today')"))
+    return tmp_path / "problems"
+
+
+def lint(problems_dir, tmp_path, *names):
+    out = tmp_path / "lint.md"
+    code = main(["lint", *names, "--device", "cpu", "--out", str(out), "--set", f"problems_dir={problems_dir}"])
+    rows = [line.split(" | ") for line in out.read_text().splitlines() if line.startswith("| ") and not line.startswith("| problem") ]
+    return code, {(r[0].lstrip("| "), r[1]): r[2] for r in rows}, out.read_text()
+
+
+def test_a_sound_problem_passes_every_check(problems_dir, tmp_path):
+    code, verdicts, _ = lint(problems_dir, tmp_path, "good")
+    assert code == ExitCode.OK
+    assert {k[1]: v for k, v in verdicts.items()} == {
+        "deterministic": "pass", "zeros fail": "pass", "constant fails": "pass", "depends on inputs": "pass",
+        "depends on weights": "pass", "fits in memory": "pass", "not launch-bound": "skip",
+    }
+
+
+@pytest.mark.parametrize("problem, check", [
+    ("near_zero", "zeros fail"),
+    ("constant", "constant fails"),
+    ("ignores_inputs", "depends on inputs"),
+    ("ignores_weights", "depends on weights"),
+    ("random", "deterministic"),
+    ("crashes", "runs"),
+])
+def test_a_problem_that_cannot_tell_right_from_wrong_fails_with_the_reason(problems_dir, tmp_path, problem, check):
+    code, verdicts, text = lint(problems_dir, tmp_path, problem)
+    assert code == ExitCode.CANDIDATES_FAILED
+    assert verdicts[(problem, check)] == "**fail**"
+    failed = [name for (_, name), verdict in verdicts.items() if verdict == "**fail**"]
+    assert failed == [check] or problem in ("near_zero", "constant"), failed  # the one reason (a tiny output is also constant-like)
+    assert f"1 fail: {problem}" in text
+
+
+def test_memory_limit_is_checked(problems_dir, tmp_path):
+    out = tmp_path / "lint.md"
+    code = main(["lint", "good", "--device", "cpu", "--out", str(out), "--set", f"problems_dir={problems_dir}", "--set", "lint.memory_gb=0.000001"])
+    assert code == ExitCode.CANDIDATES_FAILED
+    assert "| good | fits in memory | **fail** |" in out.read_text()
+
+
+KERNELBENCH_STYLE_CONSTANT = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    \"\"\"Conv, GroupNorm, then min with a constant and a clamp to the same constant: every output
+    element is that constant, so a kernel that writes it without computing anything passes.\"\"\"
+    def __init__(self, in_channels, out_channels, kernel_size, groups, min_value, max_value):
+        super().__init__()
+        self.conv = nn.Conv2d(in_channels, out_channels, kernel_size)
+        self.norm = nn.GroupNorm(groups, out_channels)
+        self.min_value, self.max_value = min_value, max_value
+
+    def forward(self, x):
+        x = self.norm(self.conv(x))
+        x = torch.min(x, torch.tensor(self.min_value))
+        return torch.clamp(x, min=self.min_value, max=self.max_value)
+
+
+def get_inputs():
+    return [torch.randn(8, 3, 16, 16)]
+
+
+def get_init_inputs():
+    return [3, 16, 3, 8, 0.0, 1.0]
+"""
+
+
+def test_a_kernelbench_style_problem_with_a_constant_output_is_caught(tmp_path):
+    folder = tmp_path / "problems" / "level2"
+    folder.mkdir(parents=True)
+    (folder / "83_Conv_GroupNorm_Min_Clamp.py").write_text(KERNELBENCH_STYLE_CONSTANT)
+    code, verdicts, _ = lint(tmp_path / "problems", tmp_path, "83")
+    assert code == ExitCode.CANDIDATES_FAILED
+    name = "83_Conv_GroupNorm_Min_Clamp"
+    assert verdicts[(name, "zeros fail")] == "**fail**" and verdicts[(name, "constant fails")] == "**fail**"
+    assert verdicts[(name, "depends on inputs")] == "**fail**" and verdicts[(name, "depends on weights")] == "**fail**"
+
+
+def test_our_whole_suite_passes_lint_on_the_cpu(tmp_path):
+    out = tmp_path / "lint.md"
+    assert main(["lint", "--device", "cpu", "--out", str(out)]) == ExitCode.OK, out.read_text()
+
+
+def test_unknown_problem_is_a_usage_error(tmp_path):
+    assert main(["lint", "no_such_problem", "--device", "cpu", "--out", str(tmp_path / "x.md")]) == ExitCode.USAGE
