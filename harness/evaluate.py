@@ -119,6 +119,7 @@ class ProblemEvaluation:
         self.on_start = on_start
         self.builds = builds  # a harness.prebuild.BuildAhead already building these candidates, or None
         self.lane: Lane = lane if lane is not None else Lane.single(cfg, device)
+        self._owns_lane = lane is None  # then its prestarted worker is ours to end
         self.problem_hash = problem.hash
         self.memory_limit = cfg.limits.memory_mb << 20 if cfg.limits.memory_mb else default_memory_limit()
         self.plan: Optional[Plan] = None
@@ -169,6 +170,8 @@ class ProblemEvaluation:
         if self._scratch is not None:
             shutil.rmtree(self._scratch, ignore_errors=True)
         self._scratch, self._reference = None, None
+        if self._owns_lane:
+            self.lane.launcher.close()
 
     # -- steps ---------------------------------------------------------------------------------
 

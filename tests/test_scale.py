@@ -165,3 +165,14 @@ def test_ray_executor_gives_the_same_records_as_the_local_one(make_config, tmp_p
     kinds = [type(r).__name__ for r in read_records(run / "records.jsonl")]
     assert kinds.count("ReferenceRecord") == 1 and kinds.count("CandidateRecord") == 4 and kinds[-1] == "RunEnd"
     assert all(isinstance(r, CandidateRecord) for r in read_records(run) if getattr(r, "candidate", None))
+
+
+def test_an_evaluation_on_its_own_ends_its_prestarted_worker(make_config, tmp_path):
+    from harness.evaluate import ProblemEvaluation
+
+    cfg = make_config("workers.prestart=always", "timing.enabled=false")
+    problem = resolve_problem(PROBLEM, cfg.path(cfg.problems_dir))
+    evaluation = ProblemEvaluation(problem, write_candidates(tmp_path / "c", 1), cfg, "cpu", RunStore(cfg.path(cfg.results_dir), "own"))
+    (record,) = evaluation.run()
+    assert record.status is Status.CORRECT
+    assert evaluation.lane.launcher._spare is None and not evaluation.lane.launcher.active
