@@ -21,7 +21,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from harness.candidate import Candidate, needs_cuda_statically
-from harness.compare import compare_gradients as compare_gradient_tensors, compare_outputs
+from harness.compare import compare_gradients, compare_outputs
 from harness.scan import custom_share, declared_kernels, scan_source
 from harness.config import Config
 from harness.problem import Problem
@@ -289,7 +289,8 @@ class ProblemEvaluation:
         """torch.compile of the reference, in its own worker: checked against the eager outputs like a
         candidate, then timed with the same timer. Its failure never fails the reference."""
         name = f"torch.compile({mode})"
-        outcome, checks, _, _, _ = self._run_compared("baseline", self.problem.path, plan, scratch, reference, f"_compile-{mode}", compile_mode=mode)
+        compared = self._run_compared("baseline", self.problem.path, plan, scratch, reference, f"_compile-{mode}", compile_mode=mode)
+        outcome, checks = compared.outcome, compared.checks
         compiled = [m for m in outcome.messages if m.get("type") == "compiled"]
         seconds = float(compiled[0]["seconds"]) if compiled else None
         worst = max((c.max_abs_error or 0.0 for c in checks), default=None)
@@ -300,10 +301,9 @@ class ProblemEvaluation:
             return Baseline(name, False, "compiled and matched, but no timing arrived", compile_seconds=seconds, max_abs_error=worst)
         return Baseline(name, True, "ok", timing=timing, compile_seconds=seconds, max_abs_error=worst)
 
-    def _run_compared(self, role: str, source: Path, plan: Plan, scratch: Path, reference: "ReferenceResult", log_name: str, compile_mode: Optional[str] = None) -> tuple[WorkerOutcome, list[CheckResult], Optional[CheckResult], dict[str, float], Optional[CheckResult]]:
+    def _run_compared(self, role: str, source: Path, plan: Plan, scratch: Path, reference: "ReferenceResult", log_name: str, compile_mode: Optional[str] = None) -> "Compared":
         """Run a worker on the reference's inputs and compare each output as it arrives; a wrong
-        output stops the worker. Returns the outcome, the checks made, the same-seed check and the
-        relative errors of the float64-checked call, and the gradient check (None when not made)."""
+        output stops the worker."""
         outputs = Path(tempfile.mkdtemp(prefix=f"{log_name[:20]}-", dir=scratch))
         checks: list[CheckResult] = []
         precision: dict[str, float] = {}
@@ -341,7 +341,7 @@ class ProblemEvaluation:
                 same_seed = CheckResult("same-seed construction (eval)", False, f"outputs unreadable ({type(exc).__name__})")
         buffers = _compare_buffers(outputs / "buffers.pt", reference.expected["buffers"], tolerances) if outcome.failure is None else None
         timed = self._compare_timed(outputs / "timed.pt", plan, reference) if outcome.failure is None else None
-        gradients = compare_gradients(outputs / "grads.pt", reference.expected.get("grads"), self.cfg) if outcome.failure is None else None
+        gradients = _gradient_check(outputs / "grads.pt", reference.expected.get("grads"), self.cfg) if outcome.failure is None else None
         shutil.rmtree(outputs, ignore_errors=True)
         if outcome.failure is None and len(checks) != len(plan.calls):
             outcome = dataclasses.replace(outcome, failure=(Status.HARNESS_ERROR, f"{len(checks)} of {len(plan.calls)} checks arrived"))
@@ -352,7 +352,7 @@ class ProblemEvaluation:
                 checks.append(extra)
                 if not extra.passed and outcome.failure is None:
                     outcome = dataclasses.replace(outcome, failure=(Status.INCORRECT, f"{extra.name}: {extra.reason}"))
-        return outcome, checks, same_seed, precision, gradients
+        return Compared(outcome, checks, same_seed, precision, gradients)
 
     def _compare_timed(self, path: Path, plan: Plan, reference: "ReferenceResult") -> Optional[CheckResult]:
         """The last timed call on trial 1's inputs against the reference's repeat of that call
@@ -368,7 +368,8 @@ class ProblemEvaluation:
         return compare_outputs(name, reference.expected[f"call_{repeats[0]}"], actual, self.cfg.check.tolerances)
 
     def _run_candidate(self, candidate: Candidate, plan: Plan, scratch: Path, reference: "ReferenceResult") -> CandidateRecord:
-        outcome, checks, same_seed, precision, gradients = self._run_compared("candidate", candidate.path, plan, scratch, reference, candidate.name)
+        compared = self._run_compared("candidate", candidate.path, plan, scratch, reference, candidate.name)
+        outcome, checks, same_seed, precision, gradients = compared.outcome, compared.checks, compared.same_seed, compared.precision, compared.gradients
         builds = tuple(ExtensionBuild(**b) for m in outcome.messages if m.get("type") == "builds" for b in m["builds"])
         timing = _timing(outcome)
         warnings: list[str] = []
@@ -458,6 +459,17 @@ class ProblemEvaluation:
         self.store.append(record)
         self.on_record(record)
         return record
+
+
+@dataclasses.dataclass(frozen=True)
+class Compared:
+    """What one compared worker (a candidate or a baseline) came to."""
+
+    outcome: WorkerOutcome
+    checks: list[CheckResult]  # the calls, then the buffers and the timed output when made
+    same_seed: Optional[CheckResult]  # the same-seed construction check, when made
+    precision: dict[str, float]  # relative errors against float64 of the precision call ({} when none)
+    gradients: Optional[tuple[str, str]]  # (match | mismatch | forward only, why); None when not made
 
 
 @dataclasses.dataclass
@@ -615,7 +627,7 @@ class TimingCache:
         tmp.replace(self.path)
 
 
-def compare_gradients(path: Path, expected: Optional[dict[str, Any]], cfg: Config) -> Optional[tuple[str, str]]:
+def _gradient_check(path: Path, expected: Optional[dict[str, Any]], cfg: Config) -> Optional[tuple[str, str]]:
     """The candidate's gradients (grads.pt) against the reference's: (verdict, why), or None when
     either side made no gradient check, or the reference itself has no gradients to match."""
     if expected is None or not expected.get("tensors") or not path.is_file():
@@ -624,7 +636,7 @@ def compare_gradients(path: Path, expected: Optional[dict[str, Any]], cfg: Confi
         actual = torch.load(path, weights_only=True)
     except Exception as exc:
         return "mismatch", f"its gradients are unreadable ({type(exc).__name__})"
-    return compare_gradient_tensors(expected, actual, cfg.check.tolerances, cfg.check.gradient_tolerance_factor)
+    return compare_gradients(expected, actual, cfg.check.tolerances, cfg.check.gradient_tolerance_factor)
 
 
 PRECISION_FLOOR = 1e-6  # relative errors below this are never called imprecise

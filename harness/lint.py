@@ -25,10 +25,6 @@ class LintCheck:
     detail: str
 
 
-def _outputs(out: Any) -> list[Any]:
-    return list(out) if isinstance(out, (tuple, list)) else [out]
-
-
 def _floats(outputs: list[Any]) -> list[Any]:
     import torch
 
@@ -52,7 +48,7 @@ def lint(path: Path, device_name: str, settings: dict[str, Any]) -> list[LintChe
 
     import torch
 
-    from harness.worker import randomize_state
+    from harness.worker import as_outputs, randomize_state
 
     atol, rtol = settings["atol"], settings["rtol"]
     device = torch.device(device_name)
@@ -72,9 +68,9 @@ def lint(path: Path, device_name: str, settings: dict[str, Any]) -> list[LintChe
         torch.cuda.reset_peak_memory_stats(device)
     with torch.no_grad():
         first_inputs = inputs(11)
-        first = _floats(_outputs(model(*first_inputs)))
-        again = _floats(_outputs(model(*first_inputs)))
-        other = _floats(_outputs(model(*inputs(12))))
+        first = _floats(as_outputs(model(*first_inputs)))
+        again = _floats(as_outputs(model(*first_inputs)))
+        other = _floats(as_outputs(model(*inputs(12))))
         if not first:
             return [LintCheck("floating outputs", "fail", "the reference returns no floating tensor: nothing to compare with a tolerance")]
         same = _share_within(again, first, 0.0, 0.0)
@@ -92,7 +88,7 @@ def lint(path: Path, device_name: str, settings: dict[str, Any]) -> list[LintChe
                                 f"the output for other inputs matches {stale:.2%} of this one's elements"))
         if any(True for _ in model.parameters()) or any(True for _ in model.buffers()):
             randomize_state(model, 13)
-            moved = _floats(_outputs(model(*first_inputs)))
+            moved = _floats(as_outputs(model(*first_inputs)))
             kept = _share_within(moved, first, atol, rtol)
             checks.append(LintCheck("depends on weights", "fail" if kept == 1.0 else ("warn" if kept > 0.9 else "pass"),
                                     f"with redrawn weights the output still matches {kept:.2%} of elements"))
@@ -119,7 +115,7 @@ def _launch_bound(model: Any, args: list[Any], device: Any, settings: dict[str, 
     from harness.profile import profile_call
     from harness.timing import flush_buffer, time_forward
 
-    cfg = types.SimpleNamespace(warmup_ms=100, min_reps=10, max_reps=500, budget_s=2.0, target_rse=0.005, flush_l2=True, mode="eager", subtract_overhead=True)
+    cfg = types.SimpleNamespace(**settings["timing"])
     with torch.no_grad():
         stats = time_forward(model, [args], device, cfg)
         profile = profile_call(model, args, device, flush_buffer(device))

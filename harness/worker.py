@@ -304,7 +304,7 @@ class Worker:
         self.guard.check("timing")
         if last_output:
             out = last_output[0]
-            outputs = list(out) if isinstance(out, (tuple, list)) else [out]
+            outputs = as_outputs(out)
             if all(isinstance(o, torch.Tensor) for o in outputs):
                 torch.save(_output_record(outputs, first), self.outputs / "timed.pt")
         self.channel.send({"type": "timing", "stats": to_dict(stats), "profile": to_dict(profile), "profile_error": profile_error})
@@ -341,7 +341,7 @@ class Worker:
         try:
             with torch.enable_grad():
                 out = model(*inputs)
-                outputs = [o for o in (list(out) if isinstance(out, (tuple, list)) else [out]) if isinstance(o, torch.Tensor) and o.is_floating_point()]
+                outputs = [o for o in as_outputs(out) if isinstance(o, torch.Tensor) and o.is_floating_point()]
                 if not any(o.requires_grad for o in outputs):
                     status, reason = "forward only", "its outputs carry no autograd graph (the kernel has no backward)"
                 else:
@@ -361,8 +361,7 @@ class Worker:
             status, reason = "forward only", f"backward raised {one_line(exc, 200)}"
         grads = {f"input {i}": a.grad.detach().cpu() for i, a in enumerate(inputs) if isinstance(a, torch.Tensor) and a.requires_grad and a.grad is not None}
         grads.update({f"parameter {name}": p.grad.detach().cpu() for name, p in model.named_parameters() if p.grad is not None})
-        without = [name for name, p in model.named_parameters() if p.requires_grad and p.grad is None]
-        torch.save({"status": status, "reason": reason, "tensors": grads, "without": without}, self.outputs / "grads.pt")
+        torch.save({"status": status, "reason": reason, "tensors": grads}, self.outputs / "grads.pt")
         model.load_state_dict(snapshot)
         model.zero_grad(set_to_none=True)
         self.guard.check("backward")
@@ -405,7 +404,7 @@ class Worker:
             wide = [a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
             with torch.no_grad():
                 out = twin(*wide)
-            outputs = list(out) if isinstance(out, (tuple, list)) else [out]
+            outputs = as_outputs(out)
             torch.save(_output_record(outputs, wide), self.outputs / f"{label}.pt")
             del twin, out, outputs
         except Exception as exc:
@@ -495,7 +494,7 @@ class Worker:
         for position, (before, after) in enumerate(zip(pristine, on_device)):
             if not same_bits(before, after):
                 raise WorkerFailure(Status.MUTATED_INPUT, f"forward changed input {position} in place ({label})")
-        outputs = list(out) if isinstance(out, (tuple, list)) else [out]
+        outputs = as_outputs(out)
         bad = [type(o).__name__ for o in outputs if not isinstance(o, torch.Tensor)]
         if bad:
             raise WorkerFailure(Status.RUNTIME_ERROR, f"forward returned {', '.join(bad)} where tensors were expected")
@@ -542,6 +541,11 @@ class Guard:
             for (_, owner, name), before in zip(self.targets, self.original):
                 setattr(owner, name, before)  # restore, so the report itself goes out unaltered
             raise WorkerFailure(Status.TAMPERED, f"the model replaced {', '.join(changed[:4])} (seen after {when})")
+
+
+def as_outputs(out: Any) -> list[Any]:
+    """A forward's result as a list of outputs (a tuple or list of them, or a single one)."""
+    return list(out) if isinstance(out, (tuple, list)) else [out]
 
 
 def other_sizes(module: types.ModuleType) -> dict[str, Any]:

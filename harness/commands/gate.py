@@ -9,7 +9,7 @@ from typing import Sequence
 
 from harness.config import Config, load_config
 from harness.errors import ExitCode
-from harness.gate import GateResult, Rules, gate, load_side, report
+from harness.gate import GateResult, Rules, Side, gate, load_side, report
 
 
 def setup_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,14 +31,19 @@ def run_from_args(args: argparse.Namespace, argv: Sequence[str]) -> int:
     current = Path(args.current)
     folder = current if current.is_dir() else current.parent if current.is_file() else cfg.path(cfg.results_dir) / args.current
     out = Path(args.report) if args.report else (folder / "gate.md" if folder.is_dir() else Path("gate.md"))
-    return run_gate(cfg, args.baseline, args.current, args.fail_on, args.across_changes, out)
+    baseline, rules = prepare_gate(cfg, args.baseline, args.fail_on)
+    return run_gate(cfg, baseline, rules, args.current, args.across_changes, out)
 
 
-def run_gate(cfg: Config, baseline: str, current: str, fail_on: str | None, across_changes: bool, out: Path, echo: bool = True) -> int:
-    """Compare, write the report (file, stdout, and $GITHUB_STEP_SUMMARY when set), then the exit code."""
-    results_dir = cfg.path(cfg.results_dir)
+def prepare_gate(cfg: Config, baseline: str, fail_on: str | None) -> tuple[Side, Rules]:
+    """The baseline's records and the rules, read (and checked) before anything else happens."""
     rules = Rules.parse(fail_on if fail_on is not None else cfg.gate.fail_on, cfg.gate.threshold)
-    result = gate(load_side(baseline, results_dir), load_side(current, results_dir), rules, cfg.gate.alpha, across_changes)
+    return load_side(baseline, cfg.path(cfg.results_dir)), rules
+
+
+def run_gate(cfg: Config, baseline: Side, rules: Rules, current: str, across_changes: bool, out: Path, echo: bool = True) -> int:
+    """Compare, write the report (file, stdout, and $GITHUB_STEP_SUMMARY when set), then the exit code."""
+    result = gate(baseline, load_side(current, cfg.path(cfg.results_dir)), rules, cfg.gate.alpha, across_changes)
     publish(result, out, echo)
     return int(ExitCode.OK if result.passed else ExitCode.REGRESSION)
 

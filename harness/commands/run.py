@@ -65,18 +65,15 @@ def run_from_args(args: argparse.Namespace, argv: Sequence[str]) -> int:
     run_id = Path(args.resume).name if args.resume else args.run_id
     if args.gate is None:
         return run(cfg, targets, run_id=run_id, resume=bool(args.resume), quiet=args.quiet, json_output=args.json, argv=argv)
-    from harness.commands.gate import run_gate
-    from harness.gate import Rules, load_side
+    from harness.commands.gate import prepare_gate, run_gate
 
-    results_dir = cfg.path(cfg.results_dir)
-    load_side(args.gate, results_dir)  # a missing or empty baseline is a usage error before anything runs
-    Rules.parse(args.fail_on if args.fail_on is not None else cfg.gate.fail_on, cfg.gate.threshold)
+    baseline, rules = prepare_gate(cfg, args.gate, args.fail_on)  # a bad baseline or rule is a usage error before anything runs
     run_id = run_id or new_run_id()
     code = run(cfg, targets, run_id=run_id, resume=bool(args.resume), quiet=args.quiet, json_output=args.json, argv=argv)
     if code in (ExitCode.INTERRUPTED, ExitCode.INTERNAL):
         return code  # an unfinished run, or a failed reference, is not gated
-    folder = results_dir / run_id
-    return run_gate(cfg, args.gate, str(folder), args.fail_on, args.across_changes, folder / "gate.md", echo=not args.json)
+    folder = cfg.path(cfg.results_dir) / run_id
+    return run_gate(cfg, baseline, rules, str(folder), args.across_changes, folder / "gate.md", echo=not args.json)
 
 
 def select_targets(cfg: Config, *, problem: str | None, solution: str | None, everything: bool) -> list[Target]:
@@ -210,13 +207,16 @@ def run(cfg: Config, targets: list[Target], *, run_id: str | None = None, resume
 
 def make_executor(cfg: Config, device: str, store: RunStore, progress: Progress, builds):
     """The local executor (this machine's lanes) or, with executor: ray, the Ray executor."""
+    def on_start(candidate: Candidate) -> None:
+        progress.started(candidate.name)
+
     if cfg.executor == "ray":
         from harness.ray_executor import RayExecutor
 
-        return RayExecutor(cfg, device, store, on_record=progress.finished, on_start=lambda c: progress.started(c.name))
+        return RayExecutor(cfg, device, store, on_record=progress.finished, on_start=on_start)
     from harness.lanes import LocalExecutor
 
-    return LocalExecutor(cfg, device, store, on_record=progress.finished, on_start=lambda c: progress.started(c.name), builds=builds)
+    return LocalExecutor(cfg, device, store, on_record=progress.finished, on_start=on_start, builds=builds)
 
 
 def start_builds(cfg: Config, device: str, targets: list[Target]):
