@@ -32,7 +32,7 @@ from harness.candidate import Candidate
 from harness.config import ROOT, Config
 from harness.errors import UserError
 from harness.problem import Problem
-from harness.records import CandidateRecord, from_dict
+from harness.records import RECORD_KINDS, CandidateRecord, from_dict
 
 
 def _ray() -> Any:
@@ -219,9 +219,10 @@ class RayExecutor:
         return f"ray: {len(self.actors)} lane(s) ({'one GPU' if self.device == 'cuda' else 'one CPU'} each), builds in tasks of {self.build_cpus} CPU(s)"
 
     def run_problem(self, problem: Problem, candidates: list[Candidate]) -> list[CandidateRecord]:
-        from ray.util import ActorPool
-
+        """Each candidate goes to the next free lane. A lane that fails (its actor dies, a Ray error)
+        gives that candidate a `harness error` record (which --resume redoes), never a crash."""
         from harness.evaluate import Plan, ProblemEvaluation
+        from harness.status import Status
 
         screen = ProblemEvaluation(problem, candidates, self.cfg, self.device, self.store, on_record=self.on_record, on_start=self.on_start)
         records, runnable = screen.screen()
@@ -233,30 +234,57 @@ class RayExecutor:
         cache = self.cfg.build_cache_dir  # resolved on each node against its own checkout
         builds = {c.path: self.builder.remote(c.path.name, sources[c.path], self.arch, self.build_cpus, self.cfg.timeouts.load, cache) for c in runnable}
         by_name = {c.name: c for c in runnable}
-
-        def submit(actor: Any, candidate: Candidate) -> Any:
-            self.on_start(candidate)
-            return actor.evaluate.remote(problem.path.name, problem_source, plan, candidate.name, sources[candidate.path], builds[candidate.path])
-
+        queue, idle = list(reversed(runnable)), list(self.actors)
+        pending: dict[Any, tuple[Any, Candidate]] = {}
         finished: dict[str, CandidateRecord] = {}
-        for result in ActorPool(self.actors).map_unordered(submit, runnable):
-            for text, log in result["logs"].items():
-                path = self.store.dir / text
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(log)
-            for data in result["records"]:
-                kind = data.pop("kind")
-                if kind == "reference":
-                    data["problem_path"] = str(problem.path)
-                    self.store.append(from_dict(_kinds()["reference"], data))
-                elif kind == "candidate":
-                    candidate = by_name[data["candidate"]]
-                    data["candidate_path"] = str(candidate.path)
-                    record = from_dict(CandidateRecord, data)
-                    self.store.append(record)
-                    self.on_record(record)
-                    finished[candidate.name] = record
+
+        def failed(candidate: Candidate, why: str) -> None:
+            finished[candidate.name] = screen._finish(screen._record(candidate, Status.HARNESS_ERROR, why))
+
+        while queue or pending:
+            while queue and idle:
+                actor, candidate = idle.pop(), queue.pop()
+                self.on_start(candidate)
+                ref = actor.evaluate.remote(problem.path.name, problem_source, plan, candidate.name, sources[candidate.path], builds[candidate.path])
+                pending[ref] = (actor, candidate)
+            if not pending:  # every lane is gone
+                for candidate in reversed(queue):
+                    self.on_start(candidate)
+                    failed(candidate, "no Ray lane is left to evaluate it (every actor failed)")
+                break
+            (ref,), _ = self.ray.wait(list(pending), num_returns=1)
+            actor, candidate = pending.pop(ref)
+            try:
+                result = self.ray.get(ref)
+            except self.ray.exceptions.RayError as exc:
+                if not isinstance(exc, self.ray.exceptions.RayActorError):
+                    idle.append(actor)  # the lane itself lives on
+                else:
+                    self.actors = [a for a in self.actors if a is not actor]
+                failed(candidate, f"the Ray lane failed: {type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"[:300])
+                continue
+            idle.append(actor)
+            self._write(result, problem, by_name, finished)
         return records + [finished[c.name] for c in runnable if c.name in finished]
+
+    def _write(self, result: dict[str, Any], problem: Problem, by_name: dict[str, Candidate], finished: dict[str, CandidateRecord]) -> None:
+        """A lane's logs and records into this run's folder, with the driver's file paths."""
+        for text, log in result["logs"].items():
+            path = self.store.dir / text
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(log)
+        for data in result["records"]:
+            kind = data.pop("kind")
+            if kind == "reference":
+                data["problem_path"] = str(problem.path)
+                self.store.append(from_dict(RECORD_KINDS["reference"], data))
+            elif kind == "candidate":
+                candidate = by_name[data["candidate"]]
+                data["candidate_path"] = str(candidate.path)
+                record = from_dict(CandidateRecord, data)
+                self.store.append(record)
+                self.on_record(record)
+                finished[candidate.name] = record
 
     def stop(self) -> None:
         for actor in self.actors:
@@ -274,8 +302,3 @@ class RayExecutor:
         if self.started_ray:
             self.ray.shutdown()
 
-
-def _kinds() -> dict[str, type]:
-    from harness.records import RECORD_KINDS
-
-    return RECORD_KINDS

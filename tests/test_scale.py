@@ -176,3 +176,25 @@ def test_an_evaluation_on_its_own_ends_its_prestarted_worker(make_config, tmp_pa
     (record,) = evaluation.run()
     assert record.status is Status.CORRECT
     assert evaluation.lane.launcher._spare is None and not evaluation.lane.launcher.active
+
+
+def test_a_ray_lane_that_dies_gives_a_harness_error_record_not_a_crash(tmp_path):
+    """The candidate kills the process above its worker (the lane's actor): that candidate gets a
+    `harness error` record, the others keep theirs, and the run ends normally."""
+    pytest.importorskip("ray")
+    import subprocess
+    import sys
+
+    solutions = tmp_path / "solutions" / PROBLEM
+    write_candidates(solutions, 1)
+    (solutions / "zz_kills_lane.py").write_text(PLAIN.format(suffix="").replace(
+        "    def forward(self, x):\n", "    def forward(self, x):\n        import os, signal\n        os.kill(os.getppid(), signal.SIGKILL)\n"))
+    done = subprocess.run([
+        sys.executable, "run.py", "--problem", PROBLEM, "--device", "cpu", "--json", "--quiet", "--no-timing", "--executor", "ray",
+        "--results", str(tmp_path / "results"), "--set", f"solutions_dir={tmp_path / 'solutions'}", "--set", "check.trials=1",
+    ], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    records = {r["candidate"]: r for r in map(json.loads, (line for line in done.stdout.splitlines() if line.startswith("{")))}  # Ray prints its own notice of the death
+    assert records["plain_0"]["status"] == "correct"
+    assert records["zz_kills_lane"]["status"] == "harness error"
+    assert records["zz_kills_lane"]["reason"].startswith("the Ray lane failed: ")
+    assert done.returncode == 4, done.stderr[-2000:]  # a harness error, reported as such
