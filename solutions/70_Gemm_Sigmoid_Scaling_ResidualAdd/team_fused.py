@@ -4,6 +4,8 @@ The GEMM (+bias) stays in cuBLAS via F.linear (same call eager makes).  The
 epilogue ``y + scaling_factor * sigmoid(y)`` is one float4-vectorised CUDA
 kernel (4 independent 16-byte loads in flight per thread) that works in place
 on the fresh GEMM output (a tensor this forward owns; ``x`` is never touched).
+Training: an autograd Function whose backward recomputes the eager ops from x
+and the weights (the in-place epilogue keeps nothing autograd could use).
 
 Bytes moved after the GEMM, for a B x H output of S = 4*B*H bytes:
 eager does sigmoid (read S, write S), mul (read S, write S) and add
@@ -106,6 +108,39 @@ _ext = load_inline(
 )
 
 
+def _eager(x, weight, bias, scaling_factor):
+    """The reference's ops; backward differentiates these (recomputed from x and the weights)."""
+    y = F.linear(x, weight, bias)
+    return y + torch.sigmoid(y) * scaling_factor
+
+
+class _GemmSigmoidScaleResidual(torch.autograd.Function):
+    """Forward: cuBLAS GEMM, then the fused epilogue kernel in place on the GEMM's fresh output.
+
+    Backward: the eager ops, recomputed under autograd from the saved x and weights, so every
+    parameter and the input get the reference's gradients. The epilogue's output overwrote the
+    GEMM result, so nothing else is kept; the price is one more GEMM per training step.
+    """
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, scaling_factor):
+        ctx.save_for_backward(x, weight, bias)
+        ctx.settings = (scaling_factor,)
+        y = F.linear(x, weight, bias).contiguous()
+        return _ext.sigmoid_scale_residual_(y, scaling_factor)
+
+    @staticmethod
+    def backward(ctx, grad):
+        saved = ctx.saved_tensors
+        needs = ctx.needs_input_grad[: len(saved)]
+        with torch.enable_grad():
+            leaves = [t.detach().requires_grad_(n) if t is not None else None for t, n in zip(saved, needs)]
+            out = _eager(*leaves, *ctx.settings)
+            wanted = [t for t, n in zip(leaves, needs) if n and t is not None]
+            grads = iter(torch.autograd.grad(out, wanted, grad) if wanted else ())
+        return (*(next(grads) if n and t is not None else None for t, n in zip(leaves, needs)), *(None for _ in ctx.settings))
+
+
 class ModelNew(nn.Module):
     def __init__(self, input_size, hidden_size, scaling_factor):
         super(ModelNew, self).__init__()
@@ -113,7 +148,4 @@ class ModelNew(nn.Module):
         self.scaling_factor = scaling_factor
 
     def forward(self, x):
-        # cuBLAS GEMM + bias (identical call to eager), fresh contiguous output
-        y = F.linear(x, self.gemm.weight, self.gemm.bias).contiguous()
-        # fused sigmoid * scale + residual, in place on the tensor we own
-        return _ext.sigmoid_scale_residual_(y, float(self.scaling_factor))
+        return _GemmSigmoidScaleResidual.apply(x, self.gemm.weight, self.gemm.bias, float(self.scaling_factor))
