@@ -1,7 +1,8 @@
 """Gemm_Sigmoid_Scaling_ResidualAdd: cuBLAS GEMM + one fused epilogue kernel.
 
-The GEMM (+bias) stays in cuBLAS via F.linear (same call eager makes).  The
-epilogue ``y + scaling_factor * sigmoid(y)`` is one float4-vectorised CUDA
+The GEMM stays in cuBLAS (torch.mm, without the bias: that kernel runs ~1%
+faster than the biased one F.linear picks).  The bias and the epilogue
+``y + scaling_factor * sigmoid(y)`` are one float4-vectorised CUDA
 kernel (4 independent 16-byte loads in flight per thread) that works in place
 on the fresh GEMM output (a tensor this forward owns; ``x`` is never touched).
 Training: an autograd Function whose backward recomputes the eager ops from x
@@ -21,7 +22,7 @@ from torch.utils.cpp_extension import load_inline
 
 _cpp_src = r"""
 #include <torch/extension.h>
-torch::Tensor sigmoid_scale_residual_(torch::Tensor y, double scaling_factor);
+torch::Tensor bias_sigmoid_scale_residual_(torch::Tensor y, torch::Tensor bias, double scaling_factor);
 """
 
 _cuda_src = r"""
@@ -41,13 +42,25 @@ __device__ __forceinline__ float p70_op(float v, float s) {
 // Each thread owns up to 4 float4 (strided by the block size, so every load
 // instruction is fully coalesced); all loads are issued before any math/store.
 #define P70_ITEMS 4
-__global__ void __launch_bounds__(256) p70_vec_kernel(float4* y, long long n4, float s) {
+// bias (may be null): the GEMM's bias, added here instead of in the GEMM; h4 = columns / 4
+__global__ void __launch_bounds__(256) p70_vec_kernel(float4* y, const float4* __restrict__ bias, int h4,
+                                                      long long n4, float s) {
     const long long i0 = (long long)blockIdx.x * (256 * P70_ITEMS) + threadIdx.x;
     float4 v[P70_ITEMS];
 #pragma unroll
     for (int k = 0; k < P70_ITEMS; ++k) {
         const long long i = i0 + (long long)k * 256;
         if (i < n4) v[k] = y[i];
+    }
+    if (bias != nullptr) {
+#pragma unroll
+        for (int k = 0; k < P70_ITEMS; ++k) {
+            const long long i = i0 + (long long)k * 256;
+            if (i < n4) {
+                const float4 b = __ldg(&bias[i < 4294967296LL ? (unsigned)i % (unsigned)h4 : i % h4]);
+                v[k].x += b.x; v[k].y += b.y; v[k].z += b.z; v[k].w += b.w;
+            }
+        }
     }
 #pragma unroll
     for (int k = 0; k < P70_ITEMS; ++k) {
@@ -63,17 +76,25 @@ __global__ void __launch_bounds__(256) p70_vec_kernel(float4* y, long long n4, f
     }
 }
 
-__global__ void __launch_bounds__(256) p70_scalar_kernel(float* y, long long n, float s) {
+__global__ void __launch_bounds__(256) p70_scalar_kernel(float* y, const float* __restrict__ bias, long long h,
+                                                         long long n, float s) {
     const long long stride = (long long)gridDim.x * blockDim.x;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        y[i] = p70_op(y[i], s);
+        y[i] = p70_op(bias != nullptr ? y[i] + bias[i % h] : y[i], s);
     }
 }
 
-torch::Tensor sigmoid_scale_residual_(torch::Tensor y, double scaling_factor) {
+torch::Tensor bias_sigmoid_scale_residual_(torch::Tensor y, torch::Tensor bias, double scaling_factor) {
     TORCH_CHECK(y.is_cuda(), "p70: expected a CUDA tensor");
     TORCH_CHECK(y.scalar_type() == at::kFloat, "p70: expected float32");
-    TORCH_CHECK(y.is_contiguous(), "p70: expected a contiguous tensor");
+    TORCH_CHECK(y.is_contiguous() && y.dim() == 2, "p70: expected a contiguous 2-D tensor");
+    const long long h = y.size(1);
+    const bool has_bias = bias.numel() > 0;   // empty: no bias to add
+    if (has_bias) {
+        TORCH_CHECK(bias.is_cuda() && bias.scalar_type() == at::kFloat && bias.is_contiguous() && bias.numel() == h,
+                    "p70: bias must be a contiguous float32 CUDA tensor with one value per column");
+        TORCH_CHECK(bias.device() == y.device(), "p70: bias on another device");
+    }
     const at::cuda::OptionalCUDAGuard guard(device_of(y));
     const long long n = y.numel();
     if (n == 0) return y;
@@ -82,17 +103,19 @@ torch::Tensor sigmoid_scale_residual_(torch::Tensor y, double scaling_factor) {
     const int threads = 256;
     const long long max_blocks = (long long)sms * 16;
     float* p = y.data_ptr<float>();
+    const float* b = has_bias ? bias.data_ptr<float>() : nullptr;
     const float s = (float)scaling_factor;
-    if ((n % 4 == 0) && ((reinterpret_cast<uintptr_t>(p) & 15) == 0)) {
+    if ((h % 4 == 0) && ((reinterpret_cast<uintptr_t>(p) & 15) == 0) && ((reinterpret_cast<uintptr_t>(b) & 15) == 0)) {
         const long long n4 = n / 4;
         const long long blocks = (n4 + threads * P70_ITEMS - 1) / (threads * P70_ITEMS);
         TORCH_CHECK(blocks <= 2147483647LL, "p70: tensor too large");
-        p70_vec_kernel<<<(unsigned)blocks, threads, 0, stream>>>(reinterpret_cast<float4*>(p), n4, s);
+        p70_vec_kernel<<<(unsigned)blocks, threads, 0, stream>>>(reinterpret_cast<float4*>(p), reinterpret_cast<const float4*>(b),
+                                                                 (int)(h / 4), n4, s);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
     } else {
         long long blocks = (n + threads - 1) / threads;
         if (blocks > max_blocks) blocks = max_blocks;
-        p70_scalar_kernel<<<(unsigned)blocks, threads, 0, stream>>>(p, n, s);
+        p70_scalar_kernel<<<(unsigned)blocks, threads, 0, stream>>>(p, b, h, n, s);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
     }
     return y;
@@ -103,7 +126,7 @@ _ext = load_inline(
     name="team_p70_fused",
     cpp_sources=_cpp_src,
     cuda_sources=_cuda_src,
-    functions=["sigmoid_scale_residual_"],
+    functions=["bias_sigmoid_scale_residual_"],
     verbose=False,
 )
 
@@ -126,8 +149,11 @@ class _GemmSigmoidScaleResidual(torch.autograd.Function):
     def forward(ctx, x, weight, bias, scaling_factor):
         ctx.save_for_backward(x, weight, bias)
         ctx.settings = (scaling_factor,)
-        y = F.linear(x, weight, bias).contiguous()
-        return _ext.sigmoid_scale_residual_(y, scaling_factor)
+        # x @ W^T without the bias: this cuBLAS GEMM runs ~1% faster than the biased one that
+        # F.linear calls, and the epilogue adds the bias on its way in
+        y = torch.mm(x, weight.t()).contiguous()
+        b = bias.contiguous() if bias is not None else y.new_empty(0)
+        return _ext.bias_sigmoid_scale_residual_(y, b, scaling_factor)
 
     @staticmethod
     def backward(ctx, grad):
