@@ -227,6 +227,18 @@ class Config:
         if self.executor not in ("local", "ray"):
             raise ValueError(f"executor must be local or ray, got {self.executor!r}")
 
+    def for_problem(self, declared: dict[str, Any]) -> "Config":
+        """This config with a problem's declarations layered on top: HARNESS_TOLERANCES replaces the
+        tolerance of each dtype it names; HARNESS_BACKWARD makes the gradient check fail (True) or
+        turns it off (False)."""
+        check = self.check
+        if "HARNESS_TOLERANCES" in declared:
+            named = {dtype: Tolerance(atol=float(t["atol"]), rtol=float(t["rtol"])) for dtype, t in declared["HARNESS_TOLERANCES"].items()}
+            check = dataclasses.replace(check, tolerances={**check.tolerances, **named})
+        if "HARNESS_BACKWARD" in declared:
+            check = dataclasses.replace(check, gradients="fail" if declared["HARNESS_BACKWARD"] else "off")
+        return self if check is self.check else dataclasses.replace(self, check=check)
+
     def path(self, value: str) -> Path:
         """A configured path, relative ones taken from the project root."""
         p = Path(value).expanduser()

@@ -112,7 +112,7 @@ class ProblemEvaluation:
 
         self.problem = problem
         self.candidates = candidates
-        self.cfg = cfg
+        self.cfg = cfg.for_problem(problem.settings)  # the problem's tolerances and backward contract
         self.device = device
         self.store = store
         self.on_record = on_record

@@ -34,6 +34,8 @@ DECLARABLE = {
     "HARNESS_INPUT_DISTRIBUTIONS": list,  # e.g. ["given"] for inputs with a domain (probabilities, indices)
     "HARNESS_RANDOMIZE_WEIGHTS": bool,  # False when parameters must keep their initialisation (e.g. positive scales)
     "HARNESS_EXTRA_SIZES": list,  # e.g. [{"batch_size": 7}] for the other-size trial
+    "HARNESS_TOLERANCES": dict,  # e.g. {"float32": {"atol": 1e-3, "rtol": 1e-3}}, over check.tolerances
+    "HARNESS_BACKWARD": bool,  # True: gradients are part of the contract (check.gradients fail); False: off
 }
 
 
@@ -61,8 +63,18 @@ def declared_settings(path: Path) -> dict[str, object]:
                 raise UserError(f"{path}: {name} must be a {DECLARABLE[name].__name__}, got {value!r}")
             if name == "HARNESS_INPUT_DISTRIBUTIONS" and (not value or any(v not in DISTRIBUTIONS for v in value)):
                 raise UserError(f"{path}: {name} must be a non-empty list of {list(DISTRIBUTIONS)}, got {value!r}")
+            if name == "HARNESS_TOLERANCES" and not _tolerances_ok(value):
+                raise UserError(f"{path}: {name} must map dtype names to {{'atol': number >= 0, 'rtol': number >= 0}}, got {value!r}")
             found[name] = value
     return found
+
+
+def _tolerances_ok(value: dict) -> bool:
+    return all(
+        isinstance(dtype, str) and isinstance(t, dict) and set(t) == {"atol", "rtol"}
+        and all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in t.values())
+        for dtype, t in value.items()
+    )
 
 
 def file_hash(path: Path) -> str:

@@ -104,3 +104,47 @@ def test_bad_gradient_settings_are_usage_errors(make_config, setting):
 
     with pytest.raises(UserError):
         make_config(setting)
+
+
+def declaring_problem(tmp_path, declarations: str) -> str:
+    """A copy of 1_Scale_Bias_ReLU with HARNESS_* declarations appended; returns its problems_dir."""
+    problems = tmp_path / "declared_problems" / "level0"
+    problems.mkdir(parents=True, exist_ok=True)
+    source = (ROOT / "problems" / "level0" / "1_Scale_Bias_ReLU.py").read_text()
+    (problems / "1_Scale_Bias_ReLU.py").write_text(source + "\n" + declarations + "\n")
+    return f"problems_dir={tmp_path / 'declared_problems'}"
+
+
+def test_a_problem_that_makes_backward_part_of_the_contract_fails_wrong_gradients(make_config, tmp_path):
+    cfg = make_config("timing.enabled=false", declaring_problem(tmp_path, "HARNESS_BACKWARD = True"))
+    records = evaluate(cfg, tmp_path, ["honest", "no_graph", "wrong_backward"])
+    assert cfg.check.gradients == "flag"  # the config says flag; the problem's declaration wins
+    assert records["honest"].status is Status.CORRECT
+    assert records["no_graph"].status is Status.FORWARD_ONLY
+    assert records["wrong_backward"].status is Status.WRONG_GRADIENTS
+
+
+def test_an_inference_only_problem_checks_no_gradients(make_config, tmp_path):
+    cfg = make_config("timing.enabled=false", "check.gradients=fail", declaring_problem(tmp_path, "HARNESS_BACKWARD = False"))
+    records = evaluate(cfg, tmp_path, ["wrong_backward"])
+    assert records["wrong_backward"].status is Status.CORRECT and records["wrong_backward"].gradients == ""
+
+
+def test_a_problem_declares_its_own_tolerance(make_config, tmp_path):
+    CANDIDATES["off_by_5e-4"] = HEADER + INIT + "    def forward(self, x):\n        return torch.relu(x * self.scale + self.bias) + 5e-4\n"
+    default = evaluate(make_config("timing.enabled=false"), tmp_path, ["off_by_5e-4"])
+    assert default["off_by_5e-4"].status is Status.INCORRECT
+    loose = make_config("timing.enabled=false", declaring_problem(tmp_path, 'HARNESS_TOLERANCES = {"float32": {"atol": 1e-3, "rtol": 1e-3}}'))
+    declared = evaluate(loose, tmp_path, ["off_by_5e-4"])
+    assert declared["off_by_5e-4"].status is Status.CORRECT, declared["off_by_5e-4"].reason
+
+
+@pytest.mark.parametrize("value", ['{"float32": {"atol": -1, "rtol": 0}}', '{"float32": 1e-3}', '{"float32": {"atol": 1e-3}}', "[1e-3]"])
+def test_a_malformed_tolerance_declaration_is_a_usage_error(tmp_path, value):
+    from harness.errors import UserError
+    from harness.problem import declared_settings
+
+    path = tmp_path / "p.py"
+    path.write_text(f"HARNESS_TOLERANCES = {value}\n")
+    with pytest.raises(UserError, match="HARNESS_TOLERANCES must"):
+        declared_settings(path)

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from harness.config import ROOT, load_config
+from harness.config import ROOT, Tolerance, load_config
 from harness.errors import ExitCode, UserError
 from harness.lint import LintCheck
 from harness.problem import Problem, discover_problems, resolve_problem
@@ -36,11 +36,11 @@ def run_from_args(args: argparse.Namespace, argv: Sequence[str]) -> int:
     problems = [resolve_problem(name, problems_dir) for name in args.problems] if args.problems else discover_problems(problems_dir)
     if not problems:
         raise UserError(f"no problems in {problems_dir}")
-    tolerance = cfg.check.tolerances.get("float32")
     timing = {**dataclasses.asdict(cfg.timing), "budget_s": min(cfg.timing.budget_s, LINT_TIMING_BUDGET_S)}
-    settings = {"atol": tolerance.atol, "rtol": tolerance.rtol, "memory_gb": cfg.lint.memory_gb, "time_ms": list(cfg.lint.time_ms), "timing": timing}
     results: list[tuple[Problem, list[LintCheck]]] = []
     for problem in problems:
+        tolerance = cfg.for_problem(problem.settings).check.tolerances.get("float32", Tolerance(atol=1e-4, rtol=1e-4))  # what its candidates will face
+        settings = {"atol": tolerance.atol, "rtol": tolerance.rtol, "memory_gb": cfg.lint.memory_gb, "time_ms": list(cfg.lint.time_ms), "timing": timing}
         checks = lint_in_subprocess(problem, "cuda" if device == "cuda" else "cpu", settings, cfg.lint.timeout_s)
         results.append((problem, checks))
         failed = [c.name for c in checks if c.verdict == "fail"]
