@@ -79,6 +79,16 @@ def test_a_problem_that_cannot_tell_right_from_wrong_fails_with_the_reason(probl
     assert f"1 fail: {problem}" in text
 
 
+def test_the_lint_applies_the_problems_declared_tolerance(problems_dir, tmp_path):
+    """The good problem, but declaring a tolerance so loose that an all-zeros kernel would pass it."""
+    folder = problems_dir / "lintcases"
+    (folder / "loose.py").write_text(TEMPLATE.format(body="x * self.weight + 1") + '\nHARNESS_TOLERANCES = {"float32": {"atol": 100.0, "rtol": 0.0}}\n')
+    code, verdicts, _ = lint(problems_dir, tmp_path, "loose", "good")
+    assert code == ExitCode.CANDIDATES_FAILED
+    assert verdicts[("loose", "zeros fail")] == "**fail**" and verdicts[("loose", "constant fails")] == "**fail**"
+    assert verdicts[("good", "zeros fail")] == "pass"
+
+
 def test_memory_limit_is_checked(problems_dir, tmp_path):
     out = tmp_path / "lint.md"
     code = main(["lint", "good", "--device", "cpu", "--out", str(out), "--set", f"problems_dir={problems_dir}", "--set", "lint.memory_gb=0.000001"])
