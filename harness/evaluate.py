@@ -272,10 +272,11 @@ class ProblemEvaluation:
             wall_seconds=round(outcome.wall_seconds, 3),
             finished_at=_now(),
             lane=self.lane.label,
+            declared=dict(self.problem.settings),
         )
         result = ReferenceResult(record, expected, exchange)
         if record.ok and cached is not None:
-            record = dataclasses.replace(cached, run_id=record.run_id, device_name=record.device_name, other_size=record.other_size, other_size_note=record.other_size_note, wall_seconds=record.wall_seconds, finished_at=record.finished_at, timing_reused_from=cached.timing_reused_from or cached.run_id, lane=record.lane)
+            record = dataclasses.replace(cached, run_id=record.run_id, device_name=record.device_name, other_size=record.other_size, other_size_note=record.other_size_note, wall_seconds=record.wall_seconds, finished_at=record.finished_at, timing_reused_from=cached.timing_reused_from or cached.run_id, lane=record.lane, declared=record.declared)
         elif record.ok and self.cfg.timing.enabled:
             baselines = tuple(self._run_baseline(mode, plan, scratch, result) for mode in self.cfg.baselines.compile_modes)
             record = dataclasses.replace(record, baselines=baselines)

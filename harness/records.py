@@ -295,6 +295,7 @@ class ReferenceRecord:
     wall_seconds: float = 0.0  # wall time of the reference worker
     finished_at: str = ""  # ISO-8601
     lane: str = ""  # the lane (GPU) this reference ran and was timed on; its candidates compare to it
+    declared: dict[str, Any] = dataclasses.field(default_factory=dict)  # the problem's HARNESS_* declarations, which override the config
     schema_version: int = SCHEMA_VERSION  # record layout version
     tool_version: str = __version__  # harness version that wrote the record
 
