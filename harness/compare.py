@@ -5,7 +5,7 @@ from typing import Any
 
 import torch
 
-from harness.config import Tolerance
+from harness.config import DEFAULT_TOLERANCE, Tolerance
 from harness.records import CheckResult
 
 CHUNK = 1 << 24  # elements compared at a time
@@ -57,7 +57,7 @@ def _compare_tensor(name: str, label: str, e: torch.Tensor, a: torch.Tensor, tol
         equal = torch.equal(a, e)
         mismatch = float((a != e).float().mean()) if e.numel() else 0.0
         return CheckResult(name, equal, "ok" if equal else f"{label} differs in {mismatch:.2%} of elements (exact match required)", 0.0, 0.0, mismatch)
-    tol = tolerances.get(str(e.dtype).removeprefix("torch."), Tolerance(atol=1e-4, rtol=1e-4))
+    tol = tolerances.get(str(e.dtype).removeprefix("torch."), DEFAULT_TOLERANCE)
     flat_e, flat_a = e.reshape(-1), a.reshape(-1)
     max_abs = max_rel = 0.0
     outside_count = 0

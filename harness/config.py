@@ -29,6 +29,9 @@ class Tolerance:
     rtol: float  # relative tolerance
 
 
+DEFAULT_TOLERANCE = Tolerance(atol=1e-4, rtol=1e-4)  # for a dtype check.tolerances does not name
+
+
 @dataclasses.dataclass(frozen=True)
 class CheckConfig:
     trials: int  # fresh input sets per candidate
@@ -228,10 +231,15 @@ class Config:
             raise ValueError(f"executor must be local or ray, got {self.executor!r}")
 
     def for_problem(self, declared: dict[str, Any]) -> "Config":
-        """This config with a problem's declarations layered on top: HARNESS_TOLERANCES replaces the
-        tolerance of each dtype it names; HARNESS_BACKWARD makes the gradient check fail (True) or
-        turns it off (False)."""
+        """This config with a problem's HARNESS_* declarations layered on top (the one place they
+        apply): HARNESS_INPUT_DISTRIBUTIONS and HARNESS_RANDOMIZE_WEIGHTS replace their check keys;
+        HARNESS_TOLERANCES replaces the tolerance of each dtype it names; HARNESS_BACKWARD makes the
+        gradient check fail (True) or turns it off (False). HARNESS_EXTRA_SIZES is the worker's."""
         check = self.check
+        if "HARNESS_INPUT_DISTRIBUTIONS" in declared:
+            check = dataclasses.replace(check, input_distributions=tuple(declared["HARNESS_INPUT_DISTRIBUTIONS"]))
+        if "HARNESS_RANDOMIZE_WEIGHTS" in declared:
+            check = dataclasses.replace(check, randomize_weights=bool(declared["HARNESS_RANDOMIZE_WEIGHTS"]))
         if "HARNESS_TOLERANCES" in declared:
             named = {dtype: Tolerance(atol=float(t["atol"]), rtol=float(t["rtol"])) for dtype, t in declared["HARNESS_TOLERANCES"].items()}
             check = dataclasses.replace(check, tolerances={**check.tolerances, **named})

@@ -70,21 +70,19 @@ class Plan:
         return len(self.input_seeds) - (self.other_size_trial is not None)
 
     @classmethod
-    def fresh(cls, cfg: Config, declared: Optional[dict[str, Any]] = None) -> "Plan":
-        """A plan from the config, where the problem's HARNESS_* declarations take precedence."""
-        declared = declared or {}
+    def fresh(cls, cfg: Config) -> "Plan":
+        """A plan from a problem's config (`Config.for_problem`: its declarations already applied)."""
         trials = cfg.check.trials + (1 if cfg.check.other_size else 0)
         other = cfg.check.trials if cfg.check.other_size else None
         seeds = tuple(secrets.randbits(62) for _ in range(trials))
-        kinds = tuple(declared.get("HARNESS_INPUT_DISTRIBUTIONS", cfg.check.input_distributions))
+        kinds = cfg.check.input_distributions
         distributions = tuple(kinds[i % len(kinds)] if i != other else "given" for i in range(trials))
         calls = tuple(Call(i, mode, distributions[i]) for i in range(cfg.check.trials) for mode in cfg.check.modes)
         if other is not None:
             calls += tuple(Call(other, mode, "given", other_size=True) for mode in cfg.check.modes)
         # Repeats come last: the module's state is final, as it is when the timed calls run.
         calls += tuple(Call(0, "eval", distributions[0], repeat=k) for k in range(1, cfg.check.repeats + 1))
-        randomize = bool(declared.get("HARNESS_RANDOMIZE_WEIGHTS", cfg.check.randomize_weights))
-        return cls(construct_seed=secrets.randbits(62), input_seeds=seeds, distributions=distributions, calls=calls, other_size_trial=other, randomize_weights=randomize, gradient_seed=secrets.randbits(62))
+        return cls(construct_seed=secrets.randbits(62), input_seeds=seeds, distributions=distributions, calls=calls, other_size_trial=other, randomize_weights=cfg.check.randomize_weights, gradient_seed=secrets.randbits(62))
 
 
 def _now() -> str:
@@ -150,7 +148,7 @@ class ProblemEvaluation:
     def evaluate(self, candidate: Candidate) -> CandidateRecord:
         """Evaluate one runnable candidate on this lane (its reference first, once) and write its record."""
         if self._reference is None:
-            self.plan = self.plan or Plan.fresh(self.cfg, self.problem.settings)
+            self.plan = self.plan or Plan.fresh(self.cfg)
             self._scratch = Path(tempfile.mkdtemp(prefix=f"harness-{self.problem.name[:20]}-"))
             self._reference = self._run_reference(self.plan, self._scratch)
         self.on_start(candidate)

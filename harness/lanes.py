@@ -103,7 +103,7 @@ class LocalExecutor:
         records, runnable = first.screen()
         if not runnable:
             return records
-        plan = Plan.fresh(self.cfg, problem.settings)  # one plan: every lane checks on the same inputs
+        plan = Plan.fresh(first.cfg)  # one plan: every lane checks on the same inputs
         pending = collections.deque(runnable)
         finished: dict[Any, CandidateRecord] = {}
         errors: list[BaseException] = []

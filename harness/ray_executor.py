@@ -228,7 +228,7 @@ class RayExecutor:
         records, runnable = screen.screen()
         if not runnable:
             return records
-        plan = Plan.fresh(self.cfg, problem.settings)
+        plan = Plan.fresh(screen.cfg)
         problem_source = problem.path.read_text()
         sources = {c.path: c.path.read_text() for c in runnable}
         cache = self.cfg.build_cache_dir  # resolved on each node against its own checkout

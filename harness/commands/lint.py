@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from harness.config import ROOT, Tolerance, load_config
+from harness.config import DEFAULT_TOLERANCE, ROOT, load_config
 from harness.errors import ExitCode, UserError
 from harness.lint import LintCheck
 from harness.problem import Problem, discover_problems, resolve_problem
@@ -39,7 +39,7 @@ def run_from_args(args: argparse.Namespace, argv: Sequence[str]) -> int:
     timing = {**dataclasses.asdict(cfg.timing), "budget_s": min(cfg.timing.budget_s, LINT_TIMING_BUDGET_S)}
     results: list[tuple[Problem, list[LintCheck]]] = []
     for problem in problems:
-        tolerance = cfg.for_problem(problem.settings).check.tolerances.get("float32", Tolerance(atol=1e-4, rtol=1e-4))  # what its candidates will face
+        tolerance = cfg.for_problem(problem.settings).check.tolerances.get("float32", DEFAULT_TOLERANCE)  # what its candidates will face
         settings = {"atol": tolerance.atol, "rtol": tolerance.rtol, "memory_gb": cfg.lint.memory_gb, "time_ms": list(cfg.lint.time_ms), "timing": timing}
         checks = lint_in_subprocess(problem, "cuda" if device == "cuda" else "cpu", settings, cfg.lint.timeout_s)
         results.append((problem, checks))
