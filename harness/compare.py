@@ -1,4 +1,7 @@
-"""Correctness, decided in the parent from outputs the workers wrote (never by the candidate)."""
+"""Correctness, decided in the judge on outputs where they lie (never by the candidate).
+
+Everything here works on tensors of any device, a chunk at a time, so comparing a GB output
+needs no full extra copy of it."""
 from __future__ import annotations
 
 from typing import Any
@@ -119,3 +122,22 @@ def compare_gradients(expected: dict[str, Any], actual: dict[str, Any], toleranc
             return "mismatch", f"gradient of {result.reason}"
         worst = max(worst, result.max_abs_error or 0.0)
     return "match", f"{len(wanted)} gradients match; max abs error {worst:.2g}"
+
+
+def relative_error(outputs: list[Any], wide: list[Any]) -> float:
+    """||x - exact|| / ||exact|| over all floating outputs against their float64 values (`wide`),
+    over finite elements, accumulated in float64 a chunk at a time; nan when not comparable."""
+    num = den = 0.0
+    if len(outputs) != len(wide):
+        return float("nan")
+    for got, exact in zip(outputs, wide):
+        if not (isinstance(exact, torch.Tensor) and exact.is_floating_point() and isinstance(got, torch.Tensor) and got.shape == exact.shape):
+            return float("nan")
+        flat_g, flat_e = got.reshape(-1), exact.reshape(-1)
+        for start in range(0, flat_e.numel(), CHUNK):
+            g = flat_g[start : start + CHUNK].double()
+            e = flat_e[start : start + CHUNK].double()
+            finite = torch.isfinite(e) & torch.isfinite(g)
+            num += float(((g - e)[finite] ** 2).sum())
+            den += float((e[finite] ** 2).sum())
+    return (num / den) ** 0.5 if den > 0 else float("nan")

@@ -1,8 +1,9 @@
-"""Evaluate the candidates of one problem: the reference once, then each candidate in its own worker.
+"""Evaluate the candidates of one problem on one lane: its judge once, then each candidate in its own worker.
 
-The parent plans secret seeds, runs the reference worker (its outputs are loaded into this process
-and their files removed before any candidate starts), then runs every candidate worker on the same
-inputs, compares each output as it arrives, and writes one record per candidate at once.
+The parent plans secret seeds and starts the lane's judge (harness.judge), which runs the reference
+through the plan on the device. Each candidate's worker then gets its inputs from the judge (a
+region of its own), reports each step, and the judge compares the step's outputs in place; this
+process only relays steps and verdicts, never tensors, and writes one record per candidate at once.
 """
 from __future__ import annotations
 
@@ -12,39 +13,25 @@ import hashlib
 import json
 import secrets
 import shutil
-import stat
-import tempfile
 import traceback
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 import torch
 
+from harness import protocol as P
 from harness.candidate import Candidate, needs_cuda_statically
-from harness.compare import compare_gradients, compare_outputs
+from harness.protocol import Call
 from harness.scan import custom_share, declared_kernels, scan_source
 from harness.config import Config
 from harness.problem import Problem
-from harness.records import Baseline, CallProfile, CandidateRecord, CheckResult, ExtensionBuild, ReferenceRecord, SpeedOfLight, TimingStats, from_dict, to_dict
+from harness.records import Baseline, CallProfile, CandidateRecord, CheckResult, ExtensionBuild, ReferenceRecord, TimingStats, from_dict, to_dict
+from harness.scratch import current as current_scratch
 from harness.status import Status
 from harness.store import RunStore
-from harness.supervise import Failure, WorkerOutcome, default_memory_limit, run_worker
+from harness.supervise import Failure, JudgeClient, JudgeFailed, Reply, WorkerOutcome, default_memory_limit, run_worker
 
-
-@dataclasses.dataclass(frozen=True)
-class Call:
-    input: int  # index of the input set
-    mode: str  # "train" or "eval"
-    distribution: str = "given"  # how the trial's floating inputs were drawn
-    repeat: int = 0  # > 0: a repeat of an earlier call on the same inputs (determinism)
-    other_size: bool = False  # the generalisation trial: inputs at another size
-
-    @property
-    def label(self) -> str:
-        inputs = "" if self.distribution == "given" else f", {self.distribution} inputs"
-        size = ", other size" if self.other_size else ""
-        again = f"repeat {self.repeat} of " if self.repeat else ""
-        return f"{again}trial {self.input + 1} ({self.mode}{inputs}{size})"
+__all__ = ["Call", "Plan", "ProblemEvaluation", "compare_times", "timing_warnings"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,8 +108,10 @@ class ProblemEvaluation:
         self.problem_hash = problem.hash
         self.memory_limit = cfg.limits.memory_mb << 20 if cfg.limits.memory_mb else default_memory_limit()
         self.plan: Optional[Plan] = None
-        self._scratch: Optional[Path] = None
         self._reference: Optional[ReferenceResult] = None
+        self._judge: Optional[JudgeClient] = None
+        self._judge_dir: Optional[Path] = None
+        self._judge_failures: list[str] = []  # why earlier judges of this lane ended (each restart is reported)
 
     def screen(self) -> tuple[list[CandidateRecord], list[Candidate]]:
         """Records for candidates that cannot run here (written now), and the runnable rest."""
@@ -146,28 +135,32 @@ class ProblemEvaluation:
         return records
 
     def evaluate(self, candidate: Candidate) -> CandidateRecord:
-        """Evaluate one runnable candidate on this lane (its reference first, once) and write its record."""
+        """Evaluate one runnable candidate on this lane (its judge first, once) and write its record."""
         if self._reference is None:
             self.plan = self.plan or Plan.fresh(self.cfg)
-            self._scratch = Path(tempfile.mkdtemp(prefix=f"harness-{self.problem.name[:20]}-"))
-            self._reference = self._run_reference(self.plan, self._scratch)
+            self._reference = self._run_reference(self.plan)
         self.on_start(candidate)
         if self.builds is not None:
             self.builds.wait(candidate.path)  # the worker then loads the finished build
         reference = self._reference
+        if reference.ok and self._judge is None:
+            reference = self._restart_judge()
         if not reference.ok:
             return self._finish(self._record(candidate, Status.REFERENCE_FAILED, f"reference failed: {reference.record.reason}"))
         try:
-            record = self._run_candidate(candidate, self.plan, self._scratch, reference)
+            record = self._run_candidate(candidate, self.plan, reference)
+        except JudgeFailed as exc:  # the judge, not the candidate, failed: the next candidate gets a new one
+            self._judge_failures.append(str(exc))
+            self._end_judge()
+            record = self._record(candidate, Status.HARNESS_ERROR, f"the lane's judge failed during this candidate: {exc}")
         except Exception as exc:  # a harness bug on one candidate must not end the run
             traceback.print_exc()
             record = self._record(candidate, Status.HARNESS_ERROR, f"{type(exc).__name__}: {exc}")
         return self._finish(record)
 
     def close(self) -> None:
-        if self._scratch is not None:
-            shutil.rmtree(self._scratch, ignore_errors=True)
-        self._scratch, self._reference = None, None
+        self._end_judge()
+        self._reference = None
         if self._owns_lane:
             self.lane.launcher.close()
 
@@ -182,43 +175,58 @@ class ProblemEvaluation:
                 return Status.NEEDS_CUDA, f"{why}; this run is on the CPU"
         return None
 
-    def _job(self, role: str, source: Path, plan: Plan, exchange: Path, outputs: Path, *, timed: bool = True, compile_mode: Optional[str] = None) -> dict[str, Any]:
+    def _timing_settings(self) -> dict[str, Any]:
+        """The timer's settings as workers and the judge take them (no policy keys)."""
         timing = dataclasses.asdict(self.cfg.timing)
-        enabled = timing.pop("enabled") and timed
-        cpu_threads = timing.pop("cpu_threads")
-        sync = timing.pop("sync")
-        for key in ("unstable_iqr", "reuse_reference"):
+        for key in ("enabled", "cpu_threads", "sync", "unstable_iqr", "reuse_reference"):
             timing.pop(key)
-        speed_of_light = role == "reference" and timed and self.cfg.speed_of_light.enabled
+        return timing
+
+    def _judge_job(self, plan: Plan, timed: bool) -> P.JudgeJob:
+        cfg = self.cfg
+        return P.JudgeJob(
+            source=str(self.problem.path.resolve()),
+            device=self.device,
+            build_cache=str(cfg.path(cfg.build_cache_dir)),
+            construct_seed=plan.construct_seed,
+            input_seeds=plan.input_seeds,
+            distributions=plan.distributions,
+            calls=plan.calls,
+            other_size_trial=plan.other_size_trial,
+            randomize_weights=plan.randomize_weights,
+            precision_call=plan.precision_call,
+            timed_inputs=plan.timed_inputs,
+            gradients=cfg.check.gradients != "off",
+            gradient_seed=plan.gradient_seed,
+            allow_tf32=cfg.check.allow_tf32,
+            cpu_threads=cfg.timing.cpu_threads,
+            tolerances={k: dataclasses.asdict(v) for k, v in cfg.check.tolerances.items()},
+            gradient_tolerance_factor=cfg.check.gradient_tolerance_factor,
+            timing=self._timing_settings() if timed and cfg.timing.enabled else None,
+            sync=cfg.timing.sync,
+            speed_of_light_cache=str(cfg.path(cfg.measurement_cache_dir)) if timed and cfg.timing.enabled and cfg.speed_of_light.enabled else "",
+        )
+
+    def _job(self, role: str, source: Path, plan: Plan, session: P.Session, *, compile_mode: Optional[str] = None) -> dict[str, Any]:
         return {
             "role": role,
             "source": str(source.resolve()),
             "class_name": "ModelNew" if role == "candidate" else "Model",
             "compile_mode": compile_mode,
-            "sync": sync,
-            "speed_of_light": {"cache_dir": str(self.cfg.path(self.cfg.measurement_cache_dir))} if speed_of_light else None,
+            "sync": self.cfg.timing.sync,
             "device": self.device,
             "build_cache": str(self.cfg.path(self.cfg.build_cache_dir)),
-            "exchange": str(exchange),
-            "outputs": str(outputs),
             "construct_seed": plan.construct_seed,
-            "input_seeds": list(plan.input_seeds) if role == "reference" else [],
-            "input_distributions": list(plan.distributions) if role == "reference" else [],
-            "randomize_weights": plan.randomize_weights,
-            "other_size_trial": plan.other_size_trial if role == "reference" else None,
-            "precision_call": plan.precision_call,
-            "timed_inputs": plan.timed_inputs,
-            "n_inputs": len(plan.input_seeds),
-            "same_seed_input": 0,
             "calls": [dataclasses.asdict(c) for c in plan.calls],
-            "timing": timing if enabled else None,
+            "timing": self._timing_settings() if self.cfg.timing.enabled else None,
             "allow_tf32": self.cfg.check.allow_tf32,
             "gradients": self.cfg.check.gradients != "off",
             "gradient_seed": plan.gradient_seed,
-            "cpu_threads": cpu_threads,
+            "cpu_threads": self.cfg.timing.cpu_threads,
+            "session": to_dict(session),
         }
 
-    def _worker(self, job: dict[str, Any], log_name: str, cwd: Path, on_message: Callable[[dict[str, Any]], Optional[Failure]] = lambda m: None) -> WorkerOutcome:
+    def _worker(self, job: dict[str, Any], log_name: str, cwd: Path, on_message: Callable[[dict[str, Any]], Optional[Failure | Reply]] = lambda m: None) -> WorkerOutcome:
         return run_worker(
             job,
             timeouts=self.cfg.timeouts,
@@ -230,53 +238,68 @@ class ProblemEvaluation:
             launcher=self.lane.launcher,
         )
 
-    def _run_reference(self, plan: Plan, scratch: Path) -> "ReferenceResult":
-        exchange = scratch / "exchange"
-        outputs = scratch / "reference-outputs"
-        exchange.mkdir()
-        outputs.mkdir()
+    def _start_judge(self, plan: Plan, timed: bool) -> P.ReferenceReport:
+        """A new judge for this lane, run once through the plan."""
+        self._end_judge()
+        self._judge_dir = current_scratch().make(f"judge-{self.problem.name[:20]}-")
+        self._judge = JudgeClient(log_path=self.store.log_path(self.problem.name, "_reference"), cwd=self._judge_dir, env=self.lane.launcher.env)
+        try:
+            report = self._judge.request(P.Start(self._judge_job(plan, timed)), self.cfg.timeouts.load, self.cfg.timeouts)
+        except JudgeFailed as exc:
+            self._end_judge()
+            return P.ReferenceReport(False, f"{Status.CRASHED.value}: {exc}")
+        if not report.ok:
+            self._end_judge()
+        return report
+
+    def _end_judge(self) -> None:
+        if self._judge is not None:
+            self._judge.close()
+            self._judge = None
+        if self._judge_dir is not None:
+            shutil.rmtree(self._judge_dir, ignore_errors=True)
+            self._judge_dir = None
+
+    def _restart_judge(self) -> "ReferenceResult":
+        """After a judge failed, the next candidate gets a new one (its timing is not taken again:
+        the record keeps the first judge's)."""
+        assert self._reference is not None and self.plan is not None
+        report = self._start_judge(self.plan, timed=False)
+        if not report.ok:
+            record = dataclasses.replace(self._reference.record, ok=False, reason=f"the restarted judge failed: {report.reason}")
+            self._reference = ReferenceResult(record)
+        return self._reference
+
+    def _run_reference(self, plan: Plan) -> "ReferenceResult":
         cache = TimingCache(self.cfg, self.problem_hash, self.device, self.lane.gpu)
         cached = cache.load() if self.cfg.timing.reuse_reference and self.cfg.timing.enabled else None
-        job = self._job("reference", self.problem.path, plan, exchange, outputs, timed=cached is None)
-        outcome = self._worker(job, "_reference", outputs)
-        expected: dict[str, Any] = {}
-        if outcome.failure is None:
-            for label in ["same_seed", "buffers"] + [f"call_{i}" for i in range(len(plan.calls))]:
-                expected[label] = torch.load(outputs / f"{label}.pt", weights_only=True)
-            if (outputs / "grads.pt").is_file():
-                expected["grads"] = torch.load(outputs / "grads.pt", weights_only=True)
-            wide = outputs / f"call_{plan.precision_call}.f64.pt"
-            if wide.is_file():
-                expected["float64"] = torch.load(wide, weights_only=True)
-        shutil.rmtree(outputs, ignore_errors=True)  # expected outputs live only in this process now
-        for path in exchange.iterdir():
-            path.chmod(stat.S_IRUSR)
-        reason = "ok" if outcome.failure is None else f"{outcome.failure[0].value}: {outcome.failure[1]}"
-        other_size = _message(outcome, "other_size") or {}
+        started = datetime.datetime.now()
+        report = self._start_judge(plan, timed=cached is None)
         record = ReferenceRecord(
             run_id=self.store.run_id,
             problem=self.problem.name,
             problem_hash=self.problem_hash,
             problem_path=str(self.problem.path),
             device=self.device,
-            device_name=(outcome.done or {}).get("device_name", ""),
-            ok=outcome.failure is None,
-            reason=reason,
-            timing=_timing(outcome),
-            speed_of_light=_speed_of_light(outcome),
-            profile=_profile(outcome),
-            other_size=other_size.get("sizes", {}),
-            other_size_note=other_size.get("note", ""),
-            wall_seconds=round(outcome.wall_seconds, 3),
+            device_name=report.device_name,
+            ok=report.ok,
+            reason=report.reason,
+            timing=report.timing,
+            speed_of_light=report.speed_of_light,
+            profile=report.profile,
+            other_size=report.other_size,
+            other_size_note=report.other_size_note,
+            wall_seconds=round((datetime.datetime.now() - started).total_seconds(), 3),
             finished_at=_now(),
             lane=self.lane.label,
             declared=dict(self.problem.settings),
         )
-        result = ReferenceResult(record, expected, exchange)
+        result = ReferenceResult(record)
         if record.ok and cached is not None:
             record = dataclasses.replace(cached, run_id=record.run_id, device_name=record.device_name, other_size=record.other_size, other_size_note=record.other_size_note, wall_seconds=record.wall_seconds, finished_at=record.finished_at, timing_reused_from=cached.timing_reused_from or cached.run_id, lane=record.lane, declared=record.declared)
         elif record.ok and self.cfg.timing.enabled:
-            baselines = tuple(self._run_baseline(mode, plan, scratch, result) for mode in self.cfg.baselines.compile_modes)
+            result.record = record
+            baselines = tuple(self._run_baseline(mode, plan, result) for mode in self.cfg.baselines.compile_modes)
             record = dataclasses.replace(record, baselines=baselines)
             if self.cfg.timing.reuse_reference:
                 cache.save(record)
@@ -284,11 +307,16 @@ class ProblemEvaluation:
         self.store.append(record)
         return result
 
-    def _run_baseline(self, mode: str, plan: Plan, scratch: Path, reference: "ReferenceResult") -> Baseline:
-        """torch.compile of the reference, in its own worker: checked against the eager outputs like a
+    def _run_baseline(self, mode: str, plan: Plan, reference: "ReferenceResult") -> Baseline:
+        """torch.compile of the reference, in its own worker: checked by the judge like a
         candidate, then timed with the same timer. Its failure never fails the reference."""
         name = f"torch.compile({mode})"
-        compared = self._run_compared("baseline", self.problem.path, plan, scratch, reference, f"_compile-{mode}", compile_mode=mode)
+        try:
+            compared = self._run_compared("baseline", self.problem.path, plan, f"_compile-{mode}", compile_mode=mode)
+        except JudgeFailed as exc:
+            self._judge_failures.append(str(exc))
+            self._end_judge()
+            return Baseline(name, False, _one_line(f"the lane's judge failed: {exc}"))
         outcome, checks = compared.outcome, compared.checks
         compiled = [m for m in outcome.messages if m.get("type") == "compiled"]
         seconds = float(compiled[0]["seconds"]) if compiled else None
@@ -300,74 +328,55 @@ class ProblemEvaluation:
             return Baseline(name, False, "compiled and matched, but no timing arrived", compile_seconds=seconds, max_abs_error=worst)
         return Baseline(name, True, "ok", timing=timing, compile_seconds=seconds, max_abs_error=worst)
 
-    def _run_compared(self, role: str, source: Path, plan: Plan, scratch: Path, reference: "ReferenceResult", log_name: str, compile_mode: Optional[str] = None) -> "Compared":
-        """Run a worker on the reference's inputs and compare each output as it arrives; a wrong
-        output stops the worker."""
-        outputs = Path(tempfile.mkdtemp(prefix=f"{log_name[:20]}-", dir=scratch))
-        checks: list[CheckResult] = []
+    def _run_compared(self, role: str, source: Path, plan: Plan, log_name: str, compile_mode: Optional[str] = None) -> "Compared":
+        """Run a worker against the judge: each step it reports is judged before it may go on;
+        a wrong output stops it."""
+        judge = self._judge
+        assert judge is not None
+        session: P.Session = judge.request(P.Open(role), self.cfg.timeouts.construct)
+        calls: list[CheckResult] = []
+        found: dict[str, Any] = {}
         precision: dict[str, float] = {}
-        tolerances = self.cfg.check.tolerances
 
-        def on_message(message: dict[str, Any]) -> Optional[Failure]:
-            if message.get("type") != "call":
+        def on_message(message: dict[str, Any]) -> Optional[Failure | Reply]:
+            if message.get("type") != "step":
                 return None
-            index = int(message["index"])
-            path = outputs / f"call_{index}.pt"
-            if not path.is_file():
-                return Status.RUNTIME_ERROR, f"the worker reported call {index} but wrote no outputs"
             try:
-                actual = torch.load(path, weights_only=True)  # weights_only: no code runs in the parent
+                step = P.decode(message["step"])
+                assert isinstance(step, P.Step)
             except Exception as exc:
-                return Status.FORGED_RESULT, f"outputs of call {index} are not the file the worker wrote ({type(exc).__name__})"
-            path.unlink()
-            check = compare_outputs(plan.calls[index].label, reference.expected[f"call_{index}"], actual, tolerances)
-            checks.append(check)
-            if index == plan.precision_call and "float64" in reference.expected:
-                precision.update(relative_errors(actual, reference.expected[f"call_{index}"], reference.expected["float64"]))
-            if not check.passed:
-                return Status.INCORRECT, f"{check.name}: {check.reason}"
-            return None
+                return Status.FORGED_RESULT, f"the worker reported a step the harness did not write ({type(exc).__name__})"
+            verdict: P.Verdict = judge.request(P.Check(session.session, step), self.cfg.timeouts.check)
+            if verdict.failure is not None:
+                return Status(verdict.failure[0]), verdict.failure[1]
+            if step.step == "call":
+                calls.append(verdict.check)
+                precision.update(verdict.precision)
+            elif step.step == "grads":
+                found["grads"] = verdict.gradients
+            else:
+                found[step.step] = verdict.check
+            if verdict.check is not None and not verdict.check.passed and step.step != "same_seed":
+                return Status.INCORRECT, f"{verdict.check.name}: {verdict.check.reason}"
+            return Reply({"staged": to_dict(verdict.staged)})
 
-        job = self._job(role, source, plan, reference.exchange, outputs, compile_mode=compile_mode)
-        outcome = self._worker(job, log_name, outputs, on_message)
-        same_seed = None
-        same_seed_file = outputs / "same_seed.pt"
-        if same_seed_file.is_file():
-            try:
-                same_seed_outputs = torch.load(same_seed_file, weights_only=True)
-                same_seed = compare_outputs("same-seed construction (eval)", reference.expected["same_seed"], same_seed_outputs, tolerances)
-            except Exception as exc:
-                same_seed = CheckResult("same-seed construction (eval)", False, f"outputs unreadable ({type(exc).__name__})")
-        buffers = _compare_buffers(outputs / "buffers.pt", reference.expected["buffers"], tolerances) if outcome.failure is None else None
-        timed = self._compare_timed(outputs / "timed.pt", plan, reference) if outcome.failure is None else None
-        gradients = _gradient_check(outputs / "grads.pt", reference.expected.get("grads"), self.cfg) if outcome.failure is None else None
-        shutil.rmtree(outputs, ignore_errors=True)
-        if outcome.failure is None and len(checks) != len(plan.calls):
-            outcome = dataclasses.replace(outcome, failure=(Status.HARNESS_ERROR, f"{len(checks)} of {len(plan.calls)} checks arrived"))
-        else:
-            for extra in (buffers, timed):
-                if extra is None:
-                    continue
-                checks.append(extra)
-                if not extra.passed and outcome.failure is None:
-                    outcome = dataclasses.replace(outcome, failure=(Status.INCORRECT, f"{extra.name}: {extra.reason}"))
-        return Compared(outcome, checks, same_seed, precision, gradients)
-
-    def _compare_timed(self, path: Path, plan: Plan, reference: "ReferenceResult") -> Optional[CheckResult]:
-        """The last timed call on trial 1's inputs against the reference's repeat of that call
-        (same inputs, same final state): work skipped or answers swapped once timing starts fail."""
-        repeats = [i for i, call in enumerate(plan.calls) if call.repeat]
-        if not path.is_file() or not repeats:
-            return None
-        name = "last timed call on trial 1 (eval)"
+        job = self._job(role, source, plan, session, compile_mode=compile_mode)
+        cwd = current_scratch().make(f"{log_name[:20]}-")
         try:
-            actual = torch.load(path, weights_only=True)
-        except Exception as exc:
-            return CheckResult(name, False, f"outputs of the timed calls are unreadable ({type(exc).__name__})")
-        return compare_outputs(name, reference.expected[f"call_{repeats[0]}"], actual, self.cfg.check.tolerances)
+            outcome = self._worker(job, log_name, cwd, on_message)
+        finally:
+            shutil.rmtree(cwd, ignore_errors=True)
+            if judge.alive:
+                judge.request(P.Close(session.session), self.cfg.timeouts.check)
+        checks: list[CheckResult] = list(calls)
+        if outcome.failure is None and len(calls) != len(plan.calls):
+            outcome = dataclasses.replace(outcome, failure=(Status.HARNESS_ERROR, f"{len(calls)} of {len(plan.calls)} checks arrived"))
+        else:
+            checks.extend(c for c in (found.get("buffers"), found.get("timed")) if c is not None)
+        return Compared(outcome, checks, found.get("same_seed"), precision, found.get("grads"))
 
-    def _run_candidate(self, candidate: Candidate, plan: Plan, scratch: Path, reference: "ReferenceResult") -> CandidateRecord:
-        compared = self._run_compared("candidate", candidate.path, plan, scratch, reference, candidate.name)
+    def _run_candidate(self, candidate: Candidate, plan: Plan, reference: "ReferenceResult") -> CandidateRecord:
+        compared = self._run_compared("candidate", candidate.path, plan, candidate.name)
         outcome, checks, same_seed, precision, gradients = compared.outcome, compared.checks, compared.same_seed, compared.precision, compared.gradients
         builds = tuple(ExtensionBuild(**b) for m in outcome.messages if m.get("type") == "builds" for b in m["builds"])
         timing = _timing(outcome)
@@ -473,9 +482,7 @@ class Compared:
 
 @dataclasses.dataclass
 class ReferenceResult:
-    record: ReferenceRecord
-    expected: dict[str, Any]  # label -> saved outputs, held in the parent only
-    exchange: Path  # inputs, init args and state_dict shared with candidate workers
+    record: ReferenceRecord  # what the judge's run of the reference came to (and the baselines)
 
     @property
     def ok(self) -> bool:
@@ -626,62 +633,7 @@ class TimingCache:
         tmp.replace(self.path)
 
 
-def _gradient_check(path: Path, expected: Optional[dict[str, Any]], cfg: Config) -> Optional[tuple[str, str]]:
-    """The candidate's gradients (grads.pt) against the reference's: (verdict, why), or None when
-    either side made no gradient check, or the reference itself has no gradients to match."""
-    if expected is None or not expected.get("tensors") or not path.is_file():
-        return None
-    try:
-        actual = torch.load(path, weights_only=True)
-    except Exception as exc:
-        return "mismatch", f"its gradients are unreadable ({type(exc).__name__})"
-    return compare_gradients(expected, actual, cfg.check.tolerances, cfg.check.gradient_tolerance_factor)
-
-
 PRECISION_FLOOR = 1e-6  # relative errors below this are never called imprecise
-
-
-def relative_errors(actual: dict[str, Any], expected: dict[str, Any], wide: dict[str, Any]) -> dict[str, float]:
-    """||x - float64 reference|| / ||float64 reference|| over all floating outputs, for the
-    candidate ("candidate") and the float32 reference ("reference"); {} when not comparable."""
-    def error(outputs: list[Any]) -> float:
-        num = den = 0.0
-        for got, exact in zip(outputs, wide["tensors"]):
-            if not (exact.is_floating_point() and got.shape == exact.shape):
-                return float("nan")
-            finite = torch.isfinite(exact) & torch.isfinite(got)
-            num += float(((got.double() - exact)[finite] ** 2).sum())
-            den += float((exact[finite] ** 2).sum())
-        return (num / den) ** 0.5 if den > 0 else float("nan")
-
-    if len(actual["tensors"]) != len(wide["tensors"]):
-        return {}
-    result = {"candidate": error(actual["tensors"]), "reference": error(expected["tensors"])}
-    return result if all(v == v for v in result.values()) else {}
-
-
-def _compare_buffers(path: Path, expected: dict[str, Any], tolerances: Any) -> Optional[CheckResult]:
-    """Module state after every planned call (BatchNorm running statistics and the like) against
-    the reference's: a kernel that skips the running-stat update fails here. None when the
-    reference has no buffers."""
-    if not expected:
-        return None
-    name = "buffers after the calls"
-    try:
-        actual = torch.load(path, weights_only=True)
-    except Exception as exc:
-        return CheckResult(name, False, f"the worker wrote no readable buffers ({type(exc).__name__})")
-    missing = [k for k in expected if k not in actual]
-    if missing:
-        return CheckResult(name, False, f"buffer {missing[0]} is missing")
-    worst: Optional[CheckResult] = None
-    for key, value in expected.items():
-        result = compare_outputs(name, {"types": ["Tensor"], "tensors": [value]}, {"types": ["Tensor"], "tensors": [actual[key]]}, tolerances)
-        if not result.passed:
-            return dataclasses.replace(result, reason=f"buffer {key} differs from the reference's: {result.reason.removeprefix('output: ').removeprefix('output ')}")
-        if worst is None or (result.max_abs_error or 0.0) >= (worst.max_abs_error or 0.0):
-            worst = result
-    return worst
 
 
 def _message(outcome: WorkerOutcome, kind: str) -> Optional[dict[str, Any]]:
@@ -694,11 +646,6 @@ def _message(outcome: WorkerOutcome, kind: str) -> Optional[dict[str, Any]]:
 def _profile(outcome: WorkerOutcome) -> Optional[CallProfile]:
     message = _message(outcome, "timing")
     return from_dict(CallProfile, message["profile"]) if message and message.get("profile") else None
-
-
-def _speed_of_light(outcome: WorkerOutcome) -> Optional[SpeedOfLight]:
-    message = _message(outcome, "speed_of_light")
-    return from_dict(SpeedOfLight, message["sol"]) if message and message.get("sol") else None
 
 
 def _one_line(text: str) -> str:

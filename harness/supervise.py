@@ -27,6 +27,13 @@ Failure = tuple[Status, str]
 
 
 @dataclasses.dataclass(frozen=True)
+class Reply:
+    """What the parent answers a worker's message with: one JSON line on the worker's stdin."""
+
+    data: dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
 class WorkerOutcome:
     """How a worker ended, as seen by the parent."""
 
@@ -167,19 +174,21 @@ def run_worker(
     log_path: Path,
     log_limit: int,
     cwd: Path,
-    on_message: Callable[[dict[str, Any]], Optional[Failure]] = lambda m: None,
+    on_message: Callable[[dict[str, Any]], Optional[Failure | Reply]] = lambda m: None,
     launcher: Optional[Launcher] = None,
 ) -> WorkerOutcome:
-    """Run one worker to its end. `on_message` sees each verified message and may stop the worker.
-    The worker comes from `launcher` (possibly prestarted), else is started now; it works in `cwd`."""
+    """Run one worker to its end. `on_message` sees each verified message and may stop the worker
+    (a Failure) or answer it (a Reply, which the worker waits for). The worker comes from
+    `launcher` (possibly prestarted), else is started now; it works in `cwd`."""
     key = new_key()
     started = time.perf_counter()
     worker = launcher.take() if launcher is not None else start_worker()
     proc, read_fd = worker.proc, worker.read_fd
     assert proc.stdin is not None and proc.stdout is not None
+    stdin: Any = proc.stdin
     try:
-        proc.stdin.write(json.dumps({**job, "cwd": str(cwd), "result_fd": worker.write_fd, "key": key}).encode())
-        proc.stdin.close()
+        stdin.write(json.dumps({**job, "cwd": str(cwd), "result_fd": worker.write_fd, "key": key}).encode() + b"\n")
+        stdin.flush()
     except BrokenPipeError:
         pass  # it died before reading its job; the ending below says how
     reader = ChannelReader(key)
@@ -230,7 +239,13 @@ def run_worker(
                         done = message
                     else:
                         verdict = on_message(message)
-                        if verdict is not None:
+                        if isinstance(verdict, Reply):
+                            try:
+                                stdin.write(json.dumps(verdict.data).encode() + b"\n")
+                                stdin.flush()
+                            except (BrokenPipeError, ValueError):
+                                pass  # it ended meanwhile; the ending below says how
+                        elif verdict is not None:
                             stop(*verdict)
                             break
                 if failure is not None:
@@ -244,6 +259,10 @@ def run_worker(
         _kill_group(proc)
         raise
     _drain(open_fds, log)
+    try:
+        stdin.close()
+    except OSError:
+        pass
     try:
         returncode = proc.wait(timeout=30)
     except subprocess.TimeoutExpired:
@@ -311,3 +330,110 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+class JudgeFailed(Exception):
+    """The judge ended, hung past its limit, or reported a fault; it is gone and must be restarted."""
+
+
+class JudgeClient:
+    """Parent side of a lane's judge (harness.judge): starts it, sends typed requests, waits for
+    typed replies under time limits. What the judge prints goes to `log_path`. A judge that hangs
+    past a limit or ends is killed with its process group and reported as JudgeFailed."""
+
+    def __init__(self, *, log_path: Path, cwd: Path, env: Optional[dict[str, str]] = None) -> None:
+        request_read, self._request_write = os.pipe()
+        self._reply_read, reply_write = os.pipe()
+        full_env = dict(os.environ)
+        full_env.update(env or {})
+        full_env["PYTHONPATH"] = os.pathsep.join([str(ROOT), full_env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        full_env["PYTHONUNBUFFERED"] = "1"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.log_path = log_path
+        with open(log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "harness.judge", str(request_read), str(reply_write)],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                pass_fds=(request_read, reply_write), start_new_session=True, cwd=cwd, env=full_env,
+            )
+        os.close(request_read)
+        os.close(reply_write)
+        self._buffer = b""
+        self.alive = True
+
+    def request(self, message: Any, limit: float, phase_limits: Any = None) -> Any:
+        """Send `message`; return the judge's reply. `Phase` replies on the way (the judge's
+        start) restart the clock with that phase's limit from `phase_limits`."""
+        from harness import protocol
+
+        if not self.alive:
+            raise JudgeFailed("the judge is not running")
+        data = (protocol.dumps(message) + "\n").encode()
+        try:
+            while data:
+                data = data[os.write(self._request_write, data):]
+        except OSError:
+            self._end()
+            raise JudgeFailed(f"the judge ended (exit {self.proc.poll()})") from None
+        deadline, phase = time.monotonic() + limit, "request"
+        while True:
+            while b"\n" not in self._buffer:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    self._end()
+                    raise JudgeFailed(f"the judge ran past its {limit:g} s limit in {phase}")
+                ready, _, _ = select.select([self._reply_read], [], [], min(remaining, 1.0))
+                if not ready:
+                    if self.proc.poll() is not None:
+                        self._end()
+                        raise JudgeFailed(f"the judge ended ({_describe_exit(self.proc.returncode)}) in {phase}")
+                    continue
+                chunk = os.read(self._reply_read, 1 << 16)
+                if not chunk:
+                    self._end()
+                    raise JudgeFailed(f"the judge ended ({_describe_exit(self.proc.wait())}) in {phase}")
+                self._buffer += chunk
+            line, self._buffer = self._buffer.split(b"\n", 1)
+            reply = protocol.decode(json.loads(line))
+            if isinstance(reply, protocol.Phase):
+                phase = f"phase {reply.phase}" if reply.phase else "request"
+                if reply.phase and phase_limits is not None:
+                    limit = float(getattr(phase_limits, reply.phase))
+                    deadline = time.monotonic() + limit
+                continue
+            if isinstance(reply, protocol.Fault):
+                self._end()
+                raise JudgeFailed(reply.reason)
+            return reply
+
+    def close(self) -> None:
+        """Let the judge finish (end of its requests), then make sure its group is gone."""
+        if self.alive:
+            try:
+                os.close(self._request_write)
+            except OSError:
+                pass
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        self._end()
+
+    def _end(self) -> None:
+        if not self.alive:
+            return
+        self.alive = False
+        _kill_group(self.proc)
+        self.proc.wait()
+        for fd in (self._request_write, self._reply_read):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def _describe_exit(returncode: Optional[int]) -> str:
+    if returncode is not None and returncode < 0:
+        signum = -returncode
+        return f"killed by {signal.Signals(signum).name if signum in signal.Signals._value2member_map_ else signum}"
+    return f"exit {returncode}"

@@ -1,14 +1,19 @@
-"""The worker subprocess: runs one model (the problem's reference or one candidate) and reports.
+"""The worker subprocess: runs one compared model (a candidate, or torch.compile of the reference).
 
 Started by `harness.supervise` as `python -m harness.worker`; it imports torch, then reads its job
-as JSON on stdin (so a worker can be started ahead of its job).
-It never decides a verdict: it loads the module (building inline extensions through the
-content-addressed cache), constructs the model, runs the forward calls the parent planned on the
-inputs it was given, writes the outputs to files, times the forward, and reports each step on the
-authenticated result channel. Anything it prints goes to a log, never into the results.
+as one JSON line on stdin (so a worker can be started ahead of its job).
+It never decides a verdict, and never sees an expected output: it loads the module (building
+inline extensions through the content-addressed cache), constructs the model, runs the planned
+forward calls on the inputs the judge staged in its region, puts each step's outputs in the judge's
+mailbox, times the forward, and reports each step on the authenticated result channel. Anything it
+prints goes to a log, never into the results.
+
+The helpers at module level (classify, load_module, Guard, time_model, model_gradients, ...) are
+shared with the judge, which runs the problem's reference with the same code.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -16,7 +21,7 @@ import time
 import traceback
 import types
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from harness.channel import ChannelWriter
 from harness.status import Status
@@ -59,6 +64,11 @@ def classify(exc: BaseException, default: Status) -> WorkerFailure:
 
     if isinstance(exc, WorkerFailure):
         return exc
+    from harness.scratch import no_space
+
+    full = no_space(exc)
+    if full:
+        return WorkerFailure(Status.HARNESS_ERROR, f"harness error: {full}")
     message = str(exc)
     if isinstance(exc, BuildFailedError):
         return WorkerFailure(Status.BUILD_FAILED, exc.first_error)
@@ -107,15 +117,49 @@ def same_bits(a: Any, b: Any) -> bool:
     return torch.equal(a, b)
 
 
+def setup_device(job: dict[str, Any]) -> tuple[Any, str, str]:
+    """TF32 policy, the device, the architecture builds target, and the device's name."""
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = bool(job["allow_tf32"])
+    torch.backends.cudnn.allow_tf32 = bool(job["allow_tf32"])
+    if job["device"] == "cuda":
+        if not torch.cuda.is_available():
+            raise WorkerFailure(Status.NEEDS_CUDA, "the run asked for CUDA and the process sees no CUDA device")
+        device = torch.device("cuda", 0)
+        torch.cuda.set_device(device)
+        major, minor = torch.cuda.get_device_capability(device)
+        os.environ["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}"  # build for this GPU only: faster, and part of the key
+        return device, f"{major}.{minor}", torch.cuda.get_device_name(device)
+    from harness.environment import cpu_name
+
+    return torch.device("cpu"), "cpu", cpu_name()
+
+
+def synchronize(device: Any) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 class Worker:
-    def __init__(self, job: dict[str, Any], channel: ChannelWriter) -> None:
+    """One compared model (a candidate's ModelNew, or torch.compile of the reference) in its own
+    process. Its inputs and the reference's weights are in a region the judge shares with it; it
+    puts each step's outputs in the judge's mailbox region, reports the step on the channel, and
+    waits for the parent's go-ahead (which carries the inputs the judge staged next)."""
+
+    def __init__(self, job: dict[str, Any], channel: ChannelWriter, acks: Any) -> None:
+        from harness.protocol import Session
+        from harness.records import from_dict
+
         self.job = job
         self.channel = channel
+        self.acks = acks  # the parent's go-ahead lines (a private copy of stdin)
         self.role: str = job["role"]
-        self.exchange = Path(job["exchange"])
-        self.outputs = Path(job["outputs"])
+        self.session: Session = from_dict(Session, job["session"])
         self.phase_seconds: dict[str, float] = {}
-        self.other_size: dict[str, Any] = {}
+        self._views: dict[Any, Any] = {}
 
     def phase(self, name: str) -> None:
         self.channel.send({"type": "phase", "phase": name})
@@ -133,27 +177,14 @@ class Worker:
     def run(self) -> None:
         import torch
 
+        from harness.regions import Region
+
         job = self.job
         self.phase("load")
-        torch.backends.cuda.matmul.allow_tf32 = bool(job["allow_tf32"])
-        torch.backends.cudnn.allow_tf32 = bool(job["allow_tf32"])
-        device = torch.device("cuda", 0) if job["device"] == "cuda" else torch.device("cpu")
-        if device.type == "cuda":
-            if not torch.cuda.is_available():
-                raise WorkerFailure(Status.NEEDS_CUDA, "the run asked for CUDA and the worker sees no CUDA device")
-            torch.cuda.set_device(device)
-            major, minor = torch.cuda.get_device_capability(device)
-            arch = f"{major}.{minor}"
-            os.environ["TORCH_CUDA_ARCH_LIST"] = arch  # build for this GPU only: faster, and part of the key
-            device_name = torch.cuda.get_device_name(device)
-        else:
-            arch = "cpu"
-            from harness.environment import cpu_name
-
-            device_name = cpu_name()
-            if job["cpu_threads"]:
-                torch.set_num_threads(job["cpu_threads"])
-
+        device, arch, device_name = setup_device(job)
+        self.device = device
+        if device.type == "cpu" and job["cpu_threads"]:
+            torch.set_num_threads(job["cpu_threads"])
         from harness.buildcache import BuildCache
 
         cache = BuildCache(
@@ -171,11 +202,12 @@ class Worker:
         self.end_phase()
 
         self.phase("construct")
-        if self.role == "reference":
-            init_args, arg_sets = self._write_reference_inputs(module)
-        else:
-            init_args = torch.load(self.exchange / "init_args.pt", weights_only=False)
-            arg_sets = [torch.load(self.exchange / f"inputs_{i}.pt", weights_only=False) for i in range(job["n_inputs"])]
+        try:
+            self.inputs = Region.open(self.session.inputs, device)
+            self.mailbox = Region.open(self.session.mailbox, device)
+        except Exception as exc:
+            raise WorkerFailure(Status.HARNESS_ERROR, f"could not map the judge's regions: {one_line(exc)}") from None
+        init_args = [a.clone() if isinstance(a, torch.Tensor) else a for a in self._args(self.session.init_args)]
         try:
             torch.manual_seed(job["construct_seed"])
             model = model_class(*init_args)
@@ -183,53 +215,115 @@ class Worker:
         except BaseException as exc:
             raise classify(exc, Status.CONSTRUCT_FAILED) from None
         self.guard.check("construction")
-        if self.role == "reference" and job.get("other_size_trial") is not None:
-            self._probe_other_size(module, model, arg_sets, device)
         self.end_phase()
 
         runner = model
         if job.get("compile_mode"):
-            runner = self._compile(model, job["compile_mode"], arg_sets[0], device)
+            runner = self._compile(model, job["compile_mode"], device)
 
         self.phase("check")
+        calls = job["calls"]
+        staged = self.session.first
         with torch.no_grad():
             if self.role != "baseline":
                 model.eval()
-                self._call(model, arg_sets[job["same_seed_input"]], device, "same_seed")
-                if self.role == "reference":
-                    if job.get("randomize_weights"):
-                        randomize_state(model, job["construct_seed"])
-                    torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, self.exchange / "state_dict.pt")
-                else:
-                    self._load_reference_weights(model)
-            reused: list[Any] = []
-            for index, call in enumerate(job["calls"]):
+                args = self._set(staged.sets[0])
+                staged = self._step("same_seed", 0, self._call(model, args, "same_seed"), args, want=("call", 0))
+                self._load_reference_weights(model)
+            for index, call in enumerate(calls):
                 model.train(call["mode"] == "train")
-                # Every call after the first gets its inputs written into the tensors of the call
-                # before (same objects, same addresses, new values): an answer memoised by input
-                # identity or address comes back stale and fails the comparison.
-                reused = _refill(reused, arg_sets[call["input"]], device)
-                self._call(runner, reused, device, f"call_{index}", fresh_inputs=False)
-                if self.role == "reference" and index == job.get("precision_call"):
-                    self._call_float64(model, reused, f"call_{index}.f64")
-                self.channel.send({"type": "call", "index": index})
-            torch.save({k: v.detach().cpu() for k, v in model.named_buffers()}, self.outputs / "buffers.pt")
-        if job.get("gradients") and self.role != "baseline":
-            self._gradients(model, arg_sets[job["same_seed_input"]], device, job["gradient_seed"])
+                # The inputs of every call are written by the judge into the same memory: an answer
+                # memoised by input identity or address comes back stale and fails the comparison.
+                args = self._set(staged.sets[0])
+                out = self._call(runner, args, f"call_{index}")
+                last = index + 1 == len(calls)
+                staged = self._step("call", index, out, args, want=("none", 0) if last else ("call", index + 1))
+        gradients = job.get("gradients") and self.role != "baseline"
+        timing = job.get("timing") is not None
+        after_buffers = ("trial", 0) if gradients else ("timing", 0) if timing else ("none", 0)
+        staged = self._step("buffers", 0, [v.detach() for _, v in model.named_buffers()], [], want=after_buffers, names=[k for k, _ in model.named_buffers()])
+        if gradients:
+            status, reason, grads = model_gradients(model, self._set(staged.sets[0]), job["gradient_seed"], self.guard)
+            staged = self._step("grads", 0, list(grads.values()), [], want=("timing", 0) if timing else ("none", 0), names=list(grads), status=status, reason=reason)
         self.end_phase()
 
-        if job.get("timing") is not None or job.get("speed_of_light") is not None:
+        if timing:
             self.phase("time")
-            if job.get("timing") is not None:
-                timed_sets = arg_sets[: job.get("timed_inputs") or len(arg_sets)]  # never the other-size trial
-                self._time(runner, [[_to(a, device) for a in args] for args in timed_sets], device)
-            if job.get("speed_of_light") is not None:
-                self._speed_of_light(model, [_to(a, device) for a in arg_sets[0]], device)
+            self._time(runner, [self._set(s) for s in staged.sets], device)
             self.end_phase()
-
         self.channel.send({"type": "done", "device_name": device_name, "phase_seconds": self.phase_seconds})
 
-    def _compile(self, model: Any, mode: str, args: list[Any], device: Any) -> Any:
+    # -- the data plane --------------------------------------------------------------------------
+
+    def _args(self, args: Any) -> list[Any]:
+        from harness.regions import view
+
+        return [view(self.inputs.tensor, a.tensor) if a.tensor is not None else a.value for a in args]
+
+    def _set(self, args: Any) -> list[Any]:
+        """The staged input set as tensors in the inputs region: the same tensor objects whenever
+        the judge staged the same layout."""
+        key = tuple(args)
+        if key not in self._views:
+            self._views[key] = self._args(args)
+        return self._views[key]
+
+    def _step(self, step: str, index: int, outputs: list[Any], inputs: list[Any], *, want: tuple[str, int], names: Optional[list[str]] = None, status: str = "ok", reason: str = "") -> Any:
+        """Put `outputs` in the mailbox, report the step, and wait for the parent's go-ahead; the
+        inputs the judge staged for the next step come with it."""
+        from harness.protocol import Output, Staged, Step, Want, encode
+        from harness.records import from_dict
+        from harness.regions import layout, write
+        import torch
+
+        tensors = [o for o in outputs if isinstance(o, torch.Tensor)]
+        specs, end = layout(tensors)
+        fits = end <= self.mailbox.nbytes
+        if fits:
+            write(self.mailbox.tensor, [t.as_subclass(torch.Tensor) for t in tensors], specs)
+            synchronize(self.device)
+        described = []
+        spec_of = iter(specs)
+        for position, o in enumerate(outputs):
+            name = names[position] if names else ""
+            if isinstance(o, torch.Tensor):
+                spec = next(spec_of)
+                if not fits:
+                    spec = dataclasses.replace(spec, offset=-1)
+                described.append(Output(type(o).__name__, name, str(o.layout), o.device.type, _aliased_input(o, inputs), spec))
+            else:
+                described.append(Output(type(o).__name__, name))
+        self.channel.send({"type": "step", "step": encode(Step(step, index, tuple(described), status, reason, Want(*want)))})
+        line = self.acks.readline()
+        if not line:
+            raise WorkerFailure(Status.HARNESS_ERROR, f"the parent went away after step {step}")
+        reply = json.loads(line)
+        return from_dict(Staged, reply["staged"]) if reply.get("staged") is not None else None
+
+    def _call(self, model: Any, args: list[Any], label: str) -> list[Any]:
+        import threading
+
+        import torch
+
+        threads_before = set(threading.enumerate())
+        try:
+            out = model(*args)
+            synchronize(self.device)
+        except BaseException as exc:
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            raise classify(exc, Status.RUNTIME_ERROR) from None
+        self.guard.check(f"forward ({label})")
+        alive = [t.name for t in threading.enumerate() if t not in threads_before and t.is_alive()]
+        if alive:
+            self.channel.send({"type": "threads", "label": label, "names": alive[:5], "count": len(alive)})
+        outputs = as_outputs(out)
+        bad = [type(o).__name__ for o in outputs if not isinstance(o, torch.Tensor)]
+        if bad:
+            raise WorkerFailure(Status.RUNTIME_ERROR, f"forward returned {', '.join(bad)} where tensors were expected")
+        return outputs
+
+    def _compile(self, model: Any, mode: str, device: Any) -> Any:
         """torch.compile the (weight-loaded) model; the first call, which compiles, is timed here."""
         import torch
 
@@ -240,9 +334,8 @@ class Worker:
             runner = torch.compile(model, mode=mode)
             model.eval()
             with torch.no_grad():
-                runner(*[_to(a, device) for a in args])
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
+                runner(*[a.clone() if isinstance(a, torch.Tensor) else a for a in self._set(self.session.first.sets[0])])
+            synchronize(device)
         except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
                 raise
@@ -251,254 +344,149 @@ class Worker:
         self.end_phase()
         return runner
 
-    def _time(self, runner: Any, on_device: list[list[Any]], device: Any) -> None:
-        """Time the forward; on CUDA profile one call, and re-time with a device-wide synchronise
-        when that call ran work on other streams or after it returned (timing.sync auto)."""
-        import dataclasses
-
-        import torch
-
-        from harness.records import to_dict
-        from harness.timing import flush_buffer, time_forward
-
-        job = self.job
-        cfg = types.SimpleNamespace(**job["timing"])
-        sync = job["sync"]
-        runner.eval()
-        profile, profile_error = None, ""
-        first = on_device[0]
-        last_output: list[Any] = []
-
-        def timed(*args: Any) -> Any:
-            # Keeps the output of the latest timed call on the first input set, so the parent can
-            # check that the calls being timed still compute the answer the checked calls did.
-            out = runner(*args)
-            if len(args) == len(first) and all(a is b for a, b in zip(args, first)):
-                last_output[:] = [out]
-            return out
-
-        try:
-            with torch.no_grad():
-                stats = time_forward(timed, on_device, device, cfg, sync="device" if sync == "device" else "stream")
-                self.phase_seconds["timer"] = round(time.perf_counter() - self._phase_started, 4)
-                if device.type == "cuda" and self.role != "baseline":
-                    from harness.profile import profile_call
-
-                    profiling = time.perf_counter()
-                    try:
-                        profile = profile_call(runner, on_device[0], device, flush_buffer(device) if cfg.flush_l2 else None)
-                    except Exception as exc:
-                        torch.cuda.synchronize(device)  # a device fault is the model's; anything else is the profiler's
-                        profile_error = one_line(exc)
-                    self.phase_seconds["profile"] = round(time.perf_counter() - profiling, 4)
-                    if profile is not None and sync == "auto" and (profile.streams > 1 or profile.after_return or profile.busy_after_return):
-                        why = []
-                        if profile.streams > 1:
-                            why.append(f"the profiled call ran GPU work on {profile.streams} streams")
-                        if profile.after_return:
-                            why.append(f"{profile.after_return} GPU activities were launched after forward returned")
-                        stats = time_forward(timed, on_device, device, cfg, sync="device")
-                        stats = dataclasses.replace(stats, sync_reason="; ".join(why))
-        except BaseException as exc:
-            raise classify(exc, Status.RUNTIME_ERROR) from None
+    def _time(self, runner: Any, sets: list[list[Any]], device: Any) -> None:
+        """Time the forward over the staged sets, then report the last timed output on the first."""
+        stats, profile, profile_error, last = time_model(runner, sets, device, self.job, self.phase_seconds, self._phase_started, profiled=self.role != "baseline")
         self.guard.check("timing")
-        if last_output:
-            out = last_output[0]
-            outputs = as_outputs(out)
-            if all(isinstance(o, torch.Tensor) for o in outputs):
-                torch.save(_output_record(outputs, first), self.outputs / "timed.pt")
+        from harness.records import to_dict
+
+        if last is not None and all(_is_tensor(o) for o in last):
+            self._step("timed", 0, last, sets[0], want=("none", 0))
         self.channel.send({"type": "timing", "stats": to_dict(stats), "profile": to_dict(profile), "profile_error": profile_error})
 
-    def _speed_of_light(self, model: Any, args: list[Any], device: Any) -> None:
-        """FLOPs and bytes of one forward, against this device's measured peaks (reference only)."""
-        import torch
-
-        from harness.records import to_dict
-        from harness.roofline import count_work, device_peaks, floor
-
-        try:
-            model.eval()
-            work = count_work(model, args)
-            peaks = device_peaks(device, work.dtype, Path(self.job["speed_of_light"]["cache_dir"]))
-            self.channel.send({"type": "speed_of_light", "sol": to_dict(floor(work, peaks))})
-        except Exception as exc:  # the floor is extra information; its failure is reported, not fatal
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            self.channel.send({"type": "speed_of_light", "error": one_line(exc)})
-
-    def _gradients(self, model: Any, args: list[Any], device: Any, seed: int) -> None:
-        """Training parity: a train-mode forward on trial 1's inputs, then a backward of a fixed
-        random projection of the floating outputs. The gradients of the floating inputs and of every
-        parameter (by name) go to grads.pt; the module's state is then restored, so the checks and
-        timings after this see the same model."""
-        import torch
-
-        snapshot = {k: v.detach().clone() for k, v in model.state_dict().items()}
-        inputs = [_to(a, device).detach().requires_grad_(True) if isinstance(a, torch.Tensor) and a.is_floating_point() else _to(a, device) for a in args]
-        model.train()
-        model.zero_grad(set_to_none=True)
-        status, reason = "ok", ""
-        try:
-            with torch.enable_grad():
-                out = model(*inputs)
-                outputs = [o for o in as_outputs(out) if isinstance(o, torch.Tensor) and o.is_floating_point()]
-                if not any(o.requires_grad for o in outputs):
-                    status, reason = "forward only", "its outputs carry no autograd graph (the kernel has no backward)"
-                else:
-                    generator = torch.Generator().manual_seed(seed)
-                    loss = sum((o.float() * torch.randn(tuple(o.shape), generator=generator).to(o.device)).sum() for o in outputs)
-                    loss.backward()
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-        except BaseException as exc:
-            if isinstance(exc, KeyboardInterrupt):
-                raise
-            if device.type == "cuda":
-                try:
-                    torch.cuda.synchronize(device)
-                except BaseException:
-                    raise classify(exc, Status.RUNTIME_ERROR) from None  # a device fault, not a missing backward
-            status, reason = "forward only", f"backward raised {one_line(exc, 200)}"
-        grads = {f"input {i}": a.grad.detach().cpu() for i, a in enumerate(inputs) if isinstance(a, torch.Tensor) and a.requires_grad and a.grad is not None}
-        grads.update({f"parameter {name}": p.grad.detach().cpu() for name, p in model.named_parameters() if p.grad is not None})
-        torch.save({"status": status, "reason": reason, "tensors": grads}, self.outputs / "grads.pt")
-        model.load_state_dict(snapshot)
-        model.zero_grad(set_to_none=True)
-        self.guard.check("backward")
-
-    def _write_reference_inputs(self, module: types.ModuleType) -> tuple[list[Any], list[list[Any]]]:
-        """Make the init args and input sets from the problem's seeds, save them for candidates, return them."""
-        import torch
-
-        for name in ("get_inputs", "get_init_inputs"):
-            if not callable(getattr(module, name, None)):
-                raise WorkerFailure(Status.INTERFACE_ERROR, f"the problem defines no {name}()")
-        try:
-            init_args = list(module.get_init_inputs())
-            torch.save(init_args, self.exchange / "init_args.pt")
-            arg_sets = []
-            distributions = self.job.get("input_distributions") or ["given"] * len(self.job["input_seeds"])
-            other = self.job.get("other_size_trial")
-            for index, (seed, distribution) in enumerate(zip(self.job["input_seeds"], distributions)):
-                sizes = other_sizes(module) if index == other else {}
-                arg_sets.append(self._inputs(module, seed, distribution, sizes))
-                torch.save(arg_sets[-1], self.exchange / f"inputs_{index}.pt")
-                if index == other:
-                    self.other_size = sizes
-            return init_args, arg_sets
-        except WorkerFailure:
-            raise
-        except BaseException as exc:
-            raise classify(exc, Status.CONSTRUCT_FAILED) from None
-
-    def _call_float64(self, model: Any, args: list[Any], label: str) -> None:
-        """The same call on a float64 copy of the model and inputs: the yardstick for precision.
-        A model that cannot run in float64 is reported and skipped, never failed."""
-        import copy
-
-        import torch
-
-        try:
-            twin = copy.deepcopy(model).double()
-            twin.train(model.training)
-            wide = [a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
-            with torch.no_grad():
-                out = twin(*wide)
-            outputs = as_outputs(out)
-            torch.save(_output_record(outputs, wide), self.outputs / f"{label}.pt")
-            del twin, out, outputs
-        except Exception as exc:
-            self.channel.send({"type": "float64_skipped", "reason": one_line(exc)})
-
-    def _inputs(self, module: types.ModuleType, seed: int, distribution: str, sizes: dict[str, Any]) -> list[Any]:
-        """get_inputs() after manual_seed(seed), with module constants overridden by `sizes`."""
-        import torch
-
-        saved = {name: getattr(module, name) for name in sizes}
-        try:
-            for name, value in sizes.items():
-                setattr(module, name, value)
-            torch.manual_seed(seed)
-            return [redistribute(a, distribution, seed + position) for position, a in enumerate(module.get_inputs())]
-        finally:
-            for name, value in saved.items():
-                setattr(module, name, value)
-
-    def _probe_other_size(self, module: types.ModuleType, model: Any, arg_sets: list[list[Any]], device: Any) -> None:
-        """The reference must run at the other size; if it cannot, that trial falls back to the
-        problem's own size (and the parent is told), rather than failing the reference."""
-        import torch
-
-        index = self.job["other_size_trial"]
-        note = ""
-        if not self.other_size:
-            note = "the problem declares no HARNESS_EXTRA_SIZES and has no integer batch_size above 1"
-        else:
-            training = model.training
-            try:
-                model.eval()
-                with torch.no_grad():
-                    model(*[_to(a, device) for a in arg_sets[index]])
-            except Exception as exc:
-                note = f"the reference fails at {self.other_size} ({one_line(exc)})"
-            finally:
-                model.train(training)
-        if note:
-            seed = self.job["input_seeds"][index]
-            arg_sets[index] = self._inputs(module, seed, self.job["input_distributions"][index], {})
-            torch.save(arg_sets[index], self.exchange / f"inputs_{index}.pt")
-        self.channel.send({"type": "other_size", "sizes": {} if note else self.other_size, "note": note})
-
     def _load_reference_weights(self, model: Any) -> None:
-        import torch
+        from harness.regions import view
 
-        reference = torch.load(self.exchange / "state_dict.pt", weights_only=True)
-        own = model.state_dict()
-        problems = []
-        missing = [k for k in own if k not in reference]
-        unexpected = [k for k in reference if k not in own]
-        mis_shaped = [f"{k} {tuple(own[k].shape)} vs {tuple(reference[k].shape)}" for k in own if k in reference and own[k].shape != reference[k].shape]
-        if missing:
-            problems.append(f"missing from the reference: {', '.join(missing)}")
-        if unexpected:
-            problems.append(f"not in ModelNew: {', '.join(unexpected)}")
-        if mis_shaped:
-            problems.append(f"shape differs: {', '.join(mis_shaped)}")
-        if problems:
-            raise WorkerFailure(Status.WEIGHTS_MISMATCH, "; ".join(problems)[:500])
+        reference = {w.name: view(self.inputs.tensor, w.tensor) for w in self.session.weights}
+        load_reference_weights(model, reference)
+
+
+def _is_tensor(value: Any) -> bool:
+    import torch
+
+    return isinstance(value, torch.Tensor)
+
+
+def load_reference_weights(model: Any, reference: dict[str, Any]) -> None:
+    """The reference's state_dict into `model`, strictly: same names and shapes."""
+    own = model.state_dict()
+    problems = []
+    missing = [k for k in own if k not in reference]
+    unexpected = [k for k in reference if k not in own]
+    mis_shaped = [f"{k} {tuple(own[k].shape)} vs {tuple(reference[k].shape)}" for k in own if k in reference and own[k].shape != reference[k].shape]
+    if missing:
+        problems.append(f"missing from the reference: {', '.join(missing)}")
+    if unexpected:
+        problems.append(f"not in ModelNew: {', '.join(unexpected)}")
+    if mis_shaped:
+        problems.append(f"shape differs: {', '.join(mis_shaped)}")
+    if problems:
+        raise WorkerFailure(Status.WEIGHTS_MISMATCH, "; ".join(problems)[:500])
+    try:
+        model.load_state_dict(reference, strict=True)
+    except BaseException as exc:
+        raise WorkerFailure(Status.WEIGHTS_MISMATCH, one_line(exc)) from None
+
+
+def time_model(runner: Any, sets: list[list[Any]], device: Any, job: dict[str, Any], phase_seconds: dict[str, float], phase_started: float, *, profiled: bool) -> tuple[Any, Any, str, Optional[list[Any]]]:
+    """Time the forward over `sets`; on CUDA profile one call, and re-time with a device-wide
+    synchronise when that call ran work on other streams or after it returned (timing.sync auto).
+    Returns the stats, the profile, why profiling failed, and the last timed output on sets[0]."""
+    import dataclasses as dc
+
+    import torch
+
+    from harness.timing import flush_buffer, time_forward
+
+    cfg = types.SimpleNamespace(**job["timing"])
+    sync = job["sync"]
+    runner.eval()
+    profile, profile_error = None, ""
+    first = sets[0]
+    last_output: list[Any] = []
+
+    def timed(*args: Any) -> Any:
+        # Keeps the output of the latest timed call on the first input set, so the judge can
+        # check that the calls being timed still compute the answer the checked calls did.
+        out = runner(*args)
+        if len(args) == len(first) and all(a is b for a, b in zip(args, first)):
+            last_output[:] = [out]
+        return out
+
+    try:
+        with torch.no_grad():
+            stats = time_forward(timed, sets, device, cfg, sync="device" if sync == "device" else "stream")
+            phase_seconds["timer"] = round(time.perf_counter() - phase_started, 4)
+            if device.type == "cuda" and profiled:
+                from harness.profile import profile_call
+
+                profiling = time.perf_counter()
+                try:
+                    profile = profile_call(runner, sets[0], device, flush_buffer(device) if cfg.flush_l2 else None)
+                except Exception as exc:
+                    torch.cuda.synchronize(device)  # a device fault is the model's; anything else is the profiler's
+                    profile_error = one_line(exc)
+                phase_seconds["profile"] = round(time.perf_counter() - profiling, 4)
+                if profile is not None and sync == "auto" and (profile.streams > 1 or profile.after_return or profile.busy_after_return):
+                    why = []
+                    if profile.streams > 1:
+                        why.append(f"the profiled call ran GPU work on {profile.streams} streams")
+                    if profile.after_return:
+                        why.append(f"{profile.after_return} GPU activities were launched after forward returned")
+                    stats = time_forward(timed, sets, device, cfg, sync="device")
+                    stats = dc.replace(stats, sync_reason="; ".join(why))
+            synchronize(device)
+    except BaseException as exc:
+        raise classify(exc, Status.RUNTIME_ERROR) from None
+    return stats, profile, profile_error, as_outputs(last_output[0]) if last_output else None
+
+
+def model_gradients(model: Any, args: list[Any], seed: int, guard: Optional["Guard"] = None) -> tuple[str, str, dict[str, Any]]:
+    """Training parity: a train-mode forward on `args` (cloned), then a backward of a fixed random
+    projection of the floating outputs. Returns (status, reason, {name: gradient}) for the
+    floating inputs ("input i") and every parameter ("parameter NAME"); the module's state is then
+    restored, so what runs after this sees the same model."""
+    import torch
+
+    device = next((a.device for a in args if isinstance(a, torch.Tensor)), torch.device("cpu"))
+    snapshot = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    inputs = [a.detach().clone().requires_grad_(a.is_floating_point()) if isinstance(a, torch.Tensor) else a for a in args]
+    model.train()
+    model.zero_grad(set_to_none=True)
+    status, reason = "ok", ""
+    try:
+        with torch.enable_grad():
+            out = model(*inputs)
+            outputs = [o for o in as_outputs(out) if isinstance(o, torch.Tensor) and o.is_floating_point()]
+            if not any(o.requires_grad for o in outputs):
+                status, reason = "forward only", "its outputs carry no autograd graph (the kernel has no backward)"
+            else:
+                loss = sum((o.float() * projection(o, seed + k)).sum() for k, o in enumerate(outputs))
+                loss.backward()
+        synchronize(device)
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt):
+            raise
         try:
-            model.load_state_dict(reference, strict=True)
-        except BaseException as exc:
-            raise WorkerFailure(Status.WEIGHTS_MISMATCH, one_line(exc)) from None
+            synchronize(device)
+        except BaseException:
+            raise classify(exc, Status.RUNTIME_ERROR) from None  # a device fault, not a missing backward
+        status, reason = "forward only", f"backward raised {one_line(exc, 200)}"
+    grads = {f"input {i}": a.grad.detach() for i, a in enumerate(inputs) if isinstance(a, torch.Tensor) and a.requires_grad and a.grad is not None}
+    grads.update({f"parameter {name}": p.grad.detach() for name, p in model.named_parameters() if p.grad is not None})
+    model.load_state_dict(snapshot)
+    model.zero_grad(set_to_none=True)
+    if guard is not None:
+        guard.check("backward")
+    return status, reason, grads
 
-    def _call(self, model: Any, args: list[Any], device: Any, label: str, fresh_inputs: bool = True) -> None:
-        import threading
 
-        import torch
+def projection(output: Any, seed: int) -> Any:
+    """The secret random weights of one output in the gradient check (drawn on its device)."""
+    import torch
 
-        on_device = [_to(a, device) for a in args] if fresh_inputs else list(args)
-        pristine = [a.clone() if isinstance(a, torch.Tensor) else a for a in on_device]
-        threads_before = set(threading.enumerate())
-        try:
-            out = model(*on_device)
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-        except BaseException as exc:
-            if isinstance(exc, KeyboardInterrupt):
-                raise
-            raise classify(exc, Status.RUNTIME_ERROR) from None
-        self.guard.check(f"forward ({label})")
-        alive = [t.name for t in threading.enumerate() if t not in threads_before and t.is_alive()]
-        if alive:
-            self.channel.send({"type": "threads", "label": label, "names": alive[:5], "count": len(alive)})
-        for position, (before, after) in enumerate(zip(pristine, on_device)):
-            if not same_bits(before, after):
-                raise WorkerFailure(Status.MUTATED_INPUT, f"forward changed input {position} in place ({label})")
-        outputs = as_outputs(out)
-        bad = [type(o).__name__ for o in outputs if not isinstance(o, torch.Tensor)]
-        if bad:
-            raise WorkerFailure(Status.RUNTIME_ERROR, f"forward returned {', '.join(bad)} where tensors were expected")
-        torch.save(_output_record(outputs, on_device), self.outputs / f"{label}.pt")
+    generator = torch.Generator(device=output.device).manual_seed(seed)
+    return torch.randn(tuple(output.shape), generator=generator, device=output.device)
 
 
 class Guard:
@@ -568,11 +556,11 @@ def redistribute(value: Any, distribution: str, seed: int) -> Any:
 
     if not isinstance(value, torch.Tensor) or not value.is_floating_point() or distribution == "given":
         return value
-    generator = torch.Generator().manual_seed(seed)
+    generator = torch.Generator(device=value.device).manual_seed(seed)
     if distribution == "normal":
-        fresh = torch.randn(value.shape, generator=generator)
+        fresh = torch.randn(value.shape, generator=generator, device=value.device)
     elif distribution == "signed":
-        fresh = torch.rand(value.shape, generator=generator) * 4 - 2
+        fresh = torch.rand(value.shape, generator=generator, device=value.device).mul_(4).sub_(2)
     elif distribution == "shifted":
         return value + 3
     else:
@@ -600,53 +588,33 @@ def randomize_state(model: Any, seed: int) -> None:
                 t.copy_(fresh.to(t.dtype))
 
 
-def _refill(previous: list[Any], args: list[Any], device: Any) -> list[Any]:
-    """The input set `args` on `device`, written into `previous`'s tensors where shapes allow."""
-    import torch
-
-    out = []
-    for index, value in enumerate(args):
-        old = previous[index] if index < len(previous) else None
-        if isinstance(value, torch.Tensor) and isinstance(old, torch.Tensor) and old.shape == value.shape and old.dtype == value.dtype:
-            old.copy_(value)
-            out.append(old)
-        else:
-            out.append(_to(value, device))
-    return out
-
-
-def _output_record(outputs: list[Any], inputs: list[Any]) -> dict[str, Any]:
-    """What the parent compares: each output's type and values (on the CPU), layout, device, and
-    which input (if any) it shares memory with."""
-    import torch
-
-    return {
-        "types": [type(o).__name__ for o in outputs],
-        "tensors": [o.detach().as_subclass(torch.Tensor).cpu() for o in outputs],
-        "layouts": [str(o.layout) for o in outputs],
-        "devices": [o.device.type for o in outputs],
-        "aliases": [_aliased_input(o, inputs) for o in outputs],
-    }
-
-
 def _aliased_input(output: Any, inputs: list[Any]) -> int:
-    """Index of the first input whose storage `output` shares, or -1."""
+    """Index of the first input whose memory `output`'s memory overlaps, or -1. Spans, not
+    storages: inputs are views into one shared region."""
     import torch
 
-    storage = output.untyped_storage()
-    start, size = storage.data_ptr(), storage.nbytes()
+    start, end = _span(output)
     for index, value in enumerate(inputs):
         if isinstance(value, torch.Tensor):
-            other = value.untyped_storage()
-            if size and other.nbytes() and start < other.data_ptr() + other.nbytes() and other.data_ptr() < start + size:
+            other_start, other_end = _span(value)
+            if end > start and other_end > other_start and start < other_end and other_start < end:
                 return index
     return -1
 
 
-def _to(value: Any, device: Any) -> Any:
-    import torch
-
-    return value.to(device).clone() if isinstance(value, torch.Tensor) else value
+def _span(tensor: Any) -> tuple[int, int]:
+    """The bytes a tensor's elements lie in: [first, last + 1)."""
+    if tensor.numel() == 0:
+        return 0, 0
+    low = high = 0
+    for size, stride in zip(tensor.shape, tensor.stride()):
+        extent = (size - 1) * stride
+        if extent < 0:
+            low += extent
+        else:
+            high += extent
+    base, item = tensor.data_ptr(), tensor.element_size()
+    return base + low * item, base + (high + 1) * item
 
 
 def preload() -> None:
@@ -662,16 +630,18 @@ def preload() -> None:
 
 def main() -> None:
     preload()
-    text = sys.stdin.read()
+    text = sys.stdin.buffer.readline()
     if not text.strip():  # the parent went away, or no longer needs this prestarted worker
         os._exit(0)
     job = json.loads(text)
+    # The parent's go-ahead after each step arrives on stdin; the model's code gets /dev/null there.
+    acks = os.fdopen(os.dup(0), "rb", buffering=0)
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.chdir(job.pop("cwd"))
     channel = ChannelWriter(job.pop("result_fd"), job.pop("key"))
     try:
-        Worker(job, channel).run()
+        Worker(job, channel, acks).run()
     except WorkerFailure as failure:
         channel.send({"type": "error", "status": failure.status.value, "reason": failure.reason})
     except BaseException as exc:  # a bug in the harness, or a failure the phases did not classify

@@ -1,0 +1,225 @@
+"""Typed messages of the data plane: parent <-> judge, and worker -> parent -> judge.
+
+Every message is a frozen dataclass, sent as one JSON line (`encode`) and rebuilt on the other
+side (`decode`) with the record machinery, so a field added on one side and not the other is an
+error, not a silent drop. Tensors never travel in a message: only `TensorSpec`s into a region.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, Optional
+
+from harness.records import CallProfile, CheckResult, SpeedOfLight, TimingStats, from_dict, to_dict
+from harness.regions import RegionHandle, TensorSpec
+
+
+@dataclasses.dataclass(frozen=True)
+class Call:
+    """One planned forward call, made by the reference and every compared model alike."""
+
+    input: int  # index of the input set
+    mode: str  # "train" or "eval"
+    distribution: str = "given"  # how the trial's floating inputs were drawn
+    repeat: int = 0  # > 0: a repeat of an earlier call on the same inputs (determinism)
+    other_size: bool = False  # the generalisation trial: inputs at another size
+
+    @property
+    def label(self) -> str:
+        inputs = "" if self.distribution == "given" else f", {self.distribution} inputs"
+        size = ", other size" if self.other_size else ""
+        again = f"repeat {self.repeat} of " if self.repeat else ""
+        return f"{again}trial {self.input + 1} ({self.mode}{inputs}{size})"
+
+
+@dataclasses.dataclass(frozen=True)
+class JudgeJob:
+    """What a judge serves: one problem on one device, with the run's secret plan."""
+
+    source: str  # the problem file
+    device: str  # "cuda" or "cpu"
+    build_cache: str  # the content-addressed build cache (a problem may build extensions too)
+    construct_seed: int
+    input_seeds: tuple[int, ...]
+    distributions: tuple[str, ...]
+    calls: tuple[Call, ...]
+    other_size_trial: Optional[int]
+    randomize_weights: bool
+    precision_call: Optional[int]
+    timed_inputs: int
+    gradients: bool
+    gradient_seed: int
+    allow_tf32: bool
+    cpu_threads: int
+    tolerances: dict[str, dict[str, float]]  # dtype -> {atol, rtol}
+    gradient_tolerance_factor: float
+    timing: Optional[dict[str, Any]] = None  # the timer's settings; None: the reference is not timed
+    sync: str = "auto"
+    speed_of_light_cache: str = ""  # where device peaks are cached; "" = no speed-of-light
+    memory_fraction: float = 0.5  # the reference may use at most this fraction of the device's memory
+    slot_fraction: float = 0.125  # the timed input sets a worker gets may fill at most this fraction
+
+
+@dataclasses.dataclass(frozen=True)
+class Start:
+    """parent -> judge: load the problem and run the reference once through the plan."""
+
+    job: JudgeJob
+
+
+@dataclasses.dataclass(frozen=True)
+class Open:
+    """parent -> judge: a new compared worker is about to start."""
+
+    role: str  # "candidate" or "baseline"
+
+
+@dataclasses.dataclass(frozen=True)
+class Check:
+    """parent -> judge: the worker of `session` reported a step."""
+
+    session: int
+    step: "Step"
+
+
+@dataclasses.dataclass(frozen=True)
+class Close:
+    """parent -> judge: the worker of `session` has ended; free its regions."""
+
+    session: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Phase:
+    """judge -> parent: the judge entered a phase of its start (each has its own time limit)."""
+
+    phase: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Closed:
+    """judge -> parent: a session's regions are freed."""
+
+    session: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Fault:
+    """judge -> parent: the judge cannot go on (its device failed); it exits after this."""
+
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Arg:
+    """One forward (or constructor) argument: a tensor in a region, or a JSON value."""
+
+    tensor: Optional[TensorSpec] = None  # where the tensor lies in the inputs region
+    value: Any = None  # the value itself when it is not a tensor (int, float, str, list, None)
+
+
+@dataclasses.dataclass(frozen=True)
+class Staged:
+    """Input sets the judge has just written into the worker's inputs region."""
+
+    sets: tuple[tuple[Arg, ...], ...]  # one set for a call; several for timing (rotated over)
+
+
+@dataclasses.dataclass(frozen=True)
+class Want:
+    """What a worker asks the judge to stage next, along with a step's outputs."""
+
+    kind: str  # "call" (the inputs of call `index`), "trial" (trial `index`'s inputs), "timing", "none"
+    index: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Output:
+    """One output of a step, as the worker reports it; its values are in the mailbox region."""
+
+    type: str  # Python type name; only "Tensor" outputs are compared
+    name: str = ""  # buffers and gradients: the buffer's or gradient's name
+    layout: str = "torch.strided"
+    device: str = ""
+    alias: int = -1  # index of the input whose memory it shares, or -1
+    tensor: Optional[TensorSpec] = None  # where its values are in the mailbox (offset -1: did not fit)
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """A worker finished one step and put its outputs in the mailbox (worker -> parent -> judge).
+    Steps come in the plan's order: same_seed, call 0..n-1, buffers, grads, timed."""
+
+    step: str  # "same_seed" | "call" | "buffers" | "grads" | "timed"
+    index: int = 0  # the call's index for step "call"
+    outputs: tuple[Output, ...] = ()
+    status: str = "ok"  # grads: "ok" or "forward only"
+    reason: str = ""  # grads: why there are none
+    want: Want = Want("none")
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """The judge's answer to one step (judge -> parent); the parent passes only `staged` on."""
+
+    check: Optional[CheckResult] = None  # the comparison of the step's outputs
+    failure: Optional[tuple[str, str]] = None  # (status value, reason) when the step fails outright
+    precision: dict[str, float] = dataclasses.field(default_factory=dict)  # against float64 (precision call)
+    gradients: Optional[tuple[str, str]] = None  # grads: (match | mismatch | forward only, why)
+    staged: Optional[Staged] = None  # the inputs the worker asked for, now in its region
+
+
+@dataclasses.dataclass(frozen=True)
+class Named:
+    """A named tensor in a region (a state_dict entry)."""
+
+    name: str
+    tensor: TensorSpec
+
+
+@dataclasses.dataclass(frozen=True)
+class Session:
+    """One compared worker's view of the judge (judge -> parent -> worker job)."""
+
+    session: int  # the judge's number for it
+    inputs: RegionHandle  # the worker's own copy of the inputs (and the weights it loads)
+    mailbox: RegionHandle  # where the worker puts each step's outputs
+    init_args: tuple[Arg, ...]  # constructor arguments (tensors in the inputs region)
+    weights: tuple[Named, ...]  # the reference's state_dict, in the inputs region
+    first: Staged  # the inputs of the worker's first step
+
+
+@dataclasses.dataclass(frozen=True)
+class ReferenceReport:
+    """What the judge learned running the reference once through the plan (judge -> parent)."""
+
+    ok: bool
+    reason: str  # "ok", or "<status>: <why>"
+    device_name: str = ""
+    timing: Optional[TimingStats] = None
+    profile: Optional[CallProfile] = None
+    speed_of_light: Optional[SpeedOfLight] = None
+    speed_of_light_error: str = ""
+    other_size: dict[str, Any] = dataclasses.field(default_factory=dict)
+    other_size_note: str = ""
+    peak_bytes: int = 0  # the reference's peak device (or host) memory through the plan
+    float64_note: str = ""  # why the float64 twin is not available, when it is not
+    phase_seconds: dict[str, float] = dataclasses.field(default_factory=dict)
+
+
+MESSAGES: dict[str, type] = {cls.__name__: cls for cls in (Start, Open, Check, Close, Phase, Closed, Fault, Step, Verdict, Session, ReferenceReport, Staged)}
+
+
+def encode(message: Any) -> dict[str, Any]:
+    return {"type": type(message).__name__, "body": to_dict(message)}
+
+
+def decode(data: dict[str, Any]) -> Any:
+    cls = MESSAGES.get(data.get("type", ""))
+    if cls is None:
+        raise ValueError(f"unknown message type {data.get('type')!r}")
+    return from_dict(cls, data["body"])
+
+
+def dumps(message: Any) -> str:
+    return json.dumps(encode(message), separators=(",", ":"))

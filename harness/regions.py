@@ -1,0 +1,191 @@
+"""Memory regions the judge shares with one candidate's worker, and tensors laid out in them.
+
+A region is one allocation of its own, made by the judge and mapped by one worker:
+- on CUDA, `cuMemAlloc` through the driver API, exported with `cuIpcGetMemHandle`. The caching
+  allocator is bypassed on purpose: PyTorch's own IPC exports a whole allocator segment, which can
+  hold other tensors of the judge's, so a region is an allocation that holds nothing else;
+- on the CPU, a `memfd` (anonymous shared memory: nothing on disk, gone when the last process
+  holding it ends), which the worker maps through `/proc/<judge pid>/fd/<fd>`.
+
+The judge reads only regions it allocated, at offsets it checks against their size, so a worker
+that reports a wrong layout gets a failed check, never a read outside the region.
+"""
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import math
+import mmap
+import os
+from typing import Any, Optional
+
+import torch
+
+ALIGN = 256  # every tensor in a region starts on this boundary (any dtype's alignment)
+
+
+@dataclasses.dataclass(frozen=True)
+class RegionHandle:
+    """What a worker needs to map a region: sent to it in its job."""
+
+    kind: str  # "cuda" (an IPC handle) or "cpu" (a memfd path)
+    nbytes: int  # size of the allocation
+    handle: str  # cuda: the 64-byte IPC handle in hex; cpu: /proc/<pid>/fd/<fd>
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorSpec:
+    """A contiguous tensor at `offset` bytes into a region."""
+
+    offset: int  # bytes from the region's start; -1: the tensor was not copied in (too large)
+    shape: tuple[int, ...]
+    dtype: str  # torch dtype name without "torch.", e.g. "float32"
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * dtype_of(self.dtype).itemsize
+
+    @classmethod
+    def of(cls, tensor: torch.Tensor, offset: int) -> "TensorSpec":
+        return cls(offset, tuple(int(s) for s in tensor.shape), dtype_name(tensor.dtype))
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def dtype_of(name: str) -> torch.dtype:
+    dtype = getattr(torch, name, None)
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"unknown dtype {name!r}")
+    return dtype
+
+
+def aligned(n: int) -> int:
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+def layout(tensors: list[torch.Tensor], start: int = 0) -> tuple[list[TensorSpec], int]:
+    """Specs packing `tensors` one after another from `start`, and the end offset."""
+    specs = []
+    offset = aligned(start)
+    for t in tensors:
+        specs.append(TensorSpec.of(t, offset))
+        offset = aligned(offset + t.numel() * t.element_size())
+    return specs, offset
+
+
+def view(region: torch.Tensor, spec: TensorSpec) -> torch.Tensor:
+    """The tensor `spec` describes, as a view into `region` (a flat uint8 tensor); ValueError when
+    the spec does not lie inside the region."""
+    dtype = dtype_of(spec.dtype)
+    if any(not isinstance(s, int) or s < 0 for s in spec.shape):
+        raise ValueError(f"bad shape {spec.shape}")
+    end = spec.offset + spec.nbytes
+    if spec.offset < 0 or spec.offset % ALIGN or end > region.numel():
+        raise ValueError(f"a {spec.nbytes}-byte tensor at offset {spec.offset} does not lie in the {region.numel()}-byte region")
+    return region[spec.offset:end].view(dtype).view(spec.shape)
+
+
+def write(region: torch.Tensor, tensors: list[torch.Tensor], specs: list[TensorSpec]) -> None:
+    for tensor, spec in zip(tensors, specs):
+        view(region, spec).copy_(tensor.detach().reshape(spec.shape))
+
+
+class _CudaMemory:
+    """A device pointer exposed to torch.as_tensor without a copy (the CUDA array interface)."""
+
+    def __init__(self, pointer: int, nbytes: int) -> None:
+        self.__cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (pointer, False), "version": 2, "strides": None}
+
+
+class _IpcHandle(ctypes.Structure):
+    _fields_ = [("reserved", ctypes.c_char * 64)]
+
+
+_driver: Optional[Any] = None
+
+
+def _cuda() -> Any:
+    global _driver
+    if _driver is None:
+        lib = ctypes.CDLL("libcuda.so.1")
+        lib.cuIpcOpenMemHandle_v2.argtypes = [ctypes.POINTER(ctypes.c_uint64), _IpcHandle, ctypes.c_uint]
+        _driver = lib
+    return _driver
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        raise RuntimeError(f"CUDA driver error {result} in {what}")
+
+
+class Region:
+    """A shared allocation: `tensor` is its flat uint8 view in this process."""
+
+    def __init__(self, kind: str, nbytes: int, tensor: torch.Tensor, handle: str, release: Any) -> None:
+        self.kind = kind
+        self.nbytes = nbytes
+        self.tensor = tensor
+        self.handle = RegionHandle(kind, nbytes, handle)
+        self._release = release
+
+    @classmethod
+    def allocate(cls, nbytes: int, device: torch.device) -> "Region":
+        """A new region owned by this process (the judge)."""
+        nbytes = max(int(nbytes), ALIGN)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)  # the primary context is current on this thread
+            lib = _cuda()
+            pointer = ctypes.c_uint64()
+            _check(lib.cuMemAlloc_v2(ctypes.byref(pointer), ctypes.c_size_t(nbytes)), "cuMemAlloc")
+            handle = _IpcHandle()
+            result = lib.cuIpcGetMemHandle(ctypes.byref(handle), pointer)
+            if result != 0:
+                lib.cuMemFree_v2(pointer)
+                _check(result, "cuIpcGetMemHandle")
+            tensor = torch.as_tensor(_CudaMemory(pointer.value, nbytes), device=device)
+            return cls("cuda", nbytes, tensor, bytes(handle.reserved).hex(), lambda: _check(lib.cuMemFree_v2(pointer), "cuMemFree"))
+        fd = os.memfd_create("harness-region")
+        try:
+            os.ftruncate(fd, nbytes)
+            memory = mmap.mmap(fd, nbytes)
+        except BaseException:
+            os.close(fd)
+            raise
+        tensor = torch.frombuffer(memory, dtype=torch.uint8)
+
+        def release() -> None:
+            try:
+                memory.close()
+            except BufferError:
+                pass  # a view is still alive; the mapping goes with the process
+            os.close(fd)
+
+        return cls("cpu", nbytes, tensor, f"/proc/{os.getpid()}/fd/{fd}", release)
+
+    @classmethod
+    def open(cls, handle: RegionHandle, device: torch.device) -> "Region":
+        """Map a region another process exported (in the worker)."""
+        if handle.kind == "cuda":
+            torch.cuda.synchronize(device)
+            lib = _cuda()
+            raw = _IpcHandle()
+            raw.reserved = bytes.fromhex(handle.handle)
+            pointer = ctypes.c_uint64()
+            _check(lib.cuIpcOpenMemHandle_v2(ctypes.byref(pointer), raw, 1), "cuIpcOpenMemHandle")
+            tensor = torch.as_tensor(_CudaMemory(pointer.value, handle.nbytes), device=device)
+            return cls("cuda", handle.nbytes, tensor, handle.handle, lambda: lib.cuIpcCloseMemHandle(pointer))
+        fd = os.open(handle.handle, os.O_RDWR)
+        try:
+            memory = mmap.mmap(fd, handle.nbytes)
+        finally:
+            os.close(fd)
+        return cls("cpu", handle.nbytes, torch.frombuffer(memory, dtype=torch.uint8), handle.handle, lambda: None)
+
+    def free(self) -> None:
+        """Release the allocation. The judge calls this only once the worker that mapped it has ended."""
+        self.tensor = torch.empty(0, dtype=torch.uint8)
+        release, self._release = self._release, None
+        if release is not None:
+            release()
