@@ -1,7 +1,9 @@
 """Command line: `python run.py [run] ...` and `python run.py ingest ...`.
 
-Errors the user can fix print `error: <what> (<how to fix>)` and exit 1; anything else is a bug
-and shows its traceback.
+Errors the user can fix print `error: <what> (<how to fix>)` and exit 1. Too little free disk
+before a run, or a full disk anywhere in one, prints one line `harness error: ...` and exits 5.
+An interruption (Ctrl-C, or SIGTERM during a run) exits 130. Anything else is a bug and shows its
+traceback.
 """
 from __future__ import annotations
 
@@ -11,7 +13,8 @@ from typing import Sequence
 
 from harness import __version__
 from harness.commands import baseline, gate, ingest, leaderboard, lint, run
-from harness.errors import ExitCode, UserError
+from harness.errors import ExitCode, ResourceError, UserError
+from harness.scratch import no_space
 
 COMMANDS = {"run": run, "ingest": ingest, "gate": gate, "baseline": baseline, "leaderboard": leaderboard, "lint": lint}
 
@@ -20,7 +23,7 @@ def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
         prog="run.py",
         description="Evaluate candidate kernels against reference problems: correctness, then speed.",
-        epilog="exit codes: 0 ok, 1 usage error, 2 a candidate failed (or an ingest was refused), 3 the gate found a regression, 4 reference or harness failure, 130 interrupted",
+        epilog="exit codes: 0 ok, 1 usage error, 2 a candidate failed (or an ingest was refused), 3 the gate found a regression, 4 reference or harness failure, 5 too little free disk or no space left, 130 interrupted",
     )
     top.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = top.add_subparsers(dest="command", metavar="{" + ",".join(COMMANDS) + "}")
@@ -43,3 +46,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return int(ExitCode.USAGE)
+    except ResourceError as exc:
+        print(f"harness error: {exc}", file=sys.stderr)
+        return int(ExitCode.RESOURCES)
+    except KeyboardInterrupt as exc:  # one that arrived outside a run's evaluation loop (which handles its own)
+        print(f"{exc or 'interrupted'}", file=sys.stderr)
+        return int(ExitCode.INTERRUPTED)
+    except Exception as exc:
+        message = no_space(exc)
+        if message is None:
+            raise
+        print(f"harness error: {message}", file=sys.stderr)
+        return int(ExitCode.RESOURCES)

@@ -11,7 +11,25 @@ import torch
 from harness.config import DEFAULT_TOLERANCE, Tolerance
 from harness.records import CheckResult
 
-CHUNK = 1 << 24  # elements compared at a time
+CHUNK = 1 << 24  # elements compared at a time on a GPU (few launches per GB)
+CPU_CHUNK = 1 << 20  # on the CPU: a chunk's temporaries stay in cache across the passes over it
+
+
+def chunk(tensor: torch.Tensor) -> int:
+    return CHUNK if tensor.device.type == "cuda" else CPU_CHUNK
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bit-for-bit equality of two tensors of one shape and dtype (NaN payloads and the sign of
+    zero included), on either device, a chunk at a time with no full temporary."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    flat_a, flat_b = a.reshape(-1), b.reshape(-1)
+    bits = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}.get(a.element_size())
+    if bits is not None and a.dtype != torch.bool:
+        flat_a, flat_b = flat_a.view(bits), flat_b.view(bits)
+    step = chunk(a)
+    return all(torch.equal(flat_a[s : s + step], flat_b[s : s + step].to(flat_a.device)) for s in range(0, flat_a.numel(), step))
 
 
 def compare_outputs(name: str, expected: dict[str, Any], actual: dict[str, Any], tolerances: dict[str, Tolerance]) -> CheckResult:
@@ -57,6 +75,7 @@ def _compare_tensor(name: str, label: str, e: torch.Tensor, a: torch.Tensor, tol
     if a.dtype != e.dtype:
         return CheckResult(name, False, f"{label} has dtype {str(a.dtype).removeprefix('torch.')}, expected {str(e.dtype).removeprefix('torch.')}")
     if not e.is_floating_point():
+        a = a.to(e.device)
         equal = torch.equal(a, e)
         mismatch = float((a != e).float().mean()) if e.numel() else 0.0
         return CheckResult(name, equal, "ok" if equal else f"{label} differs in {mismatch:.2%} of elements (exact match required)", 0.0, 0.0, mismatch)
@@ -66,11 +85,28 @@ def _compare_tensor(name: str, label: str, e: torch.Tensor, a: torch.Tensor, tol
     outside_count = 0
     worst: tuple[float, float, float] | None = None  # (excess over the bound, got, expected)
     compute = torch.float64 if e.dtype == torch.float64 else torch.float32
-    for start in range(0, flat_e.numel(), CHUNK):
+    step = chunk(e)
+    for start in range(0, flat_e.numel(), step):
         # Chunks bound the memory a 1 GB output needs; float32 keeps the differences of nearby
         # values exact enough (Sterbenz) at a fraction of float64's cost.
-        ce = flat_e[start : start + CHUNK].to(compute)
-        ca = flat_a[start : start + CHUNK].to(compute)
+        ce = flat_e[start : start + step].to(compute)
+        ca = flat_a[start : start + step].to(device=ce.device, dtype=compute)  # a host mailbox: a chunk at a time
+        diff = torch.sub(ca, ce).abs_()
+        largest = float(diff.max()) if diff.numel() else 0.0
+        if largest == largest and largest != float("inf"):
+            # Both finite (a NaN or Inf on either side makes the difference NaN or Inf): few passes.
+            magnitude = ce.abs()
+            max_abs = max(max_abs, largest)
+            max_rel = max(max_rel, float(torch.div(diff, magnitude).nan_to_num_(0.0, 0.0, 0.0).max()))
+            bound = magnitude.mul_(tol.rtol).add_(tol.atol)
+            outside = int(torch.gt(diff, bound).sum())
+            if outside:
+                outside_count += outside
+                excess = diff.sub_(bound)
+                index = int(torch.argmax(excess))
+                if worst is None or float(excess[index]) > worst[0]:
+                    worst = (float(excess[index]), float(ca[index]), float(ce[index]))
+            continue
         finite_e, finite_a = torch.isfinite(ce), torch.isfinite(ca)
         if not (bool(finite_e.all()) and bool(finite_a.all())):
             nan_e, nan_a = torch.isnan(ce), torch.isnan(ca)
@@ -134,9 +170,10 @@ def relative_error(outputs: list[Any], wide: list[Any]) -> float:
         if not (isinstance(exact, torch.Tensor) and exact.is_floating_point() and isinstance(got, torch.Tensor) and got.shape == exact.shape):
             return float("nan")
         flat_g, flat_e = got.reshape(-1), exact.reshape(-1)
-        for start in range(0, flat_e.numel(), CHUNK):
-            g = flat_g[start : start + CHUNK].double()
-            e = flat_e[start : start + CHUNK].double()
+        step = chunk(exact)
+        for start in range(0, flat_e.numel(), step):
+            e = flat_e[start : start + step].double()
+            g = flat_g[start : start + step].to(device=e.device, dtype=torch.float64)
             finite = torch.isfinite(e) & torch.isfinite(g)
             num += float(((g - e)[finite] ** 2).sum())
             den += float((e[finite] ** 2).sum())

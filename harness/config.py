@@ -195,6 +195,11 @@ class GateConfig:
 class Limits:
     memory_mb: int  # host RSS limit per worker, 0 = 80% of RAM
     log_kib: int  # captured output kept per worker
+    min_free_disk_mb: int  # a run refuses to start with less free disk at its scratch and results folders; 0 = no check
+
+    def __post_init__(self) -> None:
+        if self.min_free_disk_mb < 0:
+            raise ValueError("limits.min_free_disk_mb must be 0 (no check) or more")
 
 
 @dataclasses.dataclass(frozen=True)

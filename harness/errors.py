@@ -1,4 +1,4 @@
-"""The one user-error type and the process exit codes (an API: documented in the README)."""
+"""The user-error and resource-error types and the process exit codes (an API: documented in the README)."""
 from __future__ import annotations
 
 import enum
@@ -10,8 +10,13 @@ class ExitCode(enum.IntEnum):
     CANDIDATES_FAILED = 2  # at least one candidate got a failing status (or an ingest refused a file)
     REGRESSION = 3  # the regression gate failed (run.py gate, or run.py --gate)
     INTERNAL = 4  # the reference itself failed, or the harness hit a bug
-    INTERRUPTED = 130  # Ctrl-C; records written so far are kept
+    RESOURCES = 5  # the machine lacks resources: too little free disk before the run, or no space left during it
+    INTERRUPTED = 130  # Ctrl-C or SIGTERM; records written so far are kept
 
 
 class UserError(Exception):
     """A problem with what the user asked for. main() prints `error: <message>` and exits 1."""
+
+
+class ResourceError(Exception):
+    """The machine lacks what a run needs (free disk). main() prints `harness error: <message>` and exits 5."""

@@ -112,6 +112,7 @@ class ProblemEvaluation:
         self._judge: Optional[JudgeClient] = None
         self._judge_dir: Optional[Path] = None
         self._judge_failures: list[str] = []  # why earlier judges of this lane ended (each restart is reported)
+        self._restart_note = ""  # a warning for the next record: its judge is a restarted one
 
     def screen(self) -> tuple[list[CandidateRecord], list[Candidate]]:
         """Records for candidates that cannot run here (written now), and the runnable rest."""
@@ -143,6 +144,9 @@ class ProblemEvaluation:
         if self.builds is not None:
             self.builds.wait(candidate.path)  # the worker then loads the finished build
         reference = self._reference
+        if self._judge is not None and not self._judge.running():
+            self._judge_failures.append(f"it ended ({self._judge.describe_exit()})")
+            self._end_judge()
         if reference.ok and self._judge is None:
             reference = self._restart_judge()
         if not reference.ok:
@@ -217,7 +221,7 @@ class ProblemEvaluation:
             "device": self.device,
             "build_cache": str(self.cfg.path(self.cfg.build_cache_dir)),
             "construct_seed": plan.construct_seed,
-            "calls": [dataclasses.asdict(c) for c in plan.calls],
+            "calls": [dataclasses.asdict(c) for c in self._calls(role, plan)],
             "timing": self._timing_settings() if self.cfg.timing.enabled else None,
             "allow_tf32": self.cfg.check.allow_tf32,
             "gradients": self.cfg.check.gradients != "off",
@@ -225,6 +229,11 @@ class ProblemEvaluation:
             "cpu_threads": self.cfg.timing.cpu_threads,
             "session": to_dict(session),
         }
+
+    def _calls(self, role: str, plan: Plan) -> tuple[Call, ...]:
+        """A candidate makes every planned call; a compile baseline (the reference itself, compiled)
+        only the first trial's, once per mode: its check is that compiling kept the function."""
+        return plan.calls if role == "candidate" else plan.calls[: len(self.cfg.check.modes)]
 
     def _worker(self, job: dict[str, Any], log_name: str, cwd: Path, on_message: Callable[[dict[str, Any]], Optional[Failure | Reply]] = lambda m: None) -> WorkerOutcome:
         return run_worker(
@@ -265,6 +274,7 @@ class ProblemEvaluation:
         the record keeps the first judge's)."""
         assert self._reference is not None and self.plan is not None
         report = self._start_judge(self.plan, timed=False)
+        self._restart_note = f"the lane's judge was restarted before this candidate (the one before: {self._judge_failures[-1] if self._judge_failures else 'ended'})"
         if not report.ok:
             record = dataclasses.replace(self._reference.record, ok=False, reason=f"the restarted judge failed: {report.reason}")
             self._reference = ReferenceResult(record)
@@ -293,10 +303,13 @@ class ProblemEvaluation:
             finished_at=_now(),
             lane=self.lane.label,
             declared=dict(self.problem.settings),
+            data_plane=report.data_plane,
+            peak_bytes=report.peak_bytes,
+            notes=(report.float64_note,) if report.float64_note else (),
         )
         result = ReferenceResult(record)
         if record.ok and cached is not None:
-            record = dataclasses.replace(cached, run_id=record.run_id, device_name=record.device_name, other_size=record.other_size, other_size_note=record.other_size_note, wall_seconds=record.wall_seconds, finished_at=record.finished_at, timing_reused_from=cached.timing_reused_from or cached.run_id, lane=record.lane, declared=record.declared)
+            record = dataclasses.replace(cached, run_id=record.run_id, device_name=record.device_name, other_size=record.other_size, other_size_note=record.other_size_note, wall_seconds=record.wall_seconds, finished_at=record.finished_at, timing_reused_from=cached.timing_reused_from or cached.run_id, lane=record.lane, declared=record.declared, data_plane=record.data_plane, peak_bytes=record.peak_bytes, notes=record.notes)
         elif record.ok and self.cfg.timing.enabled:
             result.record = record
             baselines = tuple(self._run_baseline(mode, plan, result) for mode in self.cfg.baselines.compile_modes)
@@ -369,8 +382,9 @@ class ProblemEvaluation:
             if judge.alive:
                 judge.request(P.Close(session.session), self.cfg.timeouts.check)
         checks: list[CheckResult] = list(calls)
-        if outcome.failure is None and len(calls) != len(plan.calls):
-            outcome = dataclasses.replace(outcome, failure=(Status.HARNESS_ERROR, f"{len(calls)} of {len(plan.calls)} checks arrived"))
+        planned = len(self._calls(role, plan))
+        if outcome.failure is None and len(calls) != planned:
+            outcome = dataclasses.replace(outcome, failure=(Status.HARNESS_ERROR, f"{len(calls)} of {planned} checks arrived"))
         else:
             checks.extend(c for c in (found.get("buffers"), found.get("timed")) if c is not None)
         return Compared(outcome, checks, found.get("same_seed"), precision, found.get("grads"))
@@ -396,6 +410,9 @@ class ProblemEvaluation:
                 warnings.append(f"{'wrong gradients' if gradients[0] == 'mismatch' else 'forward only'}: {gradients[1]}")
         if same_seed is not None and not same_seed.passed and not self.cfg.check.require_same_seed:
             warnings.append(f"same-seed construction differs from the reference ({same_seed.reason}); weights are created differently")
+        if self._restart_note:
+            warnings.append(self._restart_note)
+            self._restart_note = ""
         threads = [m for m in outcome.messages if m.get("type") == "threads"]
         if threads:
             warnings.append(f"forward left {threads[0]['count']} thread(s) running after it returned ({', '.join(threads[0]['names'])}; first seen after {threads[0]['label']})")

@@ -35,7 +35,7 @@ from harness import protocol as P
 from harness.compare import compare_gradients, compare_outputs, relative_error
 from harness.config import Tolerance
 from harness.records import CheckResult, from_dict
-from harness.regions import Region, TensorSpec, aligned, layout, view, write
+from harness.regions import Region, TensorSpec, aligned, device_sharing, layout, view, write
 from harness.status import Status
 from harness.worker import (
     WorkerFailure, as_outputs, classify, load_module, model_gradients, one_line, other_sizes,
@@ -54,6 +54,10 @@ class _Session:
         self.seen: list[str] = []
         self.pristine: Optional[list[Any]] = None  # the judge's own copy of what is staged in slot 0
         self.pristine_trial: Optional[int] = None
+        self.in_slot: Optional[int] = None  # the trial whose inputs slot 0 holds
+        self.in_slot_args: tuple[P.Arg, ...] = ()
+        self.last_args: Optional[list[Any]] = None  # the inputs the reference's last call ran on
+        self.last_trial: Optional[int] = None
 
     def free(self) -> None:
         self.inputs.free()
@@ -103,6 +107,9 @@ class Judge:
             if not callable(getattr(self.module, name, None)):
                 raise WorkerFailure(Status.INTERFACE_ERROR, f"the problem defines no {name}()")
 
+        # Regions in device memory where another process can map it, else in host shared memory.
+        self.region_kind = "cuda" if self.device.type == "cuda" and device_sharing() else "host"
+
         self._phase("construct")
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
@@ -132,7 +139,7 @@ class Judge:
         budget = job.slot_fraction * total
         self.timed_slots = max(1, min(job.timed_inputs, int(budget // max(self.set_bytes, 1))))
 
-        report = P.ReferenceReport(True, "ok", device_name=device_name, other_size=self.other, other_size_note=self.other_note, peak_bytes=peak, float64_note=self.float64_note)
+        report = P.ReferenceReport(True, "ok", device_name=device_name, data_plane=self.region_kind, other_size=self.other, other_size_note=self.other_note, peak_bytes=peak, float64_note=self.float64_note)
         if job.timing is not None or job.speed_of_light_cache:
             self._phase("time")
             self._load(self.randomized)
@@ -150,6 +157,7 @@ class Judge:
             del sets
         self._phase("")
         self._load(self.randomized)
+        _release(self.device)
         return dataclasses.replace(report, phase_seconds={k: v for k, v in self.phase_seconds.items() if k})
 
     def _reference_pass(self) -> list[int]:
@@ -168,7 +176,12 @@ class Judge:
                     args = self._inputs(call.input)
                     self.set_bytes = max(self.set_bytes, layout(_tensors(args))[1])
                     if index == job.precision_call:
+                        # The twin is optional (skipped where it would not fit): its memory is not the reference's.
+                        before = self._peak()
                         self._float64_probe(args)
+                        self._peak_floor = before
+                        if self.device.type == "cuda":
+                            torch.cuda.reset_peak_memory_stats(self.device)
                     sizes.append(self._bytes(self._forward(args)))
                 sizes.append(self._bytes([b for _, b in self.model.named_buffers()]))
                 for t in range(len(job.input_seeds)):
@@ -224,6 +237,7 @@ class Judge:
         with torch.no_grad():
             out = as_outputs(twin(*wide))
         synchronize(self.device)
+        del twin, wide
         return out
 
     def _speed_of_light(self, report: P.ReferenceReport, args: list[Any]) -> P.ReferenceReport:
@@ -248,9 +262,9 @@ class Judge:
         init_specs, end = layout(init_tensors, end)
         slot_size = aligned(self.set_bytes)
         slots = [aligned(end) + k * slot_size for k in range(self.timed_slots)]
-        inputs = Region.allocate(aligned(end) + slot_size * self.timed_slots, self.device)
+        inputs = Region.allocate(aligned(end) + slot_size * self.timed_slots, self.device, self.region_kind)
         try:
-            mailbox = Region.allocate(self.mailbox_bytes, self.device)
+            mailbox = Region.allocate(self.mailbox_bytes, self.device, self.region_kind)
         except BaseException:
             inputs.free()
             raise
@@ -271,8 +285,7 @@ class Judge:
         if session is not None:
             session.pristine = None
             session.free()
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
+        _release(self.device)
         return P.Closed(number)
 
     def check(self, number: int, step: P.Step) -> P.Verdict:
@@ -285,9 +298,10 @@ class Judge:
         session.seen.append(step.step)
         with torch.no_grad():
             verdict = self._judge_step(session, step)
-        if verdict.failure is None and (verdict.check is None or verdict.check.passed):
+        if verdict.failure is None and (verdict.check is None or verdict.check.passed or step.step == "same_seed"):
             verdict = dataclasses.replace(verdict, staged=self._stage(session, step.want))
         synchronize(self.device)
+        _release(self.device)  # what this step held goes back before the worker's next step
         return verdict
 
     def _out_of_order(self, session: _Session, step: P.Step) -> str:
@@ -302,11 +316,15 @@ class Judge:
             ok = session.seen[-1:] == ["buffers"] and self.job.gradients and session.role != "baseline"
         elif step.step == "timed":
             ok = "buffers" in session.seen and "timed" not in session.seen
+        elif step.step == "stage":  # inputs asked for, no outputs to judge (a baseline's timing sets)
+            ok = not step.outputs and session.next_call > 0
         else:
             return f"unknown step {step.step!r}"
         return "" if ok else f"step {step.step} {step.index} arrived out of the plan's order (after {', '.join(session.seen[-2:]) or 'nothing'})"
 
     def _judge_step(self, session: _Session, step: P.Step) -> P.Verdict:
+        if step.step == "stage":
+            return P.Verdict()
         if step.step == "buffers":
             return P.Verdict(check=self._compare_named("buffers after the calls", dict(self.model.named_buffers()), session, step))
         if step.step == "grads":
@@ -341,6 +359,7 @@ class Judge:
         wide = self._float64(args) if step.index == self.job.precision_call else None
         self._output_bytes = 0
         expected = self._forward(args, aliases=True)
+        session.last_args, session.last_trial = args, call.input
         check = self._compare(call.label, expected, session, step)
         precision: dict[str, float] = {}
         if wide is not None and check.passed:
@@ -349,6 +368,9 @@ class Judge:
                 candidate, reference = relative_error(got, wide), relative_error(expected["tensors"], wide)
                 if candidate == candidate and reference == reference:
                     precision = {"candidate": candidate, "reference": reference}
+        if wide is not None:
+            del wide
+            _release(self.device)  # the twin's memory goes back to the device, for the worker beside us
         return P.Verdict(check=check, precision=precision)
 
     def _staged_inputs(self, session: _Session, trial: int) -> list[Any]:
@@ -361,7 +383,11 @@ class Judge:
         return args
 
     def _mutated(self, session: _Session, args: list[Any], label: str) -> Optional[P.Verdict]:
-        """The worker's copy of the inputs must still hold what the judge staged."""
+        """The worker's copy of the inputs must still hold what the judge staged. (A worker on a
+        CUDA device with a host region computes on device copies the judge cannot see; it checks
+        them itself.)"""
+        if self.region_kind == "host" and self.device.type == "cuda":
+            return None
         staged = [view(session.inputs.tensor, spec) for spec in layout(_tensors(args), session.slots[0])[0]]
         for position, (mine, theirs) in enumerate(zip(_tensors(args), staged)):
             if not same_bits(mine, theirs):
@@ -372,6 +398,7 @@ class Judge:
         if want.kind == "none":
             return P.Staged(())
         if want.kind == "timing":
+            session.in_slot = None
             sets = []
             for k, offset in enumerate(session.slots):
                 sets.append(self._write_set(session, self._inputs(k), offset))
@@ -385,10 +412,28 @@ class Judge:
             trial = want.index
         else:
             return None
+        if session.in_slot == trial:
+            # The slot still holds this trial's inputs (the judge or the worker checked that forward
+            # left them alone): nothing to write, and a worker on device copies need not copy again.
+            session.pristine, session.pristine_trial = self._inputs_again(session, trial), trial
+            return P.Staged((session.in_slot_args,), fresh=False)
         args = self._inputs(trial)
         staged = self._write_set(session, args, session.slots[0])
         session.pristine, session.pristine_trial = args, trial
+        session.in_slot, session.in_slot_args = trial, staged
         return P.Staged((staged,))
+
+    def _inputs_again(self, session: _Session, trial: int) -> list[Any]:
+        """The judge's own copy of a trial's inputs once more. On the CPU, making them is the
+        costly part of a step: the copy the reference just used is kept when it is still bit for
+        bit what the slot holds (the reference may write into its inputs). On a GPU, make them again."""
+        used = session.last_args
+        session.last_args = None
+        if self.device.type == "cpu" and used is not None and session.last_trial == trial:
+            slot = [view(session.inputs.tensor, spec) for spec in layout(_tensors(used), session.slots[0])[0]]
+            if all(same_bits(mine, theirs) for mine, theirs in zip(_tensors(used), slot)):
+                return used
+        return self._inputs(trial)
 
     def _write_set(self, session: _Session, args: list[Any], offset: int) -> tuple[P.Arg, ...]:
         tensors = _tensors(args)
@@ -501,10 +546,16 @@ class Judge:
 
     def _peak(self) -> int:
         if self.device.type == "cuda":
-            return int(torch.cuda.max_memory_allocated(self.device))
+            return max(getattr(self, "_peak_floor", 0), int(torch.cuda.max_memory_allocated(self.device)))
         import resource
 
         return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def _release(device: torch.device) -> None:
+    """Give cached device memory back, so that the worker beside the judge can have it."""
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
 
 
 def _snapshot(model: Any) -> dict[str, Any]:

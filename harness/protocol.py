@@ -123,6 +123,7 @@ class Staged:
     """Input sets the judge has just written into the worker's inputs region."""
 
     sets: tuple[tuple[Arg, ...], ...]  # one set for a call; several for timing (rotated over)
+    fresh: bool = True  # False: the region already held these values (same trial again), nothing was written
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,7 +149,8 @@ class Output:
 @dataclasses.dataclass(frozen=True)
 class Step:
     """A worker finished one step and put its outputs in the mailbox (worker -> parent -> judge).
-    Steps come in the plan's order: same_seed, call 0..n-1, buffers, grads, timed."""
+    Steps come in the plan's order: same_seed, call 0..n-1, buffers, grads, timed; "stage" asks for
+    inputs with no outputs to judge (a compile baseline's timing sets)."""
 
     step: str  # "same_seed" | "call" | "buffers" | "grads" | "timed"
     index: int = 0  # the call's index for step "call"
@@ -204,6 +206,7 @@ class ReferenceReport:
     other_size_note: str = ""
     peak_bytes: int = 0  # the reference's peak device (or host) memory through the plan
     float64_note: str = ""  # why the float64 twin is not available, when it is not
+    data_plane: str = ""  # where workers' regions live: "cuda" (device memory, IPC) or "host" (shared memory)
     phase_seconds: dict[str, float] = dataclasses.field(default_factory=dict)
 
 

@@ -296,6 +296,9 @@ class ReferenceRecord:
     finished_at: str = ""  # ISO-8601
     lane: str = ""  # the lane (GPU) this reference ran and was timed on; its candidates compare to it
     declared: dict[str, Any] = dataclasses.field(default_factory=dict)  # the problem's HARNESS_* declarations, which override the config
+    data_plane: str = ""  # where the judge shares inputs and outputs with workers: "cuda" (device memory) or "host" (shared memory)
+    peak_bytes: int = 0  # the reference's peak device memory (host RSS on the CPU) through the plan
+    notes: tuple[str, ...] = ()  # what the judge could not do (float64 twin) and judge restarts on this lane
     schema_version: int = SCHEMA_VERSION  # record layout version
     tool_version: str = __version__  # harness version that wrote the record
 

@@ -1,11 +1,15 @@
 """Memory regions the judge shares with one candidate's worker, and tensors laid out in them.
 
 A region is one allocation of its own, made by the judge and mapped by one worker:
-- on CUDA, `cuMemAlloc` through the driver API, exported with `cuIpcGetMemHandle`. The caching
-  allocator is bypassed on purpose: PyTorch's own IPC exports a whole allocator segment, which can
-  hold other tensors of the judge's, so a region is an allocation that holds nothing else;
-- on the CPU, a `memfd` (anonymous shared memory: nothing on disk, gone when the last process
-  holding it ends), which the worker maps through `/proc/<judge pid>/fd/<fd>`.
+- "cuda": device memory from `cuMemAlloc` through the driver API, exported with
+  `cuIpcGetMemHandle`. The caching allocator is bypassed on purpose: PyTorch's own IPC exports a
+  whole allocator segment, which can hold other tensors of the judge's, so a region is an
+  allocation that holds nothing else;
+- "host": a `memfd` (anonymous shared memory: nothing on disk, gone when the last process holding
+  it ends), which the worker maps through `/proc/<judge pid>/fd/<fd>`. CPU runs use it, and so do
+  CUDA runs where the driver cannot share device memory between processes (some sandboxes): the
+  worker then copies its inputs to the device and its outputs back, a host round trip per step
+  (pinned, where the driver allows it).
 
 The judge reads only regions it allocated, at offsets it checks against their size, so a worker
 that reports a wrong layout gets a failed check, never a read outside the region.
@@ -28,7 +32,7 @@ ALIGN = 256  # every tensor in a region starts on this boundary (any dtype's ali
 class RegionHandle:
     """What a worker needs to map a region: sent to it in its job."""
 
-    kind: str  # "cuda" (an IPC handle) or "cpu" (a memfd path)
+    kind: str  # "cuda" (an IPC handle) or "host" (a memfd path)
     nbytes: int  # size of the allocation
     handle: str  # cuda: the 64-byte IPC handle in hex; cpu: /proc/<pid>/fd/<fd>
 
@@ -131,10 +135,12 @@ class Region:
         self._release = release
 
     @classmethod
-    def allocate(cls, nbytes: int, device: torch.device) -> "Region":
-        """A new region owned by this process (the judge)."""
+    def allocate(cls, nbytes: int, device: torch.device, kind: str = "") -> "Region":
+        """A new region owned by this process (the judge): device memory (kind "cuda", the
+        default on a CUDA device) or host shared memory ("host")."""
         nbytes = max(int(nbytes), ALIGN)
-        if device.type == "cuda":
+        kind = kind or ("cuda" if device.type == "cuda" else "host")
+        if kind == "cuda":
             torch.cuda.synchronize(device)  # the primary context is current on this thread
             lib = _cuda()
             pointer = ctypes.c_uint64()
@@ -154,15 +160,17 @@ class Region:
             os.close(fd)
             raise
         tensor = torch.frombuffer(memory, dtype=torch.uint8)
+        unpin = _pin(tensor, device)
 
         def release() -> None:
+            unpin()
             try:
                 memory.close()
             except BufferError:
                 pass  # a view is still alive; the mapping goes with the process
             os.close(fd)
 
-        return cls("cpu", nbytes, tensor, f"/proc/{os.getpid()}/fd/{fd}", release)
+        return cls("host", nbytes, tensor, f"/proc/{os.getpid()}/fd/{fd}", release)
 
     @classmethod
     def open(cls, handle: RegionHandle, device: torch.device) -> "Region":
@@ -181,7 +189,8 @@ class Region:
             memory = mmap.mmap(fd, handle.nbytes)
         finally:
             os.close(fd)
-        return cls("cpu", handle.nbytes, torch.frombuffer(memory, dtype=torch.uint8), handle.handle, lambda: None)
+        tensor = torch.frombuffer(memory, dtype=torch.uint8)
+        return cls("host", handle.nbytes, tensor, handle.handle, _pin(tensor, device))
 
     def free(self) -> None:
         """Release the allocation. The judge calls this only once the worker that mapped it has ended."""
@@ -189,3 +198,61 @@ class Region:
         release, self._release = self._release, None
         if release is not None:
             release()
+
+
+def _pin(tensor: torch.Tensor, device: torch.device) -> Any:
+    """Page-lock host memory a CUDA device copies to and from (a faster DMA); returns the undo.
+    Where the driver refuses, copies go through pageable memory, slower but the same."""
+    if device.type != "cuda" or tensor.numel() == 0:
+        return lambda: None
+    cudart = torch.cuda.cudart()
+    pointer = tensor.data_ptr()
+    try:
+        if int(cudart.cudaHostRegister(pointer, tensor.numel(), 0)) != 0:
+            return lambda: None
+    except Exception:
+        return lambda: None
+    return lambda: cudart.cudaHostUnregister(pointer)
+
+
+_ipc: Optional[bool] = None
+
+
+def device_sharing() -> bool:
+    """Can another process map this process's device memory (CUDA IPC)? Probed once per process:
+    a child process opens a handle to a small region made here."""
+    global _ipc
+    if _ipc is None:
+        import subprocess
+        import sys
+
+        region = Region.allocate(ALIGN, torch.device("cuda", torch.cuda.current_device()), "cuda")
+        try:
+            probe = subprocess.run([sys.executable, "-m", "harness.regions", region.handle.handle], capture_output=True, text=True, timeout=60)
+            _ipc = probe.returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            _ipc = False
+        finally:
+            region.free()
+    return _ipc
+
+
+def _probe_child(handle: str) -> int:
+    """In a fresh process, without torch: open the IPC handle on the current device."""
+    lib = _cuda()
+    device, context, pointer = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_uint64()
+    for result in (lib.cuInit(0), lib.cuDeviceGet(ctypes.byref(device), 0), lib.cuDevicePrimaryCtxRetain(ctypes.byref(context), device), lib.cuCtxSetCurrent(context)):
+        if result != 0:
+            return 1
+    raw = _IpcHandle()
+    raw.reserved = bytes.fromhex(handle)
+    if lib.cuIpcOpenMemHandle_v2(ctypes.byref(pointer), raw, 1) != 0:
+        return 1
+    lib.cuIpcCloseMemHandle(pointer)
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(_probe_child(sys.argv[1]))

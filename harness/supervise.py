@@ -406,6 +406,12 @@ class JudgeClient:
                 raise JudgeFailed(reply.reason)
             return reply
 
+    def running(self) -> bool:
+        return self.alive and self.proc.poll() is None
+
+    def describe_exit(self) -> str:
+        return _describe_exit(self.proc.poll())
+
     def close(self) -> None:
         """Let the judge finish (end of its requests), then make sure its group is gone."""
         if self.alive:

@@ -106,15 +106,14 @@ def load_module(path: Path, module_name: str) -> types.ModuleType:
 
 
 def same_bits(a: Any, b: Any) -> bool:
+    """Inputs left as they were: bit-for-bit equal tensors (or equal values)."""
     import torch
+
+    from harness.compare import same_bits as tensors_equal
 
     if not isinstance(a, torch.Tensor):
         return a == b
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return False
-    if a.is_floating_point() or a.is_complex():
-        return torch.equal(torch.isnan(a), torch.isnan(b)) and torch.equal(a.nan_to_num(), b.nan_to_num())
-    return torch.equal(a, b)
+    return tensors_equal(a, b)
 
 
 def setup_device(job: dict[str, Any]) -> tuple[Any, str, str]:
@@ -183,8 +182,6 @@ class Worker:
         self.phase("load")
         device, arch, device_name = setup_device(job)
         self.device = device
-        if device.type == "cpu" and job["cpu_threads"]:
-            torch.set_num_threads(job["cpu_threads"])
         from harness.buildcache import BuildCache
 
         cache = BuildCache(
@@ -207,6 +204,7 @@ class Worker:
             self.mailbox = Region.open(self.session.mailbox, device)
         except Exception as exc:
             raise WorkerFailure(Status.HARNESS_ERROR, f"could not map the judge's regions: {one_line(exc)}") from None
+        self._copies = self.inputs.kind == "host" and device.type == "cuda"
         init_args = [a.clone() if isinstance(a, torch.Tensor) else a for a in self._args(self.session.init_args)]
         try:
             torch.manual_seed(job["construct_seed"])
@@ -219,6 +217,8 @@ class Worker:
 
         runner = model
         if job.get("compile_mode"):
+            # torch.compile's caches beside the build cache: reused across runs, never in the run's scratch
+            os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(job["build_cache"]).parent / "inductor"))
             runner = self._compile(model, job["compile_mode"], device)
 
         self.phase("check")
@@ -234,21 +234,30 @@ class Worker:
                 model.train(call["mode"] == "train")
                 # The inputs of every call are written by the judge into the same memory: an answer
                 # memoised by input identity or address comes back stale and fails the comparison.
-                args = self._set(staged.sets[0])
+                args = self._set(staged.sets[0], staged.fresh)
                 out = self._call(runner, args, f"call_{index}")
                 last = index + 1 == len(calls)
                 staged = self._step("call", index, out, args, want=("none", 0) if last else ("call", index + 1))
+                del out
         gradients = job.get("gradients") and self.role != "baseline"
         timing = job.get("timing") is not None
         after_buffers = ("trial", 0) if gradients else ("timing", 0) if timing else ("none", 0)
-        staged = self._step("buffers", 0, [v.detach() for _, v in model.named_buffers()], [], want=after_buffers, names=[k for k, _ in model.named_buffers()])
+        if self.role == "baseline":  # the compiled reference: its calls are checked, then it is timed
+            staged = self._ask("timing") if timing else staged
+        else:
+            staged = self._step("buffers", 0, [v.detach() for _, v in model.named_buffers()], [], want=after_buffers, names=[k for k, _ in model.named_buffers()])
         if gradients:
-            status, reason, grads = model_gradients(model, self._set(staged.sets[0]), job["gradient_seed"], self.guard)
+            status, reason, grads = model_gradients(model, self._set(staged.sets[0], staged.fresh), job["gradient_seed"], self.guard)
             staged = self._step("grads", 0, list(grads.values()), [], want=("timing", 0) if timing else ("none", 0), names=list(grads), status=status, reason=reason)
+            del grads
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
         self.end_phase()
 
         if timing:
             self.phase("time")
+            if device.type == "cpu" and job["cpu_threads"]:
+                torch.set_num_threads(job["cpu_threads"])  # checks use every core; timings this many
             self._time(runner, [self._set(s) for s in staged.sets], device)
             self.end_phase()
         self.channel.send({"type": "done", "device_name": device_name, "phase_seconds": self.phase_seconds})
@@ -260,13 +269,36 @@ class Worker:
 
         return [view(self.inputs.tensor, a.tensor) if a.tensor is not None else a.value for a in args]
 
-    def _set(self, args: Any) -> list[Any]:
-        """The staged input set as tensors in the inputs region: the same tensor objects whenever
-        the judge staged the same layout."""
+    def _set(self, args: Any, fresh: bool = True) -> list[Any]:
+        """The staged input set: the same tensor objects whenever the judge staged the same layout.
+        They are views into the inputs region, or, where the region is in host memory on a CUDA
+        run, device copies of them, refilled from the region each time a step's inputs are staged."""
+        import torch
+
         key = tuple(args)
         if key not in self._views:
-            self._views[key] = self._args(args)
-        return self._views[key]
+            views = self._args(args)
+            tensors = [v.to(self.device, copy=True) if self._copies and isinstance(v, torch.Tensor) else v for v in views]
+            self._views[key] = (views, tensors)
+        elif self._copies and fresh:
+            for view_, tensor in zip(*self._views[key]):
+                if isinstance(tensor, torch.Tensor):
+                    tensor.copy_(view_)
+        self._last = self._views[key]
+        return self._views[key][1]
+
+    def _check_copies(self, label: str) -> None:
+        """Where the worker runs on device copies of a host region, the judge cannot see them: the
+        worker checks that forward left them as the judge staged them (a chunk at a time)."""
+        import torch
+
+        if not self._copies:
+            return
+        for position, (staged, tensor) in enumerate(zip(*self._last)):
+            if not isinstance(tensor, torch.Tensor):
+                continue
+            if not same_bits(tensor, staged):
+                raise WorkerFailure(Status.MUTATED_INPUT, f"forward changed input {position} in place ({label})")
 
     def _step(self, step: str, index: int, outputs: list[Any], inputs: list[Any], *, want: tuple[str, int], names: Optional[list[str]] = None, status: str = "ok", reason: str = "") -> Any:
         """Put `outputs` in the mailbox, report the step, and wait for the parent's go-ahead; the
@@ -276,6 +308,8 @@ class Worker:
         from harness.regions import layout, write
         import torch
 
+        if step in ("same_seed", "call"):
+            self._check_copies(step if step == "same_seed" else f"call_{index}")
         tensors = [o for o in outputs if isinstance(o, torch.Tensor)]
         specs, end = layout(tensors)
         fits = end <= self.mailbox.nbytes
@@ -299,6 +333,10 @@ class Worker:
             raise WorkerFailure(Status.HARNESS_ERROR, f"the parent went away after step {step}")
         reply = json.loads(line)
         return from_dict(Staged, reply["staged"]) if reply.get("staged") is not None else None
+
+    def _ask(self, kind: str) -> Any:
+        """Ask for inputs without reporting outputs (a step with none)."""
+        return self._step("stage", 0, [], [], want=(kind, 0))
 
     def _call(self, model: Any, args: list[Any], label: str) -> list[Any]:
         import threading
@@ -350,7 +388,7 @@ class Worker:
         self.guard.check("timing")
         from harness.records import to_dict
 
-        if last is not None and all(_is_tensor(o) for o in last):
+        if last is not None and all(_is_tensor(o) for o in last) and self.role != "baseline":
             self._step("timed", 0, last, sets[0], want=("none", 0))
         self.channel.send({"type": "timing", "stats": to_dict(stats), "profile": to_dict(profile), "profile_error": profile_error})
 

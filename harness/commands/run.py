@@ -2,12 +2,16 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
+import signal
 import sys
+import threading
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
+from harness import scratch
 from harness.candidate import Candidate, discover_candidates
 from harness.config import Config, load_config
 from harness.errors import ExitCode, UserError
@@ -139,17 +143,57 @@ def resume_targets(store: RunStore, targets: list[Target]) -> tuple[list[Target]
     return left, kept
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM during a run: handled as Ctrl-C is (records kept, workers ended, exit 130)."""
+
+
+@contextlib.contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """While inside, SIGTERM raises Terminated (a KeyboardInterrupt) in the main thread, once;
+    a second SIGTERM does not cut the clean-up short. Elsewhere than the main thread: nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    fired = False
+
+    def on_sigterm(signum: int, frame: object) -> None:
+        nonlocal fired
+        if not fired:
+            fired = True
+            raise Terminated("terminated (SIGTERM)")
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+
+
 def run(cfg: Config, targets: list[Target], *, run_id: str | None = None, resume: bool = False, quiet: bool = False, json_output: bool = False, argv: Sequence[str] = ()) -> int:
+    """Evaluate `targets` into a new (or, with `resume`, an existing) run folder; the exit code.
+    The run owns a scratch folder (harness.scratch) for its lifetime, removed however it ends, and
+    SIGTERM interrupts it as Ctrl-C does. Too little free disk raises ResourceError first."""
+    with sigterm_interrupts():
+        device = resolve_device(cfg)
+        for problem, _ in targets:
+            problem.settings  # a malformed HARNESS_* declaration is a usage error before anything runs
+        results_dir = cfg.path(cfg.results_dir)
+        if resume and not (results_dir / str(run_id) / "records.jsonl").is_file():
+            raise UserError(f"--resume {run_id}: no run with records in {results_dir}")
+        if not resume and run_id and (results_dir / run_id / "records.jsonl").is_file():
+            raise UserError(f"run {run_id} already has records in {results_dir}; use --resume {run_id} to finish it, or another --run-id")
+        scratch.check_free_disk([scratch.default_base(), results_dir], cfg.limits.min_free_disk_mb * scratch.MIB)
+        with scratch.RunScratch.create() as own:
+            previous = scratch.set_current(own)
+            try:
+                return _run(cfg, targets, device, results_dir, run_id=run_id, resume=resume, quiet=quiet, json_output=json_output, argv=argv)
+            finally:
+                scratch.set_current(previous)
+
+
+def _run(cfg: Config, targets: list[Target], device: str, results_dir: Path, *, run_id: str | None, resume: bool, quiet: bool, json_output: bool, argv: Sequence[str]) -> int:
     from harness.environment import collect_environment
 
-    device = resolve_device(cfg)
-    for problem, _ in targets:
-        problem.settings  # a malformed HARNESS_* declaration is a usage error before anything runs
-    results_dir = cfg.path(cfg.results_dir)
-    if resume and not (results_dir / str(run_id) / "records.jsonl").is_file():
-        raise UserError(f"--resume {run_id}: no run with records in {results_dir}")
-    if not resume and run_id and (results_dir / run_id / "records.jsonl").is_file():
-        raise UserError(f"run {run_id} already has records in {results_dir}; use --resume {run_id} to finish it, or another --run-id")
     store = RunStore(results_dir, run_id or new_run_id())
     previous: list[CandidateRecord] = []
     if resume:
@@ -179,10 +223,11 @@ def run(cfg: Config, targets: list[Target], *, run_id: str | None = None, resume
             for problem, candidates in targets:
                 progress.problem(problem.name, len(candidates))
                 records.extend(executor.run_problem(problem, candidates))
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (Terminated)
             interrupted = True
             executor.stop()
-            progress.message("interrupted: the leaderboard below covers the candidates finished so far")
+            how = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+            progress.message(f"{how}: the leaderboard below covers the candidates finished so far")
         finally:
             executor.close()
             if builds is not None:

@@ -1,0 +1,235 @@
+"""The lane judge on the CPU path: real judge and worker processes, shared memory, no tensor files.
+
+The judge makes the inputs, keeps the expected outputs to itself and compares in place; these
+tests hold it to the trust guarantees: what a candidate does to the memory it was given cannot
+change a verdict, a candidate that crashes never takes the judge down, a judge that dies is
+replaced (and the record says so), and the judge reads only where it allocated.
+"""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness import protocol as P
+from harness.candidate import Candidate
+from harness.evaluate import Plan, ProblemEvaluation
+from harness.judge import Judge
+from harness.problem import resolve_problem
+from harness.regions import TensorSpec, layout
+from harness.status import Status
+from harness.store import RunStore
+
+ROOT = Path(__file__).resolve().parent.parent
+
+HEADER = '''
+import os, torch
+import torch.nn as nn
+
+class ModelNew(nn.Module):
+    def __init__(self, features, scale):
+        super().__init__()
+        self.bias = nn.Parameter(torch.randn(features))
+        self.scale = scale
+
+    def forward(self, x):
+'''
+
+HONEST = "return torch.relu(x * self.scale + self.bias)"
+BODIES = {
+    "honest": HONEST,
+    # Computes the right answer, then overwrites every byte of the memory its input lives in:
+    # its other input sets, the reference's weights it was given, everything the judge shared.
+    "scribbles_over_its_region": "y = torch.relu(x * self.scale + self.bias); x.untyped_storage().fill_(0); return y",
+    "writes_its_input": "y = torch.relu(x * self.scale + self.bias); x.add_(1.0); return y",
+    "segfaults": "import ctypes; ctypes.string_at(0)",
+}
+
+
+def _evaluation(tmp_path, make_config, names, *extra, device="cpu"):
+    cfg = make_config("timing.enabled=false", "check.gradients=off", *extra)
+    problem = resolve_problem("1_Scale_Bias_ReLU", cfg.path(cfg.problems_dir))
+    folder = tmp_path / "solutions"
+    folder.mkdir(exist_ok=True)
+    candidates = []
+    for index, name in enumerate(names):
+        path = folder / f"{index}_{name}.py"
+        path.write_text(HEADER + "        " + BODIES[name] + "\n")
+        candidates.append(Candidate(path.stem, path))
+    store = RunStore(cfg.path(cfg.results_dir), "judge-test")
+    return ProblemEvaluation(problem, candidates, cfg, device, store), candidates
+
+
+def test_writes_to_the_shared_inputs_fail_the_writer_and_leave_the_next_verdict_alone(tmp_path, make_config):
+    evaluation, candidates = _evaluation(tmp_path, make_config, ["scribbles_over_its_region", "writes_its_input", "honest"])
+    try:
+        records = [evaluation.evaluate(c) for c in candidates]
+    finally:
+        evaluation.close()
+    scribbler, writer, honest = records
+    assert scribbler.status is Status.MUTATED_INPUT, scribbler.reason
+    assert writer.status is Status.MUTATED_INPUT, writer.reason
+    assert "changed input 0" in writer.reason
+    assert honest.status is Status.CORRECT, honest.reason
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_writes_to_the_shared_inputs_fail_the_writer_and_the_judge_keeps_serving(tmp_path, make_config):
+    evaluation, candidates = _evaluation(tmp_path, make_config, ["scribbles_over_its_region", "writes_its_input", "segfaults", "honest"], device="cuda")
+    try:
+        records = [evaluation.evaluate(c) for c in candidates]
+        plane = evaluation._reference.record.data_plane
+    finally:
+        evaluation.close()
+    scribbler, writer, crashed, honest = records
+    assert plane in ("cuda", "host")
+    assert scribbler.status is Status.MUTATED_INPUT, scribbler.reason
+    assert writer.status is Status.MUTATED_INPUT, writer.reason
+    assert crashed.status is Status.CRASHED, crashed.reason
+    assert honest.status is Status.CORRECT, honest.reason
+
+
+def test_a_crashing_candidate_never_takes_the_judge_down(tmp_path, make_config):
+    evaluation, candidates = _evaluation(tmp_path, make_config, ["segfaults", "honest"])
+    try:
+        crashed = evaluation.evaluate(candidates[0])
+        judge = evaluation._judge.proc.pid
+        honest = evaluation.evaluate(candidates[1])
+        assert evaluation._judge.proc.pid == judge  # the same judge served both
+    finally:
+        evaluation.close()
+    assert crashed.status is Status.CRASHED, crashed.reason
+    assert honest.status is Status.CORRECT, honest.reason
+
+
+def test_a_judge_killed_between_candidates_is_restarted(tmp_path, make_config):
+    evaluation, candidates = _evaluation(tmp_path, make_config, ["honest", "honest", "honest"])
+    try:
+        evaluation.evaluate(candidates[0])
+        os.kill(evaluation._judge.proc.pid, signal.SIGKILL)
+        evaluation._judge.proc.wait()
+        after = evaluation.evaluate(candidates[1])
+        again = evaluation.evaluate(candidates[2])
+    finally:
+        evaluation.close()
+    assert after.status is Status.CORRECT, after.reason
+    assert any("judge was restarted" in w for w in after.warnings), after.warnings
+    assert again.status is Status.CORRECT and not any("judge" in w for w in again.warnings)
+
+
+# -- the judge in this process: its protocol rules -------------------------------------------------
+
+
+@pytest.fixture
+def judge(make_config):
+    cfg = make_config("timing.enabled=false").for_problem({})
+    problem = resolve_problem("1_Scale_Bias_ReLU", cfg.path(cfg.problems_dir))
+    evaluation = ProblemEvaluation.__new__(ProblemEvaluation)
+    evaluation.cfg, evaluation.device, evaluation.problem = cfg, "cpu", problem
+    job = evaluation._judge_job(Plan.fresh(cfg), timed=False)
+    sent = []
+    judge = Judge(job, sent.append)
+    report = judge.start()
+    assert report.ok, report.reason
+    assert report.data_plane == "host"
+    yield judge
+    for number in list(judge.sessions):
+        judge.close(number)
+
+
+def test_steps_out_of_the_plans_order_are_refused(judge):
+    session = judge.open("candidate")
+    verdict = judge.check(session.session, P.Step("call", 3))
+    assert verdict.failure is not None and verdict.failure[0] == Status.FORGED_RESULT.value
+    assert "out of the plan's order" in verdict.failure[1]
+
+
+def test_outputs_said_to_lie_outside_the_mailbox_fail_without_being_read(judge):
+    session = judge.open("candidate")
+    staged = session.first.sets[0][0].tensor
+    beyond = TensorSpec(session.mailbox.nbytes + 4096, staged.shape, staged.dtype)
+    verdict = judge.check(session.session, P.Step("same_seed", outputs=(P.Output("Tensor", device="cpu", tensor=beyond),), want=P.Want("call", 0)))
+    assert verdict.check is not None and not verdict.check.passed
+    assert "not where it said" in verdict.check.reason
+
+
+def test_the_mailbox_holds_the_largest_step_and_inputs_hold_only_what_the_worker_needs(judge):
+    session = judge.open("candidate")
+    first = session.first.sets[0][0].tensor
+    x_bytes = first.nbytes
+    assert session.mailbox.nbytes >= x_bytes  # one output of x's shape
+    weights = sum(w.tensor.nbytes for w in session.weights)
+    # weights, then the timed input sets (at most the regular trials), nothing else of the judge's
+    assert session.inputs.nbytes <= weights + 256 * (len(session.weights) + 2) + judge.timed_slots * (x_bytes + 256)
+
+
+# -- a problem large for the CI machine, end to end ---------------------------------------------------
+
+LARGE = '''
+"""y = x * 2 + 1 over a 1 GiB float32 input."""
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return x * 2.0 + 1.0
+
+
+def get_inputs():
+    return [torch.rand(16384, 16384)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def _peak_rss(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+LARGE_LIMIT_S = 240  # on a 2-core machine this run takes about 60 s
+
+
+def test_a_gigabyte_problem_completes_with_a_small_parent_and_no_scratch_left(tmp_path):
+    problems = tmp_path / "problems"
+    (problems / "level1").mkdir(parents=True)
+    (problems / "level1" / "1_Big_Affine.py").write_text(LARGE)
+    solutions = tmp_path / "solutions" / "1_Big_Affine"
+    solutions.mkdir(parents=True)
+    (solutions / "null.py").write_text(LARGE.replace("class Model(", "class ModelNew("))
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = dict(os.environ, TMPDIR=str(scratch))
+    command = [
+        sys.executable, "run.py", "--problem", "1_Big_Affine", "--device", "cpu", "--no-timing", "--quiet",
+        "--set", f"problems_dir={problems}", "--set", f"solutions_dir={tmp_path / 'solutions'}", "--results", str(tmp_path / "results"),
+        "--set", "check.trials=2", "--set", "check.gradients=off", "--set", "check.input_distributions=[given]",
+        "--set", f"build_cache_dir={tmp_path / 'builds'}", "--set", f"measurement_cache_dir={tmp_path / 'measurements'}",
+    ]
+    started = time.monotonic()
+    proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    peak = 0
+    while proc.poll() is None and time.monotonic() - started < LARGE_LIMIT_S:
+        peak = max(peak, _peak_rss(proc.pid))
+        time.sleep(0.2)
+    if proc.poll() is None:
+        proc.kill()
+    output = proc.communicate()[0].decode(errors="replace")
+    assert proc.returncode == 0, output[-2000:]
+    assert time.monotonic() - started < LARGE_LIMIT_S
+    assert peak < 2 << 30, f"the parent peaked at {peak >> 20} MiB"
+    left = [p for p in scratch.rglob("*") if p.is_file()]
+    assert not left, left[:5]
