@@ -72,6 +72,7 @@ class Judge:
         self.sessions: dict[int, _Session] = {}
         self._count = 0
         self.float64_note = ""
+        self.gradients_note = ""  # why the gradient check is skipped, when it is
         self.other: dict[str, Any] = {}
         self.other_note = ""
         self.phase_seconds: dict[str, float] = {}
@@ -128,7 +129,7 @@ class Judge:
         self._phase("check")
         steps = self._reference_pass()
         self.mailbox_bytes = max(steps)
-        peak = self._peak()
+        peak = self.forward_peak
         total = _device_memory(self.device)
         if peak > job.memory_fraction * total:
             raise WorkerFailure(
@@ -139,7 +140,7 @@ class Judge:
         budget = job.slot_fraction * total
         self.timed_slots = max(1, min(job.timed_inputs, int(budget // max(self.set_bytes, 1))))
 
-        report = P.ReferenceReport(True, "ok", device_name=device_name, data_plane=self.region_kind, other_size=self.other, other_size_note=self.other_note, peak_bytes=peak, float64_note=self.float64_note)
+        report = P.ReferenceReport(True, "ok", device_name=device_name, data_plane=self.region_kind, other_size=self.other, other_size_note=self.other_note, peak_bytes=peak, float64_note="; ".join(n for n in (self.float64_note, self.gradients_note) if n))
         if job.timing is not None or job.speed_of_light_cache:
             self._phase("time")
             self._load(self.randomized)
@@ -186,9 +187,14 @@ class Judge:
                 sizes.append(self._bytes([b for _, b in self.model.named_buffers()]))
                 for t in range(len(job.input_seeds)):
                     self.set_bytes = max(self.set_bytes, layout(_tensors(self._inputs(t)))[1])
+            self.forward_peak = self._peak()  # the reference alone: what must fit beside a worker
             if job.gradients:
-                status, _, grads = model_gradients(self.model, self._inputs(0), job.gradient_seed)
+                status, reason, grads = model_gradients(self.model, self._inputs(0), job.gradient_seed)
                 sizes.append(self._bytes(list(grads.values())))
+                del grads
+                _release(self.device)
+                if status != "ok":  # e.g. its backward does not fit: no verdict rather than a wrong one
+                    self.gradients_note = f"the gradient check is skipped: the reference's own backward fails ({reason})"
         except WorkerFailure:
             raise
         except BaseException as exc:
@@ -328,8 +334,10 @@ class Judge:
         if step.step == "buffers":
             return P.Verdict(check=self._compare_named("buffers after the calls", dict(self.model.named_buffers()), session, step))
         if step.step == "grads":
-            status, reason, grads = model_gradients(self.model, self._inputs(0), self.job.gradient_seed)
-            if not grads and status == "ok":
+            if self.gradients_note:
+                return P.Verdict()
+            status, reason, grads = model_gradients(self.model, self._staged_inputs(session, 0), self.job.gradient_seed)
+            if status != "ok" or not grads:  # the reference's own backward failed here (memory): no verdict
                 return P.Verdict()
             actual = {"status": step.status, "reason": step.reason, "tensors": {}}
             for output in step.outputs:
