@@ -163,7 +163,8 @@ class Judge:
 
     def _reference_pass(self) -> list[int]:
         """Every step of the plan once: the reference must run, and the mailbox must hold the
-        largest step's outputs. Returns each step's output bytes; sets self.set_bytes."""
+        largest step's outputs. Returns each step's output bytes; sets self.set_bytes (the largest
+        input set: every trial, the other-size one too, has calls in the plan)."""
         job = self.job
         sizes = []
         self.set_bytes = 0
@@ -185,8 +186,6 @@ class Judge:
                             torch.cuda.reset_peak_memory_stats(self.device)
                     sizes.append(self._bytes(self._forward(args)))
                 sizes.append(self._bytes([b for _, b in self.model.named_buffers()]))
-                for t in range(len(job.input_seeds)):
-                    self.set_bytes = max(self.set_bytes, layout(_tensors(self._inputs(t)))[1])
             self.forward_peak = self._peak()  # the reference alone: what must fit beside a worker
             if job.gradients:
                 status, reason, grads = model_gradients(self.model, self._inputs(0), job.gradient_seed)
@@ -263,9 +262,8 @@ class Judge:
     def open(self, role: str) -> P.Session:
         self._count += 1
         weights = [(k, v) for k, v in self.randomized.items()]
-        weight_specs, end = layout([v for _, v in weights])
-        init_tensors = _tensors(self.init_args)
-        init_specs, end = layout(init_tensors, end)
+        weight_specs, weights_end = layout([v for _, v in weights])
+        end = layout(_tensors(self.init_args), weights_end)[1]
         slot_size = aligned(self.set_bytes)
         slots = [aligned(end) + k * slot_size for k in range(self.timed_slots)]
         inputs = Region.allocate(aligned(end) + slot_size * self.timed_slots, self.device, self.region_kind)
@@ -277,9 +275,7 @@ class Judge:
         session = _Session(self._count, role, inputs, mailbox, slots)
         self.sessions[session.number] = session
         write(inputs.tensor, [v for _, v in weights], weight_specs)
-        write(inputs.tensor, init_tensors, init_specs)
-        specs = iter(init_specs)
-        init = tuple(P.Arg(tensor=next(specs)) if isinstance(a, torch.Tensor) else P.Arg(value=_json_value(a, "get_init_inputs()")) for a in self.init_args)
+        init = self._write_set(session, self.init_args, weights_end, "get_init_inputs()")
         first = self._stage(session, P.Want("trial", 0) if role != "baseline" else P.Want("call", 0))
         self._load(self.randomized)
         synchronize(self.device)
@@ -443,12 +439,13 @@ class Judge:
                 return used
         return self._inputs(trial)
 
-    def _write_set(self, session: _Session, args: list[Any], offset: int) -> tuple[P.Arg, ...]:
+    def _write_set(self, session: _Session, args: list[Any], offset: int, where: str = "get_inputs()") -> tuple[P.Arg, ...]:
+        """Write `args`' tensors into the worker's inputs region from `offset`; their Args."""
         tensors = _tensors(args)
         specs, _ = layout(tensors, offset)
         write(session.inputs.tensor, tensors, specs)
         found = iter(specs)
-        return tuple(P.Arg(tensor=next(found)) if isinstance(a, torch.Tensor) else P.Arg(value=_json_value(a, "get_inputs()")) for a in args)
+        return tuple(P.Arg(tensor=next(found)) if isinstance(a, torch.Tensor) else P.Arg(value=_json_value(a, where)) for a in args)
 
     # -- comparison --------------------------------------------------------------------------
 
@@ -560,9 +557,13 @@ class Judge:
         return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
+RELEASE_ABOVE = 256 << 20  # cached, unused device memory the judge keeps at most between steps
+
+
 def _release(device: torch.device) -> None:
-    """Give cached device memory back, so that the worker beside the judge can have it."""
-    if device.type == "cuda":
+    """Give cached device memory back, so that the worker beside the judge can have it (only when
+    there is much of it: emptying the cache after every small step would cost its reallocation)."""
+    if device.type == "cuda" and torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device) > RELEASE_ABOVE:
         torch.cuda.empty_cache()
 
 

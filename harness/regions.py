@@ -25,6 +25,8 @@ from typing import Any, Optional
 
 import torch
 
+from harness.cuda_driver import IpcHandle, check, driver
+
 ALIGN = 256  # every tensor in a region starts on this boundary (any dtype's alignment)
 
 
@@ -103,27 +105,6 @@ class _CudaMemory:
         self.__cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (pointer, False), "version": 2, "strides": None}
 
 
-class _IpcHandle(ctypes.Structure):
-    _fields_ = [("reserved", ctypes.c_char * 64)]
-
-
-_driver: Optional[Any] = None
-
-
-def _cuda() -> Any:
-    global _driver
-    if _driver is None:
-        lib = ctypes.CDLL("libcuda.so.1")
-        lib.cuIpcOpenMemHandle_v2.argtypes = [ctypes.POINTER(ctypes.c_uint64), _IpcHandle, ctypes.c_uint]
-        _driver = lib
-    return _driver
-
-
-def _check(result: int, what: str) -> None:
-    if result != 0:
-        raise RuntimeError(f"CUDA driver error {result} in {what}")
-
-
 class Region:
     """A shared allocation: `tensor` is its flat uint8 view in this process."""
 
@@ -142,16 +123,16 @@ class Region:
         kind = kind or ("cuda" if device.type == "cuda" else "host")
         if kind == "cuda":
             torch.cuda.synchronize(device)  # the primary context is current on this thread
-            lib = _cuda()
+            lib = driver()
             pointer = ctypes.c_uint64()
-            _check(lib.cuMemAlloc_v2(ctypes.byref(pointer), ctypes.c_size_t(nbytes)), "cuMemAlloc")
-            handle = _IpcHandle()
+            check(lib.cuMemAlloc_v2(ctypes.byref(pointer), ctypes.c_size_t(nbytes)), "cuMemAlloc")
+            handle = IpcHandle()
             result = lib.cuIpcGetMemHandle(ctypes.byref(handle), pointer)
             if result != 0:
                 lib.cuMemFree_v2(pointer)
-                _check(result, "cuIpcGetMemHandle")
+                check(result, "cuIpcGetMemHandle")
             tensor = torch.as_tensor(_CudaMemory(pointer.value, nbytes), device=device)
-            return cls("cuda", nbytes, tensor, bytes(handle.reserved).hex(), lambda: _check(lib.cuMemFree_v2(pointer), "cuMemFree"))
+            return cls("cuda", nbytes, tensor, bytes(handle.reserved).hex(), lambda: check(lib.cuMemFree_v2(pointer), "cuMemFree"))
         fd = os.memfd_create("harness-region")
         try:
             os.ftruncate(fd, nbytes)
@@ -177,11 +158,11 @@ class Region:
         """Map a region another process exported (in the worker)."""
         if handle.kind == "cuda":
             torch.cuda.synchronize(device)
-            lib = _cuda()
-            raw = _IpcHandle()
+            lib = driver()
+            raw = IpcHandle()
             raw.reserved = bytes.fromhex(handle.handle)
             pointer = ctypes.c_uint64()
-            _check(lib.cuIpcOpenMemHandle_v2(ctypes.byref(pointer), raw, 1), "cuIpcOpenMemHandle")
+            check(lib.cuIpcOpenMemHandle_v2(ctypes.byref(pointer), raw, 1), "cuIpcOpenMemHandle")
             tensor = torch.as_tensor(_CudaMemory(pointer.value, handle.nbytes), device=device)
             return cls("cuda", handle.nbytes, tensor, handle.handle, lambda: lib.cuIpcCloseMemHandle(pointer))
         fd = os.open(handle.handle, os.O_RDWR)
@@ -220,7 +201,7 @@ _ipc: Optional[bool] = None
 
 def device_sharing() -> bool:
     """Can another process map this process's device memory (CUDA IPC)? Probed once per process:
-    a child process opens a handle to a small region made here."""
+    a child process (no torch: harness.cuda_driver) opens a handle to a small region made here."""
     global _ipc
     if _ipc is None:
         import subprocess
@@ -228,31 +209,10 @@ def device_sharing() -> bool:
 
         region = Region.allocate(ALIGN, torch.device("cuda", torch.cuda.current_device()), "cuda")
         try:
-            probe = subprocess.run([sys.executable, "-m", "harness.regions", region.handle.handle], capture_output=True, text=True, timeout=60)
+            probe = subprocess.run([sys.executable, "-m", "harness.cuda_driver", region.handle.handle], capture_output=True, text=True, timeout=60)
             _ipc = probe.returncode == 0
         except (OSError, subprocess.TimeoutExpired):
             _ipc = False
         finally:
             region.free()
     return _ipc
-
-
-def _probe_child(handle: str) -> int:
-    """In a fresh process, without torch: open the IPC handle on the current device."""
-    lib = _cuda()
-    device, context, pointer = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_uint64()
-    for result in (lib.cuInit(0), lib.cuDeviceGet(ctypes.byref(device), 0), lib.cuDevicePrimaryCtxRetain(ctypes.byref(context), device), lib.cuCtxSetCurrent(context)):
-        if result != 0:
-            return 1
-    raw = _IpcHandle()
-    raw.reserved = bytes.fromhex(handle)
-    if lib.cuIpcOpenMemHandle_v2(ctypes.byref(pointer), raw, 1) != 0:
-        return 1
-    lib.cuIpcCloseMemHandle(pointer)
-    return 0
-
-
-if __name__ == "__main__":
-    import sys
-
-    sys.exit(_probe_child(sys.argv[1]))

@@ -241,10 +241,10 @@ class Worker:
                 del out
         gradients = job.get("gradients") and self.role != "baseline"
         timing = job.get("timing") is not None
-        after_buffers = ("trial", 0) if gradients else ("timing", 0) if timing else ("none", 0)
         if self.role == "baseline":  # the compiled reference: its calls are checked, then it is timed
             staged = self._ask("timing") if timing else staged
         else:
+            after_buffers = ("trial", 0) if gradients else ("timing", 0) if timing else ("none", 0)
             staged = self._step("buffers", 0, [v.detach() for _, v in model.named_buffers()], [], want=after_buffers, names=[k for k, _ in model.named_buffers()])
         if gradients:
             status, reason, grads = model_gradients(model, self._set(staged.sets[0], staged.fresh), job["gradient_seed"], self.guard)
@@ -384,46 +384,38 @@ class Worker:
 
     def _time(self, runner: Any, sets: list[list[Any]], device: Any) -> None:
         """Time the forward over the staged sets, then report the last timed output on the first."""
-        stats, profile, profile_error, last = time_model(runner, sets, device, self.job, self.phase_seconds, self._phase_started, profiled=self.role != "baseline")
-        self.guard.check("timing")
+        import torch
+
         from harness.records import to_dict
 
-        if last is not None and all(_is_tensor(o) for o in last) and self.role != "baseline":
+        stats, profile, profile_error, last = time_model(runner, sets, device, self.job, self.phase_seconds, self._phase_started, profiled=self.role != "baseline")
+        self.guard.check("timing")
+        if last is not None and all(isinstance(o, torch.Tensor) for o in last) and self.role != "baseline":
             self._step("timed", 0, last, sets[0], want=("none", 0))
         self.channel.send({"type": "timing", "stats": to_dict(stats), "profile": to_dict(profile), "profile_error": profile_error})
 
     def _load_reference_weights(self, model: Any) -> None:
+        """The reference's state_dict (in the inputs region) into `model`, strictly: same names and shapes."""
         from harness.regions import view
 
         reference = {w.name: view(self.inputs.tensor, w.tensor) for w in self.session.weights}
-        load_reference_weights(model, reference)
-
-
-def _is_tensor(value: Any) -> bool:
-    import torch
-
-    return isinstance(value, torch.Tensor)
-
-
-def load_reference_weights(model: Any, reference: dict[str, Any]) -> None:
-    """The reference's state_dict into `model`, strictly: same names and shapes."""
-    own = model.state_dict()
-    problems = []
-    missing = [k for k in own if k not in reference]
-    unexpected = [k for k in reference if k not in own]
-    mis_shaped = [f"{k} {tuple(own[k].shape)} vs {tuple(reference[k].shape)}" for k in own if k in reference and own[k].shape != reference[k].shape]
-    if missing:
-        problems.append(f"missing from the reference: {', '.join(missing)}")
-    if unexpected:
-        problems.append(f"not in ModelNew: {', '.join(unexpected)}")
-    if mis_shaped:
-        problems.append(f"shape differs: {', '.join(mis_shaped)}")
-    if problems:
-        raise WorkerFailure(Status.WEIGHTS_MISMATCH, "; ".join(problems)[:500])
-    try:
-        model.load_state_dict(reference, strict=True)
-    except BaseException as exc:
-        raise WorkerFailure(Status.WEIGHTS_MISMATCH, one_line(exc)) from None
+        own = model.state_dict()
+        problems = []
+        missing = [k for k in own if k not in reference]
+        unexpected = [k for k in reference if k not in own]
+        mis_shaped = [f"{k} {tuple(own[k].shape)} vs {tuple(reference[k].shape)}" for k in own if k in reference and own[k].shape != reference[k].shape]
+        if missing:
+            problems.append(f"missing from the reference: {', '.join(missing)}")
+        if unexpected:
+            problems.append(f"not in ModelNew: {', '.join(unexpected)}")
+        if mis_shaped:
+            problems.append(f"shape differs: {', '.join(mis_shaped)}")
+        if problems:
+            raise WorkerFailure(Status.WEIGHTS_MISMATCH, "; ".join(problems)[:500])
+        try:
+            model.load_state_dict(reference, strict=True)
+        except BaseException as exc:
+            raise WorkerFailure(Status.WEIGHTS_MISMATCH, one_line(exc)) from None
 
 
 def time_model(runner: Any, sets: list[list[Any]], device: Any, job: dict[str, Any], phase_seconds: dict[str, float], phase_started: float, *, profiled: bool) -> tuple[Any, Any, str, Optional[list[Any]]]:
