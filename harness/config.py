@@ -18,8 +18,9 @@ ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = ROOT / "configs" / "default.yaml"
 MODES = ("train", "eval")
 DISTRIBUTIONS = ("given", "normal", "signed", "shifted")
-TIMING_MODES = ("eager", "graph")
+TIMING_MODES = ("eager", "graph", "auto")
 SYNC_MODES = ("auto", "stream", "device")
+QUIET_MODES = ("pause", "pin", "both", "off")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
@@ -94,13 +95,25 @@ class TimingConfig:
     target_rse: float  # stop when the relative standard error of the median is below this
     flush_l2: bool  # flush L2 before each timed CUDA call
     cpu_threads: int  # torch intra-op threads in CPU workers (0 = torch's default)
-    mode: str  # eager | graph (CUDA: capture each input set's call in a CUDA graph, time replays)
+    mode: str  # eager | graph | auto (CUDA: capture each input set's call in a CUDA graph, time replays; auto: graph when the reference is launch-bound)
     sync: str  # auto | stream | device: where the end of a timed CUDA call is taken
     subtract_overhead: bool  # subtract the median time of an empty timed region from every sample
     unstable_iqr: float  # warn when the interquartile range exceeds this fraction of the median
-    reuse_reference: bool  # reuse cached reference/baseline timings for the same problem, device, torch and config
+    reuse_reference: bool  # reuse cached baseline timings (paired with the reference) and speed-of-light
+    rounds: int  # paired rounds per side: reference and compared model timed in turns, this many each
+    null_candidate: str  # auto | on | off: time the reference through the candidate path (the run's fairness floor)
+    quiet: str  # pause | pin | both | off: keep builds and prestarts off the timing processes' CPUs
+    null_tolerance: float  # a null floor further than this from 1.00 is a run warning, and the gate's "not comparable"
 
     def __post_init__(self) -> None:
+        if self.rounds < 2:
+            raise ValueError("timing.rounds must be at least 2 (the speedup comes from paired rounds)")
+        if self.null_candidate not in ("auto", "on", "off"):
+            raise ValueError(f"timing.null_candidate must be auto, on or off, got {self.null_candidate!r}")
+        if not 0 < self.null_tolerance < 1:
+            raise ValueError("timing.null_tolerance must be in (0, 1)")
+        if self.quiet not in QUIET_MODES:
+            raise ValueError(f"timing.quiet must be one of {list(QUIET_MODES)}, got {self.quiet!r}")
         if not 1 <= self.min_reps <= self.max_reps:
             raise ValueError("timing needs 1 <= min_reps <= max_reps")
         if self.budget_s <= 0 or self.target_rse <= 0 or self.warmup_ms < 0:

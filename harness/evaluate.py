@@ -25,7 +25,8 @@ from harness.protocol import Call
 from harness.scan import custom_share, declared_kernels, scan_source
 from harness.config import Config
 from harness.problem import Problem
-from harness.records import Baseline, CallProfile, CandidateRecord, CheckResult, ExtensionBuild, ReferenceRecord, TimingStats, from_dict, to_dict
+from harness.pairing import LAUNCH_BOUND_MS, Pairing, resolve_mode
+from harness.records import Baseline, CallProfile, CandidateRecord, CheckResult, ExtensionBuild, NullFloor, PairedSpeedup, ReferenceRecord, TimingStats, from_dict, to_dict
 from harness.scratch import current as current_scratch
 from harness.status import Status
 from harness.store import RunStore
@@ -113,6 +114,7 @@ class ProblemEvaluation:
         self._judge_dir: Optional[Path] = None
         self._judge_failures: list[str] = []  # why earlier judges of this lane ended (each restart is reported)
         self._restart_note = ""  # a warning for the next record: its judge is a restarted one
+        self._timing_mode: tuple[str, str] = (cfg.timing.mode if cfg.timing.mode != "auto" else "eager", "")  # (mode, why), once the reference is profiled
 
     def screen(self) -> tuple[list[CandidateRecord], list[Candidate]]:
         """Records for candidates that cannot run here (written now), and the runnable rest."""
@@ -186,7 +188,8 @@ class ProblemEvaluation:
             timing.pop(key)
         return timing
 
-    def _judge_job(self, plan: Plan, timed: bool) -> P.JudgeJob:
+    def _judge_job(self, plan: Plan, measure: bool) -> P.JudgeJob:
+        """The judge's job; with `measure`, it also measures the problem's speed-of-light at start."""
         cfg = self.cfg
         return P.JudgeJob(
             source=str(self.problem.path.resolve()),
@@ -206,23 +209,23 @@ class ProblemEvaluation:
             cpu_threads=cfg.timing.cpu_threads,
             tolerances={k: dataclasses.asdict(v) for k, v in cfg.check.tolerances.items()},
             gradient_tolerance_factor=cfg.check.gradient_tolerance_factor,
-            timing=self._timing_settings() if timed and cfg.timing.enabled else None,
+            timing=self._timing_settings() if cfg.timing.enabled else None,
             sync=cfg.timing.sync,
-            speed_of_light_cache=str(cfg.path(cfg.measurement_cache_dir)) if timed and cfg.timing.enabled and cfg.speed_of_light.enabled else "",
+            speed_of_light_cache=str(cfg.path(cfg.measurement_cache_dir)) if measure and cfg.timing.enabled and cfg.speed_of_light.enabled else "",
         )
 
-    def _job(self, role: str, source: Path, plan: Plan, session: P.Session, *, compile_mode: Optional[str] = None) -> dict[str, Any]:
+    def _job(self, role: str, source: Path, plan: Plan, session: P.Session, *, compile_mode: Optional[str] = None, class_name: Optional[str] = None) -> dict[str, Any]:
         return {
             "role": role,
             "source": str(source.resolve()),
-            "class_name": "ModelNew" if role == "candidate" else "Model",
+            "class_name": class_name or ("ModelNew" if role == "candidate" else "Model"),
             "compile_mode": compile_mode,
             "sync": self.cfg.timing.sync,
             "device": self.device,
             "build_cache": str(self.cfg.path(self.cfg.build_cache_dir)),
             "construct_seed": plan.construct_seed,
             "calls": [dataclasses.asdict(c) for c in self._calls(role, plan)],
-            "timing": self._timing_settings() if self.cfg.timing.enabled else None,
+            "timing": {**self._timing_settings(), "mode": self._timing_mode[0]} if self.cfg.timing.enabled else None,
             "allow_tf32": self.cfg.check.allow_tf32,
             "gradients": self.cfg.check.gradients != "off",
             "gradient_seed": plan.gradient_seed,
@@ -247,13 +250,13 @@ class ProblemEvaluation:
             launcher=self.lane.launcher,
         )
 
-    def _start_judge(self, plan: Plan, timed: bool) -> P.ReferenceReport:
+    def _start_judge(self, plan: Plan, measure: bool) -> P.ReferenceReport:
         """A new judge for this lane, run once through the plan."""
         self._end_judge()
         self._judge_dir = current_scratch().make(f"judge-{self.problem.name[:20]}-")
-        self._judge = JudgeClient(log_path=self.store.log_path(self.problem.name, "_reference"), cwd=self._judge_dir, env=self.lane.launcher.env)
+        self._judge = JudgeClient(log_path=self.store.log_path(self.problem.name, "_reference"), cwd=self._judge_dir, env=self.lane.launcher.env, lane_index=self.lane.index)
         try:
-            report = self._judge.request(P.Start(self._judge_job(plan, timed)), self.cfg.timeouts.load, self.cfg.timeouts)
+            report = self._judge.request(P.Start(self._judge_job(plan, measure)), self.cfg.timeouts.load, self.cfg.timeouts)
         except JudgeFailed as exc:
             self._end_judge()
             return P.ReferenceReport(False, f"{Status.CRASHED.value}: {exc}")
@@ -270,10 +273,10 @@ class ProblemEvaluation:
             self._judge_dir = None
 
     def _restart_judge(self) -> "ReferenceResult":
-        """After a judge failed, the next candidate gets a new one (its timing is not taken again:
-        the record keeps the first judge's)."""
+        """After a judge failed, the next candidate gets a new one (its speed-of-light is not
+        measured again: the record keeps the first judge's)."""
         assert self._reference is not None and self.plan is not None
-        report = self._start_judge(self.plan, timed=False)
+        report = self._start_judge(self.plan, measure=False)
         self._restart_note = f"the lane's judge was restarted before this candidate (the one before: {self._judge_failures[-1] if self._judge_failures else 'ended'})"
         if not report.ok:
             record = dataclasses.replace(self._reference.record, ok=False, reason=f"the restarted judge failed: {report.reason}")
@@ -284,7 +287,9 @@ class ProblemEvaluation:
         cache = TimingCache(self.cfg, self.problem_hash, self.device, self.lane.gpu)
         cached = cache.load() if self.cfg.timing.reuse_reference and self.cfg.timing.enabled else None
         started = datetime.datetime.now()
-        report = self._start_judge(plan, timed=cached is None)
+        report = self._start_judge(plan, measure=cached is None or cached.speed_of_light is None)
+        # One timing mode for the problem (timing.mode auto: graph when the reference is launch-bound)
+        self._timing_mode = resolve_mode(self.cfg.timing.mode, report.profile)
         record = ReferenceRecord(
             run_id=self.store.run_id,
             problem=self.problem.name,
@@ -294,7 +299,6 @@ class ProblemEvaluation:
             device_name=report.device_name,
             ok=report.ok,
             reason=report.reason,
-            timing=report.timing,
             speed_of_light=report.speed_of_light,
             profile=report.profile,
             other_size=report.other_size,
@@ -309,23 +313,53 @@ class ProblemEvaluation:
         )
         result = ReferenceResult(record)
         if record.ok and cached is not None:
-            record = dataclasses.replace(cached, run_id=record.run_id, device_name=record.device_name, other_size=record.other_size, other_size_note=record.other_size_note, wall_seconds=record.wall_seconds, finished_at=record.finished_at, timing_reused_from=cached.timing_reused_from or cached.run_id, lane=record.lane, declared=record.declared, data_plane=record.data_plane, peak_bytes=record.peak_bytes, notes=record.notes)
+            # Reused: the torch.compile baselines' paired timings and the speed-of-light (the eager
+            # reference itself is timed with every candidate, so nothing of its own is reused).
+            record = dataclasses.replace(record, baselines=cached.baselines, speed_of_light=cached.speed_of_light or record.speed_of_light, timing_reused_from=cached.timing_reused_from or cached.run_id)
         elif record.ok and self.cfg.timing.enabled:
             result.record = record
             baselines = tuple(self._run_baseline(mode, plan, result) for mode in self.cfg.baselines.compile_modes)
             record = dataclasses.replace(record, baselines=baselines)
-            if self.cfg.timing.reuse_reference:
+            if self.cfg.timing.reuse_reference and all(b.ok for b in baselines):
                 cache.save(record)
+        if record.ok and self.cfg.timing.enabled and self._wants_null():
+            result.record = record
+            record = dataclasses.replace(record, null_floor=self._run_null(plan))
+        if record.ok and self.cfg.timing.enabled:
+            # The reference's own timing, for the record: its rounds paired with the null candidate,
+            # else with the first baseline (each candidate's speedup uses the rounds paired with it).
+            sides = [record.null_floor.paired if record.null_floor else None] + ([b.paired for b in record.baselines] if not record.timing_reused_from else [])
+            reference_timing = next((p.reference for p in sides if p is not None), None)
+            record = dataclasses.replace(record, timing=reference_timing)
         result.record = record
         self.store.append(record)
         return result
 
+    def _wants_null(self) -> bool:
+        setting = self.cfg.timing.null_candidate
+        return setting == "on" or (setting == "auto" and self.device == "cuda")
+
+    def _run_null(self, plan: Plan) -> NullFloor:
+        """The null candidate: the problem's own Model through the candidate path (every check, then
+        timed in turns with the reference). Identical code: its speedup is this run's 1.00x."""
+        try:
+            compared = self._run_compared("candidate", self.problem.path, plan, "_null", class_name="Model", compared_name="the null candidate")
+        except JudgeFailed as exc:
+            self._judge_failures.append(str(exc))
+            self._end_judge()
+            return NullFloor(Status.HARNESS_ERROR.value, _one_line(f"the lane's judge failed: {exc}"))
+        if compared.outcome.failure is not None:
+            status, reason = compared.outcome.failure
+            return NullFloor(status.value, _one_line(reason))
+        worst = max((c.max_abs_error or 0.0 for c in compared.checks), default=0.0)
+        return NullFloor(Status.CORRECT.value, f"matched {len(plan.calls)} calls; max abs error {worst:.2g}", compared.paired)
+
     def _run_baseline(self, mode: str, plan: Plan, reference: "ReferenceResult") -> Baseline:
         """torch.compile of the reference, in its own worker: checked by the judge like a
-        candidate, then timed with the same timer. Its failure never fails the reference."""
+        candidate, then timed in turns with the eager reference. Its failure never fails the reference."""
         name = f"torch.compile({mode})"
         try:
-            compared = self._run_compared("baseline", self.problem.path, plan, f"_compile-{mode}", compile_mode=mode)
+            compared = self._run_compared("baseline", self.problem.path, plan, f"_compile-{mode}", compile_mode=mode, compared_name=name)
         except JudgeFailed as exc:
             self._judge_failures.append(str(exc))
             self._end_judge()
@@ -336,24 +370,24 @@ class ProblemEvaluation:
         worst = max((c.max_abs_error or 0.0 for c in checks), default=None)
         if outcome.failure is not None:
             return Baseline(name, False, _one_line(f"{outcome.failure[0].value}: {outcome.failure[1]}"), compile_seconds=seconds, max_abs_error=worst)
-        timing = _timing(outcome)
-        if timing is None:
+        if compared.timing is None:
             return Baseline(name, False, "compiled and matched, but no timing arrived", compile_seconds=seconds, max_abs_error=worst)
-        return Baseline(name, True, "ok", timing=timing, compile_seconds=seconds, max_abs_error=worst)
+        return Baseline(name, True, "ok", timing=compared.timing, compile_seconds=seconds, max_abs_error=worst, paired=compared.paired)
 
-    def _run_compared(self, role: str, source: Path, plan: Plan, log_name: str, compile_mode: Optional[str] = None) -> "Compared":
-        """Run a worker against the judge: each step it reports is judged before it may go on;
-        a wrong output stops it."""
+    def _run_compared(self, role: str, source: Path, plan: Plan, log_name: str, compile_mode: Optional[str] = None, class_name: Optional[str] = None, compared_name: str = "the candidate") -> "Compared":
+        """Run a worker against the judge: each step it reports is judged before it may go on (a
+        wrong output stops it); then it is timed in turns with the reference (harness.pairing)."""
+        from harness import quiet
+
         judge = self._judge
         assert judge is not None
         session: P.Session = judge.request(P.Open(role), self.cfg.timeouts.construct)
         calls: list[CheckResult] = []
         found: dict[str, Any] = {}
         precision: dict[str, float] = {}
+        pairing = Pairing(judge, session.session, self.cfg.timing, self.cfg.timeouts.time, compared_name, quiet.current(), self._timing_mode) if self.cfg.timing.enabled else None
 
-        def on_message(message: dict[str, Any]) -> Optional[Failure | Reply]:
-            if message.get("type") != "step":
-                return None
+        def on_step(message: dict[str, Any]) -> Optional[Failure | Reply]:
             try:
                 step = P.decode(message["step"])
                 assert isinstance(step, P.Step)
@@ -373,11 +407,37 @@ class ProblemEvaluation:
                 return Status.INCORRECT, f"{verdict.check.name}: {verdict.check.reason}"
             return Reply({"staged": to_dict(verdict.staged)})
 
-        job = self._job(role, source, plan, session, compile_mode=compile_mode)
+        def on_timing(message: dict[str, Any]) -> Optional[Failure | Reply]:
+            if pairing is None:
+                return Status.FORGED_RESULT, "the worker sent a timing message in a run that times nothing"
+            try:
+                if message["type"] == "ready":
+                    ready = P.decode(message["ready"])
+                    assert isinstance(ready, P.Ready) and pairing.ready is None
+                    return Reply(pairing.on_ready(ready))
+                timed = P.decode(message["timed"])
+                assert isinstance(timed, P.RoundTimed)
+                return Reply(pairing.on_round(timed))
+            except JudgeFailed:
+                raise
+            except Exception as exc:
+                return Status.FORGED_RESULT, f"the worker's timing messages are not the harness's ({type(exc).__name__}: {exc})"[:300]
+
+        def on_message(message: dict[str, Any]) -> Optional[Failure | Reply]:
+            kind = message.get("type")
+            if kind == "step":
+                return on_step(message)
+            if kind in ("ready", "round"):
+                return on_timing(message)
+            return None
+
+        job = self._job(role, source, plan, session, compile_mode=compile_mode, class_name=class_name)
         cwd = current_scratch().make(f"{log_name[:20]}-")
         try:
             outcome = self._worker(job, log_name, cwd, on_message)
         finally:
+            if pairing is not None:
+                pairing.close()
             shutil.rmtree(cwd, ignore_errors=True)
             if judge.alive:
                 judge.request(P.Close(session.session), self.cfg.timeouts.check)
@@ -387,13 +447,22 @@ class ProblemEvaluation:
             outcome = dataclasses.replace(outcome, failure=(Status.HARNESS_ERROR, f"{len(calls)} of {planned} checks arrived"))
         else:
             checks.extend(c for c in (found.get("buffers"), found.get("timed")) if c is not None)
-        return Compared(outcome, checks, found.get("same_seed"), precision, found.get("grads"))
+        timed = pairing.result() if pairing is not None and outcome.failure is None else None
+        if outcome.failure is None and pairing is not None and timed is None:
+            outcome = dataclasses.replace(outcome, failure=(Status.HARNESS_ERROR, "the worker finished before every timing round arrived"))
+        ready = pairing.ready if pairing is not None else None
+        return Compared(
+            outcome, checks, found.get("same_seed"), precision, found.get("grads"),
+            timing=timed[0] if timed else None,
+            paired=timed[1] if timed else None,
+            profile=ready.profile if ready is not None else None,
+        )
 
     def _run_candidate(self, candidate: Candidate, plan: Plan, reference: "ReferenceResult") -> CandidateRecord:
         compared = self._run_compared("candidate", candidate.path, plan, candidate.name)
         outcome, checks, same_seed, precision, gradients = compared.outcome, compared.checks, compared.same_seed, compared.precision, compared.gradients
         builds = tuple(ExtensionBuild(**b) for m in outcome.messages if m.get("type") == "builds" for b in m["builds"])
-        timing = _timing(outcome)
+        timing = compared.timing
         warnings: list[str] = []
         if outcome.failure is not None:
             status, reason = outcome.failure
@@ -425,7 +494,7 @@ class ProblemEvaluation:
             )
         if reference.record.other_size_note:
             warnings.append(f"the other-size trial ran at the problem's own size: {reference.record.other_size_note}")
-        profile = _profile(outcome)
+        profile = compared.profile
         share = None
         if profile is not None and profile.kernels:
             names = declared_kernels(candidate.path)
@@ -439,8 +508,8 @@ class ProblemEvaluation:
                 else:
                     warnings.append(f"no custom kernel: {why}")
         measures: dict[str, Any] = {}
-        if status is Status.CORRECT and timing is not None:
-            measures, more = compare_times(timing, profile, reference.record, self.cfg)
+        if status is Status.CORRECT and timing is not None and compared.paired is not None:
+            measures, more = compare_times(timing, compared.paired, profile, reference.record, self.cfg)
             warnings.extend(more)
         if outcome.log_bytes > self.cfg.limits.log_kib << 10:
             warnings.append(f"printed {outcome.log_bytes} bytes; the log keeps the first and last {self.cfg.limits.log_kib // 2} KiB")
@@ -450,8 +519,7 @@ class ProblemEvaluation:
             reason,
             checks=tuple(checks),
             same_seed=same_seed,
-            timing=timing,
-            reference_ms=reference.timing.median_ms if reference.timing else None,
+            timing=timing if status is Status.CORRECT else None,
             builds=builds,
             profile=profile,
             custom_kernel_share=share,
@@ -495,6 +563,9 @@ class Compared:
     same_seed: Optional[CheckResult]  # the same-seed construction check, when made
     precision: dict[str, float]  # relative errors against float64 of the precision call ({} when none)
     gradients: Optional[tuple[str, str]]  # (match | mismatch | forward only, why); None when not made
+    timing: Optional[TimingStats] = None  # the compared model's rounds, pooled
+    paired: Optional[PairedSpeedup] = None  # its speedup over the reference from the paired rounds
+    profile: Optional[CallProfile] = None  # the worker's one profiled call (CUDA)
 
 
 @dataclasses.dataclass
@@ -510,32 +581,34 @@ class ReferenceResult:
         return self.record.timing
 
 
-def _timing(outcome: WorkerOutcome) -> Optional[TimingStats]:
-    message = _message(outcome, "timing")
-    return from_dict(TimingStats, message["stats"]) if message else None
-
-
 CLOCK_TOLERANCE = 0.05  # SM clocks further apart than this between two timings are reported
 
 
-def compare_times(timing: TimingStats, profile: Optional[CallProfile], reference: ReferenceRecord, cfg: Config) -> tuple[dict[str, Any], list[str]]:
-    """Speedups over the eager reference and each baseline, % of speed-of-light, and the
-    warnings a reader needs to trust (or distrust) those numbers."""
-    measures: dict[str, Any] = {}
+def compare_times(timing: TimingStats, paired: PairedSpeedup, profile: Optional[CallProfile], reference: ReferenceRecord, cfg: Config) -> tuple[dict[str, Any], list[str]]:
+    """Speedups over the eager reference (from the paired rounds) and over each baseline (the
+    candidate's paired speedup over the baseline's, when both were timed under the same protocol),
+    % of speed-of-light, and the warnings a reader needs to trust (or distrust) those numbers."""
     median = timing.median_ms
-    if median > 0 and reference.timing is not None:
-        measures["speedup"] = reference.timing.median_ms / median
-    baseline_ms = {b.name: b.timing.median_ms for b in reference.baselines if b.ok and b.timing is not None}
-    measures["baseline_ms"] = baseline_ms
-    if median > 0:
-        measures["speedups"] = {name: ms / median for name, ms in baseline_ms.items()}
-    sol = reference.speed_of_light
+    reference_ms = paired.reference.median_ms
+    measures: dict[str, Any] = {"speedup": paired.speedup, "paired": paired, "reference_ms": reference_ms}
     warnings = timing_warnings(timing, cfg.timing, profile)
-    if measures.get("speedup", 0.0) > cfg.check.max_plausible_speedup:
+    usable = [b for b in reference.baselines if b.ok and b.timing is not None and b.paired is not None]
+    measures["baseline_ms"] = {b.name: b.timing.median_ms for b in usable}
+    measures["speedups"] = {b.name: paired.speedup / b.paired.speedup for b in usable if b.paired.protocol == paired.protocol}
+    for b in usable:
+        if b.paired.protocol != paired.protocol:
+            warnings.append(f"no speedup over {b.name}: it was timed with {b.paired.protocol}, this candidate needs {paired.protocol}")
+    if paired.speedup > cfg.check.max_plausible_speedup:
         warnings.append(
-            f"implausible: {measures['speedup']:.1f}x faster than eager ({median:.4g} ms vs {reference.timing.median_ms:.4g} ms) "
+            f"implausible: {paired.speedup:.1f}x faster than eager ({median:.4g} ms vs {reference_ms:.4g} ms) "
             f"is above check.max_plausible_speedup={cfg.check.max_plausible_speedup:g}; look at the profile and the source"
         )
+    if paired.reference.median_ms > 0 and paired.reference.median_ms < LAUNCH_BOUND_MS and timing.mode == "eager" and reference.profile is not None and reference.profile.kernel_ms < 0.8 * paired.reference.median_ms:
+        warnings.append(
+            f"the reference is launch-bound (GPU work {reference.profile.kernel_ms:.4g} ms of a {paired.reference.median_ms:.4g} ms call): "
+            "this speedup measures host launch overhead as much as GPU work; timing.mode=graph times both sides without it"
+        )
+    sol = reference.speed_of_light
     if sol is not None and sol.floor_ms > 0:
         measures["sol_ms"] = sol.floor_ms
         if median > 0:
@@ -546,15 +619,14 @@ def compare_times(timing: TimingStats, profile: Optional[CallProfile], reference
                 f"({sol.flops:.3g} FLOP at {sol.peak_tflops:.3g} TFLOP/s, {sol.min_bytes:.3g} B at {sol.peak_gbps:.4g} GB/s); "
                 "the timing misses work or the output is not computed"
             )
-    if timing.sm_clock_mhz and reference.timing is not None and reference.timing.sm_clock_mhz:
-        ratio = timing.sm_clock_mhz / reference.timing.sm_clock_mhz
+    if timing.sm_clock_mhz and paired.reference.sm_clock_mhz:
+        ratio = timing.sm_clock_mhz / paired.reference.sm_clock_mhz
         if abs(ratio - 1) > CLOCK_TOLERANCE:
             warnings.append(
-                f"SM clock {timing.sm_clock_mhz:.0f} MHz after this timing vs {reference.timing.sm_clock_mhz:.0f} MHz after the reference's: "
-                "the GPU changed speed between them, so the speedup is off by up to that ratio"
+                f"SM clock {timing.sm_clock_mhz:.0f} MHz after this timing vs {paired.reference.sm_clock_mhz:.0f} MHz after the reference's: "
+                "the GPU changed speed during the rounds; the paired rounds cancel most of it, but repeat the run to see the spread"
             )
     return measures, warnings
-
 
 
 SLOWDOWN_BITS = {0x4: "software power cap", 0x8: "hardware slowdown", 0x20: "software thermal slowdown", 0x40: "hardware thermal slowdown", 0x80: "power brake"}
@@ -607,7 +679,7 @@ def timing_warnings(timing: TimingStats, cfg: Any, profile: Optional[CallProfile
             f"{profile.busy_after_return} GPU activities on other streams were still running when the calling stream had finished: "
             "forward returns before its work is done"
         )
-    if profile is not None and timing.mode == "eager" and timing.median_ms > 0 and profile.kernel_ms < 0.8 * timing.median_ms and timing.median_ms < 1.0:
+    if profile is not None and timing.mode == "eager" and timing.median_ms > 0 and profile.kernel_ms < 0.8 * timing.median_ms and timing.median_ms < LAUNCH_BOUND_MS:
         warnings.append(
             f"launch-bound: GPU work is {profile.kernel_ms:.4g} ms of a {timing.median_ms:.4g} ms call; "
             "the rest is host overhead between launches; timing.mode=graph times it without the launch gaps"
@@ -616,14 +688,15 @@ def timing_warnings(timing: TimingStats, cfg: Any, profile: Optional[CallProfile
 
 
 class TimingCache:
-    """Reference and baseline timings per (problem hash, device, torch version, timing config),
-    reused across runs when timing.reuse_reference is set."""
+    """The torch.compile baselines (each timed in turns with the eager reference) and the
+    speed-of-light, per (problem hash, device, torch version, timing config), reused across runs
+    when timing.reuse_reference is set."""
 
     def __init__(self, cfg: Config, problem_hash: str, device: str, gpu: str = "") -> None:
         from harness.environment import device_identity
 
         timing = dataclasses.asdict(cfg.timing)
-        for key in ("reuse_reference", "unstable_iqr"):
+        for key in ("reuse_reference", "unstable_iqr", "null_candidate", "quiet", "null_tolerance"):
             timing.pop(key)
         key = {
             "problem": problem_hash,
@@ -651,18 +724,6 @@ class TimingCache:
 
 
 PRECISION_FLOOR = 1e-6  # relative errors below this are never called imprecise
-
-
-def _message(outcome: WorkerOutcome, kind: str) -> Optional[dict[str, Any]]:
-    for message in outcome.messages:
-        if message.get("type") == kind:
-            return message
-    return None
-
-
-def _profile(outcome: WorkerOutcome) -> Optional[CallProfile]:
-    message = _message(outcome, "timing")
-    return from_dict(CallProfile, message["profile"]) if message and message.get("profile") else None
 
 
 def _one_line(text: str) -> str:

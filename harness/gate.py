@@ -4,7 +4,9 @@ A candidate regresses when it was correct and is not now, or when its median is 
 than the threshold **and** the raw samples differ significantly (two-sided Mann-Whitney U at a
 strict p). Improvements are found the same way. Results are "not comparable" (reported, never
 compared) when the problem's or the candidate's source, the device, or the timing protocol
-differ. The verdict follows the `--fail-on` rules; the markdown report is always written.
+differ; their times are not compared when a run's null floor for the problem (the problem's own
+Model timed as a candidate) lies outside 1.00 +/- timing.null_tolerance, or moved by more than that
+between the runs. The verdict follows the `--fail-on` rules; the markdown report is always written.
 """
 from __future__ import annotations
 
@@ -14,8 +16,9 @@ import re
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
+from harness import nullfloor
 from harness.errors import UserError
-from harness.records import CandidateRecord, ReferenceRecord, RunHeader, TimingStats
+from harness.records import CandidateRecord, NullFloor, ReferenceRecord, RunHeader, TimingStats
 from harness.status import Status
 from harness.store import read_records, resolve_run
 
@@ -35,6 +38,7 @@ class Side:
     header: Optional[RunHeader]
     references: dict[str, ReferenceRecord]  # problem -> its (first) reference record
     candidates: dict[tuple[str, str], CandidateRecord]  # (problem, candidate) -> its latest record
+    null_floors: dict[str, NullFloor] = dataclasses.field(default_factory=dict)  # problem -> its worst null floor over its references (lanes)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,16 +115,18 @@ def load_side(where: str, results_dir: Path) -> Side:
     """Records from a run folder, a run id under `results_dir`, a records file or a baseline file."""
     path = resolve_run(where, results_dir)
     header, references, candidates = None, {}, {}
+    every_reference = []
     for record in read_records(path):
         if isinstance(record, RunHeader) and header is None:
             header = record
         elif isinstance(record, ReferenceRecord):
             references.setdefault(record.problem, record)
+            every_reference.append(record)
         elif isinstance(record, CandidateRecord):
             candidates[(record.problem, record.candidate)] = record
     if not candidates:
         raise UserError(f"{where}: holds no candidate records")
-    return Side(str(where), header, references, candidates)
+    return Side(str(where), header, references, candidates, nullfloor.by_problem(every_reference))
 
 
 def _setting(header: Optional[RunHeader], dotted: str) -> Any:
@@ -161,7 +167,37 @@ def _incomparable(baseline: Side, current: Side, old: CandidateRecord, new: Cand
     return ""
 
 
-def compare_one(baseline: Side, current: Side, key: tuple[str, str], threshold: float, alpha: float, across_changes: bool = False) -> Comparison:
+def null_tolerance_of(current: Side) -> float:
+    """timing.null_tolerance from the current run's header config, else the default (0.03)."""
+    value = _setting(current.header, "timing.null_tolerance")
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else nullfloor.DEFAULT_TOLERANCE
+
+
+def _floor_reason(baseline: Side, current: Side, problem: str, tolerance: float) -> str:
+    """Why times on `problem` cannot be compared because of the runs' null floors; "" when they can
+    (or when the runs have no floors)."""
+    old, new = baseline.null_floors.get(problem), current.null_floors.get(problem)
+    for floor, which in ((new, "the current run"), (old, "the baseline")):
+        if floor is None or not nullfloor.off(floor, tolerance):
+            continue
+        if nullfloor.failed(floor):
+            return f"the null candidate failed in {which} ({floor.status}): the run has no null floor for this problem"
+        return f"the null floor is {nullfloor.describe(floor)} in {which}, outside 1.00x +/- {tolerance * 100:g}%: times on this problem are off by about that much"
+    if nullfloor.moved(old, new, tolerance):
+        assert old is not None and new is not None and old.speedup is not None and new.speedup is not None
+        return f"the null floor moved from {old.speedup:.2f}x to {new.speedup:.2f}x (more than {tolerance * 100:g}%)"
+    return ""
+
+
+def compare_one(
+    baseline: Side,
+    current: Side,
+    key: tuple[str, str],
+    threshold: float,
+    alpha: float,
+    across_changes: bool = False,
+    null_tolerance: float = nullfloor.DEFAULT_TOLERANCE,
+) -> Comparison:
     problem, name = key
     old, new = baseline.candidates.get(key), current.candidates.get(key)
     if old is None:
@@ -183,6 +219,9 @@ def compare_one(baseline: Side, current: Side, key: tuple[str, str], threshold: 
         return Comparison(problem, name, UNCHANGED, f"still not correct{same}", **statuses)
     if old.timing is None or new.timing is None:
         return Comparison(problem, name, UNCHANGED, "correct; not timed on both sides", **statuses)
+    floor = _floor_reason(baseline, current, problem, null_tolerance)
+    if floor:  # correctness was compared above; only the times are not
+        return Comparison(problem, name, NOT_COMPARABLE, floor, **statuses)
     old_ms, new_ms = old.timing.median_ms, new.timing.median_ms
     ratio = new_ms / old_ms if old_ms > 0 else math.inf
     p = mann_whitney_p(_corrected(old.timing), _corrected(new.timing))
@@ -200,8 +239,9 @@ def compare_one(baseline: Side, current: Side, key: tuple[str, str], threshold: 
 
 def gate(baseline: Side, current: Side, rules: Rules, alpha: float, across_changes: bool = False) -> GateResult:
     threshold = rules.median if rules.median is not None else 0.10
+    tolerance = null_tolerance_of(current)
     keys = sorted(set(baseline.candidates) | set(current.candidates))
-    comparisons = tuple(compare_one(baseline, current, key, threshold, alpha, across_changes) for key in keys)
+    comparisons = tuple(compare_one(baseline, current, key, threshold, alpha, across_changes, tolerance) for key in keys)
     ratios = [c.ratio for c in comparisons if c.ratio is not None and c.verdict != NOT_COMPARABLE and 0 < c.ratio < math.inf]
     geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios)) if ratios else None
     failures = []

@@ -17,6 +17,7 @@ Started by `harness.supervise.JudgeClient` as `python -m harness.judge REQUEST_F
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import json
@@ -39,8 +40,11 @@ from harness.regions import Region, TensorSpec, aligned, device_sharing, layout,
 from harness.status import Status
 from harness.worker import (
     WorkerFailure, as_outputs, classify, load_module, model_gradients, one_line, other_sizes,
-    randomize_state, redistribute, same_bits, setup_device, synchronize, time_model, _aliased_input,
+    prepare_timer, randomize_state, redistribute, same_bits, setup_device, synchronize, time_round, _aliased_input,
 )
+from harness.pairing import device_sync_reason
+from harness.profile import profile_call
+from harness.timing import flush_buffer
 
 
 class _Session:
@@ -58,6 +62,7 @@ class _Session:
         self.in_slot_args: tuple[P.Arg, ...] = ()
         self.last_args: Optional[list[Any]] = None  # the inputs the reference's last call ran on
         self.last_trial: Optional[int] = None
+        self.timer: Any = None  # the reference's side of this session's paired timing (harness.timing.Timer)
 
     def free(self) -> None:
         self.inputs.free()
@@ -141,18 +146,25 @@ class Judge:
         self.timed_slots = max(1, min(job.timed_inputs, int(budget // max(self.set_bytes, 1))))
 
         report = P.ReferenceReport(True, "ok", device_name=device_name, data_plane=self.region_kind, other_size=self.other, other_size_note=self.other_note, peak_bytes=peak, float64_note="; ".join(n for n in (self.float64_note, self.gradients_note) if n))
+        self.reference_profile = None
         if job.timing is not None or job.speed_of_light_cache:
+            # The reference is timed with each compared model, in turns (PrepareTiming, TimeRound);
+            # here it is only profiled once (the record, and the sync protocol) and its roofline measured.
             self._phase("time")
             self._load(self.randomized)
             sets = [self._inputs(t) for t in range(self.timed_slots)]
-            if job.timing is not None:
-                if self.device.type == "cpu" and job.cpu_threads:
-                    torch.set_num_threads(job.cpu_threads)
+            if job.timing is not None and self.device.type == "cuda":
+                self.model.eval()
                 try:
-                    stats, profile, error, _ = time_model(self.model, sets, self.device, {"timing": job.timing, "sync": job.sync}, self.phase_seconds, self._phase_started, profiled=True)
-                finally:
-                    torch.set_num_threads(self._check_threads)
-                report = dataclasses.replace(report, timing=stats, profile=profile)
+                    with torch.no_grad():
+                        self._forward(sets[0])  # warm: the profile is of a warm call
+                        self.reference_profile = profile_call(self.model, sets[0], self.device, flush_buffer(self.device) if job.timing.get("flush_l2") else None)
+                except WorkerFailure:
+                    raise
+                except Exception as exc:
+                    synchronize(self.device)
+                    report = dataclasses.replace(report, profile_error=one_line(exc))
+                report = dataclasses.replace(report, profile=self.reference_profile)
             if job.speed_of_light_cache:
                 report = self._speed_of_light(report, sets[0])
             del sets
@@ -286,9 +298,42 @@ class Judge:
         session = self.sessions.pop(number, None)
         if session is not None:
             session.pristine = None
+            session.timer = None
             session.free()
         _release(self.device)
         return P.Closed(number)
+
+    # -- paired timing -----------------------------------------------------------------------
+
+    def prepare_timing(self, number: int, graph: bool) -> P.Ready:
+        """The reference's side of a session's paired timing: its own timing sets (the same trials
+        the worker was staged), warmed up, graphs captured when asked. Held until the session closes."""
+        session = self.sessions.get(number)
+        if session is None or self.job.timing is None:
+            raise ValueError(f"no timed session {number}")
+        self.model.eval()
+        sets = [self._inputs(k) for k in range(self.timed_slots)]
+        job = dict(timing={**self.job.timing, "mode": "graph" if graph else "eager"})
+        with self._timing_threads():
+            session.timer, ready, _ = prepare_timer(self.model, sets, self.device, job, profiled=False)
+        return dataclasses.replace(ready, needs_device=device_sync_reason(self.reference_profile))
+
+    def time_round(self, ask: P.TimeRound) -> P.RoundTimed:
+        session = self.sessions.get(ask.session)
+        if session is None or session.timer is None:
+            raise ValueError(f"session {ask.session} was not prepared for timing")
+        with self._timing_threads():
+            return P.RoundTimed(ask.round, time_round(session.timer, ask))
+
+    @contextlib.contextmanager
+    def _timing_threads(self) -> Any:
+        """On the CPU the reference is timed with timing.cpu_threads threads, as workers are."""
+        if self.device.type == "cpu" and self.job.cpu_threads:
+            torch.set_num_threads(self.job.cpu_threads)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(self._check_threads)
 
     def check(self, number: int, step: P.Step) -> P.Verdict:
         session = self.sessions.get(number)
@@ -635,6 +680,10 @@ def serve(requests: Any, send: Callable[[Any], None]) -> None:
                 send(judge.check(request.session, request.step))
             elif isinstance(request, P.Close):
                 send(judge.close(request.session))
+            elif isinstance(request, P.PrepareTiming):
+                send(judge.prepare_timing(request.session, request.graph))
+            elif isinstance(request, P.TimeRound):
+                send(judge.time_round(request))
         except BaseException as exc:
             traceback.print_exc()
             failure = classify(exc, Status.HARNESS_ERROR)

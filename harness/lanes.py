@@ -33,10 +33,15 @@ class Lane:
     launcher: Launcher
 
     @classmethod
-    def single(cls, cfg: Config, device: str, gpu: str = "", label: str = "") -> "Lane":
+    def single(cls, cfg: Config, device: str, gpu: str = "", label: str = "", index: int = 0) -> "Lane":
+        """`index`: the lane's place among the run's lanes, which picks its CPUs (harness.quiet)."""
         # nvidia-smi (clocks, identity) numbers GPUs in PCI order; CUDA must number them the same way
         env = {"CUDA_VISIBLE_DEVICES": gpu, "CUDA_DEVICE_ORDER": os.environ.get("CUDA_DEVICE_ORDER", "PCI_BUS_ID")} if gpu else {}
-        return cls(label, gpu, Launcher(prestart=wants_prestart(cfg, device), env=env))
+        return cls(label, gpu, Launcher(prestart=wants_prestart(cfg, device), env=env, lane_index=index))
+
+    @property
+    def index(self) -> int:
+        return self.launcher.lane_index
 
 
 def wants_prestart(cfg: Config, device: str) -> bool:
@@ -64,7 +69,14 @@ def local_lanes(cfg: Config, device: str) -> list[Lane]:
     wrong = [g for g in chosen if g >= len(visible)]
     if wrong:
         raise UserError(f"workers.gpus names GPU {wrong[0]}, but {len(visible)} GPU(s) are visible (indices 0-{len(visible) - 1})")
-    return [Lane.single(cfg, device, gpu=visible[g], label=f"cuda:{visible[g]}") for g in chosen]
+    return [Lane.single(cfg, device, gpu=visible[g], label=f"cuda:{visible[g]}", index=i) for i, g in enumerate(chosen)]
+
+
+def lane_count(cfg: Config, device: str) -> int:
+    """How many lanes `local_lanes` makes: one per chosen GPU on a CUDA run, one on the CPU."""
+    if device != "cuda":
+        return 1
+    return max(1, len(cfg.workers.gpus) or len(visible_gpus()))
 
 
 class LocalExecutor:

@@ -7,15 +7,16 @@ from __future__ import annotations
 import math
 import urllib.parse
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, Optional, Sequence
 
 import pandas as pd
 
-from harness.records import CandidateRecord
+from harness import nullfloor
+from harness.records import CandidateRecord, NullFloor, ReferenceRecord
 from harness.status import Status
 
 PROBLEM_COLUMNS = ["rank", "candidate", "status", "reason", "speedup", "vs_compile", "sol_pct", "gradients", "candidate_ms", "reference_ms", "compile_ms", "max_abs_error"]
-NUMERIC = {"speedup", "vs_compile", "sol_pct", "candidate_ms", "reference_ms", "compile_ms", "max_abs_error", "geomean_speedup", "geomean_vs_compile"}
+NUMERIC = {"speedup", "vs_compile", "sol_pct", "candidate_ms", "reference_ms", "compile_ms", "max_abs_error", "geomean_speedup", "geomean_vs_compile", "null_floor"}
 COMPILE_BASELINE = "torch.compile(default)"
 
 
@@ -70,9 +71,21 @@ def problem_table(frame: pd.DataFrame, problem: str) -> pd.DataFrame:
     return rows[PROBLEM_COLUMNS].reset_index(drop=True)
 
 
-def summary_table(frame: pd.DataFrame, fast_p: Sequence[float]) -> pd.DataFrame:
+def null_floors(frame: pd.DataFrame, references: Optional[Iterable[ReferenceRecord]]) -> dict[str, NullFloor]:
+    """The worst null floor (furthest from 1.00 over the problem's lanes) of each problem in `frame`
+    that has one."""
+    if references is None:
+        return {}
+    shown = set(frame["problem"])
+    return {p: f for p, f in nullfloor.by_problem(references).items() if p in shown}
+
+
+def summary_table(frame: pd.DataFrame, fast_p: Sequence[float], references: Optional[Iterable[ReferenceRecord]] = None) -> pd.DataFrame:
     """Per problem: counts, fast_p (KernelBench: share of evaluated candidates correct and > p x faster)
-    and the geometric-mean speedup of correct candidates."""
+    and the geometric-mean speedup of correct candidates. When a reference has a null floor, a
+    `null_floor` column: the null candidate's speedup (worst lane), empty where there is none, where
+    it was not timed or where the null candidate failed."""
+    floors = null_floors(frame, references)
     rows = []
     for problem, group in frame.groupby("problem", sort=True):
         evaluated = group[group["evaluated"]]
@@ -86,6 +99,8 @@ def summary_table(frame: pd.DataFrame, fast_p: Sequence[float]) -> pd.DataFrame:
             row[f"fast_{p:g}"] = (float(hits.sum()) / n) if n else None
         row["geomean_speedup"] = _geomean(evaluated.loc[evaluated["correct"], "speedup"])
         row["geomean_vs_compile"] = _geomean(evaluated.loc[evaluated["correct"], "vs_compile"])
+        if floors:
+            row["null_floor"] = floors[problem].speedup if problem in floors else None
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -111,21 +126,42 @@ def _cell(value: object, column: str) -> str:
     return str(value)
 
 
-def markdown_table(table: pd.DataFrame) -> str:
-    """A GitHub-flavoured markdown table (pipes in cells escaped)."""
+def summary_cells(summary: pd.DataFrame, floors: Mapping[str, NullFloor]) -> list[list[str]]:
+    """The summary's cells as shown: the null floor as "1.00x [0.99, 1.01]" (its 95% interval) or
+    "failed: <status>", the rest as `_cell` writes them."""
+    rows = []
+    for row in summary.to_dict("records"):
+        rows.append([nullfloor.describe(floors.get(row["problem"])) if c == "null_floor" else _cell(v, c) for c, v in row.items()])
+    return rows
+
+
+def markdown_table(table: pd.DataFrame, cells: Sequence[Sequence[str]] | None = None) -> str:
+    """A GitHub-flavoured markdown table (pipes in cells escaped); `cells`: the rows as shown, when
+    not `_cell` of each value."""
     header = "| " + " | ".join(table.columns) + " |"
     rule = "|" + "|".join("---:" if c in NUMERIC or c.startswith("fast_") else "---" for c in table.columns) + "|"
     lines = [header, rule]
-    for row in table.itertuples(index=False):
-        cells = [_cell(v, c).replace("|", "\\|") for v, c in zip(row, table.columns)]
-        lines.append("| " + " | ".join(cells) + " |")
+    if cells is None:
+        cells = [[_cell(v, c) for v, c in zip(row, table.columns)] for row in table.itertuples(index=False)]
+    for row_cells in cells:
+        lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in row_cells) + " |")
     return "\n".join(lines)
 
 
-def render_markdown(frame: pd.DataFrame, fast_p: Sequence[float], title: str, charts: Mapping[str, str] | None = None, note: str = "") -> str:
+def render_markdown(
+    frame: pd.DataFrame,
+    fast_p: Sequence[float],
+    title: str,
+    charts: Mapping[str, str] | None = None,
+    note: str = "",
+    references: Optional[Iterable[ReferenceRecord]] = None,
+) -> str:
     """The summary, then one table per problem; `charts` maps a problem to an image link shown
-    under its heading, `note` is a line under the title."""
-    parts = [f"# {title}", ""] + ([note, ""] if note else []) + ["## Summary", "", markdown_table(summary_table(frame, fast_p)), ""]
+    under its heading, `note` is a line under the title, `references` give the null floors."""
+    references = list(references) if references is not None else None
+    summary = summary_table(frame, fast_p, references)
+    summary_md = markdown_table(summary, summary_cells(summary, null_floors(frame, references)))
+    parts = [f"# {title}", ""] + ([note, ""] if note else []) + ["## Summary", "", summary_md, ""]
     for problem in sorted(frame["problem"].unique()):
         parts += [f"## {problem}", ""]
         if charts and problem in charts:
@@ -134,9 +170,17 @@ def render_markdown(frame: pd.DataFrame, fast_p: Sequence[float], title: str, ch
     return "\n".join(parts)
 
 
-def write_leaderboards(run_dir: Path, records: Iterable[CandidateRecord], fast_p: Sequence[float], *, plots: bool = True) -> tuple[Path, Path]:
+def write_leaderboards(
+    run_dir: Path,
+    records: Iterable[CandidateRecord],
+    fast_p: Sequence[float],
+    *,
+    plots: bool = True,
+    references: Optional[Iterable[ReferenceRecord]] = None,
+) -> tuple[Path, Path]:
     """leaderboard.csv and leaderboard.md in `run_dir`; with `plots` and matplotlib, also a chart per
-    problem in run_dir/plots/, linked from the markdown."""
+    problem in run_dir/plots/, linked from the markdown. `references` (the run's ReferenceRecords,
+    any number per problem) add the null floor to the summary."""
     frame = candidate_frame(records)
     csv_path = run_dir / "leaderboard.csv"
     md_path = run_dir / "leaderboard.md"
@@ -155,12 +199,12 @@ def write_leaderboards(run_dir: Path, records: Iterable[CandidateRecord], fast_p
             charts = {p: "plots/" + urllib.parse.quote(path.name) for p, path in written.items()}
         else:
             note = f"Charts need matplotlib: `{plotting.INSTALL_HINT}`."
-    md_path.write_text(render_markdown(frame, fast_p, f"Leaderboard: {run_dir.name}", charts, note) + "\n")
+    md_path.write_text(render_markdown(frame, fast_p, f"Leaderboard: {run_dir.name}", charts, note, references) + "\n")
     return csv_path, md_path
 
 
-def print_leaderboard(frame: pd.DataFrame, fast_p: Sequence[float], console: object) -> None:
-    """Rich tables for the terminal."""
+def print_leaderboard(frame: pd.DataFrame, fast_p: Sequence[float], console: object, references: Optional[Iterable[ReferenceRecord]] = None) -> None:
+    """Rich tables for the terminal; `references` add the null floor to the summary."""
     from rich.table import Table
 
     status_style = {Status.CORRECT.value: "green", Status.NEEDS_CUDA.value: "yellow"}
@@ -174,10 +218,11 @@ def print_leaderboard(frame: pd.DataFrame, fast_p: Sequence[float], console: obj
             style = status_style.get(row.status, "red")
             table.add_row(*cells, style=style)
         console.print(table)  # type: ignore[attr-defined]
-    summary = summary_table(frame, fast_p)
+    references = list(references) if references is not None else None
+    summary = summary_table(frame, fast_p, references)
     table = Table(title="summary", title_justify="left")
     for column in summary.columns:
         table.add_column(column)
-    for row in summary.itertuples(index=False):
-        table.add_row(*[_cell(v, c) for v, c in zip(row, summary.columns)])
+    for cells in summary_cells(summary, null_floors(frame, references)):
+        table.add_row(*cells)
     console.print(table)  # type: ignore[attr-defined]

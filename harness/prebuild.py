@@ -1,6 +1,7 @@
 """Builds ahead of evaluation: each candidate's inline extensions are compiled in a CPU pool, in
 their own processes, into the same content-addressed cache the worker uses. The worker then
-loads the finished build instead of compiling while the GPU waits.
+loads the finished build instead of compiling while the GPU waits. While a lane times, the builds
+are stopped or kept off its CPUs (harness.quiet, `timing.quiet`).
 
 A build process imports the candidate module (that is what triggers `load_inline`), exactly as the
 worker's load phase would, in a subprocess of its own; it never evaluates anything. A build that
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -20,6 +22,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Optional
 
+from harness import quiet
 from harness.config import ROOT
 
 
@@ -76,19 +79,54 @@ class BuildAhead:
         self.pool.shutdown(wait=False, cancel_futures=True)
 
     def _build(self, path: Path) -> str:
+        """Run one build process to its end; its one-line outcome. The process is background work
+        for the quiet host (harness.quiet) while it runs: pinned to the builds' CPUs before its
+        compilers start, stopped while a lane times. Time it spends stopped does not count against
+        `timeout`."""
         env = {**os.environ, "MAX_JOBS": str(self.jobs_per_build)}
         if self.arch not in ("", "cpu"):
             env["TORCH_CUDA_ARCH_LIST"] = self.arch
+        host = quiet.current()
         started = time.perf_counter()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "harness.prebuild", str(path), str(self.cache_dir), self.arch],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env, start_new_session=True,
+        )
+        host.register_background(proc)  # children (ninja, the compilers) inherit its CPUs
+        paused_before = host.paused_seconds
         try:
-            done = subprocess.run(
-                [sys.executable, "-m", "harness.prebuild", str(path), str(self.cache_dir), self.arch],
-                capture_output=True, text=True, cwd=ROOT, env=env, timeout=self.timeout, start_new_session=True,
-            )
-        except subprocess.TimeoutExpired:
-            return f"timeout after {self.timeout:g} s"
-        lines = (done.stdout.strip() or done.stderr.strip() or "no output").splitlines()
+            while True:
+                limit = self.timeout + host.paused_seconds - paused_before
+                try:
+                    stdout, stderr = proc.communicate(timeout=max(0.0, limit - (time.perf_counter() - started)))
+                    break
+                except subprocess.TimeoutExpired:
+                    if time.perf_counter() - started < self.timeout + host.paused_seconds - paused_before:
+                        continue  # it was paused meanwhile: its limit moved
+                    _end_group(proc)
+                    return f"timeout after {self.timeout:g} s"
+        except BaseException:
+            _end_group(proc)
+            raise
+        finally:
+            host.unregister(proc)
+        lines = (stdout.strip() or stderr.strip() or "no output").splitlines()
         return f"{lines[-1]} ({time.perf_counter() - started:.1f} s)"
+
+
+def _end_group(proc: subprocess.Popen) -> None:
+    """Kill a build's process group (the build and its compilers) and reap it."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.communicate(timeout=10)
+    except (subprocess.TimeoutExpired, ValueError, OSError):  # a child outside the group holds the pipes
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+        proc.wait()
 
 
 def main() -> None:

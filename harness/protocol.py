@@ -198,8 +198,8 @@ class ReferenceReport:
     ok: bool
     reason: str  # "ok", or "<status>: <why>"
     device_name: str = ""
-    timing: Optional[TimingStats] = None
-    profile: Optional[CallProfile] = None
+    profile: Optional[CallProfile] = None  # one profiled call (CUDA, when timing is on)
+    profile_error: str = ""  # why profiling failed, when it did
     speed_of_light: Optional[SpeedOfLight] = None
     speed_of_light_error: str = ""
     other_size: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -210,7 +210,55 @@ class ReferenceReport:
     phase_seconds: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
-MESSAGES: dict[str, type] = {cls.__name__: cls for cls in (Start, Open, Check, Close, Phase, Closed, Fault, Step, Verdict, Session, ReferenceReport, Staged)}
+@dataclasses.dataclass(frozen=True)
+class TimingProtocol:
+    """How both sides of one paired timing are timed: the same for the reference and the compared model."""
+
+    mode: str  # "eager" calls or "graph" replays
+    sync: str  # "stream": end event on the calling stream; "device": a device-wide synchronise first
+    reason: str = ""  # why it differs from the configured one (which side needed device sync, whose capture failed)
+
+    def describe(self) -> str:
+        return f"{self.mode}, {self.sync} sync"
+
+
+@dataclasses.dataclass(frozen=True)
+class PrepareTiming:
+    """parent -> judge: make the reference's timing sets and warm it up for `session`'s paired rounds."""
+
+    session: int
+    graph: bool  # also capture CUDA graphs (timing.mode graph)
+
+
+@dataclasses.dataclass(frozen=True)
+class Ready:
+    """One side is warmed up and can be timed (judge -> parent, and worker -> parent on the channel)."""
+
+    graph_error: str = ""  # why capturing CUDA graphs failed ("" when it worked or was not asked)
+    needs_device: str = ""  # why this side's profiled call needs a device-wide synchronise ("" when not)
+    profile: Optional[CallProfile] = None  # the worker's one profiled call (CUDA)
+    profile_error: str = ""  # why profiling failed, when it did
+
+
+@dataclasses.dataclass(frozen=True)
+class TimeRound:
+    """parent -> judge or worker: time one round now, under `protocol`."""
+
+    session: int
+    round: int
+    rounds: int  # how many rounds each side gets (a round samples for budget_s / rounds at most)
+    protocol: TimingProtocol
+
+
+@dataclasses.dataclass(frozen=True)
+class RoundTimed:
+    """One side's round (judge -> parent, and worker -> parent on the channel)."""
+
+    round: int
+    stats: TimingStats
+
+
+MESSAGES: dict[str, type] = {cls.__name__: cls for cls in (Start, Open, Check, Close, Phase, Closed, Fault, Step, Verdict, Session, ReferenceReport, Staged, PrepareTiming, Ready, TimeRound, RoundTimed, TimingProtocol)}
 
 
 def encode(message: Any) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from typing import Any, Optional
 from harness import __version__
 from harness.status import Status
 
-SCHEMA_VERSION = 2  # 2: timing protocol fields, profiles, baselines, speed-of-light, run end
+SCHEMA_VERSION = 3  # 2: timing protocol fields, profiles, baselines, speed-of-light, run end; 3: paired rounds, null floor
 
 
 def to_dict(obj: Any) -> Any:
@@ -177,6 +177,40 @@ class CallProfile:
 
 
 @dataclasses.dataclass(frozen=True)
+class PairedSpeedup:
+    """A speedup from rounds timed in turns under one protocol: the reference (by the lane's judge)
+    and a compared model (by its worker), so drift in clocks, power and host load cancels."""
+
+    speedup: float  # median over the rounds of (reference round median / compared round median)
+    low: float  # bootstrap 95% interval of that median (resampling rounds)
+    high: float
+    rounds: int  # paired rounds
+    protocol: str  # the timing protocol both sides used, e.g. "eager, stream sync"
+    ratios: tuple[float, ...]  # each round's ratio, in order
+    reference: TimingStats  # the reference's samples over all its rounds
+
+    def __post_init__(self) -> None:
+        if not self.ratios or any(r <= 0 or not math.isfinite(r) for r in self.ratios):
+            raise ValueError("a paired speedup needs positive, finite round ratios")
+        if not self.low <= self.speedup <= self.high:
+            raise ValueError("a paired speedup lies inside its interval")
+
+
+@dataclasses.dataclass(frozen=True)
+class NullFloor:
+    """The built-in null candidate: the problem's own Model, run through the candidate path and
+    timed against the reference. Identical code: its speedup is what 1.00x reads as in this run."""
+
+    status: str  # the null candidate's status ("correct", or why it failed)
+    reason: str
+    paired: Optional[PairedSpeedup] = None  # its paired timing, when it was correct and timed
+
+    @property
+    def speedup(self) -> Optional[float]:
+        return self.paired.speedup if self.paired is not None else None
+
+
+@dataclasses.dataclass(frozen=True)
 class Baseline:
     """A baseline timed in the reference worker next to the eager reference (e.g. torch.compile)."""
 
@@ -186,6 +220,7 @@ class Baseline:
     timing: Optional[TimingStats] = None
     compile_seconds: Optional[float] = None  # wall time of the first (compiling) call
     max_abs_error: Optional[float] = None  # against the eager reference on the same inputs
+    paired: Optional[PairedSpeedup] = None  # timed in turns with the eager reference: its speedup over eager
 
 
 @dataclasses.dataclass(frozen=True)
@@ -240,10 +275,11 @@ class CandidateRecord:
     checks: tuple[CheckResult, ...] = ()  # weight-copied trials, in the order they ran
     same_seed: Optional[CheckResult] = None  # both built after the same manual_seed; reported apart
     timing: Optional[TimingStats] = None  # the candidate's forward, when it was timed
-    reference_ms: Optional[float] = None  # median of the reference in the same run and device
-    speedup: Optional[float] = None  # reference_ms / timing.median_ms, for correct candidates only
+    reference_ms: Optional[float] = None  # median of the reference over its rounds paired with this candidate
+    speedup: Optional[float] = None  # over the eager reference, from paired rounds (paired.speedup); correct candidates only
+    paired: Optional[PairedSpeedup] = None  # the rounds timed in turns with the reference, its interval and protocol
     baseline_ms: dict[str, float] = dataclasses.field(default_factory=dict)  # other baselines' medians, by name
-    speedups: dict[str, float] = dataclasses.field(default_factory=dict)  # baseline_ms / timing.median_ms, by name
+    speedups: dict[str, float] = dataclasses.field(default_factory=dict)  # over each baseline: speedup / the baseline's paired speedup
     sol_ms: Optional[float] = None  # the problem's roofline floor on this device
     sol_fraction: Optional[float] = None  # sol_ms / timing.median_ms: 1.0 is the speed of light
     profile: Optional[CallProfile] = None  # one profiled call (CUDA)
@@ -285,7 +321,7 @@ class ReferenceRecord:
     device_name: str  # e.g. "NVIDIA H100 80GB HBM3" or the CPU model
     ok: bool  # the reference built, ran every call and (if asked) was timed
     reason: str  # one line: "ok" or why the reference failed
-    timing: Optional[TimingStats] = None  # eager reference forward
+    timing: Optional[TimingStats] = None  # eager reference forward: its rounds paired with the null candidate (else the first baseline)
     baselines: tuple[Baseline, ...] = ()  # torch.compile modes, timed in the same worker
     speed_of_light: Optional[SpeedOfLight] = None  # the problem's roofline floor on this device
     profile: Optional[CallProfile] = None  # one profiled call (CUDA)
@@ -299,6 +335,7 @@ class ReferenceRecord:
     data_plane: str = ""  # where the judge shares inputs and outputs with workers: "cuda" (device memory) or "host" (shared memory)
     peak_bytes: int = 0  # the reference's peak device memory (host RSS on the CPU) through the plan
     notes: tuple[str, ...] = ()  # what the judge could not do (float64 twin) and judge restarts on this lane
+    null_floor: Optional[NullFloor] = None  # the built-in null candidate's speedup: this run's 1.00x (timing.null_candidate)
     schema_version: int = SCHEMA_VERSION  # record layout version
     tool_version: str = __version__  # harness version that wrote the record
 

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from harness import quiet
 from harness.channel import ChannelReader, ForgedMessage, new_key
 from harness.config import ROOT
 from harness.status import Status
@@ -121,28 +122,37 @@ class Launcher:
     """Hands out fresh worker processes, one per job. With `prestart`, the next one is started as
     soon as one is taken, so its interpreter and torch import (about 2 s) overlap the job before
     it instead of delaying the next. A prestarted worker has run no model code: every job still
-    gets a process of its own. `env` (e.g. CUDA_VISIBLE_DEVICES) applies to every worker."""
+    gets a process of its own. `env` (e.g. CUDA_VISIBLE_DEVICES) applies to every worker.
 
-    def __init__(self, prestart: bool = False, env: Optional[dict[str, str]] = None) -> None:
+    For the quiet host (harness.quiet) the spare is background work while it waits (stopped while a
+    lane times, kept on the builds' CPUs); a worker handed out is a timing process of lane
+    `lane_index`: pinned to that lane's CPUs, and running even if a hold had stopped it."""
+
+    def __init__(self, prestart: bool = False, env: Optional[dict[str, str]] = None, lane_index: int = 0) -> None:
         self.prestart = prestart
         self.env = dict(env or {})
+        self.lane_index = lane_index
         self.active: set[subprocess.Popen[bytes]] = set()  # handed out, not yet ended
         self._spare: Optional[Started] = None
         self._closed = False
 
     def take(self) -> Started:
+        host = quiet.current()
         started = self._spare if self._spare is not None and self._spare.proc.poll() is None else None
         if started is None:
             self._discard()
             started = start_worker(self.env)
         self._spare = None
+        host.register_timing(started.proc, self.lane_index)  # pinned to the lane, then continued if stopped
         if self.prestart and not self._closed:
             self._spare = start_worker(self.env)
+            host.register_background(self._spare.proc)
         self.active.add(started.proc)
         return started
 
     def release(self, proc: subprocess.Popen[bytes]) -> None:
         self.active.discard(proc)
+        quiet.current().unregister(proc)
 
     def kill_all(self) -> None:
         """End the spare and every worker handed out and still running (an interrupted run)."""
@@ -150,6 +160,7 @@ class Launcher:
         self._discard()
         for proc in list(self.active):
             _kill_group(proc)
+            quiet.current().unregister(proc)
 
     def close(self) -> None:
         self._closed = True
@@ -159,6 +170,7 @@ class Launcher:
         if self._spare is not None:
             _kill_group(self._spare.proc)
             self._spare.proc.wait()
+            quiet.current().unregister(self._spare.proc)
             for stream in (self._spare.proc.stdin, self._spare.proc.stdout):
                 if stream is not None:
                     stream.close()
@@ -339,9 +351,10 @@ class JudgeFailed(Exception):
 class JudgeClient:
     """Parent side of a lane's judge (harness.judge): starts it, sends typed requests, waits for
     typed replies under time limits. What the judge prints goes to `log_path`. A judge that hangs
-    past a limit or ends is killed with its process group and reported as JudgeFailed."""
+    past a limit or ends is killed with its process group and reported as JudgeFailed. It is a
+    timing process of lane `lane_index` for the quiet host (harness.quiet): pinned to its CPUs."""
 
-    def __init__(self, *, log_path: Path, cwd: Path, env: Optional[dict[str, str]] = None) -> None:
+    def __init__(self, *, log_path: Path, cwd: Path, env: Optional[dict[str, str]] = None, lane_index: int = 0) -> None:
         request_read, self._request_write = os.pipe()
         self._reply_read, reply_write = os.pipe()
         full_env = dict(os.environ)
@@ -356,6 +369,7 @@ class JudgeClient:
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 pass_fds=(request_read, reply_write), start_new_session=True, cwd=cwd, env=full_env,
             )
+        quiet.current().register_timing(self.proc, lane_index)
         os.close(request_read)
         os.close(reply_write)
         self._buffer = b""
@@ -431,6 +445,7 @@ class JudgeClient:
         self.alive = False
         _kill_group(self.proc)
         self.proc.wait()
+        quiet.current().unregister(self.proc)
         for fd in (self._request_write, self._reply_read):
             try:
                 os.close(fd)

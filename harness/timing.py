@@ -16,8 +16,10 @@ the median of OVERHEAD_REPS empty regions.
 """
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
+import types
 from typing import Any, Callable, Optional, Sequence
 
 import torch
@@ -42,25 +44,91 @@ def _stop_reason(samples: list[float], started: float, cfg: Any, overhead: float
     if n >= cfg.max_reps:
         return "max_reps"
     offset = overhead if cfg.subtract_overhead else 0.0
-    if n >= cfg.min_reps and relative_standard_error_of_median([max(s - offset, 0.0) for s in samples]) <= cfg.target_rse:
+    elapsed = time.perf_counter() - started
+    if n >= cfg.min_reps and elapsed >= getattr(cfg, "min_s", 0.0) and relative_standard_error_of_median([max(s - offset, 0.0) for s in samples]) <= cfg.target_rse:
         return "target_rse"
-    if n >= 1 and time.perf_counter() - started >= cfg.budget_s:
+    if n >= 1 and elapsed >= cfg.budget_s:
         return "budget"
     return None
 
 
 def time_forward(fn: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], device: torch.device, cfg: Any, *, sync: str = "stream") -> TimingStats:
-    """Time `fn(*args)` over `arg_sets` (rotated) with the timing config `cfg`.
+    """Time `fn(*args)` over `arg_sets` (rotated) with the timing config `cfg`, in one go.
 
     `sync` is "stream" (end event on the calling stream) or "device" (device-wide synchronise
     before the end event). `cfg.mode` "graph" times CUDA-graph replays; when capture fails the
-    calls are timed eagerly and the record says why.
+    calls are timed eagerly and the record says why. (Compared models are timed in rounds, in
+    turns with the reference: `Timer`.)
     """
     if not arg_sets:
         raise ValueError("time_forward needs at least one input set")
-    if device.type == "cuda":
-        return _time_cuda(fn, arg_sets, device, cfg, sync)
-    return _time_cpu(fn, arg_sets, cfg)
+    timer = Timer(fn, arg_sets, device, cfg)
+    error = timer.prepare(graph=cfg.mode == "graph")
+    mode = "graph" if timer.graphs is not None else "eager"
+    fallback = f"graph capture failed, timed eagerly: {error}" if error else ""
+    if cfg.mode == "graph" and device.type != "cuda":
+        fallback = "CUDA graphs need a CUDA device; timed eagerly"
+    stats = timer.sample(mode, sync, cfg)
+    return dataclasses.replace(stats, warmup_calls=timer.warmup_calls + stats.warmup_calls, fallback=fallback)
+
+
+class Timer:
+    """One side of a timing, prepared once (warm-up, and CUDA graphs when asked) and then sampled
+    as often as asked: in one go (`time_forward`) or in rounds, in turns with the other side."""
+
+    def __init__(self, fn: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], device: torch.device, cfg: Any) -> None:
+        if not arg_sets:
+            raise ValueError("a timer needs at least one input set")
+        self.device, self.cfg = device, cfg
+        self.input_sets = len(arg_sets)
+        self.fn, self.arg_sets = fn, arg_sets
+        self.eager: list[Callable[[], Any]] = [(lambda a=args: fn(*a)) for args in arg_sets]
+        self.graphs: Optional[list[Callable[[], Any]]] = None
+        self.warmup_calls = 0
+        self.flush = flush_buffer(device) if device.type == "cuda" and cfg.flush_l2 else None
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def prepare(self, graph: bool) -> str:
+        """Warm up for `cfg.warmup_ms`; with `graph` on CUDA, capture one graph per input set.
+        Returns why capture failed ("" when it worked or was not asked)."""
+        self.warmup_calls = _warm_up(self.eager, self.cfg.warmup_ms, self._sync)
+        if not graph or self.device.type != "cuda":
+            return ""
+        try:
+            self.graphs = capture_graphs(self.fn, self.arg_sets, self.device)
+        except GraphCaptureError as exc:
+            return str(exc)
+        _warm_up(self.graphs, self.cfg.warmup_ms, self._sync)
+        return ""
+
+    def round(self, mode: str, sync: str, rounds: int, last: bool = False) -> TimingStats:
+        """One of `rounds` rounds: a short warm-up (the other side ran in between), then sampling
+        under the config's stopping rule with a `rounds`-th of its budget, for at least a quarter
+        of that (max_reps still caps each round). The
+        GPU's clocks are read (nvidia-smi, a process of its own) only after the `last` one."""
+        cfg = self.cfg
+        budget = cfg.budget_s / rounds
+        share = types.SimpleNamespace(**{**vars(cfg), "budget_s": budget, "min_s": budget * ROUND_MIN_SHARE, "warmup_ms": cfg.warmup_ms / ROUND_WARMUP_SHARE})
+        return self.sample(mode, sync, share, warm=True, clocks=last)
+
+    def sample(self, mode: str, sync: str, cfg: Any, warm: bool = False, clocks: bool = True) -> TimingStats:
+        if mode == "graph" and self.graphs is None:
+            raise ValueError("graph mode needs graphs captured by prepare(graph=True)")
+        calls = self.graphs if mode == "graph" and self.graphs is not None else self.eager
+        warmup = _warm_up(calls, cfg.warmup_ms, self._sync) if warm else 0
+        if self.device.type == "cuda":
+            stats = _sample_cuda(calls, self.device, cfg, sync, self.flush, clocks)
+        else:
+            stats = _sample_cpu(calls, cfg)
+        return dataclasses.replace(stats, warmup_calls=warmup, mode=mode, input_sets=self.input_sets)
+
+
+ROUND_WARMUP_SHARE = 4  # a round's warm-up is 1/this of timing.warmup_ms (the first warm-up is whole)
+ROUND_MIN_SHARE = 0.25  # a round samples for at least this share of its budget: a round of a fast call that
+# met target_rse after a few dozen calls (a millisecond) would measure one moment, not a state
 
 
 def flush_buffer(device: torch.device) -> torch.Tensor:
@@ -69,10 +137,10 @@ def flush_buffer(device: torch.device) -> torch.Tensor:
     return torch.empty(max(2 * l2_bytes, 1 << 20) // 4, dtype=torch.int32, device=device)
 
 
-def _warm_up(calls: Sequence[Callable[[], Any]], cfg: Any, sync: Callable[[], None]) -> int:
+def _warm_up(calls: Sequence[Callable[[], Any]], warmup_ms: float, sync: Callable[[], None]) -> int:
     count = 0
     started = time.perf_counter()
-    while count == 0 or (time.perf_counter() - started) * 1e3 < cfg.warmup_ms:
+    while count == 0 or (time.perf_counter() - started) * 1e3 < warmup_ms:
         calls[count % len(calls)]()
         sync()
         count += 1
@@ -107,20 +175,8 @@ def capture_graphs(fn: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], de
     return [graph.replay for graph in graphs]
 
 
-def _time_cuda(fn: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], device: torch.device, cfg: Any, sync: str) -> TimingStats:
+def _sample_cuda(calls: Sequence[Callable[[], Any]], device: torch.device, cfg: Any, sync: str, flush: Optional[torch.Tensor], clocks: bool = True) -> TimingStats:
     device_sync = lambda: torch.cuda.synchronize(device)  # noqa: E731
-    flush = flush_buffer(device) if cfg.flush_l2 else None
-    calls = [(lambda a=args: fn(*a)) for args in arg_sets]
-    warmup_calls = _warm_up(calls, cfg, device_sync)
-    mode, fallback = "eager", ""
-    if cfg.mode == "graph":
-        try:
-            calls = capture_graphs(fn, arg_sets, device)
-            mode = "graph"
-            _warm_up(calls, cfg, device_sync)
-        except GraphCaptureError as exc:
-            fallback = f"graph capture failed, timed eagerly: {exc}"
-
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(BATCH + 1)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(BATCH + 1)]
 
@@ -152,28 +208,22 @@ def _time_cuda(fn: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], device
     device_sync()
     from harness.environment import gpu_state
 
-    state = gpu_state(device)
+    state = gpu_state(device) if clocks else {}
     return TimingStats.from_samples(
         samples,
         timer="cuda_events",
-        warmup_calls=warmup_calls,
+        warmup_calls=0,
         stopped_by=reason,
         overhead_ms=overhead,
         subtract=cfg.subtract_overhead,
-        mode=mode,
         sync=sync,
-        fallback=fallback,
-        input_sets=len(arg_sets),
         flush_bytes=flush.numel() * flush.element_size() if flush is not None else 0,
         sm_clock_mhz=state.get("sm_clock_mhz"),
         clock_event_reasons=str(state.get("clock_event_reasons", "")),
     )
 
 
-def _time_cpu(fn: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], cfg: Any) -> TimingStats:
-    calls = [(lambda a=args: fn(*a)) for args in arg_sets]
-    warmup_calls = _warm_up(calls, cfg, lambda: None)
-
+def _sample_cpu(calls: Sequence[Callable[[], Any]], cfg: Any) -> TimingStats:
     def region(call: Callable[[], Any]) -> float:
         t0 = time.perf_counter_ns()
         call()
@@ -184,14 +234,4 @@ def _time_cpu(fn: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], cfg: An
     started = time.perf_counter()
     while (reason := _stop_reason(samples, started, cfg, overhead)) is None:
         samples.append(region(calls[len(samples) % len(calls)]))
-    fallback = "CUDA graphs need a CUDA device; timed eagerly" if cfg.mode == "graph" else ""
-    return TimingStats.from_samples(
-        samples,
-        timer="perf_counter",
-        warmup_calls=warmup_calls,
-        stopped_by=reason,
-        overhead_ms=overhead,
-        subtract=cfg.subtract_overhead,
-        fallback=fallback,
-        input_sets=len(arg_sets),
-    )
+    return TimingStats.from_samples(samples, timer="perf_counter", warmup_calls=0, stopped_by=reason, overhead_ms=overhead, subtract=cfg.subtract_overhead)

@@ -8,7 +8,7 @@ forward calls on the inputs the judge staged in its region, puts each step's out
 mailbox, times the forward, and reports each step on the authenticated result channel. Anything it
 prints goes to a log, never into the results.
 
-The helpers at module level (classify, load_module, Guard, time_model, model_gradients, ...) are
+The helpers at module level (classify, load_module, Guard, prepare_timer, model_gradients, ...) are
 shared with the judge, which runs the problem's reference with the same code.
 """
 from __future__ import annotations
@@ -327,12 +327,16 @@ class Worker:
                 described.append(Output(type(o).__name__, name, str(o.layout), o.device.type, _aliased_input(o, inputs), spec))
             else:
                 described.append(Output(type(o).__name__, name))
-        self.channel.send({"type": "step", "step": encode(Step(step, index, tuple(described), status, reason, Want(*want)))})
+        reply = self._exchange({"type": "step", "step": encode(Step(step, index, tuple(described), status, reason, Want(*want)))})
+        return from_dict(Staged, reply["staged"]) if reply.get("staged") is not None else None
+
+    def _exchange(self, message: dict[str, Any]) -> dict[str, Any]:
+        """Send `message` on the channel and wait for the parent's answer (one JSON line)."""
+        self.channel.send(message)
         line = self.acks.readline()
         if not line:
-            raise WorkerFailure(Status.HARNESS_ERROR, f"the parent went away after step {step}")
-        reply = json.loads(line)
-        return from_dict(Staged, reply["staged"]) if reply.get("staged") is not None else None
+            raise WorkerFailure(Status.HARNESS_ERROR, f"the parent went away after a {message.get('type')} message")
+        return json.loads(line)
 
     def _ask(self, kind: str) -> Any:
         """Ask for inputs without reporting outputs (a step with none)."""
@@ -383,16 +387,22 @@ class Worker:
         return runner
 
     def _time(self, runner: Any, sets: list[list[Any]], device: Any) -> None:
-        """Time the forward over the staged sets, then report the last timed output on the first."""
-        import torch
+        """Warm up and profile, then time the forward over the staged sets in the rounds the parent
+        asks for (in turns with the reference in the judge), then report the last timed output."""
+        from harness import protocol as P
 
-        from harness.records import to_dict
-
-        stats, profile, profile_error, last = time_model(runner, sets, device, self.job, self.phase_seconds, self._phase_started, profiled=self.role != "baseline")
+        timer, ready, last = prepare_timer(runner, sets, device, self.job, profiled=self.role != "baseline")
         self.guard.check("timing")
-        if last is not None and all(isinstance(o, torch.Tensor) for o in last) and self.role != "baseline":
-            self._step("timed", 0, last, sets[0], want=("none", 0))
-        self.channel.send({"type": "timing", "stats": to_dict(stats), "profile": to_dict(profile), "profile_error": profile_error})
+        self.phase_seconds["prepare"] = round(time.perf_counter() - self._phase_started, 4)
+        reply = self._exchange({"type": "ready", "ready": P.encode(ready)})
+        while reply.get("round") is not None:
+            ask = P.decode(reply["round"])
+            stats = time_round(timer, ask)
+            self.guard.check("timing")
+            reply = self._exchange({"type": "round", "timed": P.encode(P.RoundTimed(ask.round, stats))})
+        output = last()
+        if output is not None and self.role != "baseline":
+            self._step("timed", 0, output, sets[0], want=("none", 0))
 
     def _load_reference_weights(self, model: Any) -> None:
         """The reference's state_dict (in the inputs region) into `model`, strictly: same names and shapes."""
@@ -418,20 +428,18 @@ class Worker:
             raise WorkerFailure(Status.WEIGHTS_MISMATCH, one_line(exc)) from None
 
 
-def time_model(runner: Any, sets: list[list[Any]], device: Any, job: dict[str, Any], phase_seconds: dict[str, float], phase_started: float, *, profiled: bool) -> tuple[Any, Any, str, Optional[list[Any]]]:
-    """Time the forward over `sets`; on CUDA profile one call, and re-time with a device-wide
-    synchronise when that call ran work on other streams or after it returned (timing.sync auto).
-    Returns the stats, the profile, why profiling failed, and the last timed output on sets[0]."""
-    import dataclasses as dc
-
+def prepare_timer(runner: Any, sets: list[list[Any]], device: Any, job: dict[str, Any], *, profiled: bool) -> tuple[Any, Any, Any]:
+    """One side of a paired timing, ready for its rounds: warmed up (CUDA graphs captured when
+    timing.mode is graph) and, on CUDA when `profiled`, one call profiled. Returns the timer, the
+    `Ready` message, and a function giving the output of the latest timed call on sets[0]."""
     import torch
 
-    from harness.timing import flush_buffer, time_forward
+    from harness import protocol as P
+    from harness.pairing import device_sync_reason
+    from harness.timing import Timer
 
     cfg = types.SimpleNamespace(**job["timing"])
-    sync = job["sync"]
     runner.eval()
-    profile, profile_error = None, ""
     first = sets[0]
     last_output: list[Any] = []
 
@@ -443,32 +451,37 @@ def time_model(runner: Any, sets: list[list[Any]], device: Any, job: dict[str, A
             last_output[:] = [out]
         return out
 
+    profile, profile_error = None, ""
     try:
         with torch.no_grad():
-            stats = time_forward(timed, sets, device, cfg, sync="device" if sync == "device" else "stream")
-            phase_seconds["timer"] = round(time.perf_counter() - phase_started, 4)
+            timer = Timer(timed, sets, device, cfg)
+            graph_error = timer.prepare(graph=cfg.mode == "graph")
             if device.type == "cuda" and profiled:
                 from harness.profile import profile_call
 
-                profiling = time.perf_counter()
                 try:
-                    profile = profile_call(runner, sets[0], device, flush_buffer(device) if cfg.flush_l2 else None)
+                    profile = profile_call(runner, first, device, timer.flush)
                 except Exception as exc:
                     torch.cuda.synchronize(device)  # a device fault is the model's; anything else is the profiler's
                     profile_error = one_line(exc)
-                phase_seconds["profile"] = round(time.perf_counter() - profiling, 4)
-                if profile is not None and sync == "auto" and (profile.streams > 1 or profile.after_return or profile.busy_after_return):
-                    why = []
-                    if profile.streams > 1:
-                        why.append(f"the profiled call ran GPU work on {profile.streams} streams")
-                    if profile.after_return:
-                        why.append(f"{profile.after_return} GPU activities were launched after forward returned")
-                    stats = time_forward(timed, sets, device, cfg, sync="device")
-                    stats = dc.replace(stats, sync_reason="; ".join(why))
             synchronize(device)
     except BaseException as exc:
         raise classify(exc, Status.RUNTIME_ERROR) from None
-    return stats, profile, profile_error, as_outputs(last_output[0]) if last_output else None
+    ready = P.Ready(graph_error=graph_error, needs_device=device_sync_reason(profile), profile=profile, profile_error=profile_error)
+    return timer, ready, lambda: as_outputs(last_output[0]) if last_output else None
+
+
+def time_round(timer: Any, ask: Any) -> Any:
+    """One round of a paired timing, as the parent asked (`TimeRound`)."""
+    import torch
+
+    try:
+        with torch.no_grad():
+            stats = timer.round(ask.protocol.mode, ask.protocol.sync, ask.rounds, last=ask.round == ask.rounds - 1)
+            synchronize(timer.device)
+    except BaseException as exc:
+        raise classify(exc, Status.RUNTIME_ERROR) from None
+    return stats
 
 
 def model_gradients(model: Any, args: list[Any], seed: int, guard: Optional["Guard"] = None) -> tuple[str, str, dict[str, Any]]:
@@ -548,6 +561,8 @@ class Guard:
             ("torch.Tensor", torch.Tensor, "cpu"),
             ("torch.Tensor", torch.Tensor, "to"),
             ("harness.timing", timing, "time_forward"),
+            ("harness.timing.Timer", timing.Timer, "round"),
+            ("harness.timing.Timer", timing.Timer, "sample"),
             ("harness.channel.ChannelWriter", channel.ChannelWriter, "send"),
             ("Worker", type(worker), "_call"),
         ]

@@ -162,8 +162,12 @@ def test_honest_candidate_is_timed_with_speedup_and_every_check(verdicts):
     ]
     assert all(c.passed for c in record.checks)
     assert record.same_seed is not None and record.same_seed.passed
-    assert record.timing is not None and record.timing.n >= 3
-    assert record.speedup == pytest.approx(record.reference_ms / record.timing.median_ms)
+    paired = record.paired
+    assert paired is not None and paired.rounds >= 2 and record.speedup == paired.speedup
+    assert record.timing is not None and record.timing.n >= 3 * paired.rounds  # min_reps in each round
+    assert len(paired.ratios) == paired.rounds and paired.reference.n >= 3 * paired.rounds
+    assert paired.low <= record.speedup <= paired.high and record.reference_ms == paired.reference.median_ms
+    assert paired.protocol == "eager, stream sync" and record.timing.mode == "eager"
 
 
 def test_wrong_value_reports_errors_and_mismatch_fraction(verdicts):

@@ -11,8 +11,8 @@ import pytest
 from harness.cli import main
 from harness.config import ROOT
 from harness.errors import ExitCode, UserError
-from harness.gate import Rules
-from harness.records import CandidateRecord, ReferenceRecord, RunHeader, TimingStats
+from harness.gate import NOT_COMPARABLE, REGRESSED, Rules, gate, load_side
+from harness.records import CandidateRecord, NullFloor, PairedSpeedup, ReferenceRecord, RunHeader, TimingStats
 from harness.status import Status
 from harness.store import RunStore
 
@@ -34,11 +34,16 @@ def candidate(name, status=Status.CORRECT, ms=None, problem="p1", problem_hash="
     )
 
 
-def write_run(folder, records, protocol=PROTOCOL, device_name="NVIDIA H100 80GB HBM3"):
+def write_run(folder, records, protocol=PROTOCOL, device_name="NVIDIA H100 80GB HBM3", floors=None):
+    """A run folder; `floors` maps a problem to its null floor, or to a list of them (one reference per lane)."""
     store = RunStore(folder.parent, folder.name)
     store.append(RunHeader(run_id=folder.name, started_at="2026-11-21T00:00:00+00:00", argv=(), config=protocol, environment={}))
     for problem in sorted({r.problem for r in records}):
-        store.append(ReferenceRecord(run_id=folder.name, problem=problem, problem_hash="ph", problem_path="p.py", device="cuda", device_name=device_name, ok=True, reason="ok"))
+        found = (floors or {}).get(problem)
+        lanes = {f"cuda:{i}": f for i, f in enumerate(found)} if isinstance(found, list) else {"": found}
+        for lane, floor in lanes.items():
+            store.append(ReferenceRecord(run_id=folder.name, problem=problem, problem_hash="ph", problem_path="p.py", device="cuda",
+                                         device_name=device_name, ok=True, reason="ok", lane=lane, null_floor=floor))
     for record in records:
         store.append(record)
     return folder
@@ -212,3 +217,67 @@ def test_baseline_save_then_run_with_gate_end_to_end(tmp_path):
     assert "was correct, now incorrect" in (tmp_path / "results" / "broken" / "gate.md").read_text()
     missing = call("--run-id", "never", "--gate", str(tmp_path / "nothing.jsonl"))
     assert missing.returncode == ExitCode.USAGE and not (tmp_path / "results" / "never").exists()
+
+
+def floor(speedup, spread=0.01):
+    """A timed null floor reading `speedup`, with a bootstrap interval of +/- `spread`."""
+    reference = TimingStats.from_samples([1.0, 1.01], timer="cuda_events", warmup_calls=1, stopped_by="target_rse")
+    paired = PairedSpeedup(speedup, speedup - spread, speedup + spread, 8, "eager, stream sync", (speedup,) * 8, reference)
+    return NullFloor(status="correct", reason="ok", paired=paired)
+
+
+def gated(tmp_path, base_floors, now_floors, *, now_status=Status.CORRECT, now_protocol=PROTOCOL):
+    """A 20% slowdown (a regression when compared), gated with these null floors on problem p1."""
+    base = write_run(tmp_path / "base", [candidate("k", ms=samples(1.0, 0.01, seed=1))], floors={"p1": base_floors})
+    now_ms = samples(1.2, 0.01, seed=2) if now_status is Status.CORRECT else None
+    now = write_run(tmp_path / "now", [candidate("k", now_status, ms=now_ms)], protocol=now_protocol, floors={"p1": now_floors})
+    (comparison,) = gate(load_side(str(base), tmp_path), load_side(str(now), tmp_path), Rules(), alpha=0.001).comparisons
+    return comparison, base, now
+
+
+def test_a_current_null_floor_outside_the_tolerance_makes_times_not_comparable(tmp_path):
+    comparison, base, now = gated(tmp_path, floor(1.00), floor(1.06, 0.02))
+    assert comparison.verdict == NOT_COMPARABLE
+    assert comparison.reason == "the null floor is 1.06x [1.04, 1.08] in the current run, outside 1.00x +/- 3%: times on this problem are off by about that much"
+    assert gate_cli(base, now) == ExitCode.OK  # reported, never compared
+    assert "## Not comparable" in (now / "gate.md").read_text()
+    assert gate_cli(base, now, "--fail-on", "incomparable") == ExitCode.REGRESSION
+
+
+def test_a_baseline_null_floor_outside_the_tolerance_or_a_failed_null_candidate_is_not_comparable(tmp_path):
+    comparison, _, _ = gated(tmp_path / "a", floor(0.95), floor(1.00))
+    assert comparison.verdict == NOT_COMPARABLE and "the null floor is 0.95x [0.94, 0.96] in the baseline" in comparison.reason
+    comparison, _, _ = gated(tmp_path / "b", floor(1.00), NullFloor(status="incorrect", reason="differs"))
+    assert comparison.verdict == NOT_COMPARABLE and comparison.reason.startswith("the null candidate failed in the current run (incorrect)")
+
+
+def test_null_floors_near_one_are_compared_as_before(tmp_path):
+    comparison, base, now = gated(tmp_path, floor(1.00), floor(1.01))
+    assert comparison.verdict == REGRESSED and comparison.ratio == pytest.approx(1.2, rel=0.02)
+    assert gate_cli(base, now) == ExitCode.REGRESSION
+    comparison, _, _ = gated(tmp_path / "one_side", None, floor(1.01))  # a baseline without a floor
+    assert comparison.verdict == REGRESSED
+
+
+def test_a_null_floor_that_moved_beyond_the_tolerance_is_not_comparable(tmp_path):
+    comparison, _, _ = gated(tmp_path, floor(0.98), floor(1.02))  # each within 3% of 1.00, 4% apart
+    assert comparison.verdict == NOT_COMPARABLE
+    assert comparison.reason == "the null floor moved from 0.98x to 1.02x (more than 3%)"
+
+
+def test_the_worst_lane_stands_for_the_problem(tmp_path):
+    comparison, _, _ = gated(tmp_path, floor(1.00), [floor(1.00), floor(1.05)])
+    assert comparison.verdict == NOT_COMPARABLE and "1.05x" in comparison.reason
+
+
+def test_the_current_runs_null_tolerance_applies(tmp_path):
+    loose = {**PROTOCOL, "timing": {**PROTOCOL["timing"], "null_tolerance": 0.08}}
+    comparison, _, _ = gated(tmp_path, floor(1.00), floor(1.06), now_protocol=loose)
+    assert comparison.verdict == REGRESSED
+
+
+def test_a_correctness_regression_is_reported_even_when_null_floors_are_off(tmp_path):
+    comparison, base, now = gated(tmp_path, floor(1.00), floor(1.10), now_status=Status.INCORRECT)
+    assert comparison.verdict == REGRESSED and comparison.reason == "was correct, now incorrect: why"
+    assert gate_cli(base, now) == ExitCode.REGRESSION
+    assert "1 candidate(s) no longer correct" in (now / "gate.md").read_text()

@@ -120,7 +120,7 @@ def judge(make_config):
     problem = resolve_problem("1_Scale_Bias_ReLU", cfg.path(cfg.problems_dir))
     evaluation = ProblemEvaluation.__new__(ProblemEvaluation)
     evaluation.cfg, evaluation.device, evaluation.problem = cfg, "cpu", problem
-    job = evaluation._judge_job(Plan.fresh(cfg), timed=False)
+    job = evaluation._judge_job(Plan.fresh(cfg), measure=False)
     sent = []
     judge = Judge(job, sent.append)
     report = judge.start()

@@ -2,11 +2,13 @@
 import os
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
-from harness.leaderboard import candidate_frame, summary_table, write_leaderboards
-from harness.records import CandidateRecord, CheckResult, TimingStats
+from harness.leaderboard import candidate_frame, print_leaderboard, summary_table, write_leaderboards
+from harness.records import CandidateRecord, CheckResult, NullFloor, PairedSpeedup, ReferenceRecord, TimingStats
 from harness.status import Status
+from harness.store import RunStore, read_records
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -56,3 +58,104 @@ def test_fast_p_counts_only_evaluated_candidates_and_geomean_only_correct():
 def test_later_record_for_same_candidate_replaces_earlier():
     frame = candidate_frame(RECORDS + [record("p1", "wrong", Status.CORRECT, "fixed", ms=1.0)])
     assert frame.set_index("candidate").loc["wrong", "status"] == "correct"
+
+
+def null_floor(speedup=None, low=None, high=None, status="correct"):
+    """A null candidate's result: timed at `speedup` [low, high], or failed with `status`."""
+    if speedup is None:
+        return NullFloor(status=status, reason="trial 1 (eval): output 0 differs" if status != "correct" else "ok")
+    reference = TimingStats.from_samples([1.0, 1.01], timer="cuda_events", warmup_calls=1, stopped_by="target_rse")
+    paired = PairedSpeedup(speedup=speedup, low=low, high=high, rounds=8, protocol="eager, stream sync", ratios=(speedup,) * 8, reference=reference)
+    return NullFloor(status=status, reason="ok", paired=paired)
+
+
+def reference(problem, floor=None, lane="", run_id="golden"):
+    return ReferenceRecord(
+        run_id=run_id, problem=problem, problem_hash="h", problem_path=f"{problem}.py", device="cuda",
+        device_name="NVIDIA H100 80GB HBM3", ok=True, reason="ok", lane=lane, null_floor=floor,
+    )
+
+
+def summary_row(markdown, problem):
+    return next(line for line in markdown.splitlines() if line.startswith(f"| {problem} | "))
+
+
+def test_summary_shows_the_null_floor_with_its_interval_and_the_lane_furthest_from_one(tmp_path):
+    references = [
+        reference("p1", null_floor(1.01, 1.00, 1.02), lane="cuda:0"),
+        reference("p1", null_floor(0.97, 0.95, 0.99), lane="cuda:1"),  # furthest from 1.00: shown
+        reference("p2"),  # no null candidate on this problem
+    ]
+    _, md_path = write_leaderboards(tmp_path, RECORDS, fast_p=(0.0, 1.0, 2.0), plots=False, references=references)
+    markdown = md_path.read_text()
+    assert "| geomean_speedup | geomean_vs_compile | null_floor |" in markdown
+    assert summary_row(markdown, "p1").endswith("| 1.41x | 0.71x | 0.97x [0.95, 0.99] |")
+    assert summary_row(markdown, "p2").endswith("| 1.50x | 1.00x |  |")  # absent floor: empty cell
+    summary = summary_table(candidate_frame(RECORDS), (0.0, 1.0, 2.0), references).set_index("problem")
+    assert summary.loc["p1", "null_floor"] == pytest.approx(0.97)  # the frame keeps the plain number
+    assert pd.isna(summary.loc["p2", "null_floor"])
+
+
+def test_a_failed_null_candidate_shows_its_status_and_no_number(tmp_path):
+    references = [reference("p1", null_floor(status="incorrect")), reference("p1", null_floor(1.00, 0.99, 1.01), lane="cuda:1")]
+    _, md_path = write_leaderboards(tmp_path, RECORDS, fast_p=(0.0,), plots=False, references=references)
+    assert summary_row(md_path.read_text(), "p1").endswith("| failed: incorrect |")
+    summary = summary_table(candidate_frame(RECORDS), (0.0,), references).set_index("problem")
+    assert pd.isna(summary.loc["p1", "null_floor"])
+
+
+def test_without_null_floors_the_summary_is_unchanged(tmp_path):
+    _, md_path = write_leaderboards(tmp_path, RECORDS, fast_p=(0.0, 1.0, 2.0), plots=False, references=[reference("p1"), reference("p2")])
+    assert md_path.read_text().replace(tmp_path.name, "RUN") == (GOLDEN / "leaderboard.md").read_text()
+    assert "null_floor" not in summary_table(candidate_frame(RECORDS), (0.0,), []).columns
+
+
+def test_the_terminal_summary_shows_the_null_floor():
+    from rich.console import Console
+
+    console = Console(record=True, width=250)
+    print_leaderboard(candidate_frame(RECORDS), (0.0,), console, [reference("p1", null_floor(1.02, 1.01, 1.03))])
+    text = console.export_text()
+    assert "null_floor" in text and "1.02x [1.01, 1.03]" in text
+
+
+def end_warnings(tmp_path, references, tolerance=0.03):
+    from harness.commands.run import finish_run
+
+    store = RunStore(tmp_path, "run")
+    for r in references:
+        store.append(r)
+    end = finish_run(store, "cpu", tolerance)
+    assert read_records(store.records_path)[-1] == end  # the warnings are part of the stored RunEnd
+    return [w for w in end.warnings if "null" in w]
+
+
+def test_a_null_floor_outside_the_tolerance_is_a_run_warning(tmp_path):
+    warnings = end_warnings(tmp_path, [reference("p1", null_floor(1.00, 0.99, 1.01)), reference("p1", null_floor(1.06, 1.04, 1.08), lane="cuda:1")])
+    assert len(warnings) == 1
+    assert warnings[0].startswith("p1: null floor 1.06x [1.04, 1.08], outside 1.00x +/- 3%")
+    assert "speedups on this problem are off by about +6.0%" in warnings[0] and "timing.mode=graph" in warnings[0]
+
+
+def test_a_failed_null_candidate_is_a_run_warning(tmp_path):
+    (warning,) = end_warnings(tmp_path, [reference("p1", null_floor(status="incorrect"))])
+    assert warning.startswith("p1: the null candidate") and "failed (incorrect: trial 1 (eval): output 0 differs)" in warning
+
+
+def test_a_null_floor_inside_the_tolerance_or_none_gives_no_warning(tmp_path):
+    inside = [reference("p1", null_floor(0.98, 0.97, 0.99)), reference("p2", null_floor(1.03, 1.02, 1.04)), reference("p3")]
+    assert end_warnings(tmp_path / "a", inside) == []
+    assert end_warnings(tmp_path / "b", [reference("p1", null_floor(1.04, 1.03, 1.05))], tolerance=0.05) == []  # the run's own tolerance
+
+
+def test_the_leaderboard_command_reads_the_null_floors_from_the_records(tmp_path):
+    from harness.cli import main
+    from harness.records import RunHeader
+
+    store = RunStore(tmp_path, "golden")
+    store.append(RunHeader(run_id="golden", started_at="2026-11-21T00:00:00+00:00", argv=(), config={}, environment={}))
+    for r in [reference("p1", null_floor(1.00, 0.99, 1.01)), reference("p2", null_floor(status="incorrect"))] + RECORDS:
+        store.append(r)
+    assert main(["leaderboard", str(store.dir), "--no-plots"]) == 0
+    markdown = (store.dir / "leaderboard.md").read_text()
+    assert summary_row(markdown, "p1").endswith("| 1.00x [0.99, 1.01] |") and summary_row(markdown, "p2").endswith("| failed: incorrect |")

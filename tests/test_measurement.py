@@ -8,6 +8,8 @@ from harness.evaluate import ProblemEvaluation, compare_times, timing_warnings
 from harness.candidate import Candidate
 from harness.problem import resolve_problem
 from harness.profile import AFTER_RANGE, CALL_RANGE, RETURN_RANGE, summarize_trace
+from harness.pairing import paired_speedup
+from harness.protocol import TimingProtocol
 from harness.records import Baseline, CallProfile, ReferenceRecord, SpeedOfLight, TimingStats
 from harness.roofline import Peaks, Work, count_work, device_peaks, floor
 from harness.status import Status
@@ -26,6 +28,14 @@ def timing_cfg(**changes):
 
 def stats(samples, **fields):
     return TimingStats.from_samples(samples, timer="cuda_events", warmup_calls=1, stopped_by="target_rse", **fields)
+
+
+EAGER = TimingProtocol("eager", "stream")
+
+
+def paired(reference_ms, candidate_ms, protocol=EAGER, rounds=4, clock=None):
+    """A paired timing of `rounds` rounds whose sides read these medians in every round."""
+    return paired_speedup([stats([reference_ms] * 5, sm_clock_mhz=clock)] * rounds, [stats([candidate_ms] * 5)] * rounds, protocol)
 
 
 # -- timer ---------------------------------------------------------------------------------------
@@ -166,18 +176,18 @@ def _reference(floor_ms=1.0, clock=None, baselines=()):
 
 def test_time_below_the_speed_of_light_is_flagged_impossible_with_evidence(make_config):
     cfg = make_config()
-    measures, warnings = compare_times(stats([0.5] * 5), None, _reference(floor_ms=1.0), cfg)
+    measures, warnings = compare_times(stats([0.5] * 5), paired(4.0, 0.5), None, _reference(floor_ms=1.0), cfg)
     assert measures["sol_fraction"] == pytest.approx(2.0)
     assert any(w.startswith("impossible") and "TFLOP/s" in w for w in warnings)
-    measures, warnings = compare_times(stats([2.0] * 5), None, _reference(floor_ms=1.0), cfg)
+    measures, warnings = compare_times(stats([2.0] * 5), paired(4.0, 2.0), None, _reference(floor_ms=1.0), cfg)
     assert measures["sol_fraction"] == pytest.approx(0.5) and not any("impossible" in w for w in warnings)
 
 
 def test_speedups_over_every_baseline_and_clock_moves_are_reported(make_config):
-    compiled = Baseline("torch.compile(default)", True, "ok", timing=stats([3.0] * 5))
+    compiled = Baseline("torch.compile(default)", True, "ok", timing=stats([3.0] * 5), paired=paired(4.0, 3.0))
     failed = Baseline("torch.compile(max-autotune)", False, "build failed: x")
-    measures, warnings = compare_times(stats([2.0] * 5, sm_clock_mhz=1500.0), None, _reference(clock=1980.0, baselines=(compiled, failed)), make_config())
-    assert measures["speedup"] == pytest.approx(2.0)
+    measures, warnings = compare_times(stats([2.0] * 5, sm_clock_mhz=1500.0), paired(4.0, 2.0, clock=1980.0), None, _reference(baselines=(compiled, failed)), make_config())
+    assert measures["speedup"] == pytest.approx(2.0) and measures["reference_ms"] == pytest.approx(4.0)
     assert measures["speedups"] == {"torch.compile(default)": pytest.approx(1.5)}
     assert any("SM clock 1500 MHz" in w for w in warnings)
 
@@ -204,11 +214,21 @@ def test_torch_compile_baseline_is_checked_timed_and_compared(make_config):
     assert reference.speed_of_light is not None and record.sol_fraction is not None
 
 
-def test_reference_timing_is_reused_only_when_asked_and_says_from_which_run(make_config):
-    first_record, first = _evaluate(make_config("timing.reuse_reference=true"), "first")
-    second_record, second = _evaluate(make_config("timing.reuse_reference=true"), "second")
+def test_a_baseline_timed_under_another_protocol_gives_no_speedup_over_it(make_config):
+    compiled = Baseline("torch.compile(default)", True, "ok", timing=stats([3.0] * 5), paired=paired(4.0, 3.0))
+    strict = TimingProtocol("eager", "device", "device sync for both sides because the candidate: its profiled call ran GPU work on 3 streams")
+    measures, warnings = compare_times(stats([2.0] * 5), paired(4.0, 2.0, protocol=strict), None, _reference(baselines=(compiled,)), make_config())
+    assert measures["speedups"] == {} and measures["baseline_ms"] == {"torch.compile(default)": 3.0}
+    assert any("no speedup over torch.compile(default)" in w and "eager, device sync" in w for w in warnings)
+
+
+def test_baselines_are_reused_only_when_asked_and_say_from_which_run(make_config):
+    compiled = ("baselines.compile_modes=[default]", "timeouts.check=600")
+    first_record, first = _evaluate(make_config("timing.reuse_reference=true", *compiled), "first")
+    second_record, second = _evaluate(make_config("timing.reuse_reference=true", *compiled), "second")
     assert first.timing_reused_from == "" and second.timing_reused_from == "first"
-    assert second.timing == first.timing and second.speed_of_light == first.speed_of_light
-    assert second_record.reference_ms == first.timing.median_ms
-    _, fresh = _evaluate(make_config(), "fresh")
-    assert fresh.timing_reused_from == "" and fresh.timing != first.timing
+    assert second.baselines == first.baselines and second.speed_of_light == first.speed_of_light
+    # the eager reference is timed with each candidate, never reused
+    assert second_record.paired is not None and second_record.paired.reference != first_record.paired.reference
+    _, fresh = _evaluate(make_config(*compiled), "fresh")
+    assert fresh.timing_reused_from == "" and fresh.baselines != first.baselines

@@ -16,7 +16,7 @@ from typing import Any, Sequence
 from harness.config import load_config
 from harness.errors import ExitCode, UserError
 from harness.leaderboard import candidate_frame, print_leaderboard, write_leaderboards
-from harness.records import CandidateRecord, RunHeader
+from harness.records import CandidateRecord, ReferenceRecord, RunHeader
 from harness.status import Status
 from harness.store import read_records, resolve_run
 
@@ -120,13 +120,15 @@ def run(
         raise UserError(f"no candidate records left after {' '.join(filters)}")
     used_runs = {r.run_id for r in chosen}
     fast_p = run_fast_p([r for r in loaded if isinstance(r, RunHeader) and r.run_id in used_runs], default_fast_p)
+    shown = {(r.problem, r.run_id) for r in chosen}
+    references = [r for r in loaded if isinstance(r, ReferenceRecord) and (r.problem, r.run_id) in shown]  # the shown runs' null floors
     out.mkdir(parents=True, exist_ok=True)
-    csv_path, md_path = write_leaderboards(out, chosen, fast_p, plots=plots)
+    csv_path, md_path = write_leaderboards(out, chosen, fast_p, plots=plots, references=references)
     if console is None:
         from rich.console import Console
 
         console = Console(soft_wrap=False, width=200 if not sys.stdout.isatty() else None)
-    print_leaderboard(candidate_frame(chosen), fast_p, console)
+    print_leaderboard(candidate_frame(chosen), fast_p, console, references)
     charts = out / "plots"
     written = f"{csv_path}, {md_path}" + (f", {charts}/" if plots and any(charts.glob("*.png")) else "")
     print(f"wrote {written} ({len(chosen)} candidate(s) of {len(used_runs)} run(s))", file=sys.stderr)

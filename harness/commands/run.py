@@ -11,7 +11,8 @@ import threading
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from harness import scratch
+from harness import nullfloor, scratch
+from harness import quiet as quiet_hosts
 from harness.candidate import Candidate, discover_candidates
 from harness.config import Config, load_config
 from harness.errors import ExitCode, UserError
@@ -183,12 +184,36 @@ def run(cfg: Config, targets: list[Target], *, run_id: str | None = None, resume
         if not resume and run_id and (results_dir / run_id / "records.jsonl").is_file():
             raise UserError(f"run {run_id} already has records in {results_dir}; use --resume {run_id} to finish it, or another --run-id")
         scratch.check_free_disk([scratch.default_base(), results_dir], cfg.limits.min_free_disk_mb * scratch.MIB)
-        with scratch.RunScratch.create() as own:
+        with scratch.RunScratch.create() as own, quiet_host(cfg, device, echo=not quiet):
             previous = scratch.set_current(own)
             try:
                 return _run(cfg, targets, device, results_dir, run_id=run_id, resume=resume, quiet=quiet, json_output=json_output, argv=argv)
             finally:
                 scratch.set_current(previous)
+
+
+@contextlib.contextmanager
+def quiet_host(cfg: Config, device: str, *, echo: bool = True) -> Iterator[quiet_hosts.QuietHost]:
+    """The run's quiet host (timing.quiet) for its lanes: one on a CPU run, one per chosen GPU.
+    However the run ends (Ctrl-C and SIGTERM included) everything it stopped is continued: a
+    build left stopped would never finish, and the interpreter waits for the build pool."""
+    from harness.lanes import lane_count
+
+    mode = cfg.timing.quiet if cfg.executor == "local" else "off"  # Ray lanes run in actors of their own
+    if device == "cpu" and mode in ("pin", "both"):
+        mode = "pause"  # a CPU run's checks use every core; pinning would confine them to the lane's few
+    per_lane = quiet_hosts.CPUS_PER_LANE
+    previous = quiet_hosts.current()
+    host = None
+    try:
+        host = quiet_hosts.configure(mode, lane_count(cfg, device) if mode != "off" else 1, cpus_per_lane=per_lane)
+        if echo and host.pin_note:
+            print(f"note: timing.quiet={mode}: {host.pin_note}", file=sys.stderr)
+        yield host
+    finally:
+        if host is not None:
+            host.close()
+        quiet_hosts.set_current(previous)
 
 
 def _run(cfg: Config, targets: list[Target], device: str, results_dir: Path, *, run_id: str | None, resume: bool, quiet: bool, json_output: bool, argv: Sequence[str]) -> int:
@@ -232,18 +257,19 @@ def _run(cfg: Config, targets: list[Target], device: str, results_dir: Path, *, 
             executor.close()
             if builds is not None:
                 builds.close()
-    end = finish_run(store, device)
+    end = finish_run(store, device, cfg.timing.null_tolerance)
     for warning in end.warnings:
         print(f"warning: {warning}", file=sys.stderr)
+    references = [r for r in read_records(store.records_path) if isinstance(r, ReferenceRecord)]
     if records:
-        csv_path, md_path = write_leaderboards(store.dir, records, cfg.leaderboard.fast_p)
+        csv_path, md_path = write_leaderboards(store.dir, records, cfg.leaderboard.fast_p, references=references)
     if json_output:
         for record in records:
             print(json.dumps(to_dict(record)))
     elif records:
         from rich.console import Console
 
-        print_leaderboard(candidate_frame(records), cfg.leaderboard.fast_p, Console(soft_wrap=False, width=200 if not sys.stdout.isatty() else None))
+        print_leaderboard(candidate_frame(records), cfg.leaderboard.fast_p, Console(soft_wrap=False, width=200 if not sys.stdout.isatty() else None), references)
     if not quiet:
         written = f"{store.records_path}" + (f", {csv_path}, {md_path}" if records else "")
         print(f"wrote {written}", file=sys.stderr)
@@ -286,17 +312,20 @@ def start_builds(cfg: Config, device: str, targets: list[Target]):
     return builds
 
 
-def finish_run(store: RunStore, device: str) -> RunEnd:
-    """Append the run's last record: the GPU's state now and whether its clocks moved between timings."""
+def finish_run(store: RunStore, device: str, null_tolerance: float = nullfloor.DEFAULT_TOLERANCE) -> RunEnd:
+    """Append the run's last record: the GPU's state now, whether its clocks moved between timings,
+    and each problem whose null floor lies outside 1.00 +/- `null_tolerance` (or whose null candidate failed)."""
     from harness.environment import gpu_state
     from harness.evaluate import CLOCK_TOLERANCE
 
     timings = []
+    references = []
     for record in read_records(store.records_path):
         if isinstance(record, (ReferenceRecord, CandidateRecord)) and record.timing is not None:
             timings.append((record.problem, getattr(record, "candidate", "reference"), record.timing))
         if isinstance(record, ReferenceRecord):
             timings += [(record.problem, b.name, b.timing) for b in record.baselines if b.timing is not None]
+            references.append(record)
     clocks = [(p, c, t.sm_clock_mhz) for p, c, t in timings if t.sm_clock_mhz]
     warnings = []
     if clocks:
@@ -306,6 +335,7 @@ def finish_run(store: RunStore, device: str) -> RunEnd:
                 f"SM clocks moved during the run: {low[2]:.0f} MHz after timing {low[0]}/{low[1]}, {high[2]:.0f} MHz after "
                 f"{high[0]}/{high[1]}; timings taken at different clocks are not comparable (check cooling, power and other GPU users)"
             )
+    warnings += nullfloor.warnings(references, null_tolerance)
     end = RunEnd(
         run_id=store.run_id,
         finished_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

@@ -1,0 +1,209 @@
+"""Paired timing: the reference and a compared model timed in turns, under one protocol.
+
+A speedup is a ratio of two timings; it is only fair when both are taken under the same conditions.
+For each compared model (a candidate, a torch.compile baseline, the null candidate) the lane times
+the reference (in its judge) and the compared model (in its worker) in alternating rounds:
+- both sides warm up once; each round then re-warms briefly and samples for budget_s / rounds;
+- the order is ABBA (reference first in even rounds, second in odd ones), so a drift in clocks,
+  power or host load during the timing falls on both sides alike;
+- each round k gives a ratio reference median / compared median; the speedup is the median of the
+  ratios, with a bootstrap 95% interval over the rounds;
+- the protocol is chosen once for both sides: a device-wide synchronise when either side's
+  profiled call needs it (timing.sync auto), CUDA graphs only when both sides could be captured.
+
+`Pairing` is the parent's side of this: it answers the worker's `ready` and `round` messages,
+asking the judge for the reference's rounds in between.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import random
+import statistics
+from typing import Any, Optional
+
+from harness import protocol as P
+from harness.records import CallProfile, PairedSpeedup, TimingStats
+
+BOOTSTRAP_RESAMPLES = 2000
+REFERENCE, COMPARED = "reference", "compared"
+
+
+def schedule(rounds: int) -> list[tuple[str, int]]:
+    """The order of the rounds: ABBA ... (reference first in even rounds, the compared model first
+    in odd ones); each side gets `rounds` rounds."""
+    order: list[tuple[str, int]] = []
+    for k in range(rounds):
+        pair = [(REFERENCE, k), (COMPARED, k)]
+        order.extend(pair if k % 2 == 0 else pair[::-1])
+    return order
+
+
+def device_sync_reason(profile: Optional[CallProfile]) -> str:
+    """Why a profiled call needs a device-wide synchronise to be timed whole ("" when it does not):
+    GPU work on other streams, or launched after forward returned."""
+    if profile is None:
+        return ""
+    why = []
+    if profile.streams > 1:
+        why.append(f"its profiled call ran GPU work on {profile.streams} streams")
+    if profile.after_return:
+        why.append(f"{profile.after_return} GPU activities were launched after forward returned")
+    if profile.busy_after_return:
+        why.append(f"{profile.busy_after_return} GPU activities on other streams outlived the calling stream")
+    return "; ".join(why)
+
+
+LAUNCH_BOUND_MS = 1.0  # a reference whose profiled call spans less GPU time than this is launch-bound
+
+
+def launch_bound_reason(profile: Optional[CallProfile]) -> str:
+    """Why the reference's call is launch-bound ("" when it is not, or nothing is known): its GPU
+    work spans under LAUNCH_BOUND_MS, so the host's launch overhead is a large share of an eager
+    call, and an eager timing of it measures the host as much as the GPU."""
+    if profile is None or not profile.launches or profile.span_ms <= 0 or profile.span_ms >= LAUNCH_BOUND_MS:
+        return ""
+    return f"the reference's profiled call spans {profile.span_ms * 1e3:.0f} us of GPU time in {profile.launches} launches (launch-bound)"
+
+
+def resolve_mode(mode: str, reference_profile: Optional[CallProfile]) -> tuple[str, str]:
+    """The timing mode for a problem from timing.mode: eager, graph, or auto (graph when the
+    reference is launch-bound, else eager); and why, when auto chose graph."""
+    if mode != "auto":
+        return mode, ""
+    why = launch_bound_reason(reference_profile)
+    return ("graph", why) if why else ("eager", "")
+
+
+def choose_protocol(mode: str, sync: str, reference: P.Ready, compared: P.Ready, compared_name: str = "the candidate", mode_reason: str = "") -> P.TimingProtocol:
+    """One protocol for both sides: whichever side needs the stricter mode, both get it.
+    `mode` is the problem's resolved timing mode (eager or graph, `resolve_mode`), `sync` the
+    configured timing.sync; `mode_reason` says why graph was chosen, when it was chosen for the problem."""
+    reasons = []
+    chosen_sync = "device" if sync == "device" else "stream"
+    if sync == "auto":
+        needs = [(side, why) for side, why in (("the reference", reference.needs_device), (compared_name, compared.needs_device)) if why]
+        if needs:
+            chosen_sync = "device"
+            reasons.append("device sync for both sides because " + "; ".join(f"{side}: {why}" for side, why in needs))
+    chosen_mode = "eager"
+    if mode == "graph":
+        failed = [(side, why) for side, why in (("the reference", reference.graph_error), (compared_name, compared.graph_error)) if why]
+        if failed:
+            reasons.append("graph capture failed, both sides timed eagerly (" + "; ".join(f"{side}: {why}" for side, why in failed) + ")")
+        else:
+            chosen_mode = "graph"
+            if mode_reason:
+                reasons.append(f"CUDA graphs for both sides because {mode_reason}")
+    return P.TimingProtocol(chosen_mode, chosen_sync, "; ".join(reasons))
+
+
+def paired_speedup(reference: list[TimingStats], compared: list[TimingStats], protocol: P.TimingProtocol, seed: int = 0) -> PairedSpeedup:
+    """The speedup of the compared model over the reference from paired rounds: the median of the
+    rounds' ratios, and a percentile-bootstrap 95% interval of that median (rounds resampled)."""
+    if len(reference) != len(compared) or not reference:
+        raise ValueError("paired rounds need as many rounds on each side, at least one")
+    ratios = [_ratio(r.median_ms, c.median_ms) for r, c in zip(reference, compared)]
+    middle = statistics.median(ratios)
+    rng = random.Random(seed)
+    medians = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(BOOTSTRAP_RESAMPLES))
+    low = min(medians[int(0.025 * (BOOTSTRAP_RESAMPLES - 1))], middle)
+    high = max(medians[int(math.ceil(0.975 * (BOOTSTRAP_RESAMPLES - 1)))], middle)
+    return PairedSpeedup(middle, low, high, len(ratios), protocol.describe(), tuple(ratios), pooled(reference, protocol))
+
+
+def _ratio(reference_ms: float, compared_ms: float) -> float:
+    """A round's ratio; a median at the timer's resolution (0 after the overhead is taken off) is
+    held at a floor, so the ratio stays finite (and says "too fast to tell apart")."""
+    floor = 1e-6
+    return max(reference_ms, floor) / max(compared_ms, floor)
+
+
+def pooled(rounds: list[TimingStats], protocol: P.TimingProtocol) -> TimingStats:
+    """One side's rounds as one timing: every raw sample, the median of the rounds' overheads, the
+    clocks read after the last round, and the protocol both sides used."""
+    samples = [s for r in rounds for s in r.samples_ms]
+    last = rounds[-1]
+    return TimingStats.from_samples(
+        samples,
+        timer=last.timer,
+        warmup_calls=sum(r.warmup_calls for r in rounds),
+        stopped_by=f"{len(rounds)} rounds ({', '.join(sorted({r.stopped_by for r in rounds}))})",
+        overhead_ms=statistics.median(r.overhead_ms for r in rounds),
+        subtract=last.overhead_subtracted,
+        mode=protocol.mode,
+        sync=protocol.sync,
+        sync_reason=protocol.reason if protocol.sync == "device" else "",
+        fallback=next((r for r in protocol.reason.split("; ") if r.startswith("graph capture failed")), ""),
+        input_sets=last.input_sets,
+        flush_bytes=last.flush_bytes,
+        sm_clock_mhz=last.sm_clock_mhz,
+        clock_event_reasons=last.clock_event_reasons,
+    )
+
+
+class Pairing:
+    """The parent's side of one compared worker's paired timing.
+
+    The worker says `ready` (warmed up, profiled, graphs captured or not); the parent asks the
+    judge to prepare the reference, chooses the protocol, and then walks the schedule: the judge's
+    rounds are asked for directly, the worker's are the replies to its messages. While rounds run,
+    the host is kept quiet (harness.quiet)."""
+
+    def __init__(self, judge: Any, session: int, timing: Any, limit: float, compared_name: str = "the candidate", quiet: Any = None, mode: Optional[tuple[str, str]] = None) -> None:
+        self.judge = judge  # a JudgeClient
+        self.session = session
+        self.timing = timing  # the run's TimingConfig
+        self.limit = limit  # seconds for each of the judge's requests
+        self.compared_name = compared_name
+        self.quiet = quiet
+        self.mode, self.mode_reason = mode if mode is not None else (timing.mode, "")  # resolve_mode's answer
+        self.protocol: Optional[P.TimingProtocol] = None
+        self.ready: Optional[P.Ready] = None
+        self.reference_ready: Optional[P.Ready] = None
+        self.rounds: dict[str, list[TimingStats]] = {REFERENCE: [], COMPARED: []}
+        self._order = schedule(timing.rounds)
+        self._next = 0
+        self._held = contextlib.ExitStack()
+
+    def on_ready(self, ready: P.Ready) -> dict[str, Any]:
+        """The worker is ready: prepare the reference, choose the protocol, run up to the worker's first round."""
+        self.ready = ready
+        self.reference_ready = self.judge.request(P.PrepareTiming(self.session, graph=self.mode == "graph"), self.limit)
+        self.protocol = choose_protocol(self.mode, self.timing.sync, self.reference_ready, ready, self.compared_name, self.mode_reason)
+        if self.quiet is not None:
+            self._held.enter_context(self.quiet.hold())
+        return self._advance()
+
+    def on_round(self, timed: P.RoundTimed) -> dict[str, Any]:
+        """The worker timed its round: record it, run the judge's rounds up to the worker's next one."""
+        expected = self._order[self._next - 1] if self._next else None
+        if expected != (COMPARED, timed.round):
+            raise ValueError(f"the worker reported round {timed.round} out of turn")
+        self.rounds[COMPARED].append(timed.stats)
+        return self._advance()
+
+    def _advance(self) -> dict[str, Any]:
+        assert self.protocol is not None
+        rounds = self.timing.rounds
+        while self._next < len(self._order):
+            side, k = self._order[self._next]
+            self._next += 1
+            ask = P.TimeRound(self.session, k, rounds, self.protocol)
+            if side == COMPARED:
+                return {"round": P.encode(ask)}
+            timed: P.RoundTimed = self.judge.request(ask, self.limit)
+            self.rounds[REFERENCE].append(timed.stats)
+        self.close()
+        return {"round": None}
+
+    def close(self) -> None:
+        """The host may be busy again (also when the worker ended early)."""
+        self._held.close()
+
+    def result(self) -> Optional[tuple[TimingStats, PairedSpeedup]]:
+        """The compared model's pooled timing and the paired speedup; None unless every round arrived."""
+        reference, compared = self.rounds[REFERENCE], self.rounds[COMPARED]
+        if self.protocol is None or not compared or len(compared) != self.timing.rounds or len(reference) != len(compared):
+            return None
+        return pooled(compared, self.protocol), paired_speedup(reference, compared, self.protocol)

@@ -1,0 +1,323 @@
+"""The quiet host: background work stopped while a lane times, and CPUs split between lanes and builds."""
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from harness import quiet
+from harness.prebuild import BuildAhead
+from harness.quiet import QuietHost
+from harness.supervise import Launcher
+
+SLEEP = "import time; time.sleep(60)"
+# a parent and a child of its own in one process group; the child's pid on the first line
+WITH_CHILD = "import subprocess, sys, time; c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); print(c.pid, flush=True); time.sleep(60)"
+THREADS = "import threading, time; [threading.Thread(target=time.sleep, args=(60,), daemon=True).start() for _ in range(3)]; print('ready', flush=True); time.sleep(60)"
+
+
+def state(pid):
+    """Field 3 of /proc/<pid>/stat: 'T' when stopped; None when gone."""
+    try:
+        stat = open(f"/proc/{pid}/stat").read()
+    except OSError:
+        return None
+    return stat[stat.rfind(")") + 2 :].split()[0]
+
+
+def eventually(check, seconds=15.0):
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if check():
+            return True
+        time.sleep(0.02)
+    return check()
+
+
+def stopped(pid):
+    return eventually(lambda: state(pid) == "T")
+
+
+def running(pid):
+    return eventually(lambda: state(pid) not in ("T", None))
+
+
+@pytest.fixture
+def spawn():
+    """Start `python -c CODE` as the leader of its own process group; every group ends with the test."""
+    started = []
+
+    def start(code, **kwargs):
+        proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True, **kwargs)
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+@pytest.fixture
+def install():
+    """Make a host the process's current one for the test; it is closed and replaced after."""
+    installed = []
+
+    def make(mode, lanes=1, **kwargs):
+        host = QuietHost(mode, lanes, **kwargs)
+        installed.append((host, quiet.set_current(host)))
+        return host
+
+    yield make
+    for host, previous in reversed(installed):
+        host.close()
+        quiet.set_current(previous)
+
+
+def test_a_hold_stops_registered_background_groups_and_release_resumes_them(spawn):
+    host = QuietHost("pause")
+    proc = spawn(WITH_CHILD, stdout=subprocess.PIPE, text=True)
+    child = int(proc.stdout.readline())
+    host.register_background(proc)
+    assert running(proc.pid) and running(child)
+    with host.hold():
+        assert host.held and host.holders == 1
+        assert stopped(proc.pid) and stopped(child)  # the whole group, compilers included
+    assert not host.held
+    assert running(proc.pid) and running(child)
+    assert host.paused_seconds > 0
+
+
+def test_nested_holds_from_two_threads_resume_only_when_both_leave(spawn):
+    host = QuietHost("both", cpus=[0])  # too few CPUs to pin: pausing alone
+    proc = spawn(SLEEP)
+    host.register_background(proc)
+    first_in, second_in, first_leave, first_out, second_leave = (threading.Event() for _ in range(5))
+
+    def lane(entered, leave, out=None):
+        with host.hold():
+            entered.set()
+            leave.wait(30)
+        if out is not None:
+            out.set()
+
+    threads = [threading.Thread(target=lane, args=(first_in, first_leave, first_out)), threading.Thread(target=lane, args=(second_in, second_leave))]
+    for thread in threads:
+        thread.start()
+    try:
+        assert first_in.wait(10) and second_in.wait(10)
+        assert host.holders == 2 and stopped(proc.pid)
+        first_leave.set()
+        assert first_out.wait(10)
+        assert host.holders == 1
+        time.sleep(0.2)
+        assert state(proc.pid) == "T"  # the other lane still times
+    finally:
+        first_leave.set()
+        second_leave.set()
+        for thread in threads:
+            thread.join(10)
+    assert host.holders == 0 and running(proc.pid)
+
+
+def test_a_process_registered_during_a_hold_is_stopped_at_once(spawn):
+    host = QuietHost("pause")
+    with host.hold():
+        proc = spawn(SLEEP)
+        host.register_background(proc)
+        assert stopped(proc.pid)
+    assert running(proc.pid)
+
+
+def test_unregistering_a_stopped_process_resumes_it(spawn):
+    host = QuietHost("pause")
+    proc = spawn(SLEEP)
+    host.register_background(proc)
+    with host.hold():
+        assert stopped(proc.pid)
+        host.unregister(proc)
+        assert running(proc.pid)  # no longer background: it runs though the lane still holds
+        assert proc.pid not in host.background_pids
+
+
+def test_closing_the_host_resumes_what_a_hold_stopped(spawn):
+    host = QuietHost("pause")
+    proc = spawn(SLEEP)
+    host.register_background(proc)
+    with host.hold():
+        assert stopped(proc.pid)
+        host.close()  # a run that ends (Ctrl-C, SIGTERM) while a lane still holds
+        assert running(proc.pid)
+        later = spawn(SLEEP)
+        host.register_background(later)
+        with host.hold():
+            time.sleep(0.2)
+            assert state(later.pid) != "T"
+    assert not host.held
+
+
+def test_a_taken_prestarted_worker_runs_even_if_a_hold_stopped_it_while_spare(install):
+    host = install("pause")
+    launcher = Launcher(prestart=True)
+    taken = []
+    try:
+        taken.append(launcher.take())
+        spare = launcher._spare.proc
+        assert spare.pid in host.background_pids
+        with host.hold():
+            assert stopped(spare.pid)
+            taken.append(launcher.take())
+            assert taken[-1].proc is spare
+            assert running(spare.pid)  # handed a job: a timing process now
+            assert spare.pid not in host.background_pids and host.timing_pids[spare.pid] == 0
+            assert stopped(launcher._spare.proc.pid)  # the next spare waits while the lane times
+        assert running(launcher._spare.proc.pid)
+    finally:
+        for started in taken:
+            started.proc.kill()
+            started.proc.wait()
+            launcher.release(started.proc)
+        launcher.close()
+    assert not host.background_pids and not host.timing_pids
+
+
+def test_pin_sets_the_affinity_of_every_thread(spawn):
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        pytest.skip("needs at least 2 CPUs")
+    proc = spawn(THREADS, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    tids = quiet.task_ids(proc.pid)
+    assert len(tids) >= 4
+    assert quiet.pin(proc.pid, [cpus[-1]])
+    assert {tid: os.sched_getaffinity(tid) for tid in tids} == {tid: {cpus[-1]} for tid in tids}
+
+
+def test_background_and_timing_processes_get_their_own_cpus(spawn, monkeypatch):
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        pytest.skip("needs at least 2 CPUs")
+    monkeypatch.setattr(quiet, "MIN_BACKGROUND_CPUS", 1)  # a split that fits a small machine: one CPU each
+    host = QuietHost("pin", cpus_per_lane=1)
+    assert host.pinning and host.lane_cpus(0) == (cpus[-1],) and host.background_cpus == tuple(cpus[:-1])
+    build = spawn(THREADS, stdout=subprocess.PIPE, text=True)
+    judge = spawn(THREADS, stdout=subprocess.PIPE, text=True)
+    for proc in (build, judge):
+        assert proc.stdout.readline().strip() == "ready"
+    host.register_background(build)
+    host.register_timing(judge, lane_index=0)
+    assert all(os.sched_getaffinity(tid) == set(cpus[:-1]) for tid in quiet.task_ids(build.pid))
+    assert all(os.sched_getaffinity(tid) == {cpus[-1]} for tid in quiet.task_ids(judge.pid))
+    host.register_timing(build, lane_index=0)  # a spare handed out moves to the lane's CPUs
+    assert all(os.sched_getaffinity(tid) == {cpus[-1]} for tid in quiet.task_ids(build.pid))
+    with host.hold():
+        time.sleep(0.2)
+        assert state(build.pid) != "T" and state(judge.pid) != "T"  # pin alone never stops anything
+
+
+def test_cpus_are_split_with_two_per_lane_from_the_end_and_the_rest_for_builds():
+    host = QuietHost("both", lanes=2, cpus=range(16))
+    assert host.lane_cpus(0) == (14, 15) and host.lane_cpus(1) == (12, 13)
+    assert host.lane_cpus(2) is None
+    assert host.background_cpus == tuple(range(12))
+    assert host.pin_note == ""
+    assert host.describe() == "pause+pin: lanes on CPUs 12-15, builds on 0-11"
+    assert QuietHost("pin", cpus=[0, 2, 4, 5, 6, 7]).describe() == "pin: lanes on CPUs 6-7, builds on 0,2,4-5"
+
+
+def test_too_few_cpus_skip_pinning_with_a_one_line_note():
+    host = QuietHost("both", lanes=2, cpus=range(5))
+    assert not host.pinning and host.lane_cpus(0) is None and host.background_cpus is None
+    assert host.pin_note == "pinning skipped: 5 CPUs available, 2 lanes need 6 (2 per lane, 2 for builds)"
+    assert host.describe() == f"pause; {host.pin_note}"
+    assert QuietHost("pause", lanes=2, cpus=range(5)).pin_note == ""  # pinning was not asked for
+
+
+def test_off_touches_nothing(spawn):
+    host = QuietHost("off")
+    proc = spawn(SLEEP)
+    before = os.sched_getaffinity(proc.pid)
+    host.register_background(proc)
+    host.register_timing(proc)
+    with host.hold():
+        time.sleep(0.2)
+        assert state(proc.pid) != "T"
+    assert os.sched_getaffinity(proc.pid) == before
+    assert not host.background_pids and host.paused_seconds == 0
+    assert host.describe() == "off"
+    assert quiet.current().mode == "off"  # the process's host until a run configures one
+
+
+def test_processes_that_exited_are_dropped_without_errors(spawn):
+    host = QuietHost("pause")
+    gone, alive = spawn(SLEEP), spawn(SLEEP)
+    host.register_background(gone)
+    host.register_background(alive)
+    with host.hold():
+        assert stopped(gone.pid)
+        os.killpg(gone.pid, signal.SIGKILL)
+        gone.wait()
+    assert running(alive.pid)
+    assert gone.pid not in host.background_pids
+    host.unregister(gone)
+    reaped = spawn("pass")
+    reaped.wait()
+    host.register_background(reaped.pid)  # a bare pid of a process already reaped
+    with host.hold():
+        pass
+    host.unregister(reaped.pid)
+    assert host.background_pids == {alive.pid}
+
+
+def test_build_processes_are_background_while_they_run(install, tmp_path):
+    host = install("pause")
+    candidate = tmp_path / "plain.py"
+    candidate.write_text("import torch\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x\n")
+    builds = BuildAhead(tmp_path / "cache", "cpu", builds=1, jobs_per_build=1, timeout=300)
+    try:
+        with host.hold():
+            builds.submit(candidate)
+            assert eventually(lambda: len(host.background_pids) == 1)
+            (pid,) = host.background_pids
+            assert stopped(pid)  # submitted while a lane times: it waits
+            assert not builds.futures[candidate].done()
+        outcome = builds.wait(candidate)
+    finally:
+        builds.close()
+    assert outcome.startswith("ok"), outcome
+    assert not host.background_pids
+    assert state(pid) is None  # ended and reaped
+
+
+def test_the_run_resumes_everything_however_it_ends(make_config, spawn):
+    from harness.commands.run import quiet_host
+
+    cfg = make_config("timing.quiet=pause")
+    proc = spawn(SLEEP)
+    holding, release = threading.Event(), threading.Event()
+
+    def lane():
+        with quiet.current().hold():
+            holding.set()
+            release.wait(30)
+
+    thread = threading.Thread(target=lane, daemon=True)
+    with pytest.raises(KeyboardInterrupt):
+        with quiet_host(cfg, "cpu", echo=False) as host:
+            assert quiet.current() is host and host.mode == "pause"
+            host.register_background(proc)
+            thread.start()
+            assert holding.wait(10) and stopped(proc.pid)
+            raise KeyboardInterrupt  # Ctrl-C (or SIGTERM) while a lane still times
+    assert running(proc.pid)
+    assert quiet.current() is not host and quiet.current().mode == "off"
+    release.set()
+    thread.join(10)
