@@ -101,6 +101,8 @@ class TimingConfig:
     unstable_iqr: float  # warn when the interquartile range exceeds this fraction of the median
     reuse_reference: bool  # reuse cached baseline timings (paired with the reference) and speed-of-light
     rounds: int  # paired rounds per side: reference and compared model timed in turns, this many each
+    max_rounds: int  # more rounds, two at a time, up to this many while the speedup's interval is wider than `interval`
+    interval: float  # the half-width (relative) of the speedup's 95% interval that ends the rounds early
     null_candidate: str  # auto | on | off: time the reference through the candidate path (the run's fairness floor)
     quiet: str  # pause | pin | both | off: keep builds and prestarts off the timing processes' CPUs
     null_tolerance: float  # a null floor further than this from 1.00 is a run warning, and the gate's "not comparable"
@@ -108,6 +110,10 @@ class TimingConfig:
     def __post_init__(self) -> None:
         if self.rounds < 2:
             raise ValueError("timing.rounds must be at least 2 (the speedup comes from paired rounds)")
+        if self.max_rounds < self.rounds:
+            raise ValueError("timing.max_rounds must be at least timing.rounds")
+        if not 0 < self.interval < 1:
+            raise ValueError("timing.interval must be in (0, 1)")
         if self.null_candidate not in ("auto", "on", "off"):
             raise ValueError(f"timing.null_candidate must be auto, on or off, got {self.null_candidate!r}")
         if not 0 < self.null_tolerance < 1:

@@ -29,11 +29,11 @@ BOOTSTRAP_RESAMPLES = 2000
 REFERENCE, COMPARED = "reference", "compared"
 
 
-def schedule(rounds: int) -> list[tuple[str, int]]:
-    """The order of the rounds: ABBA ... (reference first in even rounds, the compared model first
-    in odd ones); each side gets `rounds` rounds."""
+def schedule(rounds: int, start: int = 0) -> list[tuple[str, int]]:
+    """The order of rounds start .. start + rounds - 1: ABBA ... (the reference first in even
+    rounds, the compared model first in odd ones); each side gets every round."""
     order: list[tuple[str, int]] = []
-    for k in range(rounds):
+    for k in range(start, start + rounds):
         pair = [(REFERENCE, k), (COMPARED, k)]
         order.extend(pair if k % 2 == 0 else pair[::-1])
     return order
@@ -55,15 +55,22 @@ def device_sync_reason(profile: Optional[CallProfile]) -> str:
 
 
 LAUNCH_BOUND_MS = 1.0  # a reference whose profiled call spans less GPU time than this is launch-bound
+GPU_BUSY_SHARE = 0.8  # ... and so is one whose kernels keep the GPU busy for less than this share of their span
 
 
 def launch_bound_reason(profile: Optional[CallProfile]) -> str:
     """Why the reference's call is launch-bound ("" when it is not, or nothing is known): its GPU
-    work spans under LAUNCH_BOUND_MS, so the host's launch overhead is a large share of an eager
-    call, and an eager timing of it measures the host as much as the GPU."""
-    if profile is None or not profile.launches or profile.span_ms <= 0 or profile.span_ms >= LAUNCH_BOUND_MS:
+    work spans under LAUNCH_BOUND_MS, or its kernels leave the GPU idle for more than a fifth of
+    their span (waiting for the host to launch the next one). Either way the host's launch
+    overhead is a large share of an eager call, and an eager timing measures the host as much as the GPU."""
+    if profile is None or not profile.launches or profile.span_ms <= 0:
         return ""
-    return f"the reference's profiled call spans {profile.span_ms * 1e3:.0f} us of GPU time in {profile.launches} launches (launch-bound)"
+    if profile.span_ms < LAUNCH_BOUND_MS:
+        return f"the reference's profiled call spans {profile.span_ms * 1e3:.0f} us of GPU time in {profile.launches} launches (launch-bound)"
+    if profile.kernel_ms < GPU_BUSY_SHARE * profile.span_ms:
+        return (f"the reference's kernels keep the GPU busy for {profile.kernel_ms / profile.span_ms:.0%} of its profiled call's "
+                f"{profile.span_ms:.3g} ms span in {profile.launches} launches (launch-bound)")
+    return ""
 
 
 def resolve_mode(mode: str, reference_profile: Optional[CallProfile]) -> tuple[str, str]:
@@ -186,7 +193,9 @@ class Pairing:
     def _advance(self) -> dict[str, Any]:
         assert self.protocol is not None
         rounds = self.timing.rounds
-        while self._next < len(self._order):
+        while self._next < len(self._order) or self._wants_more():
+            if self._next == len(self._order):
+                self._order += schedule(2, start=len(self.rounds[COMPARED]))
             side, k = self._order[self._next]
             self._next += 1
             ask = P.TimeRound(self.session, k, rounds, self.protocol)
@@ -197,6 +206,16 @@ class Pairing:
         self.close()
         return {"round": None}
 
+    def _wants_more(self) -> bool:
+        """Two more rounds each while the speedup's interval is wider than ± timing.interval
+        (noisy rounds get more of them), up to timing.max_rounds."""
+        done = len(self.rounds[COMPARED])
+        if self._next < len(self._order) or done + 2 > self.timing.max_rounds or done != len(self.rounds[REFERENCE]) or not done:
+            return False
+        assert self.protocol is not None
+        paired = paired_speedup(self.rounds[REFERENCE], self.rounds[COMPARED], self.protocol)
+        return (paired.high - paired.low) / 2 > self.timing.interval * paired.speedup
+
     def close(self) -> None:
         """The host may be busy again (also when the worker ended early)."""
         self._held.close()
@@ -204,6 +223,7 @@ class Pairing:
     def result(self) -> Optional[tuple[TimingStats, PairedSpeedup]]:
         """The compared model's pooled timing and the paired speedup; None unless every round arrived."""
         reference, compared = self.rounds[REFERENCE], self.rounds[COMPARED]
-        if self.protocol is None or not compared or len(compared) != self.timing.rounds or len(reference) != len(compared):
+        scheduled = sum(side == COMPARED for side, _ in self._order)
+        if self.protocol is None or not compared or len(compared) != scheduled or len(reference) != len(compared):
             return None
         return pooled(compared, self.protocol), paired_speedup(reference, compared, self.protocol)

@@ -36,6 +36,10 @@ def test_rounds_alternate_abba_and_each_side_gets_every_round():
         assert [k for s, k in order if s == side] == [0, 1, 2, 3]
 
 
+def test_more_rounds_continue_the_abba_order():
+    assert schedule(2, start=4) == [(REFERENCE, 4), (COMPARED, 4), (COMPARED, 5), (REFERENCE, 5)]
+
+
 def test_each_side_goes_first_in_half_of_the_rounds():
     order = schedule(8)
     firsts = [order[2 * k][0] for k in range(8)]
@@ -77,6 +81,8 @@ def test_auto_mode_times_a_launch_bound_reference_in_graphs_for_both_sides():
     big = CallProfile(kernel_ms=5.0, span_ms=5.1, launches=4, streams=1, after_return=0)
     mode, why = resolve_mode("auto", tiny)
     assert mode == "graph" and "50 us of GPU time in 4 launches" in why
+    gappy = CallProfile(kernel_ms=1.0, span_ms=2.5, launches=60, streams=1, after_return=0)  # the GPU waits on the host
+    assert resolve_mode("auto", gappy)[0] == "graph" and "busy for 40%" in resolve_mode("auto", gappy)[1]
     assert resolve_mode("auto", big) == ("eager", "") and resolve_mode("auto", None) == ("eager", "")
     assert resolve_mode("eager", tiny) == ("eager", "") and resolve_mode("graph", big) == ("graph", "")
     chosen = choose_protocol(mode, "auto", P.Ready(), P.Ready(), mode_reason=why)
@@ -148,7 +154,7 @@ class FakeJudge:
         return P.RoundTimed(message.round, stats([2.0] * 4))
 
 
-TIMING = types.SimpleNamespace(rounds=4, mode="eager", sync="auto")
+TIMING = types.SimpleNamespace(rounds=4, max_rounds=4, interval=0.02, mode="eager", sync="auto")
 
 
 def _drive(pairing, worker_ready=P.Ready(), candidate_ms=1.0):
@@ -173,6 +179,31 @@ def test_the_parent_walks_the_schedule_and_both_sides_get_the_same_protocol():
     timing, speedup = pairing.result()
     assert speedup.speedup == pytest.approx(2.0) and timing.n == 16 and timing.sync == "device"
     assert speedup.reference.median_ms == pytest.approx(2.0)
+
+
+class NoisyJudge(FakeJudge):
+    """A reference whose rounds swing by +-20%: the speedup's interval stays wide."""
+
+    def request(self, message, limit):
+        reply = super().request(message, limit)
+        if isinstance(message, P.TimeRound):
+            return P.RoundTimed(message.round, stats([2.0 * (1.2 if message.round % 3 else 0.8)] * 4))
+        return reply
+
+
+def test_noisy_rounds_get_more_rounds_two_at_a_time_up_to_the_limit():
+    timing = types.SimpleNamespace(rounds=4, max_rounds=8, interval=0.02, mode="eager", sync="auto")
+    judge = NoisyJudge()
+    pairing = Pairing(judge, 1, timing, 30.0)
+    played = _drive(pairing)
+    assert [k for k, _ in played] == list(range(8)) and [a[1] for a in judge.asked if a[0] == "round"] == list(range(8))
+    assert pairing.result()[1].rounds == 8
+
+
+def test_steady_rounds_stop_at_the_configured_count():
+    timing = types.SimpleNamespace(rounds=4, max_rounds=16, interval=0.02, mode="eager", sync="auto")
+    pairing = Pairing(FakeJudge(), 1, timing, 30.0)
+    assert len(_drive(pairing)) == 4 and pairing.result()[1].rounds == 4
 
 
 def test_a_round_reported_out_of_turn_is_refused():
