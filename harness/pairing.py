@@ -107,16 +107,31 @@ def choose_protocol(mode: str, sync: str, reference: P.Ready, compared: P.Ready,
 
 def paired_speedup(reference: list[TimingStats], compared: list[TimingStats], protocol: P.TimingProtocol, seed: int = 0) -> PairedSpeedup:
     """The speedup of the compared model over the reference from paired rounds: the median of the
-    rounds' ratios, and a percentile-bootstrap 95% interval of that median (rounds resampled)."""
+    rounds' ratios, and a percentile-bootstrap 95% interval of that median (rounds resampled).
+    Where overhead is subtracted, both sides lose the same one (`common_overhead`)."""
     if len(reference) != len(compared) or not reference:
         raise ValueError("paired rounds need as many rounds on each side, at least one")
-    ratios = [_ratio(r.median_ms, c.median_ms) for r, c in zip(reference, compared)]
+    overhead = common_overhead(reference + compared)
+    ratios = [_ratio(_median(r, overhead), _median(c, overhead)) for r, c in zip(reference, compared)]
     middle = statistics.median(ratios)
     rng = random.Random(seed)
     medians = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(BOOTSTRAP_RESAMPLES))
     low = min(medians[int(0.025 * (BOOTSTRAP_RESAMPLES - 1))], middle)
     high = max(medians[int(math.ceil(0.975 * (BOOTSTRAP_RESAMPLES - 1)))], middle)
-    return PairedSpeedup(middle, low, high, len(ratios), protocol.describe(), tuple(ratios), pooled(reference, protocol))
+    return PairedSpeedup(middle, low, high, len(ratios), protocol.describe(), tuple(ratios), pooled(reference, protocol, overhead))
+
+
+def common_overhead(rounds: list[TimingStats]) -> float:
+    """The fixed cost of an empty timed region under the protocol, from both sides' rounds: it is
+    the protocol's on this device, not either model's, so both sides of a ratio lose the same one
+    (each side's own estimate differs by a few tenths of a microsecond, a few percent of a short call)."""
+    return statistics.median(r.overhead_ms for r in rounds)
+
+
+def _median(stats: TimingStats, overhead: float) -> float:
+    if not stats.overhead_subtracted:
+        return stats.median_ms
+    return statistics.median(max(s - overhead, 0.0) for s in stats.samples_ms)
 
 
 def _ratio(reference_ms: float, compared_ms: float) -> float:
@@ -126,9 +141,9 @@ def _ratio(reference_ms: float, compared_ms: float) -> float:
     return max(reference_ms, floor) / max(compared_ms, floor)
 
 
-def pooled(rounds: list[TimingStats], protocol: P.TimingProtocol) -> TimingStats:
-    """One side's rounds as one timing: every raw sample, the median of the rounds' overheads, the
-    clocks read after the last round, and the protocol both sides used."""
+def pooled(rounds: list[TimingStats], protocol: P.TimingProtocol, overhead: Optional[float] = None) -> TimingStats:
+    """One side's rounds as one timing: every raw sample, the overhead both sides lose (default:
+    the median of these rounds'), the clocks read after the last round, and the protocol both sides used."""
     samples = [s for r in rounds for s in r.samples_ms]
     last = rounds[-1]
     return TimingStats.from_samples(
@@ -136,7 +151,7 @@ def pooled(rounds: list[TimingStats], protocol: P.TimingProtocol) -> TimingStats
         timer=last.timer,
         warmup_calls=sum(r.warmup_calls for r in rounds),
         stopped_by=f"{len(rounds)} rounds ({', '.join(sorted({r.stopped_by for r in rounds}))})",
-        overhead_ms=statistics.median(r.overhead_ms for r in rounds),
+        overhead_ms=common_overhead(rounds) if overhead is None else overhead,
         subtract=last.overhead_subtracted,
         mode=protocol.mode,
         sync=protocol.sync,
@@ -226,4 +241,4 @@ class Pairing:
         scheduled = sum(side == COMPARED for side, _ in self._order)
         if self.protocol is None or not compared or len(compared) != scheduled or len(reference) != len(compared):
             return None
-        return pooled(compared, self.protocol), paired_speedup(reference, compared, self.protocol)
+        return pooled(compared, self.protocol, common_overhead(reference + compared)), paired_speedup(reference, compared, self.protocol)

@@ -129,6 +129,15 @@ def test_the_interval_widens_with_noisy_rounds_and_holds_the_speedup():
     assert paired_speedup(reference, candidate, EAGER) == result  # the bootstrap is seeded: same rounds, same interval
 
 
+def test_both_sides_lose_the_same_overhead():
+    # identical 20 us calls; the reference's rounds happened to estimate a smaller empty region
+    def side(overhead):
+        return [TimingStats.from_samples([0.021] * 5, timer="cuda_events", warmup_calls=1, stopped_by="target_rse", overhead_ms=overhead, subtract=True)] * 4
+    result = paired_speedup(side(0.0008), side(0.0012), EAGER)
+    assert result.speedup == pytest.approx(1.0) and result.reference.overhead_ms == pytest.approx(0.001)
+    # each side's own estimate would have read 0.0202 / 0.0198 = 1.02x for identical code
+
+
 def test_uneven_rounds_are_refused():
     with pytest.raises(ValueError):
         paired_speedup([stats([1.0])] * 3, [stats([1.0])] * 2, EAGER)
