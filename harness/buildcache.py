@@ -74,6 +74,7 @@ class BuildCache:
         self.around_build = around_build  # told True before and False after each build (for phase limits)
         self.on_event = on_event  # told of each finished load_inline call
         self.events: list[dict[str, Any]] = []
+        self.calls: dict[str, int] = {}  # "extension.function" -> calls so far, for every function of every built extension
         self._original: Callable[..., Any] | None = None
 
     def install(self) -> None:
@@ -140,4 +141,28 @@ class BuildCache:
         event = {"name": name, "cache_key": key, "cached": cached, "seconds": round(time.perf_counter() - started, 3)}
         self.events.append(event)
         self.on_event(event)
+        self._count_calls(name, module)
         return module
+
+    def _count_calls(self, name: str, module: Any) -> None:
+        """Replace each function the extension exports with one that counts its calls (the worker
+        reads the counts around the checked and timed calls: an extension built and never called
+        is not the candidate's kernel at work). Modules without attributes (is_python_module=False) are left alone."""
+        for attribute in dir(module):
+            function = getattr(module, attribute, None)
+            if attribute.startswith("_") or type(function).__name__ != "builtin_function_or_method":
+                continue
+            label = f"{name}.{attribute}"
+            self.calls.setdefault(label, 0)
+            setattr(module, attribute, _counting(function, label, self.calls))
+
+
+def _counting(function: Callable[..., Any], label: str, calls: dict[str, int]) -> Callable[..., Any]:
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls[label] += 1
+        return function(*args, **kwargs)
+
+    counted.__wrapped__ = function  # type: ignore[attr-defined]
+    counted.__name__ = getattr(function, "__name__", label)
+    counted.__doc__ = getattr(function, "__doc__", None)
+    return counted

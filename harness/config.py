@@ -46,7 +46,7 @@ class CheckConfig:
     randomize_weights: bool  # move the reference's parameters and buffers away from their default init
     max_plausible_speedup: float  # warn when a speedup over eager is above this
     precision_ratio: float  # warn when the error against float64 exceeds the reference's own by this factor
-    no_custom_kernel: str  # flag | fail | ignore: a CUDA candidate none of whose own kernels ran
+    no_custom_kernel: str  # flag | fail | ignore: a candidate none of whose own kernels ran (CUDA: profile; CPU: extension calls)
     gradients: str  # flag | fail | off: backward of the same loss must give the reference's gradients
     gradient_tolerance_factor: float  # gradients sum over the batch: their atol and rtol are the output's times this
 

@@ -495,6 +495,11 @@ class ProblemEvaluation:
         if reference.record.other_size_note:
             warnings.append(f"the other-size trial ran at the problem's own size: {reference.record.other_size_note}")
         profile = compared.profile
+        counted = next((m for m in outcome.messages if m.get("type") == "extension_calls"), {})
+        extension_calls = {str(k): int(v) for k, v in counted.get("checked", {}).items()}
+        timed_extension_calls = {str(k): int(v) for k, v in counted.get("timed", {}).items()}
+        if self.device == "cpu" and status is Status.CORRECT and counted:
+            status, reason = self._own_kernels_on_cpu(candidate, extension_calls, status, reason, warnings)
         share = None
         if profile is not None and profile.kernels:
             names = declared_kernels(candidate.path)
@@ -523,12 +528,29 @@ class ProblemEvaluation:
             builds=builds,
             profile=profile,
             custom_kernel_share=share,
+            extension_calls=extension_calls,
+            timed_extension_calls=timed_extension_calls,
             gradients=gradients[0] if gradients is not None else "",
             phase_seconds=(outcome.done or {}).get("phase_seconds", {}),
             wall_seconds=round(outcome.wall_seconds, 3),
             warnings=tuple(warnings),
             **measures,
         )
+
+    def _own_kernels_on_cpu(self, candidate: Candidate, calls: dict[str, int], status: Status, reason: str, warnings: list[str]) -> tuple[Status, str]:
+        """On the CPU there is no profile: the candidate's own code at work is its extensions'
+        functions called during the checked forward calls (counted by the build cache)."""
+        policy = self.cfg.check.no_custom_kernel
+        if policy == "ignore" or any(n > 0 for n in calls.values()):
+            return status, reason
+        if calls:
+            why = f"none of its extensions' functions ({', '.join(sorted(calls)[:4])}) was called in its checked forward calls"
+        else:
+            why = "it builds no extension of its own (load_inline); its forward is torch's"
+        if policy == "fail":
+            return Status.NO_CUSTOM_KERNEL, why
+        warnings.append(f"no custom kernel: {why}")
+        return status, reason
 
     def _record(self, candidate: Candidate, status: Status, reason: str, **fields: Any) -> CandidateRecord:
         log = self.store.log_path(self.problem.name, candidate.name)

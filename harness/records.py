@@ -284,6 +284,8 @@ class CandidateRecord:
     sol_fraction: Optional[float] = None  # sol_ms / timing.median_ms: 1.0 is the speed of light
     profile: Optional[CallProfile] = None  # one profiled call (CUDA)
     custom_kernel_share: Optional[float] = None  # share of the profiled GPU time in the candidate's own kernels
+    extension_calls: dict[str, int] = dataclasses.field(default_factory=dict)  # "extension.function" -> calls during the checked forward calls
+    timed_extension_calls: dict[str, int] = dataclasses.field(default_factory=dict)  # the same during warm-up, profile and timed rounds
     builds: tuple[ExtensionBuild, ...] = ()  # load_inline calls and cache hits
     phase_seconds: dict[str, float] = dataclasses.field(default_factory=dict)  # wall time per worker phase (timer, profile: parts of time)
     wall_seconds: float = 0.0  # wall time of the whole evaluation, seen by the parent

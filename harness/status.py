@@ -60,7 +60,7 @@ DESCRIPTIONS: dict[Status, str] = {
     Status.EXITED_EARLY: "the worker process exited cleanly before reporting a result",
     Status.FORGED_RESULT: "the result channel carried a message the harness did not write",
     Status.TAMPERED: "the model replaced a timer, synchronisation, serialisation or harness function",
-    Status.NO_CUSTOM_KERNEL: "correct, but none of its own kernels ran in the profiled call (check.no_custom_kernel: fail)",
+    Status.NO_CUSTOM_KERNEL: "correct, but none of its own kernels ran: in the profiled call on CUDA, among its extensions' counted calls on the CPU (check.no_custom_kernel: fail)",
     Status.WRONG_GRADIENTS: "forward matched, but a backward of the same loss gave other gradients (check.gradients: fail)",
     Status.FORWARD_ONLY: "forward matched, but no gradients flow through it to its inputs or parameters (check.gradients: fail)",
     Status.REFERENCE_FAILED: "the problem's own reference could not be evaluated",

@@ -190,6 +190,7 @@ class Worker:
             on_event=lambda event: self.channel.send({"type": "builds", "builds": [event]}),
         )
         cache.install()
+        self.cache = cache
         self.guard = Guard(self)
         module = load_module(Path(job["source"]), f"__{self.role}__")
         self.guard.check("import")
@@ -223,6 +224,7 @@ class Worker:
 
         self.phase("check")
         calls = job["calls"]
+        before_checks = dict(cache.calls)
         staged = self.session.first
         with torch.no_grad():
             if self.role != "baseline":
@@ -239,6 +241,7 @@ class Worker:
                 last = index + 1 == len(calls)
                 staged = self._step("call", index, out, args, want=("none", 0) if last else ("call", index + 1))
                 del out
+        checked_calls = _delta(cache.calls, before_checks)
         gradients = job.get("gradients") and self.role != "baseline"
         timing = job.get("timing") is not None
         if self.role == "baseline":  # the compiled reference: its calls are checked, then it is timed
@@ -254,12 +257,14 @@ class Worker:
                 torch.cuda.empty_cache()
         self.end_phase()
 
+        before_timing = dict(cache.calls)
         if timing:
             self.phase("time")
             if device.type == "cpu" and job["cpu_threads"]:
                 torch.set_num_threads(job["cpu_threads"])  # checks use every core; timings this many
             self._time(runner, [self._set(s) for s in staged.sets], device)
             self.end_phase()
+        self.channel.send({"type": "extension_calls", "checked": checked_calls, "timed": _delta(cache.calls, before_timing)})
         self.channel.send({"type": "done", "device_name": device_name, "phase_seconds": self.phase_seconds})
 
     # -- the data plane --------------------------------------------------------------------------
@@ -631,6 +636,11 @@ def randomize_state(model: Any, seed: int) -> None:
                 else:
                     fresh = torch.randn(t.shape, generator=generator) * scale
                 t.copy_(fresh.to(t.dtype))
+
+
+def _delta(now: dict[str, int], before: dict[str, int]) -> dict[str, int]:
+    """Calls into each extension function since `before` (functions built since count from zero)."""
+    return {name: count - before.get(name, 0) for name, count in now.items()}
 
 
 def _aliased_input(output: Any, inputs: list[Any]) -> int:

@@ -47,6 +47,7 @@ def make_config(tmp_path, build_cache, measurement_cache):
             "timing.warmup_ms=10",
             "timing.min_reps=3",
             "timing.rounds=4",
+            "timing.max_rounds=6",
             "timeouts.construct=60",
             "timeouts.check=20",
             "timeouts.time=30",

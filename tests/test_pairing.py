@@ -287,7 +287,7 @@ def test_the_null_candidate_is_checked_timed_and_recorded_as_the_floor(make_conf
     (reference,) = [r for r in read_records(store.records_path) if isinstance(r, ReferenceRecord)]
     floor = reference.null_floor
     assert floor is not None and floor.status == Status.CORRECT.value, floor
-    assert floor.paired is not None and floor.paired.rounds == 4 and floor.speedup == floor.paired.speedup
+    assert floor.paired is not None and 4 <= floor.paired.rounds <= 6 and floor.speedup == floor.paired.speedup
     assert reference.timing == floor.paired.reference  # the reference's own timing: its rounds with the null
     assert record.status is Status.CORRECT and record.paired is not None
     assert record.paired.reference != floor.paired.reference  # each candidate has rounds of its own
