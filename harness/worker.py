@@ -405,8 +405,10 @@ class Worker:
             stats = time_round(timer, ask)
             self.guard.check("timing")
             reply = self._exchange({"type": "round", "timed": P.encode(P.RoundTimed(ask.round, stats))})
+        import torch
+
         output = last()
-        if output is not None and self.role != "baseline":
+        if output is not None and all(isinstance(o, torch.Tensor) for o in output) and self.role != "baseline":
             self._step("timed", 0, output, sets[0], want=("none", 0))
 
     def _load_reference_weights(self, model: Any) -> None:
