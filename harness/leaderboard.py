@@ -15,8 +15,8 @@ from harness import nullfloor
 from harness.records import CandidateRecord, NullFloor, ReferenceRecord
 from harness.status import Status
 
-PROBLEM_COLUMNS = ["rank", "candidate", "status", "reason", "speedup", "vs_compile", "sol_pct", "gradients", "candidate_ms", "reference_ms", "compile_ms", "max_abs_error"]
-NUMERIC = {"speedup", "vs_compile", "sol_pct", "candidate_ms", "reference_ms", "compile_ms", "max_abs_error", "geomean_speedup", "geomean_vs_compile", "null_floor"}
+PROBLEM_COLUMNS = ["rank", "candidate", "status", "reason", "speedup", "vs_compile", "sol_pct", "own_share", "gradients", "candidate_ms", "reference_ms", "compile_ms", "max_abs_error"]
+NUMERIC = {"speedup", "vs_compile", "sol_pct", "own_share", "candidate_ms", "reference_ms", "compile_ms", "max_abs_error", "geomean_speedup", "geomean_vs_compile", "null_floor"}
 COMPILE_BASELINE = "torch.compile(default)"
 
 
@@ -43,6 +43,7 @@ def candidate_frame(records: Iterable[CandidateRecord]) -> pd.DataFrame:
             "speedup": r.speedup,
             "vs_compile": r.speedups.get(compile_name) if compile_name else None,
             "sol_pct": r.sol_fraction,
+            "own_share": r.custom_kernel_share,
             "candidate_ms": r.timing.median_ms if r.timing and r.status is Status.CORRECT else None,
             "reference_ms": r.reference_ms,
             "compile_ms": r.baseline_ms.get(compile_name) if compile_name else None,
@@ -51,7 +52,7 @@ def candidate_frame(records: Iterable[CandidateRecord]) -> pd.DataFrame:
             "device": r.device,
             "run_id": r.run_id,
         }
-    columns = ["problem", "candidate", "status", "correct", "evaluated", "reason", "speedup", "vs_compile", "sol_pct", "gradients", "candidate_ms", "reference_ms", "compile_ms", "max_abs_error", "device", "run_id"]
+    columns = ["problem", "candidate", "status", "correct", "evaluated", "reason", "speedup", "vs_compile", "sol_pct", "own_share", "gradients", "candidate_ms", "reference_ms", "compile_ms", "max_abs_error", "device", "run_id"]
     return pd.DataFrame(list(rows.values()), columns=columns)
 
 
@@ -118,7 +119,7 @@ def _cell(value: object, column: str) -> str:
             return f"{value:.0%}"
         if column in ("speedup", "vs_compile", "geomean_speedup", "geomean_vs_compile"):
             return f"{value:.2f}x"
-        if column == "sol_pct":
+        if column in ("sol_pct", "own_share"):
             return f"{value:.1%}"
         if column.endswith("_ms"):
             return f"{value:.4g}"

@@ -5,7 +5,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness.leaderboard import candidate_frame, print_leaderboard, summary_table, write_leaderboards
+from harness.leaderboard import candidate_frame, print_leaderboard, problem_table, summary_table, write_leaderboards
 from harness.records import CandidateRecord, CheckResult, NullFloor, PairedSpeedup, ReferenceRecord, TimingStats
 from harness.status import Status
 from harness.store import RunStore, read_records
@@ -13,7 +13,7 @@ from harness.store import RunStore, read_records
 GOLDEN = Path(__file__).parent / "golden"
 
 
-def record(problem, candidate, status, reason, ms=None, ref=2.0, compiled=1.0, floor=0.1):
+def record(problem, candidate, status, reason, ms=None, ref=2.0, compiled=1.0, floor=0.1, share=None):
     timing = TimingStats.from_samples([ms, ms], timer="cuda_events", warmup_calls=1, stopped_by="target_rse") if ms else None
     correct = ms and status is Status.CORRECT
     return CandidateRecord(
@@ -24,11 +24,12 @@ def record(problem, candidate, status, reason, ms=None, ref=2.0, compiled=1.0, f
         baseline_ms={"torch.compile(default)": compiled} if correct else {},
         speedups={"torch.compile(default)": compiled / ms} if correct else {},
         sol_ms=floor if correct else None, sol_fraction=floor / ms if correct else None,
+        custom_kernel_share=share,
     )
 
 
 RECORDS = [
-    record("p1", "fast", Status.CORRECT, "matched 10 calls", ms=0.5),
+    record("p1", "fast", Status.CORRECT, "matched 10 calls", ms=0.5, share=0.42),
     record("p1", "slow", Status.CORRECT, "matched 10 calls", ms=4.0),
     record("p1", "wrong", Status.INCORRECT, "trial 1 (train): output | 3% of elements differ"),
     record("p1", "broken", Status.BUILD_FAILED, "main.cpp:3: error: x"),
@@ -44,6 +45,11 @@ def test_leaderboard_files_match_golden(tmp_path):
         (GOLDEN / "leaderboard.csv").write_text(csv_path.read_text())
     assert md_path.read_text().replace(tmp_path.name, "RUN") == (GOLDEN / "leaderboard.md").read_text()
     assert csv_path.read_text() == (GOLDEN / "leaderboard.csv").read_text()
+
+
+def test_the_share_of_gpu_time_in_the_candidates_own_kernels_is_a_column():
+    table = problem_table(candidate_frame(RECORDS), "p1").set_index("candidate")
+    assert table.loc["fast", "own_share"] == pytest.approx(0.42) and pd.isna(table.loc["slow", "own_share"])
 
 
 def test_fast_p_counts_only_evaluated_candidates_and_geomean_only_correct():
