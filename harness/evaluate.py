@@ -184,7 +184,7 @@ class ProblemEvaluation:
     def _timing_settings(self) -> dict[str, Any]:
         """The timer's settings as workers and the judge take them (no policy keys)."""
         timing = dataclasses.asdict(self.cfg.timing)
-        for key in ("enabled", "cpu_threads", "sync", "unstable_iqr", "reuse_reference"):
+        for key in ("enabled", "cpu_threads", "sync", "unstable_iqr", "reuse_reference", "rounds", "max_rounds", "interval", "null_candidate", "quiet", "null_tolerance"):
             timing.pop(key)
         return timing
 
@@ -210,7 +210,6 @@ class ProblemEvaluation:
             tolerances={k: dataclasses.asdict(v) for k, v in cfg.check.tolerances.items()},
             gradient_tolerance_factor=cfg.check.gradient_tolerance_factor,
             timing=self._timing_settings() if cfg.timing.enabled else None,
-            sync=cfg.timing.sync,
             speed_of_light_cache=str(cfg.path(cfg.measurement_cache_dir)) if measure and cfg.timing.enabled and cfg.speed_of_light.enabled else "",
         )
 
@@ -220,7 +219,6 @@ class ProblemEvaluation:
             "source": str(source.resolve()),
             "class_name": class_name or ("ModelNew" if role == "candidate" else "Model"),
             "compile_mode": compile_mode,
-            "sync": self.cfg.timing.sync,
             "device": self.device,
             "build_cache": str(self.cfg.path(self.cfg.build_cache_dir)),
             "construct_seed": plan.construct_seed,
@@ -309,7 +307,7 @@ class ProblemEvaluation:
             declared=dict(self.problem.settings),
             data_plane=report.data_plane,
             peak_bytes=report.peak_bytes,
-            notes=(report.float64_note,) if report.float64_note else (),
+            notes=tuple(n for n in (report.float64_note, f"profiling the reference failed: {report.profile_error}" if report.profile_error else "") if n),
         )
         result = ReferenceResult(record)
         if record.ok and cached is not None:
@@ -498,20 +496,22 @@ class ProblemEvaluation:
         counted = next((m for m in outcome.messages if m.get("type") == "extension_calls"), {})
         extension_calls = {str(k): int(v) for k, v in counted.get("checked", {}).items()}
         timed_extension_calls = {str(k): int(v) for k, v in counted.get("timed", {}).items()}
-        if self.device == "cpu" and status is Status.CORRECT and counted:
-            status, reason = self._own_kernels_on_cpu(candidate, extension_calls, status, reason, warnings)
-        share = None
+        share, idle = None, ""  # idle: why none of the candidate's own kernels ran, when none did
         if profile is not None and profile.kernels:
             names = declared_kernels(candidate.path)
             share = custom_share([(k.name, k.total_ms) for k in profile.kernels], names)
-            policy = self.cfg.check.no_custom_kernel
-            if status is Status.CORRECT and share == 0 and policy != "ignore":
+            if share == 0:
                 ran = ", ".join(k.name.split("(")[0][:60] for k in profile.kernels[:3])
-                why = (f"none of its own kernels ({', '.join(sorted(names)[:4])}) ran" if names else "it brings no kernel of its own") + f"; the profiled call ran only {ran}"
-                if policy == "fail":
-                    status, reason = Status.NO_CUSTOM_KERNEL, why
-                else:
-                    warnings.append(f"no custom kernel: {why}")
+                idle = (f"none of its own kernels ({', '.join(sorted(names)[:4])}) ran" if names else "it brings no kernel of its own") + f"; the profiled call ran only {ran}"
+        elif self.device == "cpu" and counted and not any(n > 0 for n in extension_calls.values()):
+            # no profile on the CPU: the extensions' counted calls are the evidence
+            idle = (f"none of its extensions' functions ({', '.join(sorted(extension_calls)[:4])}) was called in its checked forward calls"
+                    if extension_calls else "it builds no extension of its own (load_inline); its forward is torch's")
+        if idle and status is Status.CORRECT and self.cfg.check.no_custom_kernel != "ignore":
+            if self.cfg.check.no_custom_kernel == "fail":
+                status, reason = Status.NO_CUSTOM_KERNEL, idle
+            else:
+                warnings.append(f"no custom kernel: {idle}")
         measures: dict[str, Any] = {}
         if status is Status.CORRECT and timing is not None and compared.paired is not None:
             measures, more = compare_times(timing, compared.paired, profile, reference.record, self.cfg)
@@ -536,21 +536,6 @@ class ProblemEvaluation:
             warnings=tuple(warnings),
             **measures,
         )
-
-    def _own_kernels_on_cpu(self, candidate: Candidate, calls: dict[str, int], status: Status, reason: str, warnings: list[str]) -> tuple[Status, str]:
-        """On the CPU there is no profile: the candidate's own code at work is its extensions'
-        functions called during the checked forward calls (counted by the build cache)."""
-        policy = self.cfg.check.no_custom_kernel
-        if policy == "ignore" or any(n > 0 for n in calls.values()):
-            return status, reason
-        if calls:
-            why = f"none of its extensions' functions ({', '.join(sorted(calls)[:4])}) was called in its checked forward calls"
-        else:
-            why = "it builds no extension of its own (load_inline); its forward is torch's"
-        if policy == "fail":
-            return Status.NO_CUSTOM_KERNEL, why
-        warnings.append(f"no custom kernel: {why}")
-        return status, reason
 
     def _record(self, candidate: Candidate, status: Status, reason: str, **fields: Any) -> CandidateRecord:
         log = self.store.log_path(self.problem.name, candidate.name)

@@ -10,15 +10,15 @@ from __future__ import annotations
 from typing import Iterable, Optional
 
 from harness.records import NullFloor, ReferenceRecord
+from harness.status import Status
 
 DEFAULT_TOLERANCE = 0.03  # timing.null_tolerance when a run's config does not say
-CORRECT = "correct"
 _SLACK = 1e-9  # 1.03 - 1 is a hair above 0.03 in floating point
 
 
 def failed(floor: NullFloor) -> bool:
     """The null candidate did not pass its checks (so nothing was timed)."""
-    return floor.status != CORRECT
+    return floor.status != Status.CORRECT.value
 
 
 def distance(floor: NullFloor) -> float:

@@ -86,23 +86,19 @@ def choose_protocol(mode: str, sync: str, reference: P.Ready, compared: P.Ready,
     """One protocol for both sides: whichever side needs the stricter mode, both get it.
     `mode` is the problem's resolved timing mode (eager or graph, `resolve_mode`), `sync` the
     configured timing.sync; `mode_reason` says why graph was chosen, when it was chosen for the problem."""
-    reasons = []
-    chosen_sync = "device" if sync == "device" else "stream"
-    if sync == "auto":
-        needs = [(side, why) for side, why in (("the reference", reference.needs_device), (compared_name, compared.needs_device)) if why]
-        if needs:
-            chosen_sync = "device"
-            reasons.append("device sync for both sides because " + "; ".join(f"{side}: {why}" for side, why in needs))
-    chosen_mode = "eager"
+    sides = (("the reference", reference), (compared_name, compared))
+    chosen_sync, sync_reason = ("device" if sync == "device" else "stream"), ""
+    needs = [f"{name}: {ready.needs_device}" for name, ready in sides if ready.needs_device]
+    if sync == "auto" and needs:
+        chosen_sync, sync_reason = "device", "device sync for both sides because " + "; ".join(needs)
+    chosen_mode, why_mode = "eager", ""
     if mode == "graph":
-        failed = [(side, why) for side, why in (("the reference", reference.graph_error), (compared_name, compared.graph_error)) if why]
+        failed = [f"{name}: {ready.graph_error}" for name, ready in sides if ready.graph_error]
         if failed:
-            reasons.append("graph capture failed, both sides timed eagerly (" + "; ".join(f"{side}: {why}" for side, why in failed) + ")")
+            why_mode = "graph capture failed, both sides timed eagerly (" + "; ".join(failed) + ")"
         else:
-            chosen_mode = "graph"
-            if mode_reason:
-                reasons.append(f"CUDA graphs for both sides because {mode_reason}")
-    return P.TimingProtocol(chosen_mode, chosen_sync, "; ".join(reasons))
+            chosen_mode, why_mode = "graph", f"CUDA graphs for both sides because {mode_reason}" if mode_reason else ""
+    return P.TimingProtocol(chosen_mode, chosen_sync, sync_reason, why_mode)
 
 
 def paired_speedup(reference: list[TimingStats], compared: list[TimingStats], protocol: P.TimingProtocol, seed: int = 0) -> PairedSpeedup:
@@ -155,8 +151,8 @@ def pooled(rounds: list[TimingStats], protocol: P.TimingProtocol, overhead: Opti
         subtract=last.overhead_subtracted,
         mode=protocol.mode,
         sync=protocol.sync,
-        sync_reason=protocol.reason if protocol.sync == "device" else "",
-        fallback=next((r for r in protocol.reason.split("; ") if r.startswith("graph capture failed")), ""),
+        sync_reason=protocol.sync_reason,
+        fallback=protocol.mode_reason if protocol.mode == "eager" else "",
         input_sets=last.input_sets,
         flush_bytes=last.flush_bytes,
         sm_clock_mhz=last.sm_clock_mhz,

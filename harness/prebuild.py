@@ -94,15 +94,17 @@ class BuildAhead:
         )
         host.register_background(proc)  # children (ninja, the compilers) inherit its CPUs
         paused_before = host.paused_seconds
+        def left() -> float:  # the limit moves on by the time the build spent stopped
+            return self.timeout + host.paused_seconds - paused_before - (time.perf_counter() - started)
+
         try:
             while True:
-                limit = self.timeout + host.paused_seconds - paused_before
                 try:
-                    stdout, stderr = proc.communicate(timeout=max(0.0, limit - (time.perf_counter() - started)))
+                    stdout, stderr = proc.communicate(timeout=max(0.0, left()))
                     break
                 except subprocess.TimeoutExpired:
-                    if time.perf_counter() - started < self.timeout + host.paused_seconds - paused_before:
-                        continue  # it was paused meanwhile: its limit moved
+                    if left() > 0:
+                        continue  # it was paused meanwhile
                     _end_group(proc)
                     return f"timeout after {self.timeout:g} s"
         except BaseException:

@@ -54,7 +54,6 @@ class JudgeJob:
     tolerances: dict[str, dict[str, float]]  # dtype -> {atol, rtol}
     gradient_tolerance_factor: float
     timing: Optional[dict[str, Any]] = None  # the timer's settings; None: the reference is not timed
-    sync: str = "auto"
     speed_of_light_cache: str = ""  # where device peaks are cached; "" = no speed-of-light
     memory_fraction: float = 0.5  # the reference may use at most this fraction of the device's memory
     slot_fraction: float = 0.125  # the timed input sets a worker gets may fill at most this fraction
@@ -216,7 +215,12 @@ class TimingProtocol:
 
     mode: str  # "eager" calls or "graph" replays
     sync: str  # "stream": end event on the calling stream; "device": a device-wide synchronise first
-    reason: str = ""  # why it differs from the configured one (which side needed device sync, whose capture failed)
+    sync_reason: str = ""  # why device sync (which side needed it)
+    mode_reason: str = ""  # why graphs were chosen for the problem, or (eager) whose capture failed
+
+    @property
+    def reason(self) -> str:
+        return "; ".join(r for r in (self.sync_reason, self.mode_reason) if r)
 
     def describe(self) -> str:
         return f"{self.mode}, {self.sync} sync"

@@ -322,10 +322,6 @@ class QuietHost:
             self._background.clear()
             self._timing.clear()
 
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
     def __repr__(self) -> str:
         return f"QuietHost({self.describe()!r}, holders={self._holders}, background={len(self._background)})"
 

@@ -107,8 +107,8 @@ class Timer:
     def round(self, mode: str, sync: str, rounds: int, last: bool = False) -> TimingStats:
         """One of `rounds` rounds: a short warm-up (the other side ran in between), then sampling
         under the config's stopping rule with a `rounds`-th of its budget, for at least a quarter
-        of that (max_reps still caps each round). The
-        GPU's clocks are read (nvidia-smi, a process of its own) only after the `last` one."""
+        of that (max_reps still caps each round). The GPU's clocks are read (nvidia-smi, a
+        process of its own) only after the `last` one."""
         cfg = self.cfg
         budget = cfg.budget_s / rounds
         share = types.SimpleNamespace(**{**vars(cfg), "budget_s": budget, "min_s": budget * ROUND_MIN_SHARE, "warmup_ms": cfg.warmup_ms / ROUND_WARMUP_SHARE})
@@ -117,7 +117,7 @@ class Timer:
     def sample(self, mode: str, sync: str, cfg: Any, warm: bool = False, clocks: bool = True) -> TimingStats:
         if mode == "graph" and self.graphs is None:
             raise ValueError("graph mode needs graphs captured by prepare(graph=True)")
-        calls = self.graphs if mode == "graph" and self.graphs is not None else self.eager
+        calls = self.graphs if mode == "graph" else self.eager
         warmup = _warm_up(calls, cfg.warmup_ms, self._sync) if warm else 0
         if self.device.type == "cuda":
             stats = _sample_cuda(calls, self.device, cfg, sync, self.flush, clocks)

@@ -9,7 +9,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Iterator, Optional, Sequence
 
 from harness import nullfloor, scratch
 from harness import quiet as quiet_hosts
@@ -202,11 +202,10 @@ def quiet_host(cfg: Config, device: str, *, echo: bool = True) -> Iterator[quiet
     mode = cfg.timing.quiet if cfg.executor == "local" else "off"  # Ray lanes run in actors of their own
     if device == "cpu" and mode in ("pin", "both"):
         mode = "pause"  # a CPU run's checks use every core; pinning would confine them to the lane's few
-    per_lane = quiet_hosts.CPUS_PER_LANE
     previous = quiet_hosts.current()
     host = None
     try:
-        host = quiet_hosts.configure(mode, lane_count(cfg, device) if mode != "off" else 1, cpus_per_lane=per_lane)
+        host = quiet_hosts.configure(mode, lane_count(cfg, device) if mode != "off" else 1)
         if echo and host.pin_note:
             print(f"note: timing.quiet={mode}: {host.pin_note}", file=sys.stderr)
         yield host
@@ -232,7 +231,7 @@ def _run(cfg: Config, targets: list[Target], device: str, results_dir: Path, *, 
         started_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         argv=tuple(argv),
         config=cfg.to_dict(),
-        environment=collect_environment(),
+        environment={**collect_environment(), "quiet_host": quiet_hosts.current().describe()},
     ))
     records: list[CandidateRecord] = list(previous)
     interrupted = False
@@ -257,10 +256,11 @@ def _run(cfg: Config, targets: list[Target], device: str, results_dir: Path, *, 
             executor.close()
             if builds is not None:
                 builds.close()
-    end = finish_run(store, device, cfg.timing.null_tolerance)
+    written = read_records(store.records_path)
+    end = finish_run(store, device, cfg.timing.null_tolerance, written)
     for warning in end.warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    references = [r for r in read_records(store.records_path) if isinstance(r, ReferenceRecord)]
+    references = [r for r in written if isinstance(r, ReferenceRecord)]
     if records:
         csv_path, md_path = write_leaderboards(store.dir, records, cfg.leaderboard.fast_p, references=references)
     if json_output:
@@ -312,15 +312,16 @@ def start_builds(cfg: Config, device: str, targets: list[Target]):
     return builds
 
 
-def finish_run(store: RunStore, device: str, null_tolerance: float = nullfloor.DEFAULT_TOLERANCE) -> RunEnd:
+def finish_run(store: RunStore, device: str, null_tolerance: float = nullfloor.DEFAULT_TOLERANCE, written: Optional[list] = None) -> RunEnd:
     """Append the run's last record: the GPU's state now, whether its clocks moved between timings,
-    and each problem whose null floor lies outside 1.00 +/- `null_tolerance` (or whose null candidate failed)."""
+    and each problem whose null floor lies outside 1.00 +/- `null_tolerance` (or whose null candidate
+    failed). `written`: the run's records so far, when the caller has read them already."""
     from harness.environment import gpu_state
     from harness.evaluate import CLOCK_TOLERANCE
 
     timings = []
     references = []
-    for record in read_records(store.records_path):
+    for record in written if written is not None else read_records(store.records_path):
         if isinstance(record, (ReferenceRecord, CandidateRecord)) and record.timing is not None:
             timings.append((record.problem, getattr(record, "candidate", "reference"), record.timing))
         if isinstance(record, ReferenceRecord):
