@@ -46,7 +46,8 @@ class CheckConfig:
     randomize_weights: bool  # move the reference's parameters and buffers away from their default init
     max_plausible_speedup: float  # warn when a speedup over eager is above this
     precision_ratio: float  # warn when the error against float64 exceeds the reference's own by this factor
-    no_custom_kernel: str  # flag | fail | ignore: a candidate none of whose own kernels ran (CUDA: profile; CPU: extension calls)
+    own_share_floor: float  # own-share-low: the candidate's own kernels take less than this share of the profiled GPU time
+    guard_bands: bool  # poisoned bytes around every input handed to a worker, checked after each call (writes past an input)
     gradients: str  # flag | fail | off: backward of the same loss must give the reference's gradients
     gradient_tolerance_factor: float  # gradients sum over the batch: their atol and rtol are the output's times this
 
@@ -56,8 +57,8 @@ class CheckConfig:
         bad = [d for d in self.input_distributions if d not in DISTRIBUTIONS]
         if bad or not self.input_distributions:
             raise ValueError(f"check.input_distributions must be a non-empty list of {list(DISTRIBUTIONS)}, got {list(self.input_distributions)}")
-        if self.no_custom_kernel not in ("flag", "fail", "ignore"):
-            raise ValueError(f"check.no_custom_kernel must be flag, fail or ignore, got {self.no_custom_kernel!r}")
+        if not 0 <= self.own_share_floor < 1:
+            raise ValueError("check.own_share_floor must be in [0, 1)")
         if self.gradients not in ("flag", "fail", "off"):
             raise ValueError(f"check.gradients must be flag, fail or off, got {self.gradients!r}")
         if self.gradient_tolerance_factor < 1:
@@ -69,6 +70,49 @@ class CheckConfig:
         bad = [m for m in self.modes if m not in MODES]
         if bad or not self.modes:
             raise ValueError(f"check.modes must be a non-empty list of {list(MODES)}, got {list(self.modes)}")
+
+
+@dataclasses.dataclass(frozen=True)
+class FlagPolicies:
+    """What each integrity flag does (harness/flags.py): fail | flag | ignore. The gradient flags
+    (wrong-gradients, forward-only) take check.gradients."""
+
+    no_custom_kernel: str  # none of its own kernels ran: a torch pass-through
+    wraps_reference: str  # every kernel of the reference's call ran too; its own kernels only add to it
+    own_share_low: str  # its own kernels are under check.own_share_floor of the GPU time
+    side_stream: str  # work on other streams or threads, or still running when forward returned
+    tamper_suspect: str  # source that reaches into the process or device settings; a persisting-L2 limit found set
+    fallback: str  # forward catches exceptions
+    less_precise: str  # more error against float64 than the reference's own, within the tolerance
+    implausible_time: str  # below the speed-of-light floor, the call's own profiled GPU time, or max_plausible_speedup
+    unsafe_memory: str  # a write into an input's guard bands, or a compute-sanitizer finding
+
+    def __post_init__(self) -> None:
+        for name, value in dataclasses.asdict(self).items():
+            if value not in ("fail", "flag", "ignore"):
+                raise ValueError(f"flags.{name} must be fail, flag or ignore, got {value!r}")
+
+    def policies(self, gradients: str) -> dict[str, str]:
+        """Policy by flag key (flags.Code.key), the gradient flags' from check.gradients."""
+        gradient = "fail" if gradients == "fail" else "flag"
+        return {**dataclasses.asdict(self), "wrong_gradients": gradient, "forward_only": gradient}
+
+
+@dataclasses.dataclass(frozen=True)
+class SanitizerConfig:
+    enabled: str  # auto | on | off: one small checked call of each correct candidate under compute-sanitizer (auto: CUDA runs, when the tool is found)
+    tools: tuple[str, ...]  # compute-sanitizer tools, each its own run: memcheck | racecheck | initcheck | synccheck
+    path: str  # the compute-sanitizer executable; "" = PATH, then $CUDA_HOME/bin, then /usr/local/cuda/bin
+    timeout: float  # seconds for each tool's run (start-up under the tool is slow)
+
+    def __post_init__(self) -> None:
+        if self.enabled not in ("auto", "on", "off"):
+            raise ValueError(f"sanitizer.enabled must be auto, on or off, got {self.enabled!r}")
+        bad = [t for t in self.tools if t not in ("memcheck", "racecheck", "initcheck", "synccheck")]
+        if bad:
+            raise ValueError(f"sanitizer.tools: unknown tool {bad[0]!r} (valid: memcheck, racecheck, initcheck, synccheck)")
+        if self.timeout <= 0:
+            raise ValueError("sanitizer.timeout must be positive")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -235,6 +279,8 @@ class Config:
     build_cache_dir: str  # content-addressed extension builds
     measurement_cache_dir: str  # measured device peaks and (when reused) reference timings
     check: CheckConfig
+    flags: FlagPolicies
+    sanitizer: SanitizerConfig
     timeouts: Timeouts
     timing: TimingConfig
     baselines: BaselinesConfig
@@ -258,7 +304,8 @@ class Config:
         """This config with a problem's HARNESS_* declarations layered on top (the one place they
         apply): HARNESS_INPUT_DISTRIBUTIONS and HARNESS_RANDOMIZE_WEIGHTS replace their check keys;
         HARNESS_TOLERANCES replaces the tolerance of each dtype it names; HARNESS_BACKWARD makes the
-        gradient check fail (True) or turns it off (False). HARNESS_EXTRA_SIZES is the worker's."""
+        gradient check fail (True) or turns it off (False); HARNESS_FLAGS sets flag policies.
+        HARNESS_EXTRA_SIZES is the worker's."""
         check = self.check
         if "HARNESS_INPUT_DISTRIBUTIONS" in declared:
             check = dataclasses.replace(check, input_distributions=tuple(declared["HARNESS_INPUT_DISTRIBUTIONS"]))
@@ -269,7 +316,12 @@ class Config:
             check = dataclasses.replace(check, tolerances={**check.tolerances, **named})
         if "HARNESS_BACKWARD" in declared:
             check = dataclasses.replace(check, gradients="fail" if declared["HARNESS_BACKWARD"] else "off")
-        return self if check is self.check else dataclasses.replace(self, check=check)
+        flags = self.flags
+        if "HARNESS_FLAGS" in declared:
+            flags = dataclasses.replace(flags, **{str(code).replace("-", "_"): policy for code, policy in declared["HARNESS_FLAGS"].items()})
+        if check is self.check and flags is self.flags:
+            return self
+        return dataclasses.replace(self, check=check, flags=flags)
 
     def path(self, value: str) -> Path:
         """A configured path, relative ones taken from the project root."""

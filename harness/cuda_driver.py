@@ -33,6 +33,29 @@ def check(result: int, what: str) -> None:
         raise RuntimeError(f"CUDA driver error {result} in {what}")
 
 
+CU_LIMIT_PERSISTING_L2_CACHE_SIZE = 0x06
+
+
+def persisting_l2() -> int:
+    """The current context's persisting-L2 limit in bytes (the L2 set aside for accesses marked
+    persisting, which a flush does not evict); -1 when it cannot be read."""
+    value = ctypes.c_size_t()
+    return int(value.value) if driver().cuCtxGetLimit(ctypes.byref(value), CU_LIMIT_PERSISTING_L2_CACHE_SIZE) == 0 else -1
+
+
+def reset_persisting_l2() -> int:
+    """Set the current context's persisting-L2 limit to 0 and turn every persisting line back to
+    normal, so the next flush evicts everything. Returns the limit found; RuntimeError when the
+    limit does not read 0 afterwards."""
+    lib = driver()
+    found = persisting_l2()
+    check(lib.cuCtxSetLimit(CU_LIMIT_PERSISTING_L2_CACHE_SIZE, ctypes.c_size_t(0)), "cuCtxSetLimit(persisting L2)")
+    check(lib.cuCtxResetPersistingL2Cache(), "cuCtxResetPersistingL2Cache")
+    if persisting_l2() != 0:
+        raise RuntimeError("the persisting-L2 limit does not read 0 after it was reset")
+    return max(found, 0)
+
+
 def can_open(handle: str) -> bool:
     """In a process with no CUDA context yet: open the IPC handle on device 0, then close it."""
     lib = driver()

@@ -22,11 +22,14 @@ import torch
 from harness import protocol as P
 from harness.candidate import Candidate, needs_cuda_statically
 from harness.protocol import Call
-from harness.scan import custom_share, declared_kernels, scan_source
+from harness import integrity
+from harness.flags import Code, decide as decide_flags
+from harness.sanitize import find_tool, sanitize
+from harness.scan import declared_kernels, scan_source
 from harness.config import Config
 from harness.problem import Problem
 from harness.pairing import LAUNCH_BOUND_MS, Pairing, resolve_mode
-from harness.records import Baseline, CallProfile, CandidateRecord, CheckResult, ExtensionBuild, NullFloor, PairedSpeedup, ReferenceRecord, TimingStats, from_dict, to_dict
+from harness.records import Baseline, CallProfile, CandidateRecord, CheckResult, ExtensionBuild, NullFloor, PairedSpeedup, ReferenceRecord, SanitizerRun, TimingStats, from_dict, to_dict
 from harness.scratch import current as current_scratch
 from harness.status import Status
 from harness.store import RunStore
@@ -211,6 +214,7 @@ class ProblemEvaluation:
             gradient_tolerance_factor=cfg.check.gradient_tolerance_factor,
             timing=self._timing_settings() if cfg.timing.enabled else None,
             speed_of_light_cache=str(cfg.path(cfg.measurement_cache_dir)) if measure and cfg.timing.enabled and cfg.speed_of_light.enabled else "",
+            guard_bands=cfg.check.guard_bands,
         )
 
     def _job(self, role: str, source: Path, plan: Plan, session: P.Session, *, compile_mode: Optional[str] = None, class_name: Optional[str] = None) -> dict[str, Any]:
@@ -383,6 +387,7 @@ class ProblemEvaluation:
         calls: list[CheckResult] = []
         found: dict[str, Any] = {}
         precision: dict[str, float] = {}
+        unsafe: list[str] = []  # writes past an input's end, as the judge found them (the first is kept)
         pairing = Pairing(judge, session.session, self.cfg.timing, self.cfg.timeouts.time, compared_name, quiet.current(), self._timing_mode) if self.cfg.timing.enabled else None
 
         def on_step(message: dict[str, Any]) -> Optional[Failure | Reply]:
@@ -394,6 +399,8 @@ class ProblemEvaluation:
             verdict: P.Verdict = judge.request(P.Check(session.session, step), self.cfg.timeouts.check)
             if verdict.failure is not None:
                 return Status(verdict.failure[0]), verdict.failure[1]
+            if verdict.unsafe and not unsafe:
+                unsafe.append(verdict.unsafe)
             if step.step == "call":
                 calls.append(verdict.check)
                 precision.update(verdict.precision)
@@ -454,6 +461,7 @@ class ProblemEvaluation:
             timing=timed[0] if timed else None,
             paired=timed[1] if timed else None,
             profile=ready.profile if ready is not None else None,
+            unsafe=unsafe[0] if unsafe else "",
         )
 
     def _run_candidate(self, candidate: Candidate, plan: Plan, reference: "ReferenceResult") -> CandidateRecord:
@@ -462,6 +470,7 @@ class ProblemEvaluation:
         builds = tuple(ExtensionBuild(**b) for m in outcome.messages if m.get("type") == "builds" for b in m["builds"])
         timing = compared.timing
         warnings: list[str] = []
+        found: list[tuple[Code, str]] = []
         if outcome.failure is not None:
             status, reason = outcome.failure
         elif same_seed is not None and not same_seed.passed and self.cfg.check.require_same_seed:
@@ -470,52 +479,48 @@ class ProblemEvaluation:
             worst = max((c.max_abs_error or 0.0) for c in checks)
             state = " and the buffers after them" if len(checks) > len(plan.calls) else ""
             status, reason = Status.CORRECT, f"matched {len(plan.calls)} calls ({', '.join(self.cfg.check.modes)}, repeats){state}; max abs error {worst:.2g}"
-        if gradients is not None and gradients[0] != "match" and status is Status.CORRECT:
-            if self.cfg.check.gradients == "fail":
-                status, reason = (Status.WRONG_GRADIENTS if gradients[0] == "mismatch" else Status.FORWARD_ONLY), gradients[1]
-            else:
-                warnings.append(f"{'wrong gradients' if gradients[0] == 'mismatch' else 'forward only'}: {gradients[1]}")
+        if gradients is not None and gradients[0] != "match":
+            found.append((Code.WRONG_GRADIENTS if gradients[0] == "mismatch" else Code.FORWARD_ONLY, gradients[1]))
         if same_seed is not None and not same_seed.passed and not self.cfg.check.require_same_seed:
             warnings.append(f"same-seed construction differs from the reference ({same_seed.reason}); weights are created differently")
         if self._restart_note:
             warnings.append(self._restart_note)
             self._restart_note = ""
-        threads = [m for m in outcome.messages if m.get("type") == "threads"]
-        if threads:
-            warnings.append(f"forward left {threads[0]['count']} thread(s) running after it returned ({', '.join(threads[0]['names'])}; first seen after {threads[0]['label']})")
-        warnings.extend(f"source: {w}" for w in scan_source(candidate.path))
+        threads = next((m for m in outcome.messages if m.get("type") == "threads"), None)
+        found.extend(scan_source(candidate.path))
         if precision and precision["candidate"] > max(self.cfg.check.precision_ratio * precision["reference"], PRECISION_FLOOR):
-            warnings.append(
-                f"less precise than the reference: relative error {precision['candidate']:.2g} against a float64 reference, "
+            found.append((Code.LESS_PRECISE, (
+                f"relative error {precision['candidate']:.2g} against a float64 reference, "
                 f"where the float32 reference has {precision['reference']:.2g} (over check.precision_ratio={self.cfg.check.precision_ratio:g}x); "
-                "it passes the tolerance, but look for lower-precision arithmetic (TF32, fp16, bf16)"
-            )
+                "it passes the tolerance, but look for lower-precision arithmetic (TF32, fp16, bf16)")))
         if reference.record.other_size_note:
             warnings.append(f"the other-size trial ran at the problem's own size: {reference.record.other_size_note}")
         profile = compared.profile
-        counted = next((m for m in outcome.messages if m.get("type") == "extension_calls"), {})
-        extension_calls = {str(k): int(v) for k, v in counted.get("checked", {}).items()}
-        timed_extension_calls = {str(k): int(v) for k, v in counted.get("timed", {}).items()}
-        share, idle = None, ""  # idle: why none of the candidate's own kernels ran, when none did
-        if profile is not None and profile.kernels:
-            names = declared_kernels(candidate.path)
-            share = custom_share([(k.name, k.total_ms) for k in profile.kernels], names)
-            if share == 0:
-                ran = ", ".join(k.name.split("(")[0][:60] for k in profile.kernels[:3])
-                idle = (f"none of its own kernels ({', '.join(sorted(names)[:4])}) ran" if names else "it brings no kernel of its own") + f"; the profiled call ran only {ran}"
-        elif self.device == "cpu" and counted and not any(n > 0 for n in extension_calls.values()):
-            # no profile on the CPU: the extensions' counted calls are the evidence
-            idle = (f"none of its extensions' functions ({', '.join(sorted(extension_calls)[:4])}) was called in its checked forward calls"
-                    if extension_calls else "it builds no extension of its own (load_inline); its forward is torch's")
-        if idle and status is Status.CORRECT and self.cfg.check.no_custom_kernel != "ignore":
-            if self.cfg.check.no_custom_kernel == "fail":
-                status, reason = Status.NO_CUSTOM_KERNEL, idle
-            else:
-                warnings.append(f"no custom kernel: {idle}")
+        counted = next((m for m in outcome.messages if m.get("type") == "extension_calls"), None)
+        extension_calls = {str(k): int(v) for k, v in (counted or {}).get("checked", {}).items()}
+        timed_extension_calls = {str(k): int(v) for k, v in (counted or {}).get("timed", {}).items()}
+        share, kernels = integrity.own_kernels(profile, reference.record.profile, declared_kernels(candidate.path), self.cfg.check.own_share_floor)
+        found.extend(kernels)
+        if self.device == "cpu" and status is Status.CORRECT:  # no profile on the CPU: the extensions' counted calls are the evidence
+            found.extend(integrity.extension_use(extension_calls if counted is not None else None))
+        found.extend(integrity.side_work(profile, threads))
+        if compared.unsafe:
+            found.append((Code.UNSAFE_MEMORY, compared.unsafe))
+        policies = self.cfg.flags.policies(self.cfg.check.gradients)
+        status, reason, flags = decide_flags(status, reason, found, policies)
+        sanitized: tuple[SanitizerRun, ...] = ()
+        if status is Status.CORRECT and self._wants_sanitizer():
+            sanitized, unsafe = self._sanitize(candidate, plan, reference.record)
+            status, reason, unsafe_flags = decide_flags(status, reason, unsafe, policies)
+            flags += unsafe_flags
         measures: dict[str, Any] = {}
         if status is Status.CORRECT and timing is not None and compared.paired is not None:
-            measures, more = compare_times(timing, compared.paired, profile, reference.record, self.cfg)
+            measures, more, timed = compare_times(timing, compared.paired, profile, reference.record, self.cfg)
             warnings.extend(more)
+            status, reason, timed_flags = decide_flags(status, reason, timed, policies)
+            flags += timed_flags
+            if status is not Status.CORRECT:
+                measures = {}
         if outcome.log_bytes > self.cfg.limits.log_kib << 10:
             warnings.append(f"printed {outcome.log_bytes} bytes; the log keeps the first and last {self.cfg.limits.log_kib // 2} KiB")
         return self._record(
@@ -528,6 +533,8 @@ class ProblemEvaluation:
             builds=builds,
             profile=profile,
             custom_kernel_share=share,
+            flags=flags,
+            sanitizer=sanitized,
             extension_calls=extension_calls,
             timed_extension_calls=timed_extension_calls,
             gradients=gradients[0] if gradients is not None else "",
@@ -536,6 +543,30 @@ class ProblemEvaluation:
             warnings=tuple(warnings),
             **measures,
         )
+
+    def _wants_sanitizer(self) -> bool:
+        setting = self.cfg.sanitizer.enabled
+        return setting == "on" or (setting == "auto" and self.device == "cuda")
+
+    def _sanitize(self, candidate: Candidate, plan: Plan, reference: ReferenceRecord) -> tuple[tuple[SanitizerRun, ...], list[tuple[Code, str]]]:
+        """One eval forward of the candidate under each compute-sanitizer tool, at the other-size
+        trial's sizes (harness.sanitize)."""
+        cfg = self.cfg.sanitizer
+        if self.device != "cuda":
+            return tuple(SanitizerRun(t, "skipped", "compute-sanitizer checks CUDA runs only") for t in cfg.tools), []
+        job = {
+            "source": str(candidate.path.resolve()),
+            "problem": str(self.problem.path.resolve()),
+            "class_name": "ModelNew",
+            "sizes": dict(reference.other_size),
+            "seed": plan.construct_seed,
+            "build_cache": str(self.cfg.path(self.cfg.build_cache_dir)),
+        }
+        cwd = current_scratch().make(f"sanitize-{candidate.name[:20]}-")
+        try:
+            return sanitize(find_tool(cfg.path), cfg.tools, cfg.timeout, job, self.lane.launcher.env, cwd)
+        finally:
+            shutil.rmtree(cwd, ignore_errors=True)
 
     def _record(self, candidate: Candidate, status: Status, reason: str, **fields: Any) -> CandidateRecord:
         log = self.store.log_path(self.problem.name, candidate.name)
@@ -573,6 +604,7 @@ class Compared:
     timing: Optional[TimingStats] = None  # the compared model's rounds, pooled
     paired: Optional[PairedSpeedup] = None  # its speedup over the reference from the paired rounds
     profile: Optional[CallProfile] = None  # the worker's one profiled call (CUDA)
+    unsafe: str = ""  # the first write past an input's end the judge found (guard bands)
 
 
 @dataclasses.dataclass
@@ -591,10 +623,11 @@ class ReferenceResult:
 CLOCK_TOLERANCE = 0.05  # SM clocks further apart than this between two timings are reported
 
 
-def compare_times(timing: TimingStats, paired: PairedSpeedup, profile: Optional[CallProfile], reference: ReferenceRecord, cfg: Config) -> tuple[dict[str, Any], list[str]]:
+def compare_times(timing: TimingStats, paired: PairedSpeedup, profile: Optional[CallProfile], reference: ReferenceRecord, cfg: Config) -> tuple[dict[str, Any], list[str], list[tuple[Code, str]]]:
     """Speedups over the eager reference (from the paired rounds) and over each baseline (the
     candidate's paired speedup over the baseline's, when both were timed under the same protocol),
-    % of speed-of-light, and the warnings a reader needs to trust (or distrust) those numbers."""
+    % of speed-of-light, the warnings a reader needs to trust (or distrust) those numbers, and the
+    implausible-time findings."""
     median = timing.median_ms
     reference_ms = paired.reference.median_ms
     measures: dict[str, Any] = {"speedup": paired.speedup, "paired": paired, "reference_ms": reference_ms}
@@ -605,11 +638,6 @@ def compare_times(timing: TimingStats, paired: PairedSpeedup, profile: Optional[
     for b in usable:
         if b.paired.protocol != paired.protocol:
             warnings.append(f"no speedup over {b.name}: it was timed with {b.paired.protocol}, this candidate needs {paired.protocol}")
-    if paired.speedup > cfg.check.max_plausible_speedup:
-        warnings.append(
-            f"implausible: {paired.speedup:.1f}x faster than eager ({median:.4g} ms vs {reference_ms:.4g} ms) "
-            f"is above check.max_plausible_speedup={cfg.check.max_plausible_speedup:g}; look at the profile and the source"
-        )
     if paired.reference.median_ms > 0 and paired.reference.median_ms < LAUNCH_BOUND_MS and timing.mode == "eager" and reference.profile is not None and reference.profile.kernel_ms < 0.8 * paired.reference.median_ms:
         warnings.append(
             f"the reference is launch-bound (GPU work {reference.profile.kernel_ms:.4g} ms of a {paired.reference.median_ms:.4g} ms call): "
@@ -620,12 +648,6 @@ def compare_times(timing: TimingStats, paired: PairedSpeedup, profile: Optional[
         measures["sol_ms"] = sol.floor_ms
         if median > 0:
             measures["sol_fraction"] = sol.floor_ms / median
-        if median < sol.floor_ms * cfg.speed_of_light.impossible_below:
-            warnings.append(
-                f"impossible: {median:.4g} ms is below the speed-of-light floor {sol.floor_ms:.4g} ms "
-                f"({sol.flops:.3g} FLOP at {sol.peak_tflops:.3g} TFLOP/s, {sol.min_bytes:.3g} B at {sol.peak_gbps:.4g} GB/s); "
-                "the timing misses work or the output is not computed"
-            )
     if timing.sm_clock_mhz and paired.reference.sm_clock_mhz:
         ratio = timing.sm_clock_mhz / paired.reference.sm_clock_mhz
         if abs(ratio - 1) > CLOCK_TOLERANCE:
@@ -633,7 +655,8 @@ def compare_times(timing: TimingStats, paired: PairedSpeedup, profile: Optional[
                 f"SM clock {timing.sm_clock_mhz:.0f} MHz after this timing vs {paired.reference.sm_clock_mhz:.0f} MHz after the reference's: "
                 "the GPU changed speed during the rounds; the paired rounds cancel most of it, but repeat the run to see the spread"
             )
-    return measures, warnings
+    found = integrity.implausible_time(timing, paired.speedup, reference_ms, profile, sol, cfg.check.max_plausible_speedup, cfg.speed_of_light.impossible_below)
+    return measures, warnings, found + integrity.persisting_l2(timing)
 
 
 SLOWDOWN_BITS = {0x4: "software power cap", 0x8: "hardware slowdown", 0x20: "software thermal slowdown", 0x40: "hardware thermal slowdown", 0x80: "power brake"}
@@ -646,9 +669,6 @@ def slowdown_reasons(reasons: str) -> list[str]:
     except ValueError:
         return []
     return [name for bit, name in SLOWDOWN_BITS.items() if bits & bit]
-
-
-PROFILE_FLOOR = 0.8  # a median under this fraction of the profiled call's own GPU time is flagged
 
 
 def timing_warnings(timing: TimingStats, cfg: Any, profile: Optional[CallProfile] = None) -> list[str]:
@@ -674,18 +694,6 @@ def timing_warnings(timing: TimingStats, cfg: Any, profile: Optional[CallProfile
         warnings.append(timing.fallback)
     if timing.sync_reason:
         warnings.append(f"timed with a device-wide synchronise because {timing.sync_reason}")
-    if profile is not None and profile.launches and timing.median_ms < PROFILE_FLOOR * min(profile.kernel_ms, profile.span_ms or profile.kernel_ms):
-        warnings.append(
-            f"implausible: the timed median {timing.median_ms:.4g} ms is below the GPU time of its own profiled call "
-            f"({profile.kernel_ms:.4g} ms in {profile.launches} activities); the timing does not cover the work"
-        )
-    if profile is not None and profile.after_return:
-        warnings.append(f"{profile.after_return} GPU activities were launched after forward returned: work continues outside the call")
-    if profile is not None and profile.busy_after_return:
-        warnings.append(
-            f"{profile.busy_after_return} GPU activities on other streams were still running when the calling stream had finished: "
-            "forward returns before its work is done"
-        )
     if profile is not None and timing.mode == "eager" and timing.median_ms > 0 and profile.kernel_ms < 0.8 * timing.median_ms and timing.median_ms < LAUNCH_BOUND_MS:
         warnings.append(
             f"launch-bound: GPU work is {profile.kernel_ms:.4g} ms of a {timing.median_ms:.4g} ms call; "

@@ -36,7 +36,7 @@ from harness import protocol as P
 from harness.compare import compare_gradients, compare_outputs, relative_error
 from harness.config import Tolerance
 from harness.records import CheckResult, from_dict
-from harness.regions import Region, TensorSpec, aligned, device_sharing, layout, view, write
+from harness.regions import GUARD, Region, TensorSpec, aligned, device_sharing, guard_broken, layout, view, write
 from harness.status import Status
 from harness.worker import (
     WorkerFailure, as_outputs, classify, load_module, model_gradients, one_line, other_sizes,
@@ -390,11 +390,12 @@ class Judge:
         if step.step == "same_seed":
             args = self._staged_inputs(session, 0)
             changed = self._mutated(session, args, "same_seed")
+            unsafe = self._guards(session, args, "same_seed")
             self._load(self.initial)
             self.model.eval()
             expected = self._forward(args, aliases=True)
             self._load(self.randomized)
-            return changed or P.Verdict(check=self._compare("same-seed construction (eval)", expected, session, step))
+            return changed or P.Verdict(check=self._compare("same-seed construction (eval)", expected, session, step), unsafe=unsafe)
         if step.step == "timed":
             self.model.eval()
             return P.Verdict(check=self._compare("last timed call on trial 1 (eval)", self._forward(self._inputs(0), aliases=True), session, step))
@@ -404,6 +405,7 @@ class Judge:
         changed = self._mutated(session, args, f"call_{step.index}")
         if changed:
             return changed
+        unsafe = self._guards(session, args, f"call_{step.index}")
         self.model.train(call.mode == "train")
         wide = self._float64(args) if step.index == self.job.precision_call else None
         self._output_bytes = 0
@@ -420,7 +422,7 @@ class Judge:
         if wide is not None:
             del wide
             _release(self.device)  # the twin's memory goes back to the device, for the worker beside us
-        return P.Verdict(check=check, precision=precision)
+        return P.Verdict(check=check, precision=precision, unsafe=unsafe)
 
     def _staged_inputs(self, session: _Session, trial: int) -> list[Any]:
         """The judge's own copy of what it staged for this call (made afresh if it was not kept)."""
@@ -442,6 +444,17 @@ class Judge:
             if not same_bits(mine, theirs):
                 return P.Verdict(failure=(Status.MUTATED_INPUT.value, f"forward changed input {position} in place ({label})"))
         return None
+
+    def _guards(self, session: _Session, args: list[Any], label: str) -> str:
+        """Why the guard band after one of the worker's inputs no longer holds its poison (a write
+        past the input's end), or "". Not kept where the worker computes on device copies."""
+        if self.region_kind == "host" and self.device.type == "cuda" or not self.job.guard_bands:
+            return ""
+        broken = guard_broken(session.inputs.tensor, layout(_tensors(args), session.slots[0])[0])
+        if broken is None:
+            return ""
+        position, changed = broken
+        return f"forward wrote past the end of input {position} ({changed} of the {GUARD} guard bytes after it changed, {label})"
 
     def _stage(self, session: _Session, want: P.Want) -> Optional[P.Staged]:
         if want.kind == "none":

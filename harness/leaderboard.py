@@ -12,10 +12,11 @@ from typing import Iterable, Mapping, Optional, Sequence
 import pandas as pd
 
 from harness import nullfloor
+from harness.flags import column as flag_column
 from harness.records import CandidateRecord, NullFloor, ReferenceRecord
 from harness.status import Status
 
-PROBLEM_COLUMNS = ["rank", "candidate", "status", "reason", "speedup", "vs_compile", "sol_pct", "own_share", "gradients", "candidate_ms", "reference_ms", "compile_ms", "max_abs_error"]
+PROBLEM_COLUMNS = ["rank", "candidate", "status", "flags", "reason", "speedup", "vs_compile", "sol_pct", "own_share", "gradients", "candidate_ms", "reference_ms", "compile_ms", "max_abs_error"]
 NUMERIC = {"speedup", "vs_compile", "sol_pct", "own_share", "candidate_ms", "reference_ms", "compile_ms", "max_abs_error", "geomean_speedup", "geomean_vs_compile", "null_floor"}
 COMPILE_BASELINE = "torch.compile(default)"
 
@@ -40,6 +41,7 @@ def candidate_frame(records: Iterable[CandidateRecord]) -> pd.DataFrame:
             "correct": r.status is Status.CORRECT,
             "evaluated": r.status is not Status.NEEDS_CUDA,
             "reason": r.reason,
+            "flags": flag_column(r.flags),
             "speedup": r.speedup,
             "vs_compile": r.speedups.get(compile_name) if compile_name else None,
             "sol_pct": r.sol_fraction,
@@ -52,7 +54,7 @@ def candidate_frame(records: Iterable[CandidateRecord]) -> pd.DataFrame:
             "device": r.device,
             "run_id": r.run_id,
         }
-    columns = ["problem", "candidate", "status", "correct", "evaluated", "reason", "speedup", "vs_compile", "sol_pct", "own_share", "gradients", "candidate_ms", "reference_ms", "compile_ms", "max_abs_error", "device", "run_id"]
+    columns = ["problem", "candidate", "status", "correct", "evaluated", "reason", "flags", "speedup", "vs_compile", "sol_pct", "own_share", "gradients", "candidate_ms", "reference_ms", "compile_ms", "max_abs_error", "device", "run_id"]
     return pd.DataFrame(list(rows.values()), columns=columns)
 
 
@@ -216,7 +218,7 @@ def print_leaderboard(frame: pd.DataFrame, fast_p: Sequence[float], console: obj
             table.add_column(column, justify="right" if column in NUMERIC else "left", overflow="fold", max_width=60 if column == "reason" else None)
         for row in shown.itertuples(index=False):
             cells = [_cell(v, c) for v, c in zip(row, shown.columns)]
-            style = status_style.get(row.status, "red")
+            style = "yellow" if row.status == Status.CORRECT.value and row.flags else status_style.get(row.status, "red")
             table.add_row(*cells, style=style)
         console.print(table)  # type: ignore[attr-defined]
     references = list(references) if references is not None else None

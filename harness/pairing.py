@@ -157,6 +157,8 @@ def pooled(rounds: list[TimingStats], protocol: P.TimingProtocol, overhead: Opti
         flush_bytes=last.flush_bytes,
         sm_clock_mhz=last.sm_clock_mhz,
         clock_event_reasons=last.clock_event_reasons,
+        l2_reset=last.l2_reset,
+        l2_persisting_found=max(r.l2_persisting_found for r in rounds),
     )
 
 

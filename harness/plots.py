@@ -80,7 +80,8 @@ def plot_problem(table: pd.DataFrame, problem: str, path: Path) -> bool:
     shown = timed.head(MAX_BARS)
     if shown.empty:
         return False
-    names = [_label(str(n)) for n in shown["candidate"]]
+    flagged = shown["flags"] if "flags" in shown else [""] * len(shown)
+    names = [_label(str(n)) + (f"\n[{f}]" if isinstance(f, str) and f else "") for n, f in zip(shown["candidate"], flagged)]
     eager = [float(v) for v in shown["speedup"]]
     compiled = [_value(v) for v in shown["vs_compile"]]
     sol = [_value(v) for v in shown["sol_pct"]]

@@ -36,6 +36,7 @@ DECLARABLE = {
     "HARNESS_EXTRA_SIZES": list,  # e.g. [{"batch_size": 7}] for the other-size trial
     "HARNESS_TOLERANCES": dict,  # e.g. {"float32": {"atol": 1e-3, "rtol": 1e-3}}, over check.tolerances
     "HARNESS_BACKWARD": bool,  # True: gradients are part of the contract (check.gradients fail); False: off
+    "HARNESS_FLAGS": dict,  # e.g. {"own-share-low": "fail"}: this problem's policy for integrity flags
 }
 
 
@@ -44,7 +45,7 @@ def declared_settings(path: Path) -> dict[str, object]:
     never imports a problem). Only literal values count; a wrong type is a usage error."""
     import ast
 
-    from harness.config import DISTRIBUTIONS
+    from harness.config import DISTRIBUTIONS, FlagPolicies
     from harness.errors import UserError
 
     try:
@@ -65,6 +66,9 @@ def declared_settings(path: Path) -> dict[str, object]:
                 raise UserError(f"{path}: {name} must be a non-empty list of {list(DISTRIBUTIONS)}, got {value!r}")
             if name == "HARNESS_TOLERANCES" and not _tolerances_ok(value):
                 raise UserError(f"{path}: {name} must map dtype names to {{'atol': number >= 0, 'rtol': number >= 0}}, got {value!r}")
+            codes = [f.name.replace("_", "-") for f in dataclasses.fields(FlagPolicies)]
+            if name == "HARNESS_FLAGS" and not all(c in codes and p in ("fail", "flag", "ignore") for c, p in value.items()):
+                raise UserError(f"{path}: {name} must map flag codes ({', '.join(codes)}) to fail, flag or ignore, got {value!r}")
             found[name] = value
     return found
 

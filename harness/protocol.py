@@ -57,6 +57,7 @@ class JudgeJob:
     speed_of_light_cache: str = ""  # where device peaks are cached; "" = no speed-of-light
     memory_fraction: float = 0.5  # the reference may use at most this fraction of the device's memory
     slot_fraction: float = 0.125  # the timed input sets a worker gets may fill at most this fraction
+    guard_bands: bool = True  # check the poisoned bands after the worker's inputs after each call
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,6 +169,7 @@ class Verdict:
     precision: dict[str, float] = dataclasses.field(default_factory=dict)  # against float64 (precision call)
     gradients: Optional[tuple[str, str]] = None  # grads: (match | mismatch | forward only, why)
     staged: Optional[Staged] = None  # the inputs the worker asked for, now in its region
+    unsafe: str = ""  # a write past the end of an input (its guard band changed), when the call made one
 
 
 @dataclasses.dataclass(frozen=True)

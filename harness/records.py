@@ -16,7 +16,7 @@ from typing import Any, Optional
 from harness import __version__
 from harness.status import Status
 
-SCHEMA_VERSION = 3  # 2: timing protocol fields, profiles, baselines, speed-of-light, run end; 3: paired rounds, null floor
+SCHEMA_VERSION = 4  # 2: timing protocol fields, profiles, baselines, speed-of-light, run end; 3: paired rounds, null floor; 4: flags, sanitizer runs
 
 
 def to_dict(obj: Any) -> Any:
@@ -95,6 +95,8 @@ class TimingStats:
     flush_bytes: int = 0  # bytes written before every timed call to flush the L2 cache (0: no flush)
     sm_clock_mhz: Optional[float] = None  # SM clock read right after sampling, when readable
     clock_event_reasons: str = ""  # the driver's active clock-event (throttle) reasons then, e.g. "0x0000000000000004"
+    l2_reset: bool = False  # CUDA: the persisting-L2 limit was reset to 0 (and read back as 0) before every timed call
+    l2_persisting_found: int = 0  # the largest persisting-L2 limit (bytes) found set before a timed call, then reset
 
     def __post_init__(self) -> None:
         if not self.samples_ms:
@@ -260,6 +262,25 @@ class ExtensionBuild:
 
 
 @dataclasses.dataclass(frozen=True)
+class Flag:
+    """One integrity finding on a candidate (harness/flags.py)."""
+
+    code: str  # a stable code, e.g. "no-custom-kernel"
+    policy: str  # fail | flag: what it did to the verdict (ignored findings are not kept)
+    reason: str  # one line: the evidence
+
+
+@dataclasses.dataclass(frozen=True)
+class SanitizerRun:
+    """One compute-sanitizer tool's run over one small forward of a candidate."""
+
+    tool: str  # memcheck | racecheck | initcheck | synccheck
+    outcome: str  # clean | errors | failed (the forward did not complete under the tool) | timeout | skipped
+    detail: str  # the first error and its kernel, the error count, or why it failed or was skipped
+    seconds: float = 0.0  # wall time of the tool's run
+
+
+@dataclasses.dataclass(frozen=True)
 class CandidateRecord:
     """The verdict on one candidate for one problem in one run."""
 
@@ -284,6 +305,8 @@ class CandidateRecord:
     sol_fraction: Optional[float] = None  # sol_ms / timing.median_ms: 1.0 is the speed of light
     profile: Optional[CallProfile] = None  # one profiled call (CUDA)
     custom_kernel_share: Optional[float] = None  # share of the profiled GPU time in the candidate's own kernels
+    flags: tuple[Flag, ...] = ()  # integrity findings with the policy applied to each (harness/flags.py)
+    sanitizer: tuple[SanitizerRun, ...] = ()  # compute-sanitizer runs over one small forward (CUDA, correct candidates)
     extension_calls: dict[str, int] = dataclasses.field(default_factory=dict)  # "extension.function" -> calls during the checked forward calls
     timed_extension_calls: dict[str, int] = dataclasses.field(default_factory=dict)  # the same during warm-up, profile and timed rounds
     builds: tuple[ExtensionBuild, ...] = ()  # load_inline calls and cache hits

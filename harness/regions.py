@@ -28,6 +28,8 @@ import torch
 from harness.cuda_driver import IpcHandle, check, driver
 
 ALIGN = 256  # every tensor in a region starts on this boundary (any dtype's alignment)
+GUARD = 4096  # bytes of poison after every tensor in a region (a write past its end lands there)
+POISON = 0xA5  # the guard bands' byte
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,12 +74,13 @@ def aligned(n: int) -> int:
 
 
 def layout(tensors: list[torch.Tensor], start: int = 0) -> tuple[list[TensorSpec], int]:
-    """Specs packing `tensors` one after another from `start`, and the end offset."""
+    """Specs packing `tensors` one after another from `start`, each followed by a guard band of
+    GUARD bytes, and the end offset."""
     specs = []
     offset = aligned(start)
     for t in tensors:
         specs.append(TensorSpec.of(t, offset))
-        offset = aligned(offset + t.numel() * t.element_size())
+        offset = aligned(offset + t.numel() * t.element_size() + GUARD)
     return specs, offset
 
 
@@ -94,8 +97,26 @@ def view(region: torch.Tensor, spec: TensorSpec) -> torch.Tensor:
 
 
 def write(region: torch.Tensor, tensors: list[torch.Tensor], specs: list[TensorSpec]) -> None:
+    """Each tensor into its place, and poison into the guard band after it."""
     for tensor, spec in zip(tensors, specs):
         view(region, spec).copy_(tensor.detach().reshape(spec.shape))
+        _guard(region, spec).fill_(POISON)
+
+
+def guard_broken(region: torch.Tensor, specs: list[TensorSpec]) -> Optional[tuple[int, int]]:
+    """(position, bytes changed) of the first tensor whose guard band no longer holds the poison
+    `write` put there: something wrote past its end. None when every band is intact."""
+    for position, spec in enumerate(specs):
+        band = _guard(region, spec)
+        changed = int((band != POISON).sum())
+        if changed:
+            return position, changed
+    return None
+
+
+def _guard(region: torch.Tensor, spec: TensorSpec) -> torch.Tensor:
+    end = spec.offset + spec.nbytes
+    return region[end:min(end + GUARD, region.numel())]
 
 
 class _CudaMemory:

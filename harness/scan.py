@@ -1,5 +1,6 @@
 """A static scan of a candidate's source (its syntax tree, never executed) for constructs that
-cheats use. Each finding becomes a warning on the record; the runtime checks decide the status.
+cheats use. Each finding is an integrity flag (harness/flags.py) with its line; their policies
+default to `flag`, so the runtime checks decide the status.
 """
 from __future__ import annotations
 
@@ -7,23 +8,27 @@ import ast
 import re
 from pathlib import Path
 
+from harness.flags import Code
+
 SUSPICIOUS_MODULES = {
-    "ctypes": "can read and write any memory of the process",
-    "gc": "can walk every live object (the harness's included)",
-    "inspect": "can walk the caller's frames",
-    "threading": "can run work after forward returns",
-    "multiprocessing": "can run work outside the measured call",
-    "concurrent": "can run work after forward returns",
-    "subprocess": "can start other programs",
-    "signal": "can interfere with the worker's time limits",
-    "builtins": "can replace Python's own functions",
+    "ctypes": (Code.TAMPER_SUSPECT, "can read and write any memory of the process"),
+    "gc": (Code.TAMPER_SUSPECT, "can walk every live object (the harness's included)"),
+    "inspect": (Code.TAMPER_SUSPECT, "can walk the caller's frames"),
+    "threading": (Code.SIDE_STREAM, "can run work after forward returns"),
+    "multiprocessing": (Code.SIDE_STREAM, "can run work outside the measured call"),
+    "concurrent": (Code.SIDE_STREAM, "can run work after forward returns"),
+    "subprocess": (Code.TAMPER_SUSPECT, "can start other programs"),
+    "signal": (Code.TAMPER_SUSPECT, "can interfere with the worker's time limits"),
+    "builtins": (Code.TAMPER_SUSPECT, "can replace Python's own functions"),
 }
 FRAME_CALLS = {("sys", "_getframe"), ("inspect", "currentframe"), ("inspect", "stack"), ("inspect", "getouterframes"), ("gc", "get_objects"), ("gc", "get_referrers")}
 PATCHABLE_ROOTS = {"torch", "time", "sys", "builtins", "os", "harness"}
 NATIVE_MARKERS = {
-    "cudaStreamCreate": "creates CUDA streams (work there is outside the calling stream)",
-    "std::thread": "starts threads",
-    "cudaDeviceSetLimit": "changes device limits",
+    "cudaStreamCreate": (Code.SIDE_STREAM, "creates CUDA streams (work there is outside the calling stream)"),
+    "std::thread": (Code.SIDE_STREAM, "starts threads"),
+    "cudaDeviceSetLimit": (Code.TAMPER_SUSPECT, "changes device limits"),
+    "cudaStreamSetAttribute": (Code.TAMPER_SUSPECT, "changes stream attributes (an L2 access-policy window survives the flush)"),
+    "cudaCtxResetPersistingL2Cache": (Code.TAMPER_SUSPECT, "changes the L2 cache's persisting lines"),
 }
 LOW_PRECISION = {"float16", "half", "bfloat16", "float8_e4m3fn", "float8_e5m2"}
 
@@ -39,60 +44,67 @@ def _dotted(node: ast.AST) -> str:
     return ""
 
 
-def scan_source(path: Path) -> list[str]:
-    """Warnings about `path` (a Python file); [] when it cannot be read or parsed."""
+def scan_source(path: Path) -> list[tuple[Code, str]]:
+    """Findings about `path` (a Python file), each a flag code and a message with its line, in
+    line order; [] when it cannot be read or parsed."""
     try:
         tree = ast.parse(Path(path).read_text(encoding="utf-8", errors="replace"))
     except (OSError, SyntaxError, ValueError):
         return []
-    found: dict[str, int] = {}
+    found: dict[tuple[Code, str], int] = {}
 
-    def note(message: str, node: ast.AST) -> None:
-        found.setdefault(message, getattr(node, "lineno", 0))
+    def note(code: Code, message: str, node: ast.AST) -> None:
+        found.setdefault((code, message), getattr(node, "lineno", 0))
 
     forward_bodies = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "forward"]
+    library = set(PATCHABLE_ROOTS)  # names that stand for a library module: its own, and aliases such as F
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            library.update(a.asname for a in node.names if a.asname and a.name.split(".")[0] in PATCHABLE_ROOTS)
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in PATCHABLE_ROOTS:
+            library.update(a.asname or a.name for a in node.names)
     for node in ast.walk(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
             for name in names:
                 root = name.split(".")[0]
                 if root in SUSPICIOUS_MODULES:
-                    note(f"imports {root}, which {SUSPICIOUS_MODULES[root]}", node)
+                    note(SUSPICIOUS_MODULES[root][0], f"imports {root}, which {SUSPICIOUS_MODULES[root][1]}", node)
         elif isinstance(node, ast.Call):
             name = _dotted(node.func)
             tail = tuple(name.split(".")[-2:])
             if tail in FRAME_CALLS:
-                note(f"calls {name}: frame or object walking can reach the harness", node)
+                note(Code.TAMPER_SUSPECT, f"calls {name}: frame or object walking can reach the harness", node)
             elif name in ("exec", "eval", "__import__", "compile"):
-                note(f"calls {name}: code that cannot be read before it runs", node)
-            elif name == "setattr" and node.args and _dotted(node.args[0]).split(".")[0] in PATCHABLE_ROOTS:
-                note(f"calls setattr on {_dotted(node.args[0])}: replaces a library attribute", node)
+                note(Code.TAMPER_SUSPECT, f"calls {name}: code that cannot be read before it runs", node)
+            elif name == "setattr" and node.args and _dotted(node.args[0]).split(".")[0] in library:
+                note(Code.TAMPER_SUSPECT, f"calls setattr on {_dotted(node.args[0])}: replaces a library attribute", node)
             elif name.endswith("cuda.Stream") or name.endswith("cuda.stream"):
-                note(f"uses {name}: work on another stream is only timed when joined or device-synchronised", node)
+                note(Code.SIDE_STREAM, f"uses {name}: work on another stream is only timed when joined or device-synchronised", node)
             elif name.split(".")[-1] == "Thread":
-                note(f"starts a thread ({name})", node)
+                note(Code.SIDE_STREAM, f"starts a thread ({name})", node)
         elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             for target in targets:
                 dotted = _dotted(target)
-                if "." in dotted and dotted.split(".")[0] in PATCHABLE_ROOTS:
+                if "." in dotted and dotted.split(".")[0] in library:
                     if dotted.endswith("allow_tf32") or dotted.endswith("allow_fp16_reduced_precision_reduction"):
-                        note(f"assigns {dotted}: lowers matmul precision for the whole process", node)
+                        note(Code.LESS_PRECISE, f"assigns {dotted}: lowers matmul precision for the whole process", node)
                     else:
-                        note(f"assigns {dotted}: replaces a library attribute", node)
+                        note(Code.TAMPER_SUSPECT, f"assigns {dotted}: replaces a library attribute", node)
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-            for marker, message in NATIVE_MARKERS.items():
+            for marker, (code, message) in NATIVE_MARKERS.items():
                 if marker in node.value:
-                    note(f"native source uses {marker}: {message}", node)
+                    note(code, f"native code uses {marker}: {message}", node)
     for forward in forward_bodies:
         for node in ast.walk(forward):
             if isinstance(node, ast.Try) and node.handlers:
-                note("forward has try/except: a failing custom kernel may fall back to PyTorch unseen", node)
+                note(Code.FALLBACK, "forward has try/except: a failing custom kernel may fall back to PyTorch unseen", node)
             if isinstance(node, ast.Attribute) and node.attr in LOW_PRECISION:
-                note(f"forward uses {node.attr}: lower precision than the reference may hide in the tolerance", node)
+                note(Code.LESS_PRECISE, f"forward uses {node.attr}: lower precision than the reference may hide in the tolerance", node)
             elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("half", "bfloat16"):
-                note(f"forward calls .{node.func.attr}(): lower precision than the reference may hide in the tolerance", node)
-    return [f"{message} (line {line})" for message, line in sorted(found.items(), key=lambda item: item[1])]
+                note(Code.LESS_PRECISE, f"forward calls .{node.func.attr}(): lower precision than the reference may hide in the tolerance", node)
+    return [(code, f"source: {message} (line {line})") for (code, message), line in sorted(found.items(), key=lambda item: item[1])]
 
 
 _GLOBAL = re.compile(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(?:static\s+)?void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)")

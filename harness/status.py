@@ -17,6 +17,7 @@ class Status(str, enum.Enum):
     WEIGHTS_MISMATCH = "weights mismatch"
     RUNTIME_ERROR = "runtime error"
     CUDA_FAULT = "CUDA fault"
+    UNSAFE_MEMORY = "unsafe memory"
     MUTATED_INPUT = "mutated input"
     TIMEOUT = "timeout"
     OUT_OF_MEMORY = "out of memory"
@@ -25,6 +26,7 @@ class Status(str, enum.Enum):
     FORGED_RESULT = "forged result"
     TAMPERED = "tampered"
     NO_CUSTOM_KERNEL = "no custom kernel"
+    FLAGGED = "flagged"
     WRONG_GRADIENTS = "wrong gradients"
     FORWARD_ONLY = "forward only"
     REFERENCE_FAILED = "reference failed"
@@ -53,6 +55,7 @@ DESCRIPTIONS: dict[Status, str] = {
     Status.WEIGHTS_MISMATCH: "the reference's state_dict does not load strictly into ModelNew",
     Status.RUNTIME_ERROR: "forward raised, or returned something that is not tensors",
     Status.CUDA_FAULT: "a CUDA error (illegal address, device assert, launch failure)",
+    Status.UNSAFE_MEMORY: "an access outside its buffers: a write into the guard bands around an input, or a compute-sanitizer finding (flags.unsafe_memory: fail)",
     Status.MUTATED_INPUT: "forward changed one of its input tensors in place",
     Status.TIMEOUT: "a phase (build, construct, check, time) ran past its time limit",
     Status.OUT_OF_MEMORY: "device or host memory ran out",
@@ -60,7 +63,8 @@ DESCRIPTIONS: dict[Status, str] = {
     Status.EXITED_EARLY: "the worker process exited cleanly before reporting a result",
     Status.FORGED_RESULT: "the result channel carried a message the harness did not write",
     Status.TAMPERED: "the model replaced a timer, synchronisation, serialisation or harness function",
-    Status.NO_CUSTOM_KERNEL: "correct, but none of its own kernels ran: in the profiled call on CUDA, among its extensions' counted calls on the CPU (check.no_custom_kernel: fail)",
+    Status.NO_CUSTOM_KERNEL: "correct, but none of its own kernels ran: in the profiled call on CUDA, among its extensions' counted calls on the CPU (flags.no_custom_kernel: fail)",
+    Status.FLAGGED: "correct, but an integrity flag whose policy is fail was raised (the reason names it; see the flags column)",
     Status.WRONG_GRADIENTS: "forward matched, but a backward of the same loss gave other gradients (check.gradients: fail)",
     Status.FORWARD_ONLY: "forward matched, but no gradients flow through it to its inputs or parameters (check.gradients: fail)",
     Status.REFERENCE_FAILED: "the problem's own reference could not be evaluated",

@@ -1,7 +1,8 @@
 """The timer used by every worker, for the reference, the baselines and the candidates alike.
 
 CUDA, per timed call: the L2 cache is flushed (a buffer of twice the device's L2 size is written)
-outside the timed region, then a start event, the call (or a CUDA-graph replay of it), an optional
+outside the timed region, after the persisting-L2 limit is checked (a limit a call set is reset
+to 0, its persisting lines made normal, so the flush evicts them too), then a start event, the call (or a CUDA-graph replay of it), an optional
 device-wide synchronise (so work on other streams is inside), and an end event. Regions are queued
 in batches of BATCH with no host wait between them, so the GPU stays busy (an idle GPU between
 samples lowers its clocks and puts the host's launch latency inside the next region); the events
@@ -24,6 +25,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
+from harness.cuda_driver import persisting_l2, reset_persisting_l2
 from harness.records import TimingStats, relative_standard_error_of_median
 
 OVERHEAD_REPS = 100  # CPU: empty regions timed to estimate the fixed cost of one timed region
@@ -180,10 +182,15 @@ def _sample_cuda(calls: Sequence[Callable[[], Any]], device: torch.device, cfg: 
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(BATCH + 1)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(BATCH + 1)]
 
+    l2_reset = flush is not None and persisting_l2() >= 0  # -1: a GPU without persisting L2 (before Ampere)
+    found = [reset_persisting_l2()] if l2_reset else [0]
+
     def batch(chosen: Sequence[Callable[[], Any]]) -> list[float]:
         """Queue len(chosen) timed regions back to back, then wait once and read them all."""
         for call, start, end in zip(chosen, starts, ends):
             if flush is not None:
+                if l2_reset and persisting_l2() > 0:  # a call set aside L2 that the flush would not evict
+                    found.append(reset_persisting_l2())
                 flush.zero_()  # outside the events
             start.record()
             call()
@@ -220,6 +227,8 @@ def _sample_cuda(calls: Sequence[Callable[[], Any]], device: torch.device, cfg: 
         flush_bytes=flush.numel() * flush.element_size() if flush is not None else 0,
         sm_clock_mhz=state.get("sm_clock_mhz"),
         clock_event_reasons=str(state.get("clock_event_reasons", "")),
+        l2_reset=l2_reset,
+        l2_persisting_found=max(found),
     )
 
 

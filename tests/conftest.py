@@ -51,6 +51,9 @@ def make_config(tmp_path, build_cache, measurement_cache):
             "timeouts.construct=60",
             "timeouts.check=20",
             "timeouts.time=30",
+            # most candidates in the tests are torch-only stand-ins for the mechanics under test; the
+            # default policy (fail: a torch pass-through is not a custom kernel) is tested on its own
+            "flags.no_custom_kernel=flag",
             *extra,
         ])
 

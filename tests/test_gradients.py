@@ -60,11 +60,13 @@ def test_gradients_are_compared_and_flagged_by_default(make_config, tmp_path):
         "wrong_backward": (Status.CORRECT, "mismatch"),
         "raising_backward": (Status.CORRECT, "forward only"),
     }
-    assert not any(w.startswith(("wrong gradients", "forward only")) for w in records["honest"].warnings)
-    assert "forward only: its outputs carry no autograd graph" in " ".join(records["no_graph"].warnings)
-    assert "wrong gradients: parameter bias gets no gradient; the reference's does" in records["detached_bias"].warnings
-    assert any(w.startswith("wrong gradients: gradient of input 0: ") for w in records["wrong_backward"].warnings)
-    assert any("NotImplementedError: no backward kernel yet" in w for w in records["raising_backward"].warnings)
+    reasons = {n: {f.code: f.reason for f in r.flags if f.code in ("wrong-gradients", "forward-only")} for n, r in records.items()}
+    assert reasons["honest"] == {}
+    assert reasons["no_graph"]["forward-only"].startswith("its outputs carry no autograd graph")
+    assert reasons["detached_bias"]["wrong-gradients"] == "parameter bias gets no gradient; the reference's does"
+    assert reasons["wrong_backward"]["wrong-gradients"].startswith("gradient of input 0: ")
+    assert "NotImplementedError: no backward kernel yet" in reasons["raising_backward"]["forward-only"]
+    assert all(f.policy == "flag" for r in records.values() for f in r.flags)
 
 
 def test_gradient_policy_fail_gives_statuses(make_config, tmp_path):
@@ -72,7 +74,7 @@ def test_gradient_policy_fail_gives_statuses(make_config, tmp_path):
     assert records["honest"].status is Status.CORRECT
     assert records["no_graph"].status is Status.FORWARD_ONLY
     assert records["wrong_backward"].status is Status.WRONG_GRADIENTS
-    assert records["wrong_backward"].reason.startswith("gradient of input 0: ")
+    assert records["wrong_backward"].reason.startswith("wrong-gradients: gradient of input 0: ")
 
 
 def test_gradient_policy_off_checks_nothing(make_config, tmp_path):

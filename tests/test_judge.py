@@ -21,7 +21,7 @@ from harness.candidate import Candidate
 from harness.evaluate import Plan, ProblemEvaluation
 from harness.judge import Judge
 from harness.problem import resolve_problem
-from harness.regions import TensorSpec, layout
+from harness.regions import GUARD, TensorSpec, layout
 from harness.status import Status
 from harness.store import RunStore
 
@@ -37,6 +37,11 @@ BODIES = {
     "scribbles_over_its_region": "y = torch.relu(x * self.scale + self.bias); x.untyped_storage().fill_(0); return y",
     "writes_its_input": "y = torch.relu(x * self.scale + self.bias); x.add_(1.0); return y",
     "segfaults": "import ctypes; ctypes.string_at(0)",
+    # the right answer, and 64 floats written just past the end of its input (an off-by-N kernel)
+    "writes_past_its_input": (
+        "y = torch.relu(x * self.scale + self.bias); flat = x.reshape(-1); "
+        "torch.as_strided(flat, (64,), (1,), flat.storage_offset() + flat.numel()).zero_(); return y"
+    ),
 }
 
 
@@ -67,15 +72,35 @@ def test_writes_to_the_shared_inputs_fail_the_writer_and_leave_the_next_verdict_
     assert honest.status is Status.CORRECT, honest.reason
 
 
+def test_a_write_past_the_end_of_an_input_breaks_its_guard_band(tmp_path, make_config):
+    evaluation, candidates = _evaluation(tmp_path, make_config, ["writes_past_its_input", "honest"])
+    try:
+        writer, honest = [evaluation.evaluate(c) for c in candidates]
+    finally:
+        evaluation.close()
+    assert writer.status is Status.UNSAFE_MEMORY, writer.reason
+    assert writer.reason.startswith("unsafe-memory: forward wrote past the end of input 0 (256 of the 4096 guard bytes")
+    assert [(f.code, f.policy) for f in writer.flags if f.code != "no-custom-kernel"] == [("unsafe-memory", "fail")]
+    assert honest.status is Status.CORRECT and not any(f.code == "unsafe-memory" for f in honest.flags)
+    flagged, _ = _evaluation(tmp_path, make_config, ["writes_past_its_input"], "flags.unsafe_memory=flag")
+    try:
+        record = flagged.evaluate(candidates[0])
+    finally:
+        flagged.close()
+    assert record.status is Status.CORRECT and "unsafe-memory" in [f.code for f in record.flags]
+
+
 @pytest.mark.gpu
 def test_on_a_gpu_writes_to_the_shared_inputs_fail_the_writer_and_the_judge_keeps_serving(tmp_path, make_config):
-    evaluation, candidates = _evaluation(tmp_path, make_config, ["scribbles_over_its_region", "writes_its_input", "segfaults", "honest"], device="cuda")
+    evaluation, candidates = _evaluation(tmp_path, make_config, ["scribbles_over_its_region", "writes_its_input", "segfaults", "writes_past_its_input", "honest"], device="cuda")
     try:
         records = [evaluation.evaluate(c) for c in candidates]
         plane = evaluation._reference.record.data_plane
     finally:
         evaluation.close()
-    scribbler, writer, crashed, honest = records
+    scribbler, writer, crashed, past, honest = records
+    if plane == "cuda":  # guard bands are in the judge's region; a worker on device copies has none
+        assert past.status is Status.UNSAFE_MEMORY and "wrote past the end of input 0" in past.reason, past.reason
     assert plane in ("cuda", "host")
     assert scribbler.status is Status.MUTATED_INPUT, scribbler.reason
     assert writer.status is Status.MUTATED_INPUT, writer.reason
@@ -154,7 +179,8 @@ def test_the_mailbox_holds_the_largest_step_and_inputs_hold_only_what_the_worker
     assert session.mailbox.nbytes >= x_bytes  # one output of x's shape
     weights = sum(w.tensor.nbytes for w in session.weights)
     # weights, then the timed input sets (at most the regular trials), nothing else of the judge's
-    assert session.inputs.nbytes <= weights + 256 * (len(session.weights) + 2) + judge.timed_slots * (x_bytes + 256)
+    pad = 256 + GUARD  # alignment and the guard band after each tensor
+    assert session.inputs.nbytes <= weights + pad * (len(session.weights) + 2) + judge.timed_slots * (x_bytes + pad)
 
 
 # -- a problem large for the CI machine, end to end ---------------------------------------------------
@@ -205,7 +231,7 @@ def test_a_gigabyte_problem_completes_with_a_small_parent_and_no_scratch_left(tm
     command = [
         sys.executable, "run.py", "--problem", "1_Big_Affine", "--device", "cpu", "--no-timing", "--quiet",
         "--set", f"problems_dir={problems}", "--set", f"solutions_dir={tmp_path / 'solutions'}", "--results", str(tmp_path / "results"),
-        "--set", "check.trials=2", "--set", "check.gradients=off", "--set", "check.input_distributions=[given]",
+        "--set", "check.trials=2", "--set", "check.gradients=off", "--set", "check.input_distributions=[given]", "--set", "flags.no_custom_kernel=flag",
         "--set", f"build_cache_dir={tmp_path / 'builds'}", "--set", f"measurement_cache_dir={tmp_path / 'measurements'}",
     ]
     started = time.monotonic()

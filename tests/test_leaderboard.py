@@ -6,14 +6,14 @@ import pandas as pd
 import pytest
 
 from harness.leaderboard import candidate_frame, print_leaderboard, problem_table, summary_table, write_leaderboards
-from harness.records import CandidateRecord, CheckResult, NullFloor, PairedSpeedup, ReferenceRecord, TimingStats
+from harness.records import CandidateRecord, CheckResult, Flag, NullFloor, PairedSpeedup, ReferenceRecord, TimingStats
 from harness.status import Status
 from harness.store import RunStore, read_records
 
 GOLDEN = Path(__file__).parent / "golden"
 
 
-def record(problem, candidate, status, reason, ms=None, ref=2.0, compiled=1.0, floor=0.1, share=None):
+def record(problem, candidate, status, reason, ms=None, ref=2.0, compiled=1.0, floor=0.1, share=None, flags=()):
     timing = TimingStats.from_samples([ms, ms], timer="cuda_events", warmup_calls=1, stopped_by="target_rse") if ms else None
     correct = ms and status is Status.CORRECT
     return CandidateRecord(
@@ -24,7 +24,7 @@ def record(problem, candidate, status, reason, ms=None, ref=2.0, compiled=1.0, f
         baseline_ms={"torch.compile(default)": compiled} if correct else {},
         speedups={"torch.compile(default)": compiled / ms} if correct else {},
         sol_ms=floor if correct else None, sol_fraction=floor / ms if correct else None,
-        custom_kernel_share=share,
+        custom_kernel_share=share, flags=tuple(Flag(code, policy, "why") for code, policy in flags),
     )
 
 
@@ -33,6 +33,8 @@ RECORDS = [
     record("p1", "slow", Status.CORRECT, "matched 10 calls", ms=4.0),
     record("p1", "wrong", Status.INCORRECT, "trial 1 (train): output | 3% of elements differ"),
     record("p1", "broken", Status.BUILD_FAILED, "main.cpp:3: error: x"),
+    record("p1", "side", Status.CORRECT, "matched 10 calls", ms=2.0, flags=[("side-stream", "flag"), ("side-stream", "flag")]),
+    record("p1", "passthrough", Status.NO_CUSTOM_KERNEL, "no-custom-kernel: it brings no kernel of its own", ms=0.2, flags=[("no-custom-kernel", "fail"), ("fallback", "flag")]),
     record("p2", "gpu_only", Status.NEEDS_CUDA, "compiles CUDA sources"),
     record("p2", "ok", Status.CORRECT, "matched 10 calls", ms=1.0, ref=1.5),
 ]
@@ -54,11 +56,18 @@ def test_the_share_of_gpu_time_in_the_candidates_own_kernels_is_a_column():
 
 def test_fast_p_counts_only_evaluated_candidates_and_geomean_only_correct():
     summary = summary_table(candidate_frame(RECORDS), fast_p=(0.0, 1.0, 2.0)).set_index("problem")
-    assert summary.loc["p1", "fast_0"] == pytest.approx(2 / 4)
-    assert summary.loc["p1", "fast_1"] == pytest.approx(1 / 4)  # 4x faster; 0.5x is not
-    assert summary.loc["p1", "geomean_speedup"] == pytest.approx((4.0 * 0.5) ** 0.5)
-    assert summary.loc["p1", "geomean_vs_compile"] == pytest.approx((2.0 * 0.25) ** 0.5)
+    assert summary.loc["p1", "fast_0"] == pytest.approx(3 / 6)  # the failed pass-through counts as evaluated, never as fast
+    assert summary.loc["p1", "fast_1"] == pytest.approx(1 / 6)  # 4x faster; 0.5x and 1.0x are not
+    assert summary.loc["p1", "geomean_speedup"] == pytest.approx((4.0 * 0.5 * 1.0) ** (1 / 3))
+    assert summary.loc["p1", "geomean_vs_compile"] == pytest.approx((2.0 * 0.25 * 0.5) ** (1 / 3))
     assert summary.loc["p2", "evaluated"] == 1 and summary.loc["p2", "fast_0"] == 1.0
+
+
+def test_flags_are_a_column_and_a_failing_flag_is_never_ranked():
+    table = problem_table(candidate_frame(RECORDS), "p1").set_index("candidate")
+    assert table.loc["side", "flags"] == "side-stream" and table.loc["side", "rank"] != "-"  # flagged, still ranked
+    assert table.loc["passthrough", "flags"] == "no-custom-kernel!, fallback" and table.loc["passthrough", "rank"] == "-"
+    assert table.loc["fast", "flags"] == "" and table.loc["fast", "rank"] == "1"
 
 
 def test_later_record_for_same_candidate_replaces_earlier():
@@ -95,7 +104,7 @@ def test_summary_shows_the_null_floor_with_its_interval_and_the_lane_furthest_fr
     _, md_path = write_leaderboards(tmp_path, RECORDS, fast_p=(0.0, 1.0, 2.0), plots=False, references=references)
     markdown = md_path.read_text()
     assert "| geomean_speedup | geomean_vs_compile | null_floor |" in markdown
-    assert summary_row(markdown, "p1").endswith("| 1.41x | 0.71x | 0.97x [0.95, 0.99] |")
+    assert summary_row(markdown, "p1").endswith("| 1.26x | 0.63x | 0.97x [0.95, 0.99] |")
     assert summary_row(markdown, "p2").endswith("| 1.50x | 1.00x |  |")  # absent floor: empty cell
     summary = summary_table(candidate_frame(RECORDS), (0.0, 1.0, 2.0), references).set_index("problem")
     assert summary.loc["p1", "null_floor"] == pytest.approx(0.97)  # the frame keeps the plain number

@@ -86,10 +86,12 @@ def test_power_or_thermal_capping_after_timing_is_reported():
 
 
 def test_time_below_the_calls_own_profiled_gpu_time_is_flagged():
-    cfg = types.SimpleNamespace(target_rse=1.0, unstable_iqr=1.0)
+    from harness.integrity import implausible_time
+
     profile = CallProfile(kernel_ms=2.0, span_ms=2.1, launches=3, streams=1, after_return=0)
-    assert any("below the GPU time of its own profiled call" in w for w in timing_warnings(stats([1.0] * 5), cfg, profile))
-    assert not any("below the GPU time" in w for w in timing_warnings(stats([2.05] * 5), cfg, profile))
+    (found,) = implausible_time(stats([1.0] * 5), 2.0, 2.0, profile, None, 50, 0.95)
+    assert found[0].value == "implausible-time" and "below the GPU time of its own profiled call" in found[1]
+    assert implausible_time(stats([2.05] * 5), 1.0, 2.0, profile, None, 50, 0.95) == []
 
 
 def test_launch_bound_call_suggests_graph_mode():
@@ -176,17 +178,17 @@ def _reference(floor_ms=1.0, clock=None, baselines=()):
 
 def test_time_below_the_speed_of_light_is_flagged_impossible_with_evidence(make_config):
     cfg = make_config()
-    measures, warnings = compare_times(stats([0.5] * 5), paired(4.0, 0.5), None, _reference(floor_ms=1.0), cfg)
+    measures, _, found = compare_times(stats([0.5] * 5), paired(4.0, 0.5), None, _reference(floor_ms=1.0), cfg)
     assert measures["sol_fraction"] == pytest.approx(2.0)
-    assert any(w.startswith("impossible") and "TFLOP/s" in w for w in warnings)
-    measures, warnings = compare_times(stats([2.0] * 5), paired(4.0, 2.0), None, _reference(floor_ms=1.0), cfg)
-    assert measures["sol_fraction"] == pytest.approx(0.5) and not any("impossible" in w for w in warnings)
+    assert any(code.value == "implausible-time" and "below the speed-of-light floor" in why and "TFLOP/s" in why for code, why in found)
+    measures, _, found = compare_times(stats([2.0] * 5), paired(4.0, 2.0), None, _reference(floor_ms=1.0), cfg)
+    assert measures["sol_fraction"] == pytest.approx(0.5) and found == []
 
 
 def test_speedups_over_every_baseline_and_clock_moves_are_reported(make_config):
     compiled = Baseline("torch.compile(default)", True, "ok", timing=stats([3.0] * 5), paired=paired(4.0, 3.0))
     failed = Baseline("torch.compile(max-autotune)", False, "build failed: x")
-    measures, warnings = compare_times(stats([2.0] * 5, sm_clock_mhz=1500.0), paired(4.0, 2.0, clock=1980.0), None, _reference(baselines=(compiled, failed)), make_config())
+    measures, warnings, _ = compare_times(stats([2.0] * 5, sm_clock_mhz=1500.0), paired(4.0, 2.0, clock=1980.0), None, _reference(baselines=(compiled, failed)), make_config())
     assert measures["speedup"] == pytest.approx(2.0) and measures["reference_ms"] == pytest.approx(4.0)
     assert measures["speedups"] == {"torch.compile(default)": pytest.approx(1.5)}
     assert any("SM clock 1500 MHz" in w for w in warnings)
@@ -217,7 +219,7 @@ def test_torch_compile_baseline_is_checked_timed_and_compared(make_config):
 def test_a_baseline_timed_under_another_protocol_gives_no_speedup_over_it(make_config):
     compiled = Baseline("torch.compile(default)", True, "ok", timing=stats([3.0] * 5), paired=paired(4.0, 3.0))
     strict = TimingProtocol("eager", "device", "device sync for both sides because the candidate: its profiled call ran GPU work on 3 streams")
-    measures, warnings = compare_times(stats([2.0] * 5), paired(4.0, 2.0, protocol=strict), None, _reference(baselines=(compiled,)), make_config())
+    measures, warnings, _ = compare_times(stats([2.0] * 5), paired(4.0, 2.0, protocol=strict), None, _reference(baselines=(compiled,)), make_config())
     assert measures["speedups"] == {} and measures["baseline_ms"] == {"torch.compile(default)": 3.0}
     assert any("no speedup over torch.compile(default)" in w and "eager, device sync" in w for w in warnings)
 

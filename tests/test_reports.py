@@ -90,8 +90,8 @@ def test_without_matplotlib_no_chart_no_link_and_one_note_line(tmp_path, monkeyp
 def test_chart_caption_counts_what_is_not_drawn():
     records = RECORDS + [record("p1", "late", Status.INCORRECT, "differs"), record("p1", "gpu", Status.NEEDS_CUDA, "needs CUDA")]
     table = problem_table(candidate_frame(records), "p1")
-    assert plots.caption(table, drawn=2, plottable=2) == "3 not correct (2 incorrect, 1 build failed); 1 skipped (needs CUDA)"
-    assert plots.caption(table, drawn=1, plottable=2).endswith("showing the fastest 1 of 2 correct")
+    assert plots.caption(table, drawn=3, plottable=3) == "4 not correct (2 incorrect, 1 build failed, 1 no custom kernel); 1 skipped (needs CUDA)"
+    assert plots.caption(table, drawn=1, plottable=3).endswith("showing the fastest 1 of 3 correct")
 
 
 def test_leaderboard_command_rebuilds_the_same_files_from_a_run_folder(tmp_path, capsys):
@@ -131,7 +131,7 @@ def test_leaderboard_command_filters_by_problem_and_status(tmp_path):
     csv = (out / "leaderboard.csv").read_text().splitlines()
     assert sorted(line.split(",")[2] for line in csv[1:]) == ["broken", "wrong"]
     assert main(["leaderboard", str(run_dir), "--out", str(out), "--problem", "p1", "--status", "correct", "--no-plots"]) == ExitCode.OK
-    assert [line.split(",")[2] for line in (out / "leaderboard.csv").read_text().splitlines()[1:]] == ["fast", "slow"]
+    assert [line.split(",")[2] for line in (out / "leaderboard.csv").read_text().splitlines()[1:]] == ["fast", "side", "slow"]
 
 
 def test_combined_runs_later_record_wins_and_run_filter_keeps_one_run(tmp_path):
@@ -141,7 +141,7 @@ def test_combined_runs_later_record_wins_and_run_filter_keeps_one_run(tmp_path):
     out = tmp_path / "combined"
     assert main(["leaderboard", str(first), str(second), "--out", str(out), "--no-plots"]) == ExitCode.OK
     rows = {line.split(",")[2]: line.split(",")[3] for line in (out / "leaderboard.csv").read_text().splitlines()[1:]}
-    assert rows["wrong"] == "correct" and rows["fast"] == "correct" and len(rows) == 6
+    assert rows["wrong"] == "correct" and rows["fast"] == "correct" and len(rows) == 8
     assert main(["leaderboard", str(first), str(second), "--out", str(out), "--run", "run-a", "--no-plots"]) == ExitCode.OK
     rows = {line.split(",")[2]: line.split(",")[3] for line in (out / "leaderboard.csv").read_text().splitlines()[1:]}
     assert rows["wrong"] == "incorrect"

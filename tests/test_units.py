@@ -70,7 +70,7 @@ def test_config_layers_file_then_overrides(tmp_path):
 @pytest.mark.parametrize(
     "override, message",
     [
-        ("check.trails=3", "unknown config key 'check.trails' (valid keys here: allow_tf32, gradient_tolerance_factor, gradients, input_distributions"),
+        ("check.trails=3", "unknown config key 'check.trails' (valid keys here: allow_tf32, gradient_tolerance_factor, gradients, guard_bands, input_distributions"),
         ("check.trials=three", "must be an integer"),
         ("check.trials=0", "at least 1"),
         ("device=tpu", "device must be auto, cuda or cpu"),

@@ -1,0 +1,146 @@
+"""Memory safety under compute-sanitizer: one small forward of a correct candidate, in a process of
+its own, run by the tool (memcheck by default; racecheck, initcheck, synccheck by config).
+
+The parent side (`sanitize`) finds the tool, runs `compute-sanitizer --tool T python -m
+harness.sanitize JOB` for each configured tool under its time limit, and reads the tool's report:
+any error is the flag unsafe-memory, with the first error line as its reason. The child side
+(`main`) builds nothing new (the build cache already holds the candidate's extensions), makes the
+problem's inputs at the other-size trial's sizes, and calls forward once in eval mode. The caching
+allocator is off in the child, so every tensor is an allocation of its own and a write past one
+lands outside any allocation, where memcheck sees it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+from harness.flags import Code
+from harness.records import SanitizerRun
+
+ROOT = Path(__file__).resolve().parent.parent
+ERRORS_EXIT = 86  # the tool's exit code when it found errors (--error-exitcode)
+_SUMMARY = re.compile(r"(?:ERROR|RACECHECK) SUMMARY:.*?(\d+) errors?")
+_PREFIX = "========= "
+
+
+def find_tool(path: str) -> Optional[str]:
+    """The compute-sanitizer executable: `path` when set, else on PATH, in $CUDA_HOME/bin, or in
+    /usr/local/cuda/bin; None when there is none."""
+    if path:
+        return path if os.access(path, os.X_OK) else None
+    found = shutil.which("compute-sanitizer")
+    if found:
+        return found
+    for home in (os.environ.get("CUDA_HOME", ""), "/usr/local/cuda"):
+        candidate = Path(home, "bin", "compute-sanitizer") if home else None
+        if candidate is not None and os.access(candidate, os.X_OK):
+            return str(candidate)
+    return None
+
+
+def sanitize(tool: Optional[str], tools: tuple[str, ...], timeout: float, job: dict[str, Any], env: dict[str, str], scratch: Path) -> tuple[tuple[SanitizerRun, ...], list[tuple[Code, str]]]:
+    """Run each of `tools` over one forward of the candidate `job` describes. Returns the runs and
+    the unsafe-memory findings (the first error line of each tool that found any)."""
+    if tool is None:
+        return tuple(SanitizerRun(t, "skipped", "compute-sanitizer was not found (sanitizer.path, PATH, $CUDA_HOME/bin, /usr/local/cuda/bin)") for t in tools), []
+    job_path = scratch / "sanitize-job.json"
+    job_path.write_text(json.dumps(job))
+    runs, found = [], []
+    for name in tools:
+        run = _run_tool(tool, name, timeout, job_path, env, scratch)
+        runs.append(run)
+        if run.outcome == "errors":
+            found.append((Code.UNSAFE_MEMORY, f"compute-sanitizer {name}: {run.detail}"))
+    return tuple(runs), found
+
+
+def _run_tool(tool: str, name: str, timeout: float, job_path: Path, env: dict[str, str], scratch: Path) -> SanitizerRun:
+    command = [tool, "--tool", name, "--error-exitcode", str(ERRORS_EXIT), "--print-limit", "20",
+               sys.executable, "-m", "harness.sanitize", str(job_path)]
+    full_env = {**os.environ, **env, "PYTORCH_NO_CUDA_MEMORY_CACHING": "1", "PYTHONUNBUFFERED": "1",
+                "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    log_path = scratch / f"sanitize-{name}.log"
+    started = time.monotonic()
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=scratch, env=full_env, start_new_session=True)
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill(proc)
+            return SanitizerRun(name, "timeout", f"no verdict within sanitizer.timeout={timeout:g} s", round(time.monotonic() - started, 2))
+        except BaseException:
+            _kill(proc)
+            raise
+    seconds = round(time.monotonic() - started, 2)
+    text = log_path.read_text(errors="replace")
+    return read_report(name, code, text, seconds)
+
+
+def read_report(name: str, code: int, text: str, seconds: float = 0.0) -> SanitizerRun:
+    """A tool run's outcome from its exit code and output: errors (with the first error and where
+    it happened), clean, or failed (the candidate's forward did not complete under the tool)."""
+    counts = [int(m.group(1)) for m in _SUMMARY.finditer(text)]
+    if code == ERRORS_EXIT or any(counts):
+        return SanitizerRun(name, "errors", first_error(text), seconds)
+    if code == 0 and "[sanitize] forward ran" in text:
+        return SanitizerRun(name, "clean", f"{counts[0] if counts else 0} errors", seconds)
+    tail = next((line.strip() for line in reversed(text.splitlines()) if line.strip() and not line.startswith(_PREFIX)), "")
+    return SanitizerRun(name, "failed", f"exit code {code}: {tail[:200]}" if tail else f"exit code {code}", seconds)
+
+
+def first_error(text: str) -> str:
+    """The tool's first reported error, with the kernel it happened in: one line."""
+    lines = [line[len(_PREFIX):].strip() for line in text.splitlines() if line.startswith(_PREFIX)]
+    for i, line in enumerate(lines):
+        if not line or line.startswith(("COMPUTE-SANITIZER", "ERROR SUMMARY", "RACECHECK SUMMARY", "Saved host backtrace", "Host Frame", "Program hit")):
+            continue
+        where = next((l for l in lines[i + 1:i + 4] if l.startswith("at ")), "")
+        return " ".join(f"{line} {where}".split())[:300]
+    return "errors reported (no error line found in the tool's output)"
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+
+
+def main() -> None:
+    """The child: one eval-mode forward of the candidate at the other-size trial's sizes."""
+    import torch
+
+    from harness.buildcache import BuildCache
+    from harness.worker import as_outputs, load_module
+
+    job = json.loads(Path(sys.argv[1]).read_text())
+    device = torch.device("cuda", 0)
+    torch.cuda.set_device(device)
+    major, minor = torch.cuda.get_device_capability(device)
+    os.environ["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}"
+    BuildCache(Path(job["build_cache"]), f"{major}.{minor}").install()
+    problem = load_module(Path(job["problem"]), "__problem__")
+    for name, value in job["sizes"].items():
+        setattr(problem, name, value)
+    torch.manual_seed(job["seed"])
+    init = problem.get_init_inputs()
+    inputs = [a.to(device) if isinstance(a, torch.Tensor) else a for a in problem.get_inputs()]
+    module = load_module(Path(job["source"]), "__candidate__")
+    model = getattr(module, job["class_name"])(*init).to(device).eval()
+    with torch.no_grad():
+        outputs = as_outputs(model(*inputs))
+    torch.cuda.synchronize(device)
+    print(f"[sanitize] forward ran: {len(outputs)} outputs", flush=True)
+
+
+if __name__ == "__main__":
+    main()
