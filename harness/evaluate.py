@@ -232,6 +232,7 @@ class ProblemEvaluation:
             "gradients": self.cfg.check.gradients != "off",
             "gradient_seed": plan.gradient_seed,
             "cpu_threads": self.cfg.timing.cpu_threads,
+            "guard_bands": self.cfg.check.guard_bands,
             "session": to_dict(session),
         }
 
@@ -461,7 +462,7 @@ class ProblemEvaluation:
             timing=timed[0] if timed else None,
             paired=timed[1] if timed else None,
             profile=ready.profile if ready is not None else None,
-            unsafe=unsafe[0] if unsafe else "",
+            unsafe=unsafe[0] if unsafe else next((str(m.get("reason", ""))[:300] for m in outcome.messages if m.get("type") == "unsafe"), ""),
         )
 
     def _run_candidate(self, candidate: Candidate, plan: Plan, reference: "ReferenceResult") -> CandidateRecord:
@@ -604,7 +605,7 @@ class Compared:
     timing: Optional[TimingStats] = None  # the compared model's rounds, pooled
     paired: Optional[PairedSpeedup] = None  # its speedup over the reference from the paired rounds
     profile: Optional[CallProfile] = None  # the worker's one profiled call (CUDA)
-    unsafe: str = ""  # the first write past an input's end the judge found (guard bands)
+    unsafe: str = ""  # the first write past an input's end (guard bands), as the judge (or, on device copies, the worker) found it
 
 
 @dataclasses.dataclass

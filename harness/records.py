@@ -96,7 +96,7 @@ class TimingStats:
     sm_clock_mhz: Optional[float] = None  # SM clock read right after sampling, when readable
     clock_event_reasons: str = ""  # the driver's active clock-event (throttle) reasons then, e.g. "0x0000000000000004"
     l2_reset: bool = False  # CUDA: the persisting-L2 limit was reset to 0 (and read back as 0) before every timed call
-    l2_persisting_found: int = 0  # the largest persisting-L2 limit (bytes) found set before a timed call, then reset
+    l2_persisting_found: int = 0  # the largest persisting-L2 limit (bytes) set during the sampling, found before a timed call and reset
 
     def __post_init__(self) -> None:
         if not self.samples_ms:

@@ -27,6 +27,7 @@ from harness.records import SanitizerRun
 
 ROOT = Path(__file__).resolve().parent.parent
 ERRORS_EXIT = 86  # the tool's exit code when it found errors (--error-exitcode)
+PADDING = 1 << 20  # bytes memcheck leaves unallocated after every allocation
 _SUMMARY = re.compile(r"(?:ERROR|RACECHECK) SUMMARY:.*?(\d+) errors?")
 _PREFIX = "========= "
 
@@ -63,7 +64,10 @@ def sanitize(tool: Optional[str], tools: tuple[str, ...], timeout: float, job: d
 
 
 def _run_tool(tool: str, name: str, timeout: float, job_path: Path, env: dict[str, str], scratch: Path) -> SanitizerRun:
-    command = [tool, "--tool", name, "--error-exitcode", str(ERRORS_EXIT), "--print-limit", "20",
+    # memcheck: a padding after every allocation, so a write just past one buffer does not land
+    # unseen in its neighbour
+    padding = ["--padding", str(PADDING)] if name == "memcheck" else []
+    command = [tool, "--tool", name, *padding, "--error-exitcode", str(ERRORS_EXIT), "--print-limit", "20",
                sys.executable, "-m", "harness.sanitize", str(job_path)]
     full_env = {**os.environ, **env, "PYTORCH_NO_CUDA_MEMORY_CACHING": "1", "PYTHONUNBUFFERED": "1",
                 "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}

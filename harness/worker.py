@@ -159,6 +159,8 @@ class Worker:
         self.session: Session = from_dict(Session, job["session"])
         self.phase_seconds: dict[str, float] = {}
         self._views: dict[Any, Any] = {}
+        self._bands: dict[int, Any] = {}  # id of a device copy -> the guard band after it
+        self._unsafe_reported = False
 
     def phase(self, name: str) -> None:
         self.channel.send({"type": "phase", "phase": name})
@@ -283,7 +285,7 @@ class Worker:
         key = tuple(args)
         if key not in self._views:
             views = self._args(args)
-            tensors = [v.to(self.device, copy=True) if self._copies and isinstance(v, torch.Tensor) else v for v in views]
+            tensors = [self._guarded_copy(v) if self._copies and isinstance(v, torch.Tensor) else v for v in views]
             self._views[key] = (views, tensors)
         elif self._copies and fresh:
             for view_, tensor in zip(*self._views[key]):
@@ -292,10 +294,28 @@ class Worker:
         self._last = self._views[key]
         return self._views[key][1]
 
+    def _guarded_copy(self, view: Any) -> Any:
+        """A device copy of `view`, followed in its allocation by a guard band of poison (as the
+        judge's regions have), so a write past its end is seen (`_check_copies`)."""
+        import torch
+
+        from harness.regions import GUARD, POISON
+
+        nbytes = view.numel() * view.element_size()
+        block = torch.empty(nbytes + GUARD, dtype=torch.uint8, device=self.device)
+        block[nbytes:].fill_(POISON)
+        tensor = block[:nbytes].view(view.dtype).view(view.shape)
+        tensor.copy_(view)
+        self._bands[id(tensor)] = block[nbytes:]
+        return tensor
+
     def _check_copies(self, label: str) -> None:
         """Where the worker runs on device copies of a host region, the judge cannot see them: the
-        worker checks that forward left them as the judge staged them (a chunk at a time)."""
+        worker checks that forward left them as the judge staged them (a chunk at a time), and
+        reports the first write past one's end (its guard band changed) once."""
         import torch
+
+        from harness.regions import GUARD, POISON
 
         if not self._copies:
             return
@@ -304,6 +324,12 @@ class Worker:
                 continue
             if not same_bits(tensor, staged):
                 raise WorkerFailure(Status.MUTATED_INPUT, f"forward changed input {position} in place ({label})")
+            band = self._bands.get(id(tensor))
+            if band is not None and not self._unsafe_reported and self.job.get("guard_bands", True):
+                changed = int((band != POISON).sum())
+                if changed:
+                    self._unsafe_reported = True
+                    self.channel.send({"type": "unsafe", "reason": f"forward wrote past the end of input {position} ({changed} of the {GUARD} guard bytes after it changed, {label})"})
 
     def _step(self, step: str, index: int, outputs: list[Any], inputs: list[Any], *, want: tuple[str, int], names: Optional[list[str]] = None, status: str = "ok", reason: str = "") -> Any:
         """Put `outputs` in the mailbox, report the step, and wait for the parent's go-ahead; the

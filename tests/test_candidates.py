@@ -98,6 +98,7 @@ def verdicts(tmp_path_factory, build_cache):
         f"build_cache_dir={build_cache}",
         f"measurement_cache_dir={root / 'measurements'}",
         "baselines.compile_modes=[]",
+        "flags.no_custom_kernel=flag",  # torch-only stand-ins for the failures under test
         "check.trials=2",
         "timing.budget_s=0.2",
         "timing.warmup_ms=5",

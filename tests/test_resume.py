@@ -25,7 +25,7 @@ def _args(tmp_path):
         "--set", f"solutions_dir={tmp_path / 'solutions'}", "--results", str(tmp_path / "results"),
         "--set", f"build_cache_dir={tmp_path / 'builds'}", "--set", f"measurement_cache_dir={tmp_path / 'measurements'}",
         "--set", "baselines.compile_modes=[]", "--set", "timing.budget_s=0.2", "--set", "timing.warmup_ms=5",
-        "--set", "check.trials=2",
+        "--set", "check.trials=2", "--set", "flags.no_custom_kernel=flag",  # torch-only stand-ins
     ]
 
 

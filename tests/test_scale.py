@@ -146,7 +146,7 @@ def test_ray_executor_gives_the_same_records_as_the_local_one(make_config, tmp_p
         sys.executable, "run.py", "--problem", PROBLEM, "--device", "cpu", "--json", "--quiet",
         "--results", str(tmp_path / "results"), "--set", f"solutions_dir={tmp_path / 'solutions'}",
         "--set", f"build_cache_dir={build_cache}", "--set", "check.trials=2", "--set", "timing.budget_s=0.2",
-        "--set", "timing.warmup_ms=5", "--set", "baselines.compile_modes=[]",
+        "--set", "timing.warmup_ms=5", "--set", "baselines.compile_modes=[]", "--set", "flags.no_custom_kernel=flag",
     ]
     outputs = {}
     for executor in ("local", "ray"):
@@ -193,6 +193,7 @@ def test_a_ray_lane_that_dies_gives_a_harness_error_record_not_a_crash(tmp_path)
     done = subprocess.run([
         sys.executable, "run.py", "--problem", PROBLEM, "--device", "cpu", "--json", "--quiet", "--no-timing", "--executor", "ray",
         "--results", str(tmp_path / "results"), "--set", f"solutions_dir={tmp_path / 'solutions'}", "--set", "check.trials=1",
+        "--set", "flags.no_custom_kernel=flag",
     ], capture_output=True, text=True, cwd=ROOT, timeout=600)
     records = {r["candidate"]: r for r in map(json.loads, (line for line in done.stdout.splitlines() if line.startswith("{")))}  # Ray prints its own notice of the death
     assert records["plain_0"]["status"] == "correct"

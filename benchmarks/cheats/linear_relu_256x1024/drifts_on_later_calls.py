@@ -1,0 +1,65 @@
+"""Cheat: right for its first dozen calls, then adds a small error (a race or stale buffer that shows up late).
+Expect: incorrect
+"""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.cpp_extension import load_inline
+
+cpp_src = "torch::Tensor relu_inplace(torch::Tensor y);"
+
+cuda_src = r"""
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAException.h>
+
+__global__ void relu_inplace_kernel(float* __restrict__ y, int64_t n) {
+    const int64_t stride = (int64_t)blockDim.x * gridDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        const float v = y[i];
+        y[i] = v < 0.f ? 0.f : v;
+    }
+}
+
+torch::Tensor relu_inplace(torch::Tensor y) {
+    TORCH_CHECK(y.is_cuda() && y.scalar_type() == torch::kFloat32 && y.is_contiguous(),
+                "relu_inplace: expected a contiguous float32 CUDA tensor");
+    const int64_t n = y.numel();
+    if (n == 0) return y;
+    const c10::cuda::CUDAGuard guard(y.device());
+    const int threads = 256;
+    const int blocks = (int)std::min<int64_t>((n + threads - 1) / threads, 4096);
+    relu_inplace_kernel<<<blocks, threads, 0, at::cuda::getCurrentCUDAStream()>>>(y.data_ptr<float>(), n);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return y;
+}
+"""
+
+ext = load_inline(name="cheat_drifts_on_later_calls", cpp_sources=cpp_src, cuda_sources=cuda_src,
+                  functions=["relu_inplace"], verbose=False)
+
+
+class _ReLUInPlace(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, y):
+        ext.relu_inplace(y)
+        ctx.mark_dirty(y)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        (out,) = ctx.saved_tensors
+        return grad * (out > 0)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.linear = nn.Linear(in_features, out_features)
+
+    def forward(self, x):
+        self._calls = getattr(self, "_calls", 0) + 1
+        out = _ReLUInPlace.apply(F.linear(x, self.linear.weight, self.linear.bias))
+        return out + 0.01 if self._calls > 12 else out

@@ -1,0 +1,70 @@
+"""compute-sanitizer runs: the report is read into a verdict, the tool's time limit holds, and a
+missing tool is a note, not a failure. (The real tool on a real kernel: tests/test_gpu_integrity.py.)"""
+import os
+import stat
+import time
+
+from harness.records import SanitizerRun
+from harness.sanitize import ERRORS_EXIT, find_tool, first_error, read_report, sanitize
+
+MEMCHECK_ERRORS = """\
+========= COMPUTE-SANITIZER
+[harness] phase load
+========= Invalid __global__ write of size 4 bytes
+=========     at relu_oob(float *, long)+0x70 in /tmp/build/cheat.cu:12
+=========     by thread (3,0,0) in block (0,0,0)
+=========     Address 0x7f3a10000000 is out of bounds
+=========     and is 16,777,217 bytes after the nearest allocation at 0x7f3a0f000000 of size 1,048,576 bytes
+=========     Saved host backtrace up to driver entry point at kernel launch time
+=========         Host Frame: [0x2e5a3f] in libcuda.so.1
+=========
+========= ERROR SUMMARY: 1024 errors
+"""
+CLEAN = "========= COMPUTE-SANITIZER\n[sanitize] forward ran: 1 outputs\n========= ERROR SUMMARY: 0 errors\n"
+RACES = "========= COMPUTE-SANITIZER\n========= Error: Race reported between Write access at k()+0x10\n=========     and Read access at k()+0x20\n========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)\n"
+
+
+def test_the_first_error_and_its_kernel_make_the_reason():
+    run = read_report("memcheck", ERRORS_EXIT, MEMCHECK_ERRORS, 12.5)
+    assert run == SanitizerRun("memcheck", "errors", "Invalid __global__ write of size 4 bytes at relu_oob(float *, long)+0x70 in /tmp/build/cheat.cu:12", 12.5)
+    assert first_error(RACES).startswith("Error: Race reported between Write access at k()+0x10")
+    assert read_report("racecheck", 0, RACES).outcome == "errors"  # counted from the summary, whatever the exit code
+
+
+def test_a_clean_run_needs_the_forward_to_have_completed():
+    assert read_report("memcheck", 0, CLEAN).outcome == "clean"
+    failed = read_report("memcheck", 1, "========= COMPUTE-SANITIZER\nTraceback (most recent call last):\nRuntimeError: CUDA error: unspecified launch failure\n")
+    assert failed.outcome == "failed" and "unspecified launch failure" in failed.detail
+
+
+def _fake_tool(tmp_path, body):
+    path = tmp_path / "compute-sanitizer"
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    return str(path)
+
+
+def test_findings_become_unsafe_memory_with_the_tools_first_error(tmp_path):
+    tool = _fake_tool(tmp_path, f"cat <<'EOF'\n{MEMCHECK_ERRORS}EOF\nexit {ERRORS_EXIT}\n")
+    runs, found = sanitize(tool, ("memcheck",), 30, {"source": "x.py"}, {}, tmp_path)
+    assert [r.outcome for r in runs] == ["errors"]
+    assert [(code.value, why) for code, why in found] == [("unsafe-memory", "compute-sanitizer memcheck: " + runs[0].detail)]
+
+
+def test_a_tool_run_past_its_limit_is_killed_and_reported(tmp_path):
+    tool = _fake_tool(tmp_path, "sleep 60\n")
+    started = time.monotonic()
+    runs, found = sanitize(tool, ("memcheck",), 1, {}, {}, tmp_path)
+    assert time.monotonic() - started < 20
+    assert runs[0].outcome == "timeout" and found == []
+
+
+def test_a_missing_tool_is_a_note_not_a_finding(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path))
+    if os.access("/usr/local/cuda/bin/compute-sanitizer", os.X_OK):
+        return  # this machine has the tool where the search ends; the search itself is covered above
+    assert find_tool("") is None
+    runs, found = sanitize(None, ("memcheck", "racecheck"), 30, {}, {}, tmp_path)
+    assert [r.outcome for r in runs] == ["skipped", "skipped"] and found == []
+    assert "not found" in runs[0].detail
