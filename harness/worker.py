@@ -64,6 +64,9 @@ def classify(exc: BaseException, default: Status) -> WorkerFailure:
 
     if isinstance(exc, WorkerFailure):
         return exc
+    if not isinstance(exc, BuildFailedError):
+        traceback.print_exception(exc, file=sys.stderr)  # where it was raised, for the candidate's log
+        sys.stderr.flush()
     from harness.scratch import no_space
 
     full = no_space(exc)
@@ -81,7 +84,29 @@ def classify(exc: BaseException, default: Status) -> WorkerFailure:
         return WorkerFailure(Status.CUDA_FAULT, one_line(exc))
     if isinstance(exc, ImportError) and default is Status.IMPORT_ERROR:
         return WorkerFailure(Status.IMPORT_ERROR, one_line(exc))
-    return WorkerFailure(default, one_line(exc))
+    return WorkerFailure(default, one_line(exc) + _memory_held_outside())
+
+
+LEAK_SHARE = 0.9  # device memory in use beyond this share, mostly outside PyTorch's allocator, is named
+
+
+def _memory_held_outside() -> str:
+    """A note when the device is nearly full while PyTorch's allocator holds little of it: memory
+    taken outside the allocator (a handle, stream or cudaMalloc per call never freed) explains
+    errors that do not name it ("Invalid argument")."""
+    import torch
+
+    try:
+        if not torch.cuda.is_initialized():
+            return ""
+        free, total = torch.cuda.mem_get_info()
+        held = torch.cuda.memory_reserved()
+    except Exception:
+        return ""
+    used = total - free
+    if used < LEAK_SHARE * total or held > used / 2:
+        return ""
+    return f" (the device had {free >> 20} MiB free of {total >> 20} MiB, and PyTorch's allocator held only {held >> 20} MiB: memory taken outside it, and never given back?)"
 
 
 def load_module(path: Path, module_name: str) -> types.ModuleType:

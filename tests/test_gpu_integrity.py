@@ -2,6 +2,7 @@
 verdict its file expects, none that must fail is ranked, the honest controls stay ranked, a
 kernel that spins forever ends as `timeout` and the lane goes on."""
 import importlib.util
+import os
 from pathlib import Path
 
 import pytest
@@ -14,14 +15,14 @@ cheats = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(cheats)
 
 # short timings, and a check limit the spinning kernel reaches quickly
-OVERRIDES = ["timing.budget_s=2", "timeouts.check=60", "baselines.compile_modes=[]"]
+OVERRIDES = ["timing.budget_s=1", "timing.rounds=2", "timing.max_rounds=2", "timing.null_candidate=off", "timeouts.check=30", "baselines.compile_modes=[]"]
 
 
 @pytest.fixture(scope="module")
 def catalogs(tmp_path_factory):
     from harness.sanitize import find_tool
 
-    out = tmp_path_factory.mktemp("cheats")
+    out = Path(os.environ["CHEATS_OUT"]) if os.environ.get("CHEATS_OUT") else tmp_path_factory.mktemp("cheats")  # CHEATS_OUT keeps the records
     found = {}
     for problem in ("linear_relu_256x1024", "1_Matmul_Square"):
         records, _ = cheats.run_catalog(problem, out, OVERRIDES + [f"build_cache_dir={out / 'builds'}"])
@@ -56,7 +57,7 @@ def test_a_kernel_spinning_forever_is_a_timeout_in_its_phase_and_the_lane_goes_o
     records, _ = catalogs[0]["linear_relu_256x1024"]
     spin = records["spins_forever"]
     assert spin["status"] == "timeout" and "check" in spin["reason"], spin["reason"]
-    assert spin["wall_seconds"] < 60 + 120  # the phase's limit, plus start-up and the kill
+    assert spin["wall_seconds"] < 30 + 120  # the phase's limit, plus start-up and the kill
     after = [r for r in records.values() if r["finished_at"] > spin["finished_at"] and r["status"] == "correct"]
     assert after, "no candidate was correct after the hang: the lane did not recover"
 
