@@ -74,7 +74,7 @@ def table(records: list[dict], expected: dict[str, list[tuple[str, str]]]) -> tu
             continue
         ok = matches(record, options)
         wrong += not ok
-        flags = ", ".join(f["code"] + ("!" if f["policy"] == "fail" else "") for f in record.get("flags", []))
+        flags = ", ".join(dict.fromkeys(f["code"] + ("!" if f["policy"] == "fail" else "") for f in record.get("flags", [])))
         ranked = "yes" if record["status"] == "correct" else "no"
         reason = record["reason"].replace("|", "\\|")[:140]
         lines.append(f"| {name} | {want} | {'' if ok else '**'}{record['status']}{'' if ok else '**'} | {flags} | {ranked} | {reason} |")

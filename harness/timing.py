@@ -133,6 +133,16 @@ ROUND_MIN_SHARE = 0.25  # a round samples for at least this share of its budget:
 # met target_rse after a few dozen calls (a millisecond) would measure one moment, not a state
 
 
+_L2_DEFAULT: Optional[int] = None  # the context's persisting-L2 limit before any model code ran (remember_l2_default)
+
+
+def remember_l2_default() -> None:
+    """Note the current context's persisting-L2 limit, before any model code runs: a limit above
+    it, found when a timing starts, was set by the model."""
+    global _L2_DEFAULT
+    _L2_DEFAULT = persisting_l2()
+
+
 def flush_buffer(device: torch.device) -> torch.Tensor:
     """A buffer twice the device's L2 size; writing it evicts everything the last call left in L2."""
     l2_bytes = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 50 << 20)
@@ -183,9 +193,11 @@ def _sample_cuda(calls: Sequence[Callable[[], Any]], device: torch.device, cfg: 
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(BATCH + 1)]
 
     l2_reset = flush is not None and persisting_l2() >= 0  # -1: a GPU without persisting L2 (before Ampere)
+    found = [0]  # limits above the context's own, found before sampling or before a timed call
     if l2_reset:
-        reset_persisting_l2()  # the context's own default may be set aside (9.4 MiB on an H100): not a finding
-    found = [0]  # limits set again while being timed
+        initial = reset_persisting_l2()
+        if _L2_DEFAULT is not None and initial > _L2_DEFAULT:  # the context's own (9.4 MiB on an H100) is not a finding
+            found.append(initial)
 
     def batch(chosen: Sequence[Callable[[], Any]]) -> list[float]:
         """Queue len(chosen) timed regions back to back, then wait once and read them all."""

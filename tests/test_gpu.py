@@ -170,7 +170,8 @@ def test_side_stream_work_is_inside_the_measurement(streams):
     assert main.timing.sync == "stream" and side.timing.sync == "device"
     assert "2 streams" in side.timing.sync_reason and side.profile.streams == 2
     # one protocol for both sides of the ratio: the reference was timed with the device sync too
-    assert side.paired.protocol == "eager, device sync" and main.paired.protocol == "eager, stream sync"
+    # (timing.mode auto may time the main-stream one in graphs: the problem is launch-bound)
+    assert side.paired.protocol == "eager, device sync" and main.paired.protocol in ("eager, stream sync", "graph, stream sync")
     assert side.paired.reference.sync == "device" and main.paired.reference.sync == "stream"
     assert side.profile.busy_after_return >= 1 and main.profile.busy_after_return == 0
     # Twenty 2048^2 matmuls dominate both; timed on the calling stream only, the side-stream
@@ -178,7 +179,7 @@ def test_side_stream_work_is_inside_the_measurement(streams):
     assert side.timing.median_ms > 0.7 * main.timing.median_ms, (side.timing.median_ms, main.timing.median_ms)
     assert any("device-wide synchronise" in w for w in side.warnings)
     assert any(f.code == "side-stream" and "2 streams" in f.reason for f in side.flags)
-    assert not any(f.code == "side-stream" for f in main.flags)
+    assert not any(f.code == "side-stream" and not f.reason.startswith("source:") for f in main.flags)  # (both make a Stream)
 
 
 def test_work_launched_after_forward_returns_is_reported(streams):
@@ -201,7 +202,7 @@ def test_candidate_without_kernels_of_its_own_is_flagged(streams):
 def test_share_of_time_in_the_candidates_own_kernel_is_reported(verdicts):
     record = verdicts["cuda_correct"]
     assert record.custom_kernel_share is not None and record.custom_kernel_share > 0.5
-    assert record.status is Status.CORRECT and record.flags == (), record.flags
+    assert record.status is Status.CORRECT and not any(f.code == "no-custom-kernel" for f in record.flags), record.flags
 
 
 @pytest.fixture(scope="module")
