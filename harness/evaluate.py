@@ -467,11 +467,10 @@ class ProblemEvaluation:
 
     def _run_candidate(self, candidate: Candidate, plan: Plan, reference: "ReferenceResult") -> CandidateRecord:
         compared = self._run_compared("candidate", candidate.path, plan, candidate.name)
-        outcome, checks, same_seed, precision, gradients = compared.outcome, compared.checks, compared.same_seed, compared.precision, compared.gradients
+        outcome, checks, same_seed, gradients = compared.outcome, compared.checks, compared.same_seed, compared.gradients
         builds = tuple(ExtensionBuild(**b) for m in outcome.messages if m.get("type") == "builds" for b in m["builds"])
         timing = compared.timing
         warnings: list[str] = []
-        found: list[tuple[Code, str]] = []
         if outcome.failure is not None:
             status, reason = outcome.failure
         elif same_seed is not None and not same_seed.passed and self.cfg.check.require_same_seed:
@@ -480,33 +479,14 @@ class ProblemEvaluation:
             worst = max((c.max_abs_error or 0.0) for c in checks)
             state = " and the buffers after them" if len(checks) > len(plan.calls) else ""
             status, reason = Status.CORRECT, f"matched {len(plan.calls)} calls ({', '.join(self.cfg.check.modes)}, repeats){state}; max abs error {worst:.2g}"
-        if gradients is not None and gradients[0] != "match":
-            found.append((Code.WRONG_GRADIENTS if gradients[0] == "mismatch" else Code.FORWARD_ONLY, gradients[1]))
         if same_seed is not None and not same_seed.passed and not self.cfg.check.require_same_seed:
             warnings.append(f"same-seed construction differs from the reference ({same_seed.reason}); weights are created differently")
         if self._restart_note:
             warnings.append(self._restart_note)
             self._restart_note = ""
-        threads = next((m for m in outcome.messages if m.get("type") == "threads"), None)
-        found.extend(scan_source(candidate.path))
-        if precision and precision["candidate"] > max(self.cfg.check.precision_ratio * precision["reference"], PRECISION_FLOOR):
-            found.append((Code.LESS_PRECISE, (
-                f"relative error {precision['candidate']:.2g} against a float64 reference, "
-                f"where the float32 reference has {precision['reference']:.2g} (over check.precision_ratio={self.cfg.check.precision_ratio:g}x); "
-                "it passes the tolerance, but look for lower-precision arithmetic (TF32, fp16, bf16)")))
         if reference.record.other_size_note:
             warnings.append(f"the other-size trial ran at the problem's own size: {reference.record.other_size_note}")
-        profile = compared.profile
-        counted = next((m for m in outcome.messages if m.get("type") == "extension_calls"), None)
-        extension_calls = {str(k): int(v) for k, v in (counted or {}).get("checked", {}).items()}
-        timed_extension_calls = {str(k): int(v) for k, v in (counted or {}).get("timed", {}).items()}
-        share, kernels = integrity.own_kernels(profile, reference.record.profile, declared_kernels(candidate.path), self.cfg.check.own_share_floor)
-        found.extend(kernels)
-        if self.device == "cpu" and status is Status.CORRECT:  # no profile on the CPU: the extensions' counted calls are the evidence
-            found.extend(integrity.extension_use(extension_calls if counted is not None else None))
-        found.extend(integrity.side_work(profile, threads))
-        if compared.unsafe:
-            found.append((Code.UNSAFE_MEMORY, compared.unsafe))
+        found, evidence = self._findings(candidate, compared, status, reference.record)
         policies = self.cfg.flags.policies(self.cfg.check.gradients)
         status, reason, flags = decide_flags(status, reason, found, policies)
         sanitized: tuple[SanitizerRun, ...] = ()
@@ -516,7 +496,7 @@ class ProblemEvaluation:
             flags += unsafe_flags
         measures: dict[str, Any] = {}
         if status is Status.CORRECT and timing is not None and compared.paired is not None:
-            measures, more, timed = compare_times(timing, compared.paired, profile, reference.record, self.cfg)
+            measures, more, timed = compare_times(timing, compared.paired, compared.profile, reference.record, self.cfg)
             warnings.extend(more)
             status, reason, timed_flags = decide_flags(status, reason, timed, policies)
             flags += timed_flags
@@ -532,18 +512,46 @@ class ProblemEvaluation:
             same_seed=same_seed,
             timing=timing if status is Status.CORRECT else None,
             builds=builds,
-            profile=profile,
-            custom_kernel_share=share,
+            profile=compared.profile,
             flags=flags,
             sanitizer=sanitized,
-            extension_calls=extension_calls,
-            timed_extension_calls=timed_extension_calls,
+            **evidence,
             gradients=gradients[0] if gradients is not None else "",
             phase_seconds=(outcome.done or {}).get("phase_seconds", {}),
             wall_seconds=round(outcome.wall_seconds, 3),
             warnings=tuple(warnings),
             **measures,
         )
+
+    def _findings(self, candidate: Candidate, compared: "Compared", status: Status, reference: ReferenceRecord) -> tuple[list[tuple[Code, str]], dict[str, Any]]:
+        """The integrity findings on a candidate's run (before the sanitizer and the timing
+        comparison add theirs), and the record fields that hold their evidence."""
+        outcome, gradients, precision, profile = compared.outcome, compared.gradients, compared.precision, compared.profile
+        found: list[tuple[Code, str]] = []
+        if gradients is not None and gradients[0] != "match":
+            found.append((Code.WRONG_GRADIENTS if gradients[0] == "mismatch" else Code.FORWARD_ONLY, gradients[1]))
+        found.extend(scan_source(candidate.path))
+        if precision and precision["candidate"] > max(self.cfg.check.precision_ratio * precision["reference"], PRECISION_FLOOR):
+            found.append((Code.LESS_PRECISE, (
+                f"relative error {precision['candidate']:.2g} against a float64 reference, "
+                f"where the float32 reference has {precision['reference']:.2g} (over check.precision_ratio={self.cfg.check.precision_ratio:g}x); "
+                "it passes the tolerance, but look for lower-precision arithmetic (TF32, fp16, bf16)")))
+        counted = next((m for m in outcome.messages if m.get("type") == "extension_calls"), None)
+        extension_calls = {str(k): int(v) for k, v in (counted or {}).get("checked", {}).items()}
+        share, kernels = integrity.own_kernels(profile, reference.profile, declared_kernels(candidate.path), self.cfg.check.own_share_floor)
+        found.extend(kernels)
+        if self.device == "cpu" and status is Status.CORRECT:  # no profile on the CPU: the extensions' counted calls are the evidence
+            found.extend(integrity.extension_use(extension_calls if counted is not None else None))
+        threads = next((m for m in outcome.messages if m.get("type") == "threads"), None)
+        found.extend(integrity.side_work(profile, threads))
+        if compared.unsafe:
+            found.append((Code.UNSAFE_MEMORY, compared.unsafe))
+        evidence = {
+            "custom_kernel_share": share,
+            "extension_calls": extension_calls,
+            "timed_extension_calls": {str(k): int(v) for k, v in (counted or {}).get("timed", {}).items()},
+        }
+        return found, evidence
 
     def _wants_sanitizer(self) -> bool:
         setting = self.cfg.sanitizer.enabled
