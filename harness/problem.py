@@ -95,13 +95,33 @@ def discover_problems(problems_dir: Path) -> list[Problem]:
     return found
 
 
+UNSUPPORTED_LEVELS = {
+    "level4": "KernelBench's level 4 builds its models from configurations on a model hub, which an offline run cannot fetch; levels 1-3 run as they are",
+}
+
+
 def resolve_problem(query: str, problems_dir: Path) -> Problem:
-    """A problem by exact name, unique prefix (of the name or of the part after its number) or path."""
+    """A problem by exact name, unique prefix (of the name or of the part after its number) or path.
+    KernelBench's ways of naming one work too: `level1/19_ReLU`, with or without `.py`, and
+    `level1/19` (the problem id within its level)."""
+    problem = _resolve(query, problems_dir)
+    if problem.level in UNSUPPORTED_LEVELS:
+        raise UserError(f"{problem.level}/{problem.name}: {UNSUPPORTED_LEVELS[problem.level]}")
+    return problem
+
+
+def _resolve(query: str, problems_dir: Path) -> Problem:
     as_path = Path(query)
     if as_path.suffix == ".py" and as_path.is_file():
         path = as_path.resolve()
         return Problem(name=path.stem, level=path.parent.name if path.parent.parent == problems_dir.resolve() else "", path=path)
+    query = query.removesuffix(".py")
     problems = discover_problems(problems_dir)
+    level, _, number = query.partition("/")
+    if number.isdigit():  # a problem id within a level: the file whose name starts with "<id>_"
+        numbered = [p for p in problems if p.level == level and p.name.split("_", 1)[0] == number]
+        if len(numbered) == 1:
+            return numbered[0]
     exact = [p for p in problems if p.name == query or f"{p.level}/{p.name}" == query]
     if len(exact) == 1:
         return exact[0]

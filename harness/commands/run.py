@@ -30,7 +30,9 @@ def setup_arguments(parser: argparse.ArgumentParser) -> None:
     what = parser.add_mutually_exclusive_group()
     what.add_argument("--all", action="store_true", help="every problem that has candidates")
     what.add_argument("--solution", metavar="PATH", help="evaluate one candidate file")
-    parser.add_argument("--problem", metavar="NAME", help="problem name, unique prefix or path")
+    what.add_argument("--samples", metavar="DIR", help="a KernelBench sample folder (level_<L>_problem_<P>_sample_<S>_kernel.py), each file against its problem")
+    parser.add_argument("--problem", metavar="NAME", help="problem name, unique prefix or path; KernelBench's level1/19_ReLU and level1/19 work too")
+    parser.add_argument("--problems-dir", metavar="DIR", help="the problem tree (config problems_dir), e.g. KernelBench's KernelBench/ folder as it is")
     parser.add_argument("--config", metavar="FILE", help="YAML layered over configs/default.yaml")
     parser.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], help="override one config key, e.g. check.trials=3")
     parser.add_argument("--device", choices=["auto", "cuda", "cpu"], help="where to run (default: config, auto)")
@@ -59,6 +61,8 @@ def run_from_args(args: argparse.Namespace, argv: Sequence[str]) -> int:
         overrides.append("timing.enabled=false")
     if args.results:
         overrides.append(f"results_dir={args.results}")
+    if args.problems_dir:
+        overrides.append(f"problems_dir={json.dumps(args.problems_dir)}")
     if args.executor:
         overrides.append(f"executor={args.executor}")
     if args.ray_address is not None:
@@ -66,7 +70,7 @@ def run_from_args(args: argparse.Namespace, argv: Sequence[str]) -> int:
     cfg = load_config(args.config, overrides)
     if args.resume and args.run_id:
         raise UserError("--resume names the run to finish; leave out --run-id")
-    targets = select_targets(cfg, problem=args.problem, solution=args.solution, everything=args.all)
+    targets = select_targets(cfg, problem=args.problem, solution=args.solution, everything=args.all, samples=args.samples)
     run_id = Path(args.resume).name if args.resume else args.run_id
     if args.gate is None:
         return run(cfg, targets, run_id=run_id, resume=bool(args.resume), quiet=args.quiet, json_output=args.json, argv=argv)
@@ -81,9 +85,15 @@ def run_from_args(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return run_gate(cfg, baseline, rules, str(folder), args.across_changes, folder / "gate.md", echo=not args.json)
 
 
-def select_targets(cfg: Config, *, problem: str | None, solution: str | None, everything: bool) -> list[Target]:
+def select_targets(cfg: Config, *, problem: str | None, solution: str | None, everything: bool, samples: str | None = None) -> list[Target]:
     problems_dir = cfg.path(cfg.problems_dir)
     solutions_dir = cfg.path(cfg.solutions_dir)
+    if samples:
+        if problem:
+            raise UserError("--samples maps each file to its problem; leave out --problem")
+        from harness.samples import sample_targets
+
+        return sample_targets(Path(samples), problems_dir)
     if solution:
         path = Path(solution)
         if not path.is_file() or path.suffix != ".py":
@@ -97,7 +107,7 @@ def select_targets(cfg: Config, *, problem: str | None, solution: str | None, ev
             raise UserError(f"no problem has candidates under {solutions_dir}")
         return targets
     if not problem:
-        raise UserError("say what to evaluate: --problem NAME, --solution PATH or --all")
+        raise UserError("say what to evaluate: --problem NAME, --solution PATH, --samples DIR or --all")
     chosen = resolve_problem(problem, problems_dir)
     candidates = discover_candidates(solutions_dir / chosen.name)
     if not candidates:
