@@ -101,9 +101,12 @@ def test_sample_files_map_to_their_problems(tree, tmp_path):
 def test_a_sample_folder_runs_against_the_kernelbench_tree_as_it_is(tree, tmp_path):
     folder = _samples(tmp_path / "runs" / "test_run")
     done = subprocess.run([
-        sys.executable, "run.py", "--problems-dir", str(tree), "--samples", str(folder), "--device", "cpu", "--no-timing",
-        "--json", "--quiet", "--trials", "2", "--results", str(tmp_path / "results"),
-        "--set", f"build_cache_dir={tmp_path / 'builds'}", "--set", "flags.no_custom_kernel=flag",  # torch-only samples
+        sys.executable, "run.py", "--problems-dir", str(tree), "--samples", str(folder), "--device", "cpu",
+        "--json", "--quiet", "--trials", "2", "--results", str(tmp_path / "results"), "--run-id", "kb",
+        "--set", f"build_cache_dir={tmp_path / 'builds'}", "--set", f"measurement_cache_dir={tmp_path / 'measurements'}",
+        "--set", "flags.no_custom_kernel=flag",  # torch-only samples
+        "--set", "baselines.compile_modes=[]", "--set", "timing.budget_s=0.2", "--set", "timing.warmup_ms=5",
+        "--set", "timing.rounds=2", "--set", "timing.max_rounds=2",
     ], capture_output=True, text=True, cwd=ROOT, timeout=600)
     records = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     verdicts = {(r["problem"], r["candidate"]): r["status"] for r in records if "candidate" in r}
@@ -113,3 +116,33 @@ def test_a_sample_folder_runs_against_the_kernelbench_tree_as_it_is(tree, tmp_pa
         ("19_ConvTranspose2d_GELU_GroupNorm", "sample_0"): "correct",
     }, done.stderr[-2000:]
     assert done.returncode == 2  # a sample failed
+
+    # KernelBench's eval_results.json, one per level here (its runs hold one level each)
+    run_dir = tmp_path / "results" / "kb"
+    level1 = json.loads((run_dir / "eval_results_level1.json").read_text())
+    level2 = json.loads((run_dir / "eval_results_level2.json").read_text())
+    assert list(level1) == ["19"] and [e["sample_id"] for e in level1["19"]] == [0, 1] and list(level2) == ["19"]
+    right, wrong = level1["19"]
+    assert set(right) == {"sample_id", "compiled", "correctness", "metadata", "runtime", "runtime_stats"}
+    assert right["compiled"] and right["correctness"] and right["runtime"] > 0
+    assert right["runtime_stats"]["num_trials"] > 0 and right["runtime_stats"]["mean"] > 0  # milliseconds
+    assert right["metadata"]["status"] == "correct" and right["metadata"]["speedup"] > 0
+    assert [f["code"] for f in right["metadata"]["flags"]] == ["no-custom-kernel"]
+    assert wrong["compiled"] and not wrong["correctness"] and wrong["runtime"] == -1.0 and wrong["runtime_stats"] == {}
+    assert wrong["metadata"]["status"] == "incorrect" and wrong["metadata"]["reason"].startswith("trial")
+
+
+def test_one_level_writes_eval_results_json_and_a_build_failure_is_not_compiled(tmp_path):
+    from harness.records import CandidateRecord
+    from harness.samples import write_eval_results
+    from harness.status import Status
+
+    def record(candidate, status):
+        return CandidateRecord(run_id="r", problem="19_ReLU", problem_hash="h", candidate=candidate, candidate_path="x.py",
+                               candidate_hash="x", device="cuda", status=status, reason="why")
+
+    records = [record("sample_2", Status.BUILD_FAILED), record("sample_0", Status.FLAGGED), record("not_a_sample", Status.CORRECT)]
+    (path,) = write_eval_results(tmp_path, records, {"19_ReLU": "level1"}, {})
+    assert path.name == "eval_results.json"
+    entries = json.loads(path.read_text())["19"]
+    assert [(e["sample_id"], e["compiled"], e["correctness"]) for e in entries] == [(0, True, False), (2, False, False)]

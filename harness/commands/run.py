@@ -73,12 +73,12 @@ def run_from_args(args: argparse.Namespace, argv: Sequence[str]) -> int:
     targets = select_targets(cfg, problem=args.problem, solution=args.solution, everything=args.all, samples=args.samples)
     run_id = Path(args.resume).name if args.resume else args.run_id
     if args.gate is None:
-        return run(cfg, targets, run_id=run_id, resume=bool(args.resume), quiet=args.quiet, json_output=args.json, argv=argv)
+        return run(cfg, targets, run_id=run_id, resume=bool(args.resume), quiet=args.quiet, json_output=args.json, argv=argv, kernelbench=bool(args.samples))
     from harness.commands.gate import prepare_gate, run_gate
 
     baseline, rules = prepare_gate(cfg, args.gate, args.fail_on)  # a bad baseline or rule is a usage error before anything runs
     run_id = run_id or new_run_id()
-    code = run(cfg, targets, run_id=run_id, resume=bool(args.resume), quiet=args.quiet, json_output=args.json, argv=argv)
+    code = run(cfg, targets, run_id=run_id, resume=bool(args.resume), quiet=args.quiet, json_output=args.json, argv=argv, kernelbench=bool(args.samples))
     if code in (ExitCode.INTERRUPTED, ExitCode.INTERNAL):
         return code  # an unfinished run, or a failed reference, is not gated
     folder = cfg.path(cfg.results_dir) / run_id
@@ -180,8 +180,9 @@ def sigterm_interrupts() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
 
 
-def run(cfg: Config, targets: list[Target], *, run_id: str | None = None, resume: bool = False, quiet: bool = False, json_output: bool = False, argv: Sequence[str] = ()) -> int:
+def run(cfg: Config, targets: list[Target], *, run_id: str | None = None, resume: bool = False, quiet: bool = False, json_output: bool = False, argv: Sequence[str] = (), kernelbench: bool = False) -> int:
     """Evaluate `targets` into a new (or, with `resume`, an existing) run folder; the exit code.
+    With `kernelbench` (a sample folder), the verdicts are also written as KernelBench's eval_results.json.
     The run owns a scratch folder (harness.scratch) for its lifetime, removed however it ends, and
     SIGTERM interrupts it as Ctrl-C does. Too little free disk raises ResourceError first."""
     with sigterm_interrupts():
@@ -197,7 +198,7 @@ def run(cfg: Config, targets: list[Target], *, run_id: str | None = None, resume
         with scratch.RunScratch.create() as own, quiet_host(cfg, device, echo=not quiet):
             previous = scratch.set_current(own)
             try:
-                return _run(cfg, targets, device, results_dir, run_id=run_id, resume=resume, quiet=quiet, json_output=json_output, argv=argv)
+                return _run(cfg, targets, device, results_dir, run_id=run_id, resume=resume, quiet=quiet, json_output=json_output, argv=argv, kernelbench=kernelbench)
             finally:
                 scratch.set_current(previous)
 
@@ -225,10 +226,11 @@ def quiet_host(cfg: Config, device: str, *, echo: bool = True) -> Iterator[quiet
         quiet_hosts.set_current(previous)
 
 
-def _run(cfg: Config, targets: list[Target], device: str, results_dir: Path, *, run_id: str | None, resume: bool, quiet: bool, json_output: bool, argv: Sequence[str]) -> int:
+def _run(cfg: Config, targets: list[Target], device: str, results_dir: Path, *, run_id: str | None, resume: bool, quiet: bool, json_output: bool, argv: Sequence[str], kernelbench: bool = False) -> int:
     from harness.environment import collect_environment
 
     store = RunStore(results_dir, run_id or new_run_id())
+    levels = {p.name: p.level for p, _ in targets}  # before a resume drops the finished ones
     previous: list[CandidateRecord] = []
     if resume:
         if store.drop_partial_line() and not quiet:
@@ -273,6 +275,11 @@ def _run(cfg: Config, targets: list[Target], device: str, results_dir: Path, *, 
     references = [r for r in written if isinstance(r, ReferenceRecord)]
     if records:
         csv_path, md_path = write_leaderboards(store.dir, records, cfg.leaderboard.fast_p, references=references)
+    extra = []
+    if records and kernelbench:
+        from harness.samples import write_eval_results
+
+        extra = write_eval_results(store.dir, records, levels, {r.problem: r.device_name for r in references})
     if json_output:
         for record in records:
             print(json.dumps(to_dict(record)))
@@ -281,7 +288,7 @@ def _run(cfg: Config, targets: list[Target], device: str, results_dir: Path, *, 
 
         print_leaderboard(candidate_frame(records), cfg.leaderboard.fast_p, Console(soft_wrap=False, width=200 if not sys.stdout.isatty() else None), references)
     if not quiet:
-        written = f"{store.records_path}" + (f", {csv_path}, {md_path}" if records else "")
+        written = f"{store.records_path}" + (f", {csv_path}, {md_path}" if records else "") + "".join(f", {p}" for p in extra)
         print(f"wrote {written}", file=sys.stderr)
     return int(exit_code(records, interrupted))
 
