@@ -5,6 +5,8 @@
 #             (needs benchmarks/kernelbench/level1/ and benchmarks/kernelbench/adversarial/1_Square_matrix_multiplication_/)
 #   matmul    our catalog for problems/level1/1_Matmul_Square (KernelBench's three ideas, rewritten)
 #   catalog   our catalog for benchmarks/problems/linear_relu_256x1024.py (every class in docs/integrity.md)
+#   team      every shipped candidate (solutions/) under the new checks, sanitizer included: the honest team
+#             candidates must stay correct and unflagged
 #   tests     the GPU tests (test_gpu.py, the GPU cases of test_judge.py; not the catalog test, which repeats the parts above)
 #   clean     remove the builds and caches the parts above leave (they are kept between parts, so a part can reuse builds)
 set -o pipefail
@@ -37,6 +39,8 @@ EOF
         cp -r "$OUT/results/kb-adversarial/logs" "$OUT/kb-logs" 2>/dev/null ;;
     matmul) timeout 580 python3 benchmarks/cheats.py --out "$OUT/cheats" "${SHORT[@]}" 1_Matmul_Square 2>&1 | tee "$OUT/matmul.txt" ;;
     catalog) timeout 590 python3 benchmarks/cheats.py --out "$OUT/cheats" "${SHORT[@]}" linear_relu_256x1024 2>&1 | tee "$OUT/catalog.txt" ;;
+    team) timeout 590 python3 run.py --all --results "$OUT/results" --run-id team --json --quiet "${SHORT[@]}" > "$OUT/team.jsonl" 2> "$OUT/team.stderr.txt"
+          python3 -c "import json,sys; [print(r['problem'], r['candidate'], r['status'], [f['code'] for f in r['flags']], [s['outcome'] for s in r['sanitizer']]) for r in map(json.loads, open(sys.argv[1])) if 'candidate' in r]" "$OUT/team.jsonl" | tee "$OUT/team.txt" ;;
     tests) timeout 590 python3 -m pytest -q -m gpu tests/test_gpu.py tests/test_judge.py 2>&1 | tee "$OUT/gpu_tests.txt" ;;
     clean) rm -rf .cache/builds .cache/measurements .cache/inductor .cache/cheats results/ 2>/dev/null ;;
   esac
