@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from harness.errors import UserError
+from harness.flags import POLICIES
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = ROOT / "configs" / "default.yaml"
@@ -89,7 +90,7 @@ class FlagPolicies:
 
     def __post_init__(self) -> None:
         for name, value in dataclasses.asdict(self).items():
-            if value not in ("fail", "flag", "ignore"):
+            if value not in POLICIES:
                 raise ValueError(f"flags.{name} must be fail, flag or ignore, got {value!r}")
 
     def policies(self, gradients: str) -> dict[str, str]:

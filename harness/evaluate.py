@@ -23,7 +23,7 @@ from harness import protocol as P
 from harness.candidate import Candidate, needs_cuda_statically
 from harness.protocol import Call
 from harness import integrity
-from harness.flags import Code, decide as decide_flags
+from harness.flags import Code, Finding, decide as decide_flags
 from harness.sanitize import find_tool, sanitize
 from harness.scan import declared_kernels, scan_source
 from harness.config import Config
@@ -523,11 +523,11 @@ class ProblemEvaluation:
             **measures,
         )
 
-    def _findings(self, candidate: Candidate, compared: "Compared", status: Status, reference: ReferenceRecord) -> tuple[list[tuple[Code, str]], dict[str, Any]]:
+    def _findings(self, candidate: Candidate, compared: "Compared", status: Status, reference: ReferenceRecord) -> tuple[list[Finding], dict[str, Any]]:
         """The integrity findings on a candidate's run (before the sanitizer and the timing
         comparison add theirs), and the record fields that hold their evidence."""
         outcome, gradients, precision, profile = compared.outcome, compared.gradients, compared.precision, compared.profile
-        found: list[tuple[Code, str]] = []
+        found: list[Finding] = []
         if gradients is not None and gradients[0] != "match":
             found.append((Code.WRONG_GRADIENTS if gradients[0] == "mismatch" else Code.FORWARD_ONLY, gradients[1]))
         found.extend(scan_source(candidate.path))
@@ -557,7 +557,7 @@ class ProblemEvaluation:
         setting = self.cfg.sanitizer.enabled
         return setting == "on" or (setting == "auto" and self.device == "cuda")
 
-    def _sanitize(self, candidate: Candidate, plan: Plan, reference: ReferenceRecord) -> tuple[tuple[SanitizerRun, ...], list[tuple[Code, str]]]:
+    def _sanitize(self, candidate: Candidate, plan: Plan, reference: ReferenceRecord) -> tuple[tuple[SanitizerRun, ...], list[Finding]]:
         """One eval forward of the candidate under each compute-sanitizer tool, at the other-size
         trial's sizes (harness.sanitize)."""
         cfg = self.cfg.sanitizer
@@ -632,7 +632,7 @@ class ReferenceResult:
 CLOCK_TOLERANCE = 0.05  # SM clocks further apart than this between two timings are reported
 
 
-def compare_times(timing: TimingStats, paired: PairedSpeedup, profile: Optional[CallProfile], reference: ReferenceRecord, cfg: Config) -> tuple[dict[str, Any], list[str], list[tuple[Code, str]]]:
+def compare_times(timing: TimingStats, paired: PairedSpeedup, profile: Optional[CallProfile], reference: ReferenceRecord, cfg: Config) -> tuple[dict[str, Any], list[str], list[Finding]]:
     """Speedups over the eager reference (from the paired rounds) and over each baseline (the
     candidate's paired speedup over the baseline's, when both were timed under the same protocol),
     % of speed-of-light, the warnings a reader needs to trust (or distrust) those numbers, and the

@@ -36,6 +36,8 @@ class Code(str, enum.Enum):
         return self.value.replace("-", "_")
 
 
+Finding = tuple[Code, str]  # a flag code and its evidence, in one line, before a policy applies
+
 # The status a correct candidate gets when a flag with policy `fail` is raised.
 FAILING_STATUS: dict[Code, Status] = {
     Code.NO_CUSTOM_KERNEL: Status.NO_CUSTOM_KERNEL,
@@ -45,7 +47,7 @@ FAILING_STATUS: dict[Code, Status] = {
 }
 
 
-def decide(status: Status, reason: str, found: Iterable[tuple[Code, str]], policies: Mapping[str, str]) -> tuple[Status, str, tuple[Flag, ...]]:
+def decide(status: Status, reason: str, found: Iterable[Finding], policies: Mapping[str, str]) -> tuple[Status, str, tuple[Flag, ...]]:
     """Apply each finding's policy to a verdict. The first failing finding turns a correct verdict
     into its failing status; a verdict that already failed keeps its status and the flags."""
     flags = []

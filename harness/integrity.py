@@ -6,11 +6,10 @@ from __future__ import annotations
 from collections import Counter
 from typing import Optional
 
-from harness.flags import Code
+from harness.flags import Code, Finding
 from harness.records import CallProfile, SpeedOfLight, TimingStats
 from harness.scan import custom_share
 
-Finding = tuple[Code, str]
 PROFILE_FLOOR = 0.8  # a median under this fraction of the profiled call's own GPU time is flagged
 
 

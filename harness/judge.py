@@ -36,7 +36,7 @@ from harness import protocol as P
 from harness.compare import compare_gradients, compare_outputs, relative_error
 from harness.config import Tolerance
 from harness.records import CheckResult, from_dict
-from harness.regions import GUARD, Region, TensorSpec, aligned, device_sharing, guard_broken, layout, view, write
+from harness.regions import Region, TensorSpec, aligned, device_sharing, guard_broken, layout, past_end, view, write
 from harness.status import Status
 from harness.worker import (
     WorkerFailure, as_outputs, classify, load_module, model_gradients, one_line, other_sizes,
@@ -433,11 +433,16 @@ class Judge:
         session.pristine, session.pristine_trial = None, None  # the reference's call may write into it
         return args
 
+    @property
+    def _worker_copies(self) -> bool:
+        """Whether workers compute on device copies of a host region, which the judge cannot see."""
+        return self.region_kind == "host" and self.device.type == "cuda"
+
     def _mutated(self, session: _Session, args: list[Any], label: str) -> Optional[P.Verdict]:
         """The worker's copy of the inputs must still hold what the judge staged. (A worker on a
         CUDA device with a host region computes on device copies the judge cannot see; it checks
         them itself.)"""
-        if self.region_kind == "host" and self.device.type == "cuda":
+        if self._worker_copies:
             return None
         staged = [view(session.inputs.tensor, spec) for spec in layout(_tensors(args), session.slots[0])[0]]
         for position, (mine, theirs) in enumerate(zip(_tensors(args), staged)):
@@ -448,13 +453,10 @@ class Judge:
     def _guards(self, session: _Session, args: list[Any], label: str) -> str:
         """Why the guard band after one of the worker's inputs no longer holds its poison (a write
         past the input's end), or "". Not kept where the worker computes on device copies."""
-        if self.region_kind == "host" and self.device.type == "cuda" or not self.job.guard_bands:
+        if self._worker_copies or not self.job.guard_bands:
             return ""
         broken = guard_broken(session.inputs.tensor, layout(_tensors(args), session.slots[0])[0])
-        if broken is None:
-            return ""
-        position, changed = broken
-        return f"forward wrote past the end of input {position} ({changed} of the {GUARD} guard bytes after it changed, {label})"
+        return past_end(*broken, label) if broken is not None else ""
 
     def _stage(self, session: _Session, want: P.Want) -> Optional[P.Staged]:
         if want.kind == "none":

@@ -46,6 +46,7 @@ def declared_settings(path: Path) -> dict[str, object]:
     import ast
 
     from harness.config import DISTRIBUTIONS, FlagPolicies
+    from harness.flags import POLICIES
     from harness.errors import UserError
 
     try:
@@ -67,7 +68,7 @@ def declared_settings(path: Path) -> dict[str, object]:
             if name == "HARNESS_TOLERANCES" and not _tolerances_ok(value):
                 raise UserError(f"{path}: {name} must map dtype names to {{'atol': number >= 0, 'rtol': number >= 0}}, got {value!r}")
             codes = [f.name.replace("_", "-") for f in dataclasses.fields(FlagPolicies)]
-            if name == "HARNESS_FLAGS" and not all(c in codes and p in ("fail", "flag", "ignore") for c, p in value.items()):
+            if name == "HARNESS_FLAGS" and not all(c in codes and p in POLICIES for c, p in value.items()):
                 raise UserError(f"{path}: {name} must map flag codes ({', '.join(codes)}) to fail, flag or ignore, got {value!r}")
             found[name] = value
     return found

@@ -107,11 +107,20 @@ def guard_broken(region: torch.Tensor, specs: list[TensorSpec]) -> Optional[tupl
     """(position, bytes changed) of the first tensor whose guard band no longer holds the poison
     `write` put there: something wrote past its end. None when every band is intact."""
     for position, spec in enumerate(specs):
-        band = _guard(region, spec)
-        changed = int((band != POISON).sum())
+        changed = band_changes(_guard(region, spec))
         if changed:
             return position, changed
     return None
+
+
+def band_changes(band: torch.Tensor) -> int:
+    """Bytes of a guard band that no longer hold the poison."""
+    return int((band != POISON).sum())
+
+
+def past_end(position: int, changed: int, label: str) -> str:
+    """The unsafe-memory finding for a broken guard band, in one line."""
+    return f"forward wrote past the end of input {position} ({changed} of the {GUARD} guard bytes after it changed, {label})"
 
 
 def _guard(region: torch.Tensor, spec: TensorSpec) -> torch.Tensor:

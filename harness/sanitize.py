@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from harness.flags import Code
+from harness.flags import Code, Finding
 from harness.records import SanitizerRun
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,7 +47,7 @@ def find_tool(path: str) -> Optional[str]:
     return None
 
 
-def sanitize(tool: Optional[str], tools: tuple[str, ...], timeout: float, job: dict[str, Any], env: dict[str, str], scratch: Path) -> tuple[tuple[SanitizerRun, ...], list[tuple[Code, str]]]:
+def sanitize(tool: Optional[str], tools: tuple[str, ...], timeout: float, job: dict[str, Any], env: dict[str, str], scratch: Path) -> tuple[tuple[SanitizerRun, ...], list[Finding]]:
     """Run each of `tools` over one forward of the candidate `job` describes. Returns the runs and
     the unsafe-memory findings (the first error line of each tool that found any)."""
     if tool is None:

@@ -8,7 +8,7 @@ import ast
 import re
 from pathlib import Path
 
-from harness.flags import Code
+from harness.flags import Code, Finding
 
 SUSPICIOUS_MODULES = {
     "ctypes": (Code.TAMPER_SUSPECT, "can read and write any memory of the process"),
@@ -44,7 +44,7 @@ def _dotted(node: ast.AST) -> str:
     return ""
 
 
-def scan_source(path: Path) -> list[tuple[Code, str]]:
+def scan_source(path: Path) -> list[Finding]:
     """Findings about `path` (a Python file), each a flag code and a message with its line, in
     line order; [] when it cannot be read or parsed."""
     try:

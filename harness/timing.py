@@ -2,8 +2,8 @@
 
 CUDA, per timed call: the L2 cache is flushed (a buffer of twice the device's L2 size is written)
 outside the timed region, after the persisting-L2 limit is checked (a limit a call set is reset
-to 0, its persisting lines made normal, so the flush evicts them too), then a start event, the call (or a CUDA-graph replay of it), an optional
-device-wide synchronise (so work on other streams is inside), and an end event. Regions are queued
+to 0, its persisting lines made normal, so the flush evicts them too), then a start event, the
+call (or a CUDA-graph replay of it), an optional device-wide synchronise (so work on other streams is inside), and an end event. Regions are queued
 in batches of BATCH with no host wait between them, so the GPU stays busy (an idle GPU between
 samples lowers its clocks and puts the host's launch latency inside the next region); the events
 are read and the stopping rule checked after each batch. The calls rotate over distinct input

@@ -221,7 +221,6 @@ class Worker:
             on_event=lambda event: self.channel.send({"type": "builds", "builds": [event]}),
         )
         cache.install()
-        self.cache = cache
         self.guard = Guard(self)
         module = load_module(Path(job["source"]), f"__{self.role}__")
         self.guard.check("import")
@@ -344,7 +343,7 @@ class Worker:
         reports the first write past one's end (its guard band changed) once."""
         import torch
 
-        from harness.regions import GUARD, POISON
+        from harness.regions import band_changes, past_end
 
         if not self._copies:
             return
@@ -355,10 +354,10 @@ class Worker:
                 raise WorkerFailure(Status.MUTATED_INPUT, f"forward changed input {position} in place ({label})")
             band = self._bands.get(id(tensor))
             if band is not None and not self._unsafe_reported and self.job.get("guard_bands", True):
-                changed = int((band != POISON).sum())
+                changed = band_changes(band)
                 if changed:
                     self._unsafe_reported = True
-                    self.channel.send({"type": "unsafe", "reason": f"forward wrote past the end of input {position} ({changed} of the {GUARD} guard bytes after it changed, {label})"})
+                    self.channel.send({"type": "unsafe", "reason": past_end(position, changed, label)})
 
     def _step(self, step: str, index: int, outputs: list[Any], inputs: list[Any], *, want: tuple[str, int], names: Optional[list[str]] = None, status: str = "ok", reason: str = "") -> Any:
         """Put `outputs` in the mailbox, report the step, and wait for the parent's go-ahead; the
