@@ -12,11 +12,11 @@ import sys
 from typing import Sequence
 
 from harness import __version__
-from harness.commands import baseline, gate, ingest, leaderboard, lint, run
+from harness.commands import baseline, gate, ingest, leaderboard, lint, run, serve
 from harness.errors import ExitCode, ResourceError, UserError
 from harness.scratch import no_space
 
-COMMANDS = {"run": run, "ingest": ingest, "gate": gate, "baseline": baseline, "leaderboard": leaderboard, "lint": lint}
+COMMANDS = {"run": run, "ingest": ingest, "gate": gate, "baseline": baseline, "leaderboard": leaderboard, "lint": lint, "serve": serve}
 
 
 def parser() -> argparse.ArgumentParser:

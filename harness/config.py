@@ -214,10 +214,14 @@ class BuildsConfig:
 class WorkersConfig:
     prestart: str  # auto | always | never: start each worker's interpreter and torch import ahead of its job (auto: on CUDA runs)
     gpus: tuple[int, ...]  # CUDA runs: indices of the visible GPUs to evaluate on, one evaluation at a time on each; [] = all
+    warm_problems: int  # problems whose judge each lane keeps running between candidates (a session serving several)
+    spares: int  # prestarted workers each lane keeps ready (more when candidates come faster than one readies)
 
     def __post_init__(self) -> None:
         if self.prestart not in ("auto", "always", "never"):
             raise ValueError(f"workers.prestart must be auto, always or never, got {self.prestart!r}")
+        if self.warm_problems < 1 or self.spares < 1:
+            raise ValueError(f"workers.warm_problems and workers.spares must be 1 or more, got {self.warm_problems} and {self.spares}")
         if any(g < 0 for g in self.gpus) or len(set(self.gpus)) != len(self.gpus):
             raise ValueError(f"workers.gpus must list distinct GPU indices (0 or more), got {list(self.gpus)}")
 
@@ -346,7 +350,16 @@ def load_config(config_file: str | Path | None = None, overrides: list[str] | No
     data = _read_yaml(DEFAULT_CONFIG)
     if config_file is not None:
         _merge(data, _read_yaml(Path(config_file)), Config, prefix="")
-    for item in overrides or []:
+    return _overridden(data, overrides or [])
+
+
+def with_overrides(cfg: Config, overrides: list[str]) -> Config:
+    """`cfg` with `key.sub=value` overrides on top, validated as load_config's are."""
+    return _overridden(cfg.to_dict(), overrides)
+
+
+def _overridden(data: dict[str, Any], overrides: list[str]) -> Config:
+    for item in overrides:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
             raise UserError(f"--set expects key=value, got {item!r} (for example --set check.trials=3)")

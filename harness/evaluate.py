@@ -117,6 +117,8 @@ class ProblemEvaluation:
         self._judge_dir: Optional[Path] = None
         self._judge_failures: list[str] = []  # why earlier judges of this lane ended (each restart is reported)
         self._restart_note = ""  # a warning for the next record: its judge is a restarted one
+        self._stopped = False  # stop() was called: nothing more is written
+        self._sanitized: dict[tuple[Any, ...], tuple[tuple[SanitizerRun, ...], list[Finding]]] = {}  # a source's sanitizer runs, for a resubmission
         self._timing_mode: tuple[str, str] = (cfg.timing.mode if cfg.timing.mode != "auto" else "eager", "")  # (mode, why), once the reference is profiled
 
     def screen(self) -> tuple[list[CandidateRecord], list[Candidate]]:
@@ -124,13 +126,20 @@ class ProblemEvaluation:
         records: list[CandidateRecord] = []
         runnable: list[Candidate] = []
         for candidate in self.candidates:
-            skip = self._prescreen(candidate)
-            if skip is None:
+            skipped = self.prescreened(candidate)
+            if skipped is None:
                 runnable.append(candidate)
             else:
-                self.on_start(candidate)
-                records.append(self._finish(self._record(candidate, *skip)))
+                records.append(skipped)
         return records, runnable
+
+    def prescreened(self, candidate: Candidate) -> Optional[CandidateRecord]:
+        """The record of a candidate that cannot run here (written now), else None."""
+        skip = self._prescreen(candidate)
+        if skip is None:
+            return None
+        self.on_start(candidate)
+        return self._finish(self._record(candidate, *skip))
 
     def run(self) -> list[CandidateRecord]:
         records, runnable = self.screen()
@@ -335,6 +344,8 @@ class ProblemEvaluation:
             reference_timing = next((p.reference for p in sides if p is not None), None)
             record = dataclasses.replace(record, timing=reference_timing)
         result.record = record
+        if self._stopped:
+            raise Stopped(f"{self.problem.name}: the run was stopped during its reference")
         self.store.append(record)
         return result
 
@@ -571,11 +582,18 @@ class ProblemEvaluation:
             "seed": plan.construct_seed,
             "build_cache": str(self.cfg.path(self.cfg.build_cache_dir)),
         }
+        key = (candidate.hash, json.dumps(job["sizes"], sort_keys=True), job["seed"], tuple(cfg.tools))
+        if key in self._sanitized:  # the same source, on the same inputs: the tools would say the same
+            runs, found = self._sanitized[key]
+            return tuple(dataclasses.replace(r, detail=f"{r.detail} (the same source's run earlier on this lane)", seconds=0.0) for r in runs), found
         cwd = current_scratch().make(f"sanitize-{candidate.name[:20]}-")
         try:
-            return sanitize(find_tool(cfg.path), cfg.tools, cfg.timeout, job, self.lane.launcher.env, cwd)
+            result = sanitize(find_tool(cfg.path), cfg.tools, cfg.timeout, job, self.lane.launcher.env, cwd)
         finally:
             shutil.rmtree(cwd, ignore_errors=True)
+        if all(r.outcome in ("clean", "errors") for r in result[0]):  # a timeout or a failed run is tried again
+            self._sanitized[key] = result
+        return result
 
     def _record(self, candidate: Candidate, status: Status, reason: str, **fields: Any) -> CandidateRecord:
         log = self.store.log_path(self.problem.name, candidate.name)
@@ -595,10 +613,24 @@ class ProblemEvaluation:
             **fields,
         )
 
+    def stop(self) -> None:
+        """From another thread (a stopped run): end this lane's judge and workers now. Whatever
+        they were doing writes no record: the candidate in flight raises Stopped instead."""
+        self._stopped = True
+        if self._judge is not None:
+            self._judge.kill()
+        self.lane.launcher.kill_all()
+
     def _finish(self, record: CandidateRecord) -> CandidateRecord:
+        if self._stopped:
+            raise Stopped(f"{record.candidate}: the run was stopped during its evaluation")
         self.store.append(record)
         self.on_record(record)
         return record
+
+
+class Stopped(Exception):
+    """A stopped run's evaluation ended without a record (ProblemEvaluation.stop)."""
 
 
 @dataclasses.dataclass(frozen=True)

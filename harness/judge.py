@@ -21,12 +21,10 @@ import contextlib
 import copy
 import dataclasses
 import json
-import math
 import os
 import sys
 import time
 import traceback
-import types
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -35,8 +33,8 @@ import torch
 from harness import protocol as P
 from harness.compare import compare_gradients, compare_outputs, relative_error
 from harness.config import Tolerance
-from harness.records import CheckResult, from_dict
-from harness.regions import Region, TensorSpec, aligned, device_sharing, guard_broken, layout, past_end, view, write
+from harness.records import CheckResult
+from harness.regions import Region, aligned, device_sharing, guard_broken, layout, past_end, view, write
 from harness.status import Status
 from harness.worker import (
     WorkerFailure, as_outputs, classify, load_module, model_gradients, one_line, other_sizes,

@@ -7,15 +7,19 @@ CPU would disturb each other.
 
 Each lane runs the problem's reference itself, with the run's plan (same secret seeds), and
 compares its candidates to that reference: a speedup is always candidate and reference timed on
-the same GPU. The candidates of a problem are handed to whichever lane is free next.
+the same GPU. Candidates wait in one queue and go to whichever lane is free next; a lane prefers a candidate
+whose problem it has warm (its judge running, the reference's work done), so a long-lived session
+pays for a problem's reference once per lane, not once per candidate.
 """
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import dataclasses
 import os
 import threading
-from typing import Any, Callable, Optional
+import time
+from typing import Any, Callable, Optional, Sequence
 
 from harness.candidate import Candidate
 from harness.config import Config
@@ -37,7 +41,7 @@ class Lane:
         """`index`: the lane's place among the run's lanes, which picks its CPUs (harness.quiet)."""
         # nvidia-smi (clocks, identity) numbers GPUs in PCI order; CUDA must number them the same way
         env = {"CUDA_VISIBLE_DEVICES": gpu, "CUDA_DEVICE_ORDER": os.environ.get("CUDA_DEVICE_ORDER", "PCI_BUS_ID")} if gpu else {}
-        return cls(label, gpu, Launcher(prestart=wants_prestart(cfg, device), env=env, lane_index=index))
+        return cls(label, gpu, Launcher(prestart=wants_prestart(cfg, device), env=env, lane_index=index, prewarm="cuda" if device == "cuda" else "", spares=cfg.workers.spares))
 
     @property
     def index(self) -> int:
@@ -79,14 +83,55 @@ def lane_count(cfg: Config, device: str) -> int:
     return max(1, len(cfg.workers.gpus) or len(visible_gpus()))
 
 
-class LocalExecutor:
-    """Evaluates each problem's candidates on this machine's lanes, one thread per busy lane."""
+FAIR_WAIT_S = 30.0  # a candidate queued this long goes next, warm problem or not
 
-    def __init__(self, cfg: Config, device: str, store: RunStore, *, on_record: Callable[[CandidateRecord], None], on_start: Callable[[Candidate], None], builds: Optional[Any] = None) -> None:
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """One candidate waiting for a lane, and where its record goes."""
+
+    problem: Problem
+    candidate: Candidate
+    future: "concurrent.futures.Future[CandidateRecord]"
+    queued_at: float  # time.monotonic() at submission
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return problem_key(self.problem)
+
+
+def problem_key(problem: Problem) -> tuple[str, str]:
+    """What makes two submissions the same problem: its file and its contents."""
+    return (str(problem.path), problem.hash)
+
+
+def gather(futures: Sequence["concurrent.futures.Future[CandidateRecord]"]) -> list[CandidateRecord]:
+    """The records of `futures` in their order, waiting in short steps so Ctrl-C gets through; a
+    harness bug in a lane is raised here. Cancelled ones (a stopped executor) are left out."""
+    pending = set(futures)
+    while pending:
+        _, pending = concurrent.futures.wait(pending, timeout=0.2)
+    return [f.result() for f in futures if not f.cancelled()]
+
+
+class LocalExecutor:
+    """Evaluates submitted candidates on this machine's lanes: one thread per lane takes the next
+    job from a shared queue. Each lane keeps the evaluations of its last `warm` problems open (their
+    judges running), and every lane checks a problem on the same plan (the same secret inputs)."""
+
+    def __init__(self, cfg: Config, device: str, store: RunStore, *, on_record: Callable[[CandidateRecord], None], on_start: Callable[[Candidate], None], builds: Optional[Any] = None, on_problem: Callable[[Problem], None] = lambda p: None, warm: int = 1) -> None:
         self.cfg, self.device, self.store, self.builds = cfg, device, store, builds
         self.lanes = local_lanes(cfg, device)
-        self._lock = threading.Lock()
-        self._stopping = False
+        self.warm = max(1, warm)
+        self._lock = threading.Lock()  # the callbacks
+        self._queue_changed = threading.Condition()
+        self._jobs: list[Job] = []
+        self._plans: dict[tuple[str, str], Any] = {}
+        self._announced: set[tuple[str, str]] = set()
+        self._threads: list[threading.Thread] = []
+        self._warm: dict[int, collections.OrderedDict[tuple[str, str], Any]] = {}  # per lane (from its first job): problem -> ProblemEvaluation, oldest first
+        self._warm_lock = threading.Lock()  # a lane changes its own; stop() reads them all
+        self._stopping = self._closing = False
 
         def locked(fn: Callable[[Any], None]) -> Callable[[Any], None]:
             def call(value: Any) -> None:
@@ -94,67 +139,128 @@ class LocalExecutor:
                     fn(value)
             return call
 
-        self.on_record, self.on_start = locked(on_record), locked(on_start)
+        self.on_record, self.on_start, self.on_problem = locked(on_record), locked(on_start), locked(on_problem)
 
     def describe(self) -> str:
         if len(self.lanes) == 1:
             return ""
         return f"{len(self.lanes)} lanes ({', '.join(lane.label for lane in self.lanes)}), one evaluation at a time on each"
 
-    def _evaluation(self, problem: Problem, candidates: list[Candidate], lane: Lane) -> Any:
-        from harness.evaluate import ProblemEvaluation
+    def submit(self, problem: Problem, candidate: Candidate) -> "concurrent.futures.Future[CandidateRecord]":
+        """Queue one candidate; its record arrives in the future (a harness bug as its exception)."""
+        return self.submit_all([(problem, candidate)])[0]
 
-        return ProblemEvaluation(problem, candidates, self.cfg, self.device, self.store, on_record=self.on_record, on_start=self.on_start, builds=self.builds, lane=lane)
+    def submit_all(self, jobs: Sequence[tuple[Problem, Candidate]]) -> "list[concurrent.futures.Future[CandidateRecord]]":
+        """Queue several candidates at once (no lane starts between them)."""
+        futures: list[concurrent.futures.Future[CandidateRecord]] = [concurrent.futures.Future() for _ in jobs]
+        with self._queue_changed:
+            if self._stopping or self._closing:
+                raise RuntimeError("the executor is closed")
+            now = time.monotonic()
+            self._jobs += [Job(problem, candidate, future, now) for (problem, candidate), future in zip(jobs, futures)]
+            if not self._threads:
+                self._warm = {i: collections.OrderedDict() for i in range(len(self.lanes))}
+                self._threads = [threading.Thread(target=self._serve_lane, args=(lane, self._warm[i]), name=f"lane-{lane.label or 'cpu'}", daemon=True) for i, lane in enumerate(self.lanes)]
+                for thread in self._threads:
+                    thread.start()
+            self._queue_changed.notify_all()
+        return futures
 
     def run_problem(self, problem: Problem, candidates: list[Candidate]) -> list[CandidateRecord]:
-        from harness.evaluate import Plan
-
-        first = self._evaluation(problem, candidates, self.lanes[0])
-        if len(self.lanes) == 1:
-            return first.run()
-        records, runnable = first.screen()
-        if not runnable:
-            return records
-        plan = Plan.fresh(first.cfg)  # one plan: every lane checks on the same inputs
-        pending = collections.deque(runnable)
-        finished: dict[Any, CandidateRecord] = {}
-        errors: list[BaseException] = []
-
-        def drive(evaluation: Any) -> None:
-            evaluation.plan = plan
-            try:
-                while not self._stopping:
-                    with self._lock:
-                        if not pending:
-                            return
-                        candidate = pending.popleft()
-                    finished[candidate.path] = evaluation.evaluate(candidate)
-            except BaseException as exc:  # a harness bug: re-raised in the main thread
-                errors.append(exc)
-            finally:
-                evaluation.close()
-
-        evaluations = [first] + [self._evaluation(problem, candidates, lane) for lane in self.lanes[1 : len(runnable)]]
-        threads = [threading.Thread(target=drive, args=(e,), name=f"lane-{e.lane.label}", daemon=True) for e in evaluations]
-        for thread in threads:
-            thread.start()
+        """Every candidate of `problem`, over all lanes; the records in candidate order."""
+        futures = self.submit_all([(problem, candidate) for candidate in candidates])
         try:
-            for thread in threads:
-                while thread.is_alive():
-                    thread.join(0.2)  # wakes up for Ctrl-C
-        except BaseException:
+            return gather(futures)
+        except KeyboardInterrupt:
             self.stop()
             raise
-        if errors:
-            raise errors[0]
-        return records + [finished[c.path] for c in runnable if c.path in finished]
+
+    def pending(self) -> int:
+        with self._queue_changed:
+            return len(self._jobs)
 
     def stop(self) -> None:
-        """No new evaluations; end the running ones (their processes and children)."""
-        self._stopping = True
+        """No new evaluations; end the running ones (their processes and children); queued jobs
+        are cancelled."""
+        with self._queue_changed:
+            self._stopping = True
+            for job in self._jobs:
+                job.future.cancel()
+            self._jobs.clear()
+            self._queue_changed.notify_all()
         for lane in self.lanes:
             lane.launcher.kill_all()
+        with self._warm_lock:
+            evaluations = [e for warm in self._warm.values() for e in warm.values()]
+        for evaluation in evaluations:
+            evaluation.stop()  # its judge too: a lane waiting on a hung reference wakes up now
 
     def close(self) -> None:
+        """Finish the queued jobs, end every lane's evaluations and workers."""
+        with self._queue_changed:
+            self._closing = True
+            self._queue_changed.notify_all()
+        for thread in self._threads:
+            while thread.is_alive():
+                thread.join(0.2)  # wakes up for Ctrl-C
         for lane in self.lanes:
             lane.launcher.close()
+
+    # -- a lane's thread -------------------------------------------------------------------------
+
+    def _serve_lane(self, lane: Lane, warm: "collections.OrderedDict[tuple[str, str], Any]") -> None:
+        try:
+            while True:
+                job = self._next_job(warm)
+                if job is None:
+                    return
+                if not job.future.set_running_or_notify_cancel():
+                    continue
+                try:
+                    job.future.set_result(self._evaluate(job, lane, warm))
+                except BaseException as exc:  # a harness bug: raised where the record is awaited
+                    job.future.set_exception(exc)
+        finally:
+            with self._warm_lock:
+                ending = list(warm.values())
+                warm.clear()
+            for evaluation in ending:
+                evaluation.close()
+
+    def _next_job(self, warm: "collections.OrderedDict[tuple[str, str], Any]") -> Optional[Job]:
+        """The oldest job of a problem this lane has warm, else (or when the oldest has waited
+        FAIR_WAIT_S) the oldest job; None once the executor stops, or closes with nothing queued."""
+        with self._queue_changed:
+            while not self._jobs and not (self._stopping or self._closing):
+                self._queue_changed.wait()
+            if self._stopping or not self._jobs:
+                return None
+            chosen = self._jobs[0]
+            if time.monotonic() - chosen.queued_at < FAIR_WAIT_S:
+                chosen = next((job for job in self._jobs if job.key in warm), chosen)
+            self._jobs.remove(chosen)
+            return chosen
+
+    def _evaluate(self, job: Job, lane: Lane, warm: "collections.OrderedDict[tuple[str, str], Any]") -> CandidateRecord:
+        from harness.evaluate import Plan, ProblemEvaluation
+
+        with self._warm_lock:
+            evaluation = warm.pop(job.key, None)
+            evicted = [warm.popitem(last=False)[1] for _ in range(len(warm) - self.warm + 1)] if evaluation is None else []
+        for old in evicted:  # the least recently used problem's judge ends first
+            old.close()
+        if evaluation is None:
+            evaluation = ProblemEvaluation(job.problem, [], self.cfg, self.device, self.store, on_record=self.on_record, on_start=self.on_start, builds=self.builds, lane=lane)
+            with self._queue_changed:
+                evaluation.plan = self._plans.setdefault(job.key, Plan.fresh(evaluation.cfg))  # one plan per problem: every lane checks on the same inputs
+        with self._warm_lock:
+            warm[job.key] = evaluation
+        if self._stopping:
+            evaluation.stop()
+        with self._queue_changed:
+            first = job.key not in self._announced
+            self._announced.add(job.key)
+        if first:
+            self.on_problem(job.problem)
+        skipped = evaluation.prescreened(job.candidate)
+        return skipped if skipped is not None else evaluation.evaluate(job.candidate)

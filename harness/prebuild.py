@@ -12,11 +12,13 @@ fails, or that only happens in `__init__`, is simply left to the worker, which r
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -56,14 +58,30 @@ class BuildAhead:
         self.timeout = timeout
         self.pool = ThreadPoolExecutor(max_workers=builds, thread_name_prefix="build")
         self.futures: dict[Path, Future] = {}
+        self._by_content: dict[str, Future] = {}  # a file's sha256 -> its build: the same source is built once
+        self._lock = threading.Lock()  # submissions come from any thread (harness.api)
 
     def submit(self, path: Path) -> None:
-        if path.suffix == ".py" and path not in self.futures:
-            self.futures[path] = self.pool.submit(self._build, path)
+        """Build `path` in the pool, unless a file with the same contents was submitted already:
+        its extensions are then the same (the build cache is keyed by their sources), and a build
+        process would only import torch to find them built."""
+        if path.suffix != ".py":
+            return
+        try:
+            digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        except OSError:
+            digest = f"unreadable:{path}"
+        with self._lock:
+            if path in self.futures:
+                return
+            if digest not in self._by_content:
+                self._by_content[digest] = self.pool.submit(self._build, path)
+            self.futures[path] = self._by_content[digest]
 
     def wait(self, path: Path) -> Optional[str]:
         """The build's one-line outcome, or None when it was never submitted."""
-        future = self.futures.get(path)
+        with self._lock:
+            future = self.futures.get(path)
         if future is None:
             return None
         try:
@@ -73,7 +91,9 @@ class BuildAhead:
 
     def counts(self) -> tuple[int, int]:
         """(finished builds, submitted builds)."""
-        return sum(f.done() for f in self.futures.values()), len(self.futures)
+        with self._lock:
+            futures = list(self.futures.values())
+        return sum(f.done() for f in futures), len(futures)
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)

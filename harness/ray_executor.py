@@ -16,6 +16,7 @@ Needs the optional extra: `pip install .[ray]`. docs/scale.md has the multi-node
 """
 from __future__ import annotations
 
+import concurrent.futures
 import io
 import json
 import os
@@ -25,12 +26,15 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
+import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Optional, Sequence
 
 from harness.candidate import Candidate
 from harness.config import ROOT, Config
 from harness.errors import UserError
+from harness.lanes import Job
 from harness.problem import Problem
 from harness.records import RECORD_KINDS, CandidateRecord, from_dict
 
@@ -196,11 +200,15 @@ class LaneActor:
 class RayExecutor:
     """Evaluations on Ray actors (lanes), builds in Ray CPU tasks; records written here."""
 
-    def __init__(self, cfg: Config, device: str, store: Any, *, on_record: Callable[[CandidateRecord], None], on_start: Callable[[Candidate], None]) -> None:
+    def __init__(self, cfg: Config, device: str, store: Any, *, on_record: Callable[[CandidateRecord], None], on_start: Callable[[Candidate], None], on_problem: Callable[[Problem], None] = lambda p: None) -> None:
         ray = _ray()
         self.ray = ray
         self.cfg, self.device, self.store = cfg, device, store
-        self.on_record, self.on_start = on_record, on_start
+        self.on_record, self.on_start, self.on_problem = on_record, on_start, on_problem
+        self._changed = threading.Condition()
+        self._jobs: list[Job] = []
+        self._dispatcher: Optional[threading.Thread] = None
+        self._stopping = self._closing = False
         self.started_ray = connect(cfg)
         resources = ray.cluster_resources()
         gpus, cpus = int(resources.get("GPU", 0)), int(resources.get("CPU", 1))
@@ -217,6 +225,58 @@ class RayExecutor:
 
     def describe(self) -> str:
         return f"ray: {len(self.actors)} lane(s) ({'one GPU' if self.device == 'cuda' else 'one CPU'} each), builds in tasks of {self.build_cpus} CPU(s)"
+
+    def submit(self, problem: Problem, candidate: Candidate) -> "concurrent.futures.Future[CandidateRecord]":
+        """Queue one candidate. A dispatcher thread hands the queued candidates of the oldest
+        job's problem to `run_problem` together, and the records to their futures."""
+        return self.submit_all([(problem, candidate)])[0]
+
+    def submit_all(self, jobs: Sequence[tuple[Problem, Candidate]]) -> "list[concurrent.futures.Future[CandidateRecord]]":
+        """Queue several candidates at once (no lane starts between them)."""
+        futures: list[concurrent.futures.Future[CandidateRecord]] = [concurrent.futures.Future() for _ in jobs]
+        with self._changed:
+            if self._stopping or self._closing:
+                raise RuntimeError("the executor is closed")
+            now = time.monotonic()
+            self._jobs += [Job(problem, candidate, future, now) for (problem, candidate), future in zip(jobs, futures)]
+            if self._dispatcher is None:
+                self._dispatcher = threading.Thread(target=self._dispatch, name="ray-dispatch", daemon=True)
+                self._dispatcher.start()
+            self._changed.notify_all()
+        return futures
+
+    def pending(self) -> int:
+        with self._changed:
+            return len(self._jobs)
+
+    def _dispatch(self) -> None:
+        announced: set[tuple[str, str]] = set()
+        while True:
+            with self._changed:
+                while not self._jobs and not (self._stopping or self._closing):
+                    self._changed.wait()
+                if self._stopping or not self._jobs:
+                    return
+                key = self._jobs[0].key
+                batch = [job for job in self._jobs if job.key == key]
+                self._jobs = [job for job in self._jobs if job.key != key]
+            batch = [job for job in batch if job.future.set_running_or_notify_cancel()]
+            if not batch:
+                continue
+            if key not in announced:
+                announced.add(key)
+                self.on_problem(batch[0].problem)
+            try:
+                records = {r.candidate: r for r in self.run_problem(batch[0].problem, [job.candidate for job in batch])}
+            except BaseException as exc:  # a harness bug: raised where the records are awaited
+                for job in batch:
+                    job.future.set_exception(exc)
+                continue
+            for job in batch:
+                if job.candidate.name in records:
+                    job.future.set_result(records[job.candidate.name])
+                else:
+                    job.future.cancel()
 
     def run_problem(self, problem: Problem, candidates: list[Candidate]) -> list[CandidateRecord]:
         """Each candidate goes to the next free lane. A lane that fails (its actor dies, a Ray error)
@@ -287,11 +347,23 @@ class RayExecutor:
                 finished[candidate.name] = record
 
     def stop(self) -> None:
+        with self._changed:
+            self._stopping = True
+            for job in self._jobs:
+                job.future.cancel()
+            self._jobs.clear()
+            self._changed.notify_all()
         for actor in self.actors:
             self.ray.kill(actor)
         self.actors = []
 
     def close(self) -> None:
+        with self._changed:
+            self._closing = True
+            self._changed.notify_all()
+        if self._dispatcher is not None:
+            while self._dispatcher.is_alive():
+                self._dispatcher.join(0.2)  # wakes up for Ctrl-C
         for actor in self.actors:
             try:
                 self.ray.get(actor.close.remote(), timeout=60)

@@ -121,32 +121,38 @@ def start_worker(env_overrides: Optional[dict[str, str]] = None) -> Started:
 class Launcher:
     """Hands out fresh worker processes, one per job. With `prestart`, the next one is started as
     soon as one is taken, so its interpreter and torch import (about 2 s) overlap the job before
-    it instead of delaying the next. A prestarted worker has run no model code: every job still
+    it instead of delaying the next; with `prewarm="cuda"` it also creates its CUDA context and
+    starts the profiler's CUPTI once (seconds more) while it waits. A prestarted worker has run no model code: every job still
     gets a process of its own. `env` (e.g. CUDA_VISIBLE_DEVICES) applies to every worker.
 
     For the quiet host (harness.quiet) the spare is background work while it waits (stopped while a
     lane times, kept on the builds' CPUs); a worker handed out is a timing process of lane
     `lane_index`: pinned to that lane's CPUs, and running even if a hold had stopped it."""
 
-    def __init__(self, prestart: bool = False, env: Optional[dict[str, str]] = None, lane_index: int = 0) -> None:
+    def __init__(self, prestart: bool = False, env: Optional[dict[str, str]] = None, lane_index: int = 0, prewarm: str = "", spares: int = 1) -> None:
         self.prestart = prestart
+        self.prewarm = prewarm  # "cuda": the spare readies the CUDA context and the profiler while it waits
+        self.spares = max(1, spares)  # workers kept ready: more than one when jobs come faster than a worker readies
         self.env = dict(env or {})
         self.lane_index = lane_index
         self.active: set[subprocess.Popen[bytes]] = set()  # handed out, not yet ended
-        self._spare: Optional[Started] = None
+        self._spares: list[Started] = []  # oldest (most likely ready) first
         self._closed = False
+
+    @property
+    def _spare(self) -> Optional[Started]:
+        return self._spares[0] if self._spares else None
 
     def take(self) -> Started:
         host = quiet.current()
-        started = self._spare if self._spare is not None and self._spare.proc.poll() is None else None
-        if started is None:
-            self._discard()
-            started = start_worker(self.env)
-        self._spare = None
+        while self._spares and self._spares[0].proc.poll() is not None:  # a spare that died waiting
+            self._discard_one(self._spares.pop(0))
+        started = self._spares.pop(0) if self._spares else start_worker(self.env)
         host.register_timing(started.proc, self.lane_index)  # pinned to the lane, then continued if stopped
-        if self.prestart and not self._closed:
-            self._spare = start_worker(self.env)
-            host.register_background(self._spare.proc)
+        while self.prestart and not self._closed and len(self._spares) < self.spares:
+            spare = start_worker({**self.env, "HARNESS_PREWARM": self.prewarm} if self.prewarm else self.env)
+            host.register_background(spare.proc)
+            self._spares.append(spare)
         self.active.add(started.proc)
         return started
 
@@ -155,7 +161,7 @@ class Launcher:
         quiet.current().unregister(proc)
 
     def kill_all(self) -> None:
-        """End the spare and every worker handed out and still running (an interrupted run)."""
+        """End the spares and every worker handed out and still running (an interrupted run)."""
         self._closed = True
         self._discard()
         for proc in list(self.active):
@@ -167,15 +173,18 @@ class Launcher:
         self._discard()
 
     def _discard(self) -> None:
-        if self._spare is not None:
-            _kill_group(self._spare.proc)
-            self._spare.proc.wait()
-            quiet.current().unregister(self._spare.proc)
-            for stream in (self._spare.proc.stdin, self._spare.proc.stdout):
-                if stream is not None:
-                    stream.close()
-            os.close(self._spare.read_fd)
-            self._spare = None
+        while self._spares:
+            self._discard_one(self._spares.pop())
+
+    @staticmethod
+    def _discard_one(spare: Started) -> None:
+        _kill_group(spare.proc)
+        spare.proc.wait()
+        quiet.current().unregister(spare.proc)
+        for stream in (spare.proc.stdin, spare.proc.stdout):
+            if stream is not None:
+                stream.close()
+        os.close(spare.read_fd)
 
 
 def run_worker(
@@ -422,6 +431,12 @@ class JudgeClient:
 
     def running(self) -> bool:
         return self.alive and self.proc.poll() is None
+
+    def kill(self) -> None:
+        """End the judge's process group now, from any thread; a request waiting on it raises
+        JudgeFailed within a second."""
+        if self.alive:
+            _kill_group(self.proc)
 
     def describe_exit(self) -> str:
         return _describe_exit(self.proc.poll())

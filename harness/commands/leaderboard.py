@@ -1,7 +1,8 @@
 """`python run.py leaderboard RUN...`: rebuild leaderboards from stored records, evaluating nothing.
 
 The candidate records of one or more runs (a run folder, a run id under the results folder or a
-records.jsonl file) are filtered and written as leaderboard.csv, leaderboard.md and charts.
+records.jsonl file) are filtered and written as leaderboard.csv, leaderboard.md and charts; with
+--kernelbench-baseline, also fast_p against KernelBench's published baseline timings.
 Combined runs are read in the order given; a later record for the same (problem, candidate)
 replaces an earlier one.
 """
@@ -13,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from harness import kbtiming
 from harness.config import load_config
 from harness.errors import ExitCode, UserError
 from harness.leaderboard import candidate_frame, print_leaderboard, write_leaderboards
@@ -30,6 +32,7 @@ def setup_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE", help="YAML layered over configs/default.yaml")
     parser.add_argument("--results", metavar="DIR", help="results folder that run ids are looked up in (config results_dir)")
     parser.add_argument("--no-plots", action="store_true", help="write no charts")
+    parser.add_argument("--kernelbench-baseline", metavar="FILE", help="also fast_p against KernelBench's published baseline timings (results/timing/<hardware>/baseline_time_torch*.json): fast_p_kernelbench.md and .csv")
 
 
 def run_from_args(args: argparse.Namespace, argv: Sequence[str]) -> int:
@@ -42,6 +45,7 @@ def run_from_args(args: argparse.Namespace, argv: Sequence[str]) -> int:
         run_ids=args.run,
         default_fast_p=cfg.leaderboard.fast_p,
         plots=not args.no_plots,
+        kernelbench_baseline=Path(args.kernelbench_baseline) if args.kernelbench_baseline else None,
     )
 
 
@@ -105,7 +109,9 @@ def run(
     run_ids: Sequence[str] = (),
     plots: bool = True,
     console: Any = None,
+    kernelbench_baseline: Path | None = None,
 ) -> int:
+    baseline = kbtiming.load_baseline(kernelbench_baseline) if kernelbench_baseline is not None else None  # a bad file stops before anything is written
     if out is None:
         if len(records_files) > 1:
             raise UserError(f"{len(records_files)} runs are combined: say where the leaderboard goes with --out DIR")
@@ -131,5 +137,9 @@ def run(
     print_leaderboard(candidate_frame(chosen), fast_p, console, references)
     charts = out / "plots"
     written = f"{csv_path}, {md_path}" + (f", {charts}/" if plots and any(charts.glob("*.png")) else "")
+    if baseline is not None:
+        table = kbtiming.fast_p_against(chosen, references, baseline, fast_p)
+        written += ", " + ", ".join(str(p) for p in kbtiming.write_report(out, table, f"fast_p against KernelBench's baseline: {out.name}"))
+        kbtiming.print_report(table, console)
     print(f"wrote {written} ({len(chosen)} candidate(s) of {len(used_runs)} run(s))", file=sys.stderr)
     return int(ExitCode.OK)

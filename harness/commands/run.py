@@ -3,23 +3,23 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime
 import json
 import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Iterator, Optional, Sequence
+from typing import Any, Iterator, Sequence
 
-from harness import nullfloor, scratch
-from harness import quiet as quiet_hosts
+from harness import scratch
+from harness.api import Session, finish_run, quiet_host, resolve_device, start_builds  # noqa: F401 (the run's parts, importable from here)
 from harness.candidate import Candidate, discover_candidates
 from harness.config import Config, load_config
 from harness.errors import ExitCode, UserError
+from harness.lanes import gather
 from harness.leaderboard import candidate_frame, print_leaderboard, write_leaderboards
 from harness.problem import Problem, discover_problems, resolve_problem
 from harness.progress import Progress
-from harness.records import CandidateRecord, ReferenceRecord, RunEnd, RunHeader, to_dict
+from harness.records import CandidateRecord, ReferenceRecord, RunEnd, to_dict
 from harness.status import Status
 from harness.store import RunStore, new_run_id, read_records
 
@@ -115,20 +115,6 @@ def select_targets(cfg: Config, *, problem: str | None, solution: str | None, ev
     return [(chosen, candidates)]
 
 
-def resolve_device(cfg: Config) -> str:
-    if cfg.executor == "ray":  # the cluster's GPUs count, not this machine's
-        from harness.ray_executor import cluster_device
-
-        return cluster_device(cfg)
-    import torch
-
-    if cfg.device == "cuda" and not torch.cuda.is_available():
-        raise UserError("device cuda was asked for, but torch sees no CUDA device (use --device cpu or auto)")
-    if cfg.device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return cfg.device
-
-
 def resume_targets(store: RunStore, targets: list[Target]) -> tuple[list[Target], list[CandidateRecord]]:
     """The targets minus candidates that already have a final record in `store` (same problem and
     candidate file contents), and those records. A `harness error` record is redone."""
@@ -186,7 +172,6 @@ def run(cfg: Config, targets: list[Target], *, run_id: str | None = None, resume
     The run owns a scratch folder (harness.scratch) for its lifetime, removed however it ends, and
     SIGTERM interrupts it as Ctrl-C does. Too little free disk raises ResourceError first."""
     with sigterm_interrupts():
-        device = resolve_device(cfg)
         for problem, _ in targets:
             problem.settings  # a malformed HARNESS_* declaration is a usage error before anything runs
         results_dir = cfg.path(cfg.results_dir)
@@ -194,41 +179,15 @@ def run(cfg: Config, targets: list[Target], *, run_id: str | None = None, resume
             raise UserError(f"--resume {run_id}: no run with records in {results_dir}")
         if not resume and run_id and (results_dir / run_id / "records.jsonl").is_file():
             raise UserError(f"run {run_id} already has records in {results_dir}; use --resume {run_id} to finish it, or another --run-id")
-        scratch.check_free_disk([scratch.default_base(), results_dir], cfg.limits.min_free_disk_mb * scratch.MIB)
-        with scratch.RunScratch.create() as own, quiet_host(cfg, device, echo=not quiet):
+        with scratch.RunScratch.create() as own:
             previous = scratch.set_current(own)
             try:
-                return _run(cfg, targets, device, results_dir, run_id=run_id, resume=resume, quiet=quiet, json_output=json_output, argv=argv, kernelbench=kernelbench)
+                return _run(cfg, targets, results_dir, run_id=run_id, resume=resume, quiet=quiet, json_output=json_output, argv=argv, kernelbench=kernelbench)
             finally:
                 scratch.set_current(previous)
 
 
-@contextlib.contextmanager
-def quiet_host(cfg: Config, device: str, *, echo: bool = True) -> Iterator[quiet_hosts.QuietHost]:
-    """The run's quiet host (timing.quiet) for its lanes: one on a CPU run, one per chosen GPU.
-    However the run ends (Ctrl-C and SIGTERM included) everything it stopped is continued: a
-    build left stopped would never finish, and the interpreter waits for the build pool."""
-    from harness.lanes import lane_count
-
-    mode = cfg.timing.quiet if cfg.executor == "local" else "off"  # Ray lanes run in actors of their own
-    if device == "cpu" and mode in ("pin", "both"):
-        mode = "pause"  # a CPU run's checks use every core; pinning would confine them to the lane's few
-    previous = quiet_hosts.current()
-    host = None
-    try:
-        host = quiet_hosts.configure(mode, lane_count(cfg, device) if mode != "off" else 1)
-        if echo and host.pin_note:
-            print(f"note: timing.quiet={mode}: {host.pin_note}", file=sys.stderr)
-        yield host
-    finally:
-        if host is not None:
-            host.close()
-        quiet_hosts.set_current(previous)
-
-
-def _run(cfg: Config, targets: list[Target], device: str, results_dir: Path, *, run_id: str | None, resume: bool, quiet: bool, json_output: bool, argv: Sequence[str], kernelbench: bool = False) -> int:
-    from harness.environment import collect_environment
-
+def _run(cfg: Config, targets: list[Target], results_dir: Path, *, run_id: str | None, resume: bool, quiet: bool, json_output: bool, argv: Sequence[str], kernelbench: bool = False) -> int:
     store = RunStore(results_dir, run_id or new_run_id())
     levels = {p.name: p.level for p, _ in targets}  # before a resume drops the finished ones
     previous: list[CandidateRecord] = []
@@ -238,40 +197,14 @@ def _run(cfg: Config, targets: list[Target], device: str, results_dir: Path, *, 
         targets, previous = resume_targets(store, targets)
         if not quiet:
             print(f"resuming {store.run_id}: {len(previous)} candidate(s) already finished, {sum(len(c) for _, c in targets)} to evaluate", file=sys.stderr)
-    store.append(RunHeader(
-        run_id=store.run_id,
-        started_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        argv=tuple(argv),
-        config=cfg.to_dict(),
-        environment={**collect_environment(), "quiet_host": quiet_hosts.current().describe()},
-    ))
-    records: list[CandidateRecord] = list(previous)
-    interrupted = False
-    builds = start_builds(cfg, device, targets)
-    total = sum(len(c) for _, c in targets)
-    with Progress(quiet=quiet, total=total, builds=builds.counts if builds is not None else None) as progress:
-        if device == "cpu":
-            progress.message("note: no CUDA device in use: running on the CPU; candidates that need CUDA get the status 'needs CUDA'")
-        executor = make_executor(cfg, device, store, progress, builds)
-        if executor.describe():
-            progress.message(executor.describe())
-        try:
-            for problem, candidates in targets:
-                progress.problem(problem.name, len(candidates))
-                records.extend(executor.run_problem(problem, candidates))
-        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (Terminated)
-            interrupted = True
-            executor.stop()
-            how = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
-            progress.message(f"{how}: the leaderboard below covers the candidates finished so far")
-        finally:
-            executor.close()
-            if builds is not None:
-                builds.close()
-    written = read_records(store.records_path)
-    end = finish_run(store, device, cfg.timing.null_tolerance, written)
+    counts = {p.name: len(c) for p, c in targets}
+    with Progress(quiet=quiet, total=sum(counts.values())) as progress:
+        session = Session(cfg, store=store, argv=argv, echo=not quiet, on_problem=lambda p: progress.problem(p.name, counts[p.name]), on_start=lambda c: progress.started(c.name), on_record=progress.finished)
+        records, interrupted, end = _evaluate(session, targets, progress)
+    records = previous + records
     for warning in end.warnings:
         print(f"warning: {warning}", file=sys.stderr)
+    written = read_records(store.records_path)
     references = [r for r in written if isinstance(r, ReferenceRecord)]
     if records:
         csv_path, md_path = write_leaderboards(store.dir, records, cfg.leaderboard.fast_p, references=references)
@@ -288,81 +221,36 @@ def _run(cfg: Config, targets: list[Target], device: str, results_dir: Path, *, 
 
         print_leaderboard(candidate_frame(records), cfg.leaderboard.fast_p, Console(soft_wrap=False, width=200 if not sys.stdout.isatty() else None), references)
     if not quiet:
-        written = f"{store.records_path}" + (f", {csv_path}, {md_path}" if records else "") + "".join(f", {p}" for p in extra)
-        print(f"wrote {written}", file=sys.stderr)
+        paths = f"{store.records_path}" + (f", {csv_path}, {md_path}" if records else "") + "".join(f", {p}" for p in extra)
+        print(f"wrote {paths}", file=sys.stderr)
     return int(exit_code(records, interrupted))
 
 
-def make_executor(cfg: Config, device: str, store: RunStore, progress: Progress, builds):
-    """The local executor (this machine's lanes) or, with executor: ray, the Ray executor."""
-    def on_start(candidate: Candidate) -> None:
-        progress.started(candidate.name)
-
-    if cfg.executor == "ray":
-        from harness.ray_executor import RayExecutor
-
-        return RayExecutor(cfg, device, store, on_record=progress.finished, on_start=on_start)
-    from harness.lanes import LocalExecutor
-
-    return LocalExecutor(cfg, device, store, on_record=progress.finished, on_start=on_start, builds=builds)
-
-
-def start_builds(cfg: Config, device: str, targets: list[Target]):
-    """A BuildAhead already compiling every candidate of `targets`, in evaluation order; None when
-    builds.ahead is never (or auto on a CPU run, where building would disturb the timings)."""
-    from harness.prebuild import BuildAhead, default_parallelism, gpu_arch
-
-    if cfg.executor == "ray" or cfg.builds.ahead == "never" or (cfg.builds.ahead == "auto" and device != "cuda"):
-        return None  # (Ray runs build in CPU tasks on the cluster)
-    parallel, jobs = default_parallelism()
-    builds = BuildAhead(
-        cfg.path(cfg.build_cache_dir),
-        gpu_arch() if device == "cuda" else "cpu",
-        cfg.builds.parallel or parallel,
-        cfg.builds.jobs_per_build or jobs,
-        timeout=cfg.timeouts.load,
-    )
-    for _, candidates in targets:
-        for candidate in candidates:
-            if candidate.extraction_failure is None:
-                builds.submit(candidate.path)
-    return builds
-
-
-def finish_run(store: RunStore, device: str, null_tolerance: float = nullfloor.DEFAULT_TOLERANCE, written: Optional[list] = None) -> RunEnd:
-    """Append the run's last record: the GPU's state now, whether its clocks moved between timings,
-    and each problem whose null floor lies outside 1.00 +/- `null_tolerance` (or whose null candidate
-    failed). `written`: the run's records so far, when the caller has read them already."""
-    from harness.environment import gpu_state
-    from harness.evaluate import CLOCK_TOLERANCE
-
-    timings = []
-    references = []
-    for record in written if written is not None else read_records(store.records_path):
-        if isinstance(record, (ReferenceRecord, CandidateRecord)) and record.timing is not None:
-            timings.append((record.problem, getattr(record, "candidate", "reference"), record.timing))
-        if isinstance(record, ReferenceRecord):
-            timings += [(record.problem, b.name, b.timing) for b in record.baselines if b.timing is not None]
-            references.append(record)
-    clocks = [(p, c, t.sm_clock_mhz) for p, c, t in timings if t.sm_clock_mhz]
-    warnings = []
-    if clocks:
-        low, high = min(clocks, key=lambda x: x[2]), max(clocks, key=lambda x: x[2])
-        if high[2] > low[2] * (1 + CLOCK_TOLERANCE):
-            warnings.append(
-                f"SM clocks moved during the run: {low[2]:.0f} MHz after timing {low[0]}/{low[1]}, {high[2]:.0f} MHz after "
-                f"{high[0]}/{high[1]}; timings taken at different clocks are not comparable (check cooling, power and other GPU users)"
-            )
-    warnings += nullfloor.warnings(references, null_tolerance)
-    end = RunEnd(
-        run_id=store.run_id,
-        finished_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        gpu_end=gpu_state() if device == "cuda" else {},
-        sm_clocks_mhz=tuple(c for _, _, c in clocks),
-        warnings=tuple(warnings),
-    )
-    store.append(end)
-    return end
+def _evaluate(session: Session, targets: list[Target], progress: Progress) -> tuple[list[CandidateRecord], bool, RunEnd]:
+    """Every target's candidate submitted to `session`, and their records in target order; on
+    Ctrl-C or SIGTERM, the records finished so far. The session is closed however this ends."""
+    progress.builds = session.builds.counts if session.builds is not None else None
+    if session.device == "cpu":
+        progress.message("note: no CUDA device in use: running on the CPU; candidates that need CUDA get the status 'needs CUDA'")
+    if session.executor.describe():
+        progress.message(session.executor.describe())
+    futures: list[Any] = []
+    interrupted = False
+    try:
+        futures = session.submit_all([(problem, candidate) for problem, candidates in targets for candidate in candidates])
+        records = gather(futures)
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (Terminated)
+        interrupted = True
+        session.stop()
+        how = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+        progress.message(f"{how}: the leaderboard below covers the candidates finished so far")
+        records = [f.result() for f in futures if f.done() and not f.cancelled() and f.exception() is None]
+    except BaseException:
+        session.stop()
+        raise
+    finally:
+        end = session.close()
+    return records, interrupted, end
 
 
 def exit_code(records: list[CandidateRecord], interrupted: bool = False) -> ExitCode:

@@ -1,0 +1,348 @@
+"""The evaluation API: one verdict per call for loops (search, RL rewards, best-of-n), and what the
+command line and the HTTP service (`python run.py serve`) are built on.
+
+    from harness import api
+
+    record = api.evaluate("19_ReLU", source)              # one candidate, a session of its own
+    with api.Session() as session:                         # many: lanes, judges and builds stay warm
+        futures = [session.submit("19_ReLU", s) for s in sources]
+        records = [f.result() for f in futures]
+
+A record is the same `CandidateRecord` a `python run.py` run writes, from the same isolation and
+checks: each candidate runs in a fresh worker process, against the lane's judge. A session keeps
+each lane's judge running between candidates (`workers.warm_problems` problems per lane), the
+next worker prestarted and the build pool going, so a candidate after the first pays for its
+own build, checks and timing only. `submit` is safe from any thread; a session writes its records
+to a run folder (`results/<run id>/`) as a run does, and one session is open per process at a time.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import datetime
+import hashlib
+import json
+import re
+import sys
+import threading
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
+
+from harness import nullfloor, scratch
+from harness import quiet as quiet_hosts
+from harness.candidate import Candidate
+from harness.config import Config, load_config, with_overrides
+from harness.errors import UserError
+from harness.extract import extract_code
+from harness.problem import Problem, resolve_problem
+from harness.records import CandidateRecord, ReferenceRecord, RunEnd, RunHeader
+from harness.store import RunStore, new_run_id, read_records
+
+__all__ = ["Session", "evaluate", "load"]
+
+ConfigLike = Config | str | Path | None
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
+
+
+def load(config: ConfigLike = None, overrides: Sequence[str] | Mapping[str, Any] = ()) -> Config:
+    """A Config from a Config, a YAML file layered over configs/default.yaml, or None (the default),
+    with `overrides` as `KEY=VALUE` strings or a {key: value} mapping on top."""
+    if isinstance(overrides, Mapping):
+        overrides = [f"{key}={json.dumps(value)}" for key, value in overrides.items()]
+    if isinstance(config, Config):
+        return with_overrides(config, list(overrides)) if overrides else config
+    return load_config(config, list(overrides))
+
+
+def evaluate(problem: str | Path | Problem, source: str, *, config: ConfigLike = None, overrides: Sequence[str] | Mapping[str, Any] = (), name: Optional[str] = None) -> CandidateRecord:
+    """One candidate's record, from a session opened and closed around it. `source` is the
+    candidate's Python source or a raw completion (its code is extracted as `run.py ingest` does).
+    In a loop, keep a Session instead: this call pays for the reference and the workers each time."""
+    with Session(config, overrides=overrides) as session:
+        return session.evaluate(problem, source, name=name)
+
+
+_open_session: Optional["Session"] = None
+_open_lock = threading.Lock()
+
+
+class Session:
+    """Lanes, their judges and the build pool, kept for many submissions; see the module's doc.
+
+    `store`: the run folder to write into (default: a new one under results_dir). The callbacks
+    run in lane threads, one at a time: `on_problem(problem)` when a problem's first candidate
+    starts, `on_start(candidate)`, `on_record(record)`."""
+
+    def __init__(
+        self,
+        config: ConfigLike = None,
+        *,
+        overrides: Sequence[str] | Mapping[str, Any] = (),
+        store: Optional[RunStore] = None,
+        argv: Sequence[str] = (),
+        echo: bool = False,
+        on_problem: Callable[[Problem], None] = lambda p: None,
+        on_start: Callable[[Candidate], None] = lambda c: None,
+        on_record: Callable[[CandidateRecord], None] = lambda r: None,
+    ) -> None:
+        self.cfg = load(config, overrides)
+        self.device = resolve_device(self.cfg)
+        self._claim()
+        self._stack = contextlib.ExitStack()
+        self._lock = threading.Lock()
+        self._names: dict[tuple[str, str], str] = {}  # (problem, candidate name) -> source hash
+        self._problems: dict[str, Problem] = {}
+        self._closed = False
+        try:
+            results_dir = self.cfg.path(self.cfg.results_dir)
+            scratch.check_free_disk([scratch.default_base(), results_dir], self.cfg.limits.min_free_disk_mb * scratch.MIB)
+            self._stack.enter_context(quiet_host(self.cfg, self.device, echo=echo))
+            self.store = store or RunStore(results_dir, new_run_id())
+            self.store.append(run_header(self.store.run_id, self.cfg, argv))
+            self.builds = start_builds(self.cfg, self.device)
+            self.executor = make_executor(self.cfg, self.device, self.store, self.builds, on_problem=on_problem, on_start=on_start, on_record=on_record)
+        except BaseException:
+            self._stack.close()
+            self._release()
+            raise
+
+    @property
+    def run_id(self) -> str:
+        return self.store.run_id
+
+    def problem(self, problem: str | Path | Problem) -> Problem:
+        """A problem by name (as `--problem` takes it, in the config's problems_dir), path or object."""
+        if isinstance(problem, Problem):
+            return problem
+        key = str(problem)
+        with self._lock:
+            if key not in self._problems:
+                found = resolve_problem(key, self.cfg.path(self.cfg.problems_dir))
+                found.settings  # a malformed HARNESS_* declaration is a usage error now, not in a lane
+                self._problems[key] = found
+            return self._problems[key]
+
+    def submit(self, problem: str | Path | Problem, source: str, *, name: Optional[str] = None) -> "concurrent.futures.Future[CandidateRecord]":
+        """Queue one candidate (its source, or a raw completion); its record arrives in the future.
+        `name` (default: `candidate_<hash>`) names it in records and logs; a name is kept for one
+        source per problem. Bad input (an unknown problem, a bad name) raises UserError here."""
+        chosen = self.problem(problem)
+        return self.submit_candidate(chosen, self._candidate(chosen, source, name))
+
+    def submit_candidate(self, problem: Problem, candidate: Candidate) -> "concurrent.futures.Future[CandidateRecord]":
+        """Queue a candidate file (as the command line does)."""
+        if self._closed:
+            raise UserError("the session is closed")
+        if self.builds is not None and candidate.extraction_failure is None:
+            self.builds.submit(candidate.path)  # building while the lanes are busy
+        return self.executor.submit(problem, candidate)
+
+    def submit_all(self, jobs: Sequence[tuple[Problem, Candidate]]) -> "list[concurrent.futures.Future[CandidateRecord]]":
+        """Queue candidate files together (the command line's whole run): on Ray, a problem's
+        candidates then share one batch and one reference."""
+        if self._closed:
+            raise UserError("the session is closed")
+        if self.builds is not None:
+            for _, candidate in jobs:
+                if candidate.extraction_failure is None:
+                    self.builds.submit(candidate.path)
+        return self.executor.submit_all(jobs)
+
+    def evaluate(self, problem: str | Path | Problem, source: str, *, name: Optional[str] = None, timeout: Optional[float] = None) -> CandidateRecord:
+        """`submit` and wait for the record."""
+        return self.submit(problem, source, name=name).result(timeout)
+
+    def pending(self) -> int:
+        """Candidates queued and not yet started."""
+        return self.executor.pending()
+
+    def stop(self) -> None:
+        """End running evaluations (their processes) and cancel queued ones: Ctrl-C's path."""
+        self.executor.stop()
+
+    def close(self) -> RunEnd:
+        """Finish what is queued, end the lanes and the build pool, and write the run's last record.
+        Safe to call twice (the second returns the run's end again)."""
+        with self._lock:
+            if self._closed:
+                return self._end
+            self._closed = True
+        try:
+            self.executor.close()
+        finally:
+            if self.builds is not None:
+                self.builds.close()
+            self._stack.close()
+            self._release()
+        self._end = finish_run(self.store, self.device, self.cfg.timing.null_tolerance)
+        return self._end
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, kind: Any, exc: Any, tb: Any) -> None:
+        if kind is not None and issubclass(kind, KeyboardInterrupt):
+            self.stop()
+        self.close()
+
+    # -- inside ---------------------------------------------------------------------------------
+
+    def _claim(self) -> None:
+        global _open_session
+        with _open_lock:
+            if _open_session is not None:
+                raise UserError("a Session is already open in this process (one at a time: it owns the lanes and the quiet host); close it first, or submit to it")
+            _open_session = self
+
+    def _release(self) -> None:
+        global _open_session
+        with _open_lock:
+            if _open_session is self:
+                _open_session = None
+
+    def _candidate(self, problem: Problem, source: str, name: Optional[str]) -> Candidate:
+        """The source as a file in the run folder (sources/<problem>/<name>.py), its code extracted
+        from a raw completion; an extraction that fails keeps the text and gets that verdict."""
+        if not isinstance(source, str):
+            raise UserError(f"a candidate's source must be text, not {type(source).__name__}")
+        digest = hashlib.sha256(source.encode()).hexdigest()
+        name = name if name is not None else f"candidate_{digest[:12]}"
+        if not NAME.fullmatch(name):
+            raise UserError(f"candidate name {name!r}: use letters, digits, '_', '.' or '-' (at most 100), starting with a letter or digit")
+        with self._lock:
+            known = self._names.setdefault((problem.name, name), digest)
+        if known != digest:
+            raise UserError(f"candidate name {name!r} is already used for another source of {problem.name} in this session")
+        folder = self.store.dir / "sources" / problem.name
+        folder.mkdir(parents=True, exist_ok=True)
+        extraction = extract_code(source)
+        if extraction.code is None:
+            path = folder / f"{name}.txt"
+            path.write_text(source, encoding="utf-8")
+            return Candidate(name, path, extraction_failure=extraction.reason)
+        path = folder / f"{name}.py"
+        path.write_text(extraction.code, encoding="utf-8")
+        return Candidate(name, path)
+
+
+# -- the parts a session is made of (the command line uses them too) -------------------------------
+
+
+def resolve_device(cfg: Config) -> str:
+    if cfg.executor == "ray":  # the cluster's GPUs count, not this machine's
+        from harness.ray_executor import cluster_device
+
+        return cluster_device(cfg)
+    import torch
+
+    if cfg.device == "cuda" and not torch.cuda.is_available():
+        raise UserError("device cuda was asked for, but torch sees no CUDA device (use --device cpu or auto)")
+    if cfg.device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return cfg.device
+
+
+def run_header(run_id: str, cfg: Config, argv: Sequence[str]) -> RunHeader:
+    from harness.environment import collect_environment
+
+    return RunHeader(
+        run_id=run_id,
+        started_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        argv=tuple(argv),
+        config=cfg.to_dict(),
+        environment={**collect_environment(), "quiet_host": quiet_hosts.current().describe()},
+    )
+
+
+@contextlib.contextmanager
+def quiet_host(cfg: Config, device: str, *, echo: bool = True) -> Iterator[quiet_hosts.QuietHost]:
+    """The quiet host (timing.quiet) for the lanes: one on a CPU run, one per chosen GPU.
+    However it ends (Ctrl-C and SIGTERM included) everything it stopped is continued: a build
+    left stopped would never finish, and the interpreter waits for the build pool."""
+    from harness.lanes import lane_count
+
+    mode = cfg.timing.quiet if cfg.executor == "local" else "off"  # Ray lanes run in actors of their own
+    if device == "cpu" and mode in ("pin", "both"):
+        mode = "pause"  # a CPU run's checks use every core; pinning would confine them to the lane's few
+    previous = quiet_hosts.current()
+    host = None
+    try:
+        host = quiet_hosts.configure(mode, lane_count(cfg, device) if mode != "off" else 1)
+        if echo and host.pin_note:
+            print(f"note: timing.quiet={mode}: {host.pin_note}", file=sys.stderr)
+        yield host
+    finally:
+        if host is not None:
+            host.close()
+        quiet_hosts.set_current(previous)
+
+
+def start_builds(cfg: Config, device: str, targets: Sequence[tuple[Problem, Sequence[Candidate]]] = ()) -> Any:
+    """A BuildAhead (already compiling every candidate of `targets`, in order) that builds each
+    submitted candidate's extensions in a CPU pool; None when builds.ahead is never, or auto on a
+    CPU run (where building would disturb the timings), or on Ray (builds run in its tasks)."""
+    from harness.prebuild import BuildAhead, default_parallelism, gpu_arch
+
+    if cfg.executor == "ray" or cfg.builds.ahead == "never" or (cfg.builds.ahead == "auto" and device != "cuda"):
+        return None
+    parallel, jobs = default_parallelism()
+    builds = BuildAhead(
+        cfg.path(cfg.build_cache_dir),
+        gpu_arch() if device == "cuda" else "cpu",
+        cfg.builds.parallel or parallel,
+        cfg.builds.jobs_per_build or jobs,
+        timeout=cfg.timeouts.load,
+    )
+    for _, candidates in targets:
+        for candidate in candidates:
+            if candidate.extraction_failure is None:
+                builds.submit(candidate.path)
+    return builds
+
+
+def make_executor(cfg: Config, device: str, store: RunStore, builds: Any, *, on_problem: Callable[[Problem], None], on_start: Callable[[Candidate], None], on_record: Callable[[CandidateRecord], None]) -> Any:
+    """The local executor (this machine's lanes) or, with executor: ray, the Ray executor; both
+    take `submit(problem, candidate) -> Future`."""
+    if cfg.executor == "ray":
+        from harness.ray_executor import RayExecutor
+
+        return RayExecutor(cfg, device, store, on_record=on_record, on_start=on_start, on_problem=on_problem)
+    from harness.lanes import LocalExecutor
+
+    return LocalExecutor(cfg, device, store, on_record=on_record, on_start=on_start, builds=builds, on_problem=on_problem, warm=cfg.workers.warm_problems)
+
+
+def finish_run(store: RunStore, device: str, null_tolerance: float = nullfloor.DEFAULT_TOLERANCE, written: Optional[list] = None) -> RunEnd:
+    """Append the run's last record: the GPU's state now, whether its clocks moved between timings,
+    and each problem whose null floor lies outside 1.00 +/- `null_tolerance` (or whose null candidate
+    failed). `written`: the run's records so far, when the caller has read them already."""
+    from harness.environment import gpu_state
+    from harness.evaluate import CLOCK_TOLERANCE
+
+    timings = []
+    references = []
+    for record in written if written is not None else read_records(store.records_path):
+        if isinstance(record, (ReferenceRecord, CandidateRecord)) and record.timing is not None:
+            timings.append((record.problem, getattr(record, "candidate", "reference"), record.timing))
+        if isinstance(record, ReferenceRecord):
+            timings += [(record.problem, b.name, b.timing) for b in record.baselines if b.timing is not None]
+            references.append(record)
+    clocks = [(p, c, t.sm_clock_mhz) for p, c, t in timings if t.sm_clock_mhz]
+    warnings = []
+    if clocks:
+        low, high = min(clocks, key=lambda x: x[2]), max(clocks, key=lambda x: x[2])
+        if high[2] > low[2] * (1 + CLOCK_TOLERANCE):
+            warnings.append(
+                f"SM clocks moved during the run: {low[2]:.0f} MHz after timing {low[0]}/{low[1]}, {high[2]:.0f} MHz after "
+                f"{high[0]}/{high[1]}; timings taken at different clocks are not comparable (check cooling, power and other GPU users)"
+            )
+    warnings += nullfloor.warnings(references, null_tolerance)
+    end = RunEnd(
+        run_id=store.run_id,
+        finished_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        gpu_end=gpu_state() if device == "cuda" else {},
+        sm_clocks_mhz=tuple(c for _, _, c in clocks),
+        warnings=tuple(warnings),
+    )
+    store.append(end)
+    return end

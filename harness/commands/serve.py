@@ -1,0 +1,54 @@
+"""`python run.py serve`: evaluate candidates sent over HTTP (JSON), with one long-lived session.
+
+The session's lanes, judges and build pool stay warm between requests; records go to a run folder
+as a run's do. See harness/serve.py for the routes and docs/api.md for a client.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Sequence
+
+from harness.api import Session
+from harness.commands.run import sigterm_interrupts
+from harness.config import load_config
+from harness.errors import ExitCode, UserError
+from harness.serve import Service, make_server
+
+
+def setup_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
+    parser.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 = any free port, printed at start)")
+    parser.add_argument("--token", default=os.environ.get("HARNESS_TOKEN", ""), help="bearer token every request must carry (default: $HARNESS_TOKEN; none = no check)")
+    parser.add_argument("--problems-dir", metavar="DIR", help="the problem tree (config problems_dir)")
+    parser.add_argument("--config", metavar="FILE", help="YAML layered over configs/default.yaml")
+    parser.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], help="override one config key, e.g. workers.warm_problems=4")
+    parser.add_argument("--device", choices=["auto", "cuda", "cpu"], help="where to run (default: config, auto)")
+
+
+def run_from_args(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    overrides = list(args.set)
+    if args.device:
+        overrides.append(f"device={args.device}")
+    if args.problems_dir:
+        overrides.append(f"problems_dir={json.dumps(args.problems_dir)}")
+    if args.host not in ("127.0.0.1", "localhost", "::1") and not args.token:
+        print("warning: serving beyond this machine without --token: anyone who reaches the port runs code here", file=sys.stderr)
+    cfg = load_config(args.config, overrides)
+    with sigterm_interrupts(), Session(cfg, argv=argv, echo=True) as session:
+        try:
+            server = make_server(Service(session, args.token), args.host, args.port)
+        except OSError as exc:
+            raise UserError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
+        host, port = server.server_address[:2]
+        print(f"serving on http://{host}:{port} (device {session.device}, records in {session.store.dir}); Ctrl-C stops", file=sys.stderr, flush=True)
+        try:
+            server.serve_forever(poll_interval=0.2)
+        except KeyboardInterrupt:
+            print("stopping: running evaluations are ended", file=sys.stderr)
+            session.stop()
+        finally:
+            server.server_close()
+    return int(ExitCode.OK)

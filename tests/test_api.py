@@ -1,0 +1,204 @@
+"""The evaluation API (harness.api) and its HTTP service: verdicts as the command line gives them,
+from many threads, with each lane's judge kept warm between submissions."""
+import json
+import threading
+import urllib.error
+import urllib.request
+
+import pytest
+
+from harness import api
+from harness.errors import UserError
+from harness.records import ReferenceRecord
+from harness.status import Status
+from harness.store import read_records
+
+PROBLEM = "1_Scale_Bias_ReLU"
+OTHER = "2_Linear_GELU"
+
+SCALE_BIAS_RELU = '''
+import torch
+import torch.nn as nn
+
+class ModelNew(nn.Module):
+    def __init__(self, features, scale):
+        super().__init__()
+        self.bias = nn.Parameter(torch.randn(features))
+        self.scale = scale
+
+    def forward(self, x):
+        return torch.relu(x * self.scale + self.bias){suffix}
+'''
+
+def null_candidate(name: str) -> str:
+    """The problem's own Model, renamed ModelNew."""
+    from harness.config import ROOT
+
+    text = next((ROOT / "problems").rglob(f"{name}.py")).read_text()
+    return text.replace("class Model(", "class ModelNew(").replace("super(Model,", "super(ModelNew,")
+
+
+def source(wrong: bool = False, tag: int = 0) -> str:
+    return SCALE_BIAS_RELU.format(suffix=" + 1" if wrong else "") + f"\n# variant {tag}\n"
+
+
+def references(session) -> list[ReferenceRecord]:
+    return [r for r in read_records(session.store.records_path) if isinstance(r, ReferenceRecord)]
+
+
+def test_a_session_takes_submissions_from_many_threads_and_runs_the_reference_once(make_config):
+    futures = {}
+    errors = []
+    with api.Session(make_config("timing.enabled=false")) as session:
+        def client(index: int) -> None:
+            try:
+                for wrong in (False, True):
+                    name = f"t{index}_{'wrong' if wrong else 'right'}"
+                    futures[name] = session.submit(PROBLEM, source(wrong, index), name=name)
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        records = {name: future.result(300) for name, future in futures.items()}
+        end = session.close()
+        assert len(references(session)) == 1  # the lane's judge stayed up for all eight
+    assert not errors
+    assert len(records) == 8
+    for name, record in records.items():
+        assert record.candidate == name and record.problem == PROBLEM
+        expected = Status.INCORRECT if name.endswith("wrong") else Status.CORRECT
+        assert record.status is expected, (name, record.reason)
+    assert end.run_id == session.run_id
+    assert (session.store.dir / "sources" / PROBLEM / "t0_right.py").read_text().strip() == source(False, 0).strip()
+
+
+def test_evaluate_gives_one_record_like_a_run(make_config):
+    record = api.evaluate(PROBLEM, source(), config=make_config(), overrides={"check.trials": 1})
+    assert record.status is Status.CORRECT, record.reason
+    assert record.candidate.startswith("candidate_")
+    assert record.timing is not None and record.speedup is not None  # timed in paired rounds, as a run times
+    kinds = [type(r).__name__ for r in read_records(record_run(record))]
+    assert kinds[0] == "RunHeader" and kinds[-1] == "RunEnd" and kinds.count("CandidateRecord") == 1
+
+
+def record_run(record):
+    from pathlib import Path
+
+    return Path(record.candidate_path).parents[2] / "records.jsonl"
+
+
+def test_raw_completions_are_extracted_and_one_without_code_gets_its_verdict(make_config):
+    completion = "Here is the kernel:\n```python\n" + source() + "```\nIt fuses the ops."
+    with api.Session(make_config("timing.enabled=false")) as session:
+        fenced = session.evaluate(PROBLEM, completion, name="fenced")
+        empty = session.evaluate(PROBLEM, "I cannot write this kernel.", name="prose")
+    assert fenced.status is Status.CORRECT, fenced.reason
+    assert empty.status is Status.EXTRACT_FAILED and "code" in empty.reason
+
+
+def test_bad_submissions_are_usage_errors_before_anything_runs(make_config):
+    with api.Session(make_config("timing.enabled=false")) as session:
+        with pytest.raises(UserError, match="no_such_problem|not found|no problem"):
+            session.submit("no_such_problem", source())
+        with pytest.raises(UserError, match="candidate name"):
+            session.submit(PROBLEM, source(), name="../escape")
+        session.submit(PROBLEM, source(), name="same").result(300)
+        with pytest.raises(UserError, match="already used"):
+            session.submit(PROBLEM, source(wrong=True), name="same")
+        assert session.submit(PROBLEM, source(), name="same").result(300).status is Status.CORRECT  # the same source again is fine
+        with pytest.raises(UserError, match="already open"):
+            api.Session(make_config())
+    with pytest.raises(UserError, match="closed"):
+        session.submit(PROBLEM, source())
+
+
+def test_warm_problems_keep_each_problems_judge_between_alternating_submissions(make_config):
+    alternating = [(PROBLEM, source(tag=i)) if i % 2 == 0 else (OTHER, null_candidate(OTHER) + f"# {i}\n") for i in range(4)]
+    counts = {}
+    for warm in (1, 2):
+        with api.Session(make_config("timing.enabled=false", f"workers.warm_problems={warm}")) as session:
+            for problem, text in alternating:
+                assert session.evaluate(problem, text).status is Status.CORRECT
+        counts[warm] = len(references(session))
+    assert counts == {1: 4, 2: 2}  # one judge per lane and problem while both stay warm
+
+
+def request(url, body=None, token=None):
+    data = json.dumps(body).encode() if body is not None and not isinstance(body, bytes) else body
+    req = urllib.request.Request(url, data=data, method="POST" if data is not None else "GET")
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(req, timeout=300) as reply:
+            return reply.status, json.loads(reply.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_the_http_service_evaluates_json_submissions(make_config):
+    from harness.serve import Service, make_server
+
+    with api.Session(make_config("timing.enabled=false")) as session:
+        server = make_server(Service(session, token="secret"), port=0)
+        thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
+        thread.start()
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        try:
+            assert request(f"{base}/health")[0] == 401  # no token
+            status, health = request(f"{base}/health", token="secret")
+            assert status == 200 and health["ok"] and health["device"] == "cpu" and health["run_id"] == session.run_id
+            status, record = request(f"{base}/evaluate", {"problem": PROBLEM, "source": source(), "name": "posted"}, token="secret")
+            assert status == 200 and record["status"] == "correct" and record["candidate"] == "posted"
+            status, queued = request(f"{base}/evaluate", {"problem": PROBLEM, "source": source(wrong=True), "wait": False}, token="secret")
+            assert status == 202
+            status, later = request(f"{base}/result/{queued['id']}?wait=300", token="secret")
+            assert status == 200 and later["status"] == "incorrect"
+            assert request(f"{base}/result/nope", token="secret")[0] == 404
+            status, error = request(f"{base}/evaluate", b"{not json", token="secret")
+            assert status == 400 and "not JSON" in error["error"]
+            status, error = request(f"{base}/evaluate", {"problem": "no_such_problem", "source": source()}, token="secret")
+            assert status == 400 and error["error"]
+        finally:
+            server.shutdown()
+            server.server_close()
+
+
+HANGING_PROBLEM = '''
+import time
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, x):
+        while True:
+            time.sleep(0.1)
+
+def get_inputs():
+    return [torch.randn(4, 4)]
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_stopping_a_session_ends_a_hung_reference_at_once_and_writes_no_record(make_config, tmp_path):
+    import time
+
+    from harness.records import CandidateRecord
+
+    problems = tmp_path / "problems"
+    problems.mkdir()
+    (problems / "1_Hang.py").write_text(HANGING_PROBLEM)
+    session = api.Session(make_config(f"problems_dir={problems}", "timeouts.load=600"))
+    future = session.submit("1_Hang", HANGING_PROBLEM.replace("class Model(", "class ModelNew("))
+    time.sleep(8)  # the judge is inside the reference's forward
+    started = time.monotonic()
+    session.stop()
+    session.close()
+    assert time.monotonic() - started < 20
+    assert future.done() and (future.cancelled() or future.exception() is not None)
+    assert not [r for r in read_records(session.store.records_path) if isinstance(r, (CandidateRecord, ReferenceRecord))]
