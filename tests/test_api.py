@@ -150,7 +150,7 @@ def test_the_http_service_evaluates_json_submissions(make_config):
         try:
             assert request(f"{base}/health")[0] == 401  # no token
             status, health = request(f"{base}/health", token="secret")
-            assert status == 200 and health["ok"] and health["device"] == "cpu" and health["run_id"] == session.run_id
+            assert status == 200 and health["ok"] and health["device"] == session.device and health["run_id"] == session.run_id
             status, record = request(f"{base}/evaluate", {"problem": PROBLEM, "source": source(), "name": "posted"}, token="secret")
             assert status == 200 and record["status"] == "correct" and record["candidate"] == "posted"
             status, queued = request(f"{base}/evaluate", {"problem": PROBLEM, "source": source(wrong=True), "wait": False}, token="secret")

@@ -179,6 +179,7 @@ def run(cfg: Config, targets: list[Target], *, run_id: str | None = None, resume
             raise UserError(f"--resume {run_id}: no run with records in {results_dir}")
         if not resume and run_id and (results_dir / run_id / "records.jsonl").is_file():
             raise UserError(f"run {run_id} already has records in {results_dir}; use --resume {run_id} to finish it, or another --run-id")
+        scratch.check_free_disk([scratch.default_base(), results_dir], cfg.limits.min_free_disk_mb * scratch.MIB)  # before the scratch exists
         with scratch.RunScratch.create() as own:
             previous = scratch.set_current(own)
             try:
