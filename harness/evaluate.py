@@ -49,6 +49,9 @@ class Plan:
     other_size_trial: Optional[int] = None  # index of the trial at another input size (after the regular ones)
     randomize_weights: bool = True  # the reference's weights are redrawn before candidates load them
     gradient_seed: int = 0  # the random projection of the outputs whose backward both sides take
+    rng_seed: int = 0  # torch's generators are seeded with this plus the call's index before each checked call, on
+                       # both sides: a reference that draws random numbers (train-mode dropout) draws the same ones
+                       # for a candidate that draws as it does. Not derived from the input seeds, which stay secret
 
     @property
     def precision_call(self) -> Optional[int]:
@@ -73,7 +76,7 @@ class Plan:
             calls += tuple(Call(other, mode, "given", other_size=True) for mode in cfg.check.modes)
         # Repeats come last: the module's state is final, as it is when the timed calls run.
         calls += tuple(Call(0, "eval", distributions[0], repeat=k) for k in range(1, cfg.check.repeats + 1))
-        return cls(construct_seed=secrets.randbits(62), input_seeds=seeds, distributions=distributions, calls=calls, other_size_trial=other, randomize_weights=cfg.check.randomize_weights, gradient_seed=secrets.randbits(62))
+        return cls(construct_seed=secrets.randbits(62), input_seeds=seeds, distributions=distributions, calls=calls, other_size_trial=other, randomize_weights=cfg.check.randomize_weights, gradient_seed=secrets.randbits(62), rng_seed=secrets.randbits(62))
 
 
 def _now() -> str:
@@ -217,6 +220,7 @@ class ProblemEvaluation:
             timed_inputs=plan.timed_inputs,
             gradients=cfg.check.gradients != "off",
             gradient_seed=plan.gradient_seed,
+            rng_seed=plan.rng_seed,
             allow_tf32=cfg.check.allow_tf32,
             cpu_threads=cfg.timing.cpu_threads,
             tolerances={k: dataclasses.asdict(v) for k, v in cfg.check.tolerances.items()},
@@ -240,6 +244,7 @@ class ProblemEvaluation:
             "allow_tf32": self.cfg.check.allow_tf32,
             "gradients": self.cfg.check.gradients != "off",
             "gradient_seed": plan.gradient_seed,
+            "rng_seed": plan.rng_seed,
             "cpu_threads": self.cfg.timing.cpu_threads,
             "guard_bands": self.cfg.check.guard_bands,
             "session": to_dict(session),

@@ -407,6 +407,7 @@ class Judge:
         self.model.train(call.mode == "train")
         wide = self._float64(args) if step.index == self.job.precision_call else None
         self._output_bytes = 0
+        torch.manual_seed(self.job.rng_seed + step.index)  # the worker seeds its call the same way
         expected = self._forward(args, aliases=True)
         session.last_args, session.last_trial = args, call.input
         check = self._compare(call.label, expected, session, step)

@@ -58,6 +58,7 @@ class JudgeJob:
     memory_fraction: float = 0.5  # the reference may use at most this fraction of the device's memory
     slot_fraction: float = 0.125  # the timed input sets a worker gets may fill at most this fraction
     guard_bands: bool = True  # check the poisoned bands after the worker's inputs after each call
+    rng_seed: int = 0  # torch is seeded with this plus the call's index before each checked reference call
 
 
 @dataclasses.dataclass(frozen=True)

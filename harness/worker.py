@@ -267,6 +267,7 @@ class Worker:
                 # The inputs of every call are written by the judge into the same memory: an answer
                 # memoised by input identity or address comes back stale and fails the comparison.
                 args = self._set(staged.sets[0], staged.fresh)
+                torch.manual_seed(job.get("rng_seed", 0) + index)  # as the judge seeds its reference call
                 out = self._call(runner, args, f"call_{index}")
                 last = index + 1 == len(calls)
                 staged = self._step("call", index, out, args, want=("none", 0) if last else ("call", index + 1))
@@ -560,6 +561,7 @@ def model_gradients(model: Any, args: list[Any], seed: int, guard: Optional["Gua
     status, reason = "ok", ""
     try:
         with torch.enable_grad():
+            torch.manual_seed(seed)  # both sides: a train-mode forward that draws (dropout) draws the same
             out = model(*inputs)
             outputs = [o for o in as_outputs(out) if isinstance(o, torch.Tensor) and o.is_floating_point()]
             if not any(o.requires_grad for o in outputs):

@@ -202,3 +202,63 @@ def test_stopping_a_session_ends_a_hung_reference_at_once_and_writes_no_record(m
     assert time.monotonic() - started < 20
     assert future.done() and (future.cancelled() or future.exception() is not None)
     assert not [r for r in read_records(session.store.records_path) if isinstance(r, (CandidateRecord, ReferenceRecord))]
+
+
+DROPOUT_PROBLEM = '''
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, features):
+        super().__init__()
+        self.linear = nn.Linear(features, features)
+        self.dropout = nn.Dropout(p=0.5)
+
+    def forward(self, x):
+        return torch.softmax(self.dropout(self.linear(x)), dim=1)
+
+def get_inputs():
+    return [torch.randn(16, 32)]
+
+def get_init_inputs():
+    return [32]
+'''
+
+
+def test_a_train_mode_dropout_reference_passes_its_null_candidate_and_fails_one_without_dropout(make_config, tmp_path):
+    """KernelBench's level2/66 and 83 draw dropout masks in train mode: both sides are seeded alike
+    before each checked call, so the same draws give the same masks; skipping dropout still fails."""
+    problems = tmp_path / "problems"
+    problems.mkdir()
+    (problems / "1_Dropout.py").write_text(DROPOUT_PROBLEM)
+    null = DROPOUT_PROBLEM.replace("class Model(", "class ModelNew(")
+    no_dropout = null.replace("self.dropout(self.linear(x))", "self.linear(x)")
+    with api.Session(make_config(f"problems_dir={problems}", "timing.enabled=false", "check.gradients=fail")) as session:
+        same = session.evaluate("1_Dropout", null, name="null")
+        skipped = session.evaluate("1_Dropout", no_dropout, name="no_dropout")
+    assert same.status is Status.CORRECT, same.reason
+    assert same.gradients == "match"
+    assert skipped.status is Status.INCORRECT and "train" in skipped.reason
+
+
+def test_async_tasks_await_their_records_without_blocking_the_event_loop(make_config):
+    import asyncio
+
+    async def main(session):
+        ticks = 0
+
+        async def ticker():
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.05)
+                ticks += 1
+
+        clock = asyncio.create_task(ticker())
+        records = await asyncio.gather(*(asyncio.wrap_future(session.submit(PROBLEM, source(i == 1, i))) for i in range(2)))
+        clock.cancel()
+        return records, ticks
+
+    with api.Session(make_config("timing.enabled=false")) as session:
+        (right, wrong), ticks = asyncio.run(main(session))
+    assert right.status is Status.CORRECT and wrong.status is Status.INCORRECT
+    assert ticks > 10  # the loop kept running while the lanes worked

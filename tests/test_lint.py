@@ -143,3 +143,28 @@ def test_our_whole_suite_passes_lint_on_the_cpu(tmp_path):
 
 def test_unknown_problem_is_a_usage_error(tmp_path):
     assert main(["lint", "no_such_problem", "--device", "cpu", "--out", str(tmp_path / "x.md")]) == ExitCode.USAGE
+
+
+@pytest.mark.parametrize("name, body, skipped", [
+    ("mse_loss", "torch.mean((x * self.weight - 1) ** 2)", "constant fails"),  # KernelBench's losses return one number
+    ("argmax", "torch.argmax(x * self.weight, dim=1)", None),  # integer indices, compared exactly
+])
+def test_losses_and_integer_outputs_are_linted_on_what_can_judge_them(tmp_path, name, body, skipped):
+    folder = tmp_path / "problems" / "lintcases"
+    folder.mkdir(parents=True)
+    (folder / f"{name}.py").write_text(TEMPLATE.format(body=body))
+    code, verdicts, _ = lint(tmp_path / "problems", tmp_path, name)
+    assert code == ExitCode.OK, verdicts
+    assert verdicts[(name, "depends on inputs")] == "pass" and verdicts[(name, "depends on weights")] == "pass"
+    if skipped:
+        assert verdicts[(name, skipped)] == "skip"
+    else:
+        assert verdicts[(name, "constant fails")] == "pass"
+
+
+def test_a_loss_that_ignores_its_inputs_still_fails(tmp_path):
+    folder = tmp_path / "problems" / "lintcases"
+    folder.mkdir(parents=True)
+    (folder / "fixed_loss.py").write_text(TEMPLATE.format(body="torch.mean(self.weight ** 2) + 0 * x.sum()"))
+    code, verdicts, _ = lint(tmp_path / "problems", tmp_path, "fixed_loss")
+    assert code == ExitCode.CANDIDATES_FAILED and verdicts[("fixed_loss", "depends on inputs")] == "**fail**"
