@@ -502,6 +502,10 @@ class ProblemEvaluation:
             self._restart_note = ""
         if reference.record.other_size_note:
             warnings.append(f"the other-size trial ran at the problem's own size: {reference.record.other_size_note}")
+        mapping = tuple((str(a), str(b)) for m in outcome.messages if m.get("type") == "weights_mapped" for a, b in m.get("pairs", []))
+        if mapping:
+            shown = ", ".join(f"{a} <- {b}" for a, b in mapping[:6]) + (f", and {len(mapping) - 6} more" if len(mapping) > 6 else "")
+            warnings.append(f"weights mapped by position (ModelNew renames them): {shown}")
         found, evidence = self._findings(candidate, compared, status, reference.record)
         policies = self.cfg.flags.policies(self.cfg.check.gradients)
         status, reason, flags = decide_flags(status, reason, found, policies)
@@ -531,6 +535,7 @@ class ProblemEvaluation:
             profile=compared.profile,
             flags=flags,
             sanitizer=sanitized,
+            weight_mapping=mapping,
             **evidence,
             gradients=gradients[0] if gradients is not None else "",
             phase_seconds=(outcome.done or {}).get("phase_seconds", {}),

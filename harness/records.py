@@ -307,6 +307,7 @@ class CandidateRecord:
     custom_kernel_share: Optional[float] = None  # share of the profiled GPU time in the candidate's own kernels
     flags: tuple[Flag, ...] = ()  # integrity findings with the policy applied to each (harness/flags.py)
     sanitizer: tuple[SanitizerRun, ...] = ()  # compute-sanitizer runs over one small forward (CUDA, correct candidates)
+    weight_mapping: tuple[tuple[str, str], ...] = ()  # (ModelNew's name, the reference's) where the transplant paired renamed weights by position
     extension_calls: dict[str, int] = dataclasses.field(default_factory=dict)  # "extension.function" -> calls during the checked forward calls
     timed_extension_calls: dict[str, int] = dataclasses.field(default_factory=dict)  # the same during warm-up, profile and timed rounds
     builds: tuple[ExtensionBuild, ...] = ()  # load_inline calls and cache hits

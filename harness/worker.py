@@ -21,7 +21,7 @@ import time
 import traceback
 import types
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from harness.channel import ChannelWriter
 from harness.status import Status
@@ -222,6 +222,7 @@ class Worker:
         )
         cache.install()
         self.guard = Guard(self)
+        self.reference_names: Callable[[str], str] = lambda name: name  # own name -> the reference's (renamed weights)
         module = load_module(Path(job["source"]), f"__{self.role}__")
         self.guard.check("import")
         model_class = getattr(module, job["class_name"], None)
@@ -279,10 +280,11 @@ class Worker:
             staged = self._ask("timing") if timing else staged
         else:
             after_buffers = ("trial", 0) if gradients else ("timing", 0) if timing else ("none", 0)
-            staged = self._step("buffers", 0, [v.detach() for _, v in model.named_buffers()], [], want=after_buffers, names=[k for k, _ in model.named_buffers()])
+            staged = self._step("buffers", 0, [v.detach() for _, v in model.named_buffers()], [], want=after_buffers, names=[self.reference_names(k) for k, _ in model.named_buffers()])
         if gradients:
             status, reason, grads = model_gradients(model, self._set(staged.sets[0], staged.fresh), job["gradient_seed"], self.guard)
-            staged = self._step("grads", 0, list(grads.values()), [], want=("timing", 0) if timing else ("none", 0), names=list(grads), status=status, reason=reason)
+            names = [f"parameter {self.reference_names(k.removeprefix('parameter '))}" if k.startswith("parameter ") else k for k in grads]
+            staged = self._step("grads", 0, list(grads.values()), [], want=("timing", 0) if timing else ("none", 0), names=names, status=status, reason=reason)
             del grads
             if device.type == "cuda":
                 torch.cuda.empty_cache()
@@ -467,27 +469,67 @@ class Worker:
             self._step("timed", 0, output, sets[0], want=("none", 0))
 
     def _load_reference_weights(self, model: Any) -> None:
-        """The reference's state_dict (in the inputs region) into `model`, strictly: same names and shapes."""
+        """The reference's state_dict (in the inputs region) into `model`: by name when the names
+        match; else, when ModelNew renamed them (gamma for bn.weight, a Sequential re-indexed), by
+        registration order, where every parameter and buffer pairs with one of the same shape
+        (num_batches_tracked aside). The pairs are reported (`weights_mapped`); later steps name
+        buffers and gradients as the reference does. No such pairing: `weights mismatch`."""
         from harness.regions import view
 
         reference = {w.name: view(self.inputs.tensor, w.tensor) for w in self.session.weights}
         own = model.state_dict()
-        problems = []
-        missing = [k for k in own if k not in reference]
-        unexpected = [k for k in reference if k not in own]
-        mis_shaped = [f"{k} {tuple(own[k].shape)} vs {tuple(reference[k].shape)}" for k in own if k in reference and own[k].shape != reference[k].shape]
-        if missing:
-            problems.append(f"missing from the reference: {', '.join(missing)}")
-        if unexpected:
-            problems.append(f"not in ModelNew: {', '.join(unexpected)}")
-        if mis_shaped:
-            problems.append(f"shape differs: {', '.join(mis_shaped)}")
-        if problems:
-            raise WorkerFailure(Status.WEIGHTS_MISMATCH, "; ".join(problems)[:500])
+        if set(own) != set(reference) or any(own[k].shape != reference[k].shape for k in own):
+            pairs = positional_mapping(own, reference)
+            if pairs is None:
+                raise WorkerFailure(Status.WEIGHTS_MISMATCH, weights_problems(own, reference)[:500])
+            renamed = {mine: theirs for mine, theirs in pairs if mine != theirs}
+            self.reference_names = reference_namer(renamed)
+            unpaired = {k: own[k] for k in own if _counter(k) and k not in dict(pairs)}  # counters that could not pair keep their own
+            reference = {mine: reference[theirs] for mine, theirs in pairs} | unpaired
+            self.channel.send({"type": "weights_mapped", "pairs": sorted(renamed.items())[:200]})
         try:
             model.load_state_dict(reference, strict=True)
         except BaseException as exc:
             raise WorkerFailure(Status.WEIGHTS_MISMATCH, one_line(exc)) from None
+
+
+def _counter(name: str) -> bool:
+    """BatchNorm's step counter: no weight, never part of a positional pairing."""
+    return name.rsplit(".", 1)[-1] == "num_batches_tracked"
+
+
+def positional_mapping(own: dict[str, Any], reference: dict[str, Any]) -> Optional[list[tuple[str, str]]]:
+    """(own name, reference name) pairs in registration order, when both hold as many tensors
+    (num_batches_tracked aside) and each pair has one shape; else None."""
+    mine = [k for k in own if not _counter(k)]
+    theirs = [k for k in reference if not _counter(k)]
+    if len(mine) != len(theirs) or any(own[a].shape != reference[b].shape for a, b in zip(mine, theirs)):
+        return None
+    counters = ([k for k in own if _counter(k)], [k for k in reference if _counter(k)])
+    return list(zip(mine, theirs)) + (list(zip(*counters)) if len(counters[0]) == len(counters[1]) else [])
+
+
+def reference_namer(renamed: dict[str, str]) -> Callable[[str], str]:
+    """Own name -> the reference's, for the steps that send named tensors (buffers, gradients):
+    the pairs, else the name itself."""
+    def name(own: str) -> str:
+        return renamed.get(own, own)
+
+    return name
+
+
+def weights_problems(own: dict[str, Any], reference: dict[str, Any]) -> str:
+    problems = []
+    missing = [k for k in own if k not in reference]
+    unexpected = [k for k in reference if k not in own]
+    mis_shaped = [f"{k} {tuple(own[k].shape)} vs {tuple(reference[k].shape)}" for k in own if k in reference and own[k].shape != reference[k].shape]
+    if missing:
+        problems.append(f"missing from the reference: {', '.join(missing)}")
+    if unexpected:
+        problems.append(f"not in ModelNew: {', '.join(unexpected)}")
+    if mis_shaped:
+        problems.append(f"shape differs: {', '.join(mis_shaped)}")
+    return "; ".join(problems) + "; no pairing by registration order and shape either"
 
 
 def prepare_timer(runner: Any, sets: list[list[Any]], device: Any, job: dict[str, Any], *, profiled: bool) -> tuple[Any, Any, Any]:

@@ -1,0 +1,96 @@
+"""The weight transplant survives renaming: ModelNew gets the reference's (redrawn) weights by name,
+or by registration order and shape when it renamed them; one that ignores what it was given fails."""
+import pytest
+
+from harness import api
+from harness.status import Status
+
+PROBLEM = "3_Linear_BatchNorm"  # Linear(64, 32) then BatchNorm1d(32): parameters, running stats, a counter
+
+FLAT = '''
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+class ModelNew(nn.Module):
+    """gemm_weight for linear.weight, gamma and beta for bn.weight and bn.bias: as LLM kernels name them."""
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.gemm_weight = nn.Parameter(torch.empty(out_features, in_features))
+        self.gemm_bias = nn.Parameter(torch.empty(out_features))
+        self.gamma = nn.Parameter(torch.ones(out_features))
+        self.beta = nn.Parameter(torch.zeros(out_features))
+        self.register_buffer("running_mean", torch.zeros(out_features))
+        self.register_buffer("running_var", torch.ones(out_features))
+        self.register_buffer("num_batches_tracked", torch.tensor(0, dtype=torch.long))
+        nn.init.kaiming_uniform_(self.gemm_weight)
+        nn.init.zeros_(self.gemm_bias)
+
+    def forward(self, x):
+        y = F.linear(x, {weight}, self.gemm_bias)
+        if self.training:
+            self.num_batches_tracked += 1
+        return F.batch_norm(y, self.running_mean, self.running_var, self.gamma, self.beta, self.training, 0.1, 1e-5)
+'''
+
+SEQUENTIAL = '''
+import torch
+import torch.nn as nn
+
+class ModelNew(nn.Module):
+    """The same layers in a Sequential (body.0, body.1) where the reference names them linear and bn."""
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(in_features, out_features), nn.BatchNorm1d(out_features))
+
+    def forward(self, x):
+        return self.body(x)
+'''
+
+EXTRA = SEQUENTIAL.replace("self.body = nn.Sequential(", "self.scale = nn.Parameter(torch.ones(1))\n        self.body = nn.Sequential(").replace("return self.body(x)", "return self.body(x) * self.scale")
+
+
+@pytest.fixture(scope="module")
+def records(tmp_path_factory, build_cache, measurement_cache):
+    from harness.config import load_config
+
+    cfg = load_config(overrides=[f"results_dir={tmp_path_factory.mktemp('results')}", f"build_cache_dir={build_cache}", f"measurement_cache_dir={measurement_cache}",
+                                 "timing.enabled=false", "check.trials=2", "flags.no_custom_kernel=flag"])
+    sources = {
+        "flat": FLAT.format(weight="self.gemm_weight"),
+        "flat_frozen": FLAT.format(weight="self.frozen").replace("nn.init.zeros_(self.gemm_bias)", "nn.init.zeros_(self.gemm_bias)\n        self.frozen = self.gemm_weight.detach().clone()  # its own weights, kept; the given ones ignored"),
+        "sequential": SEQUENTIAL,
+        "extra_parameter": EXTRA,
+    }
+    with api.Session(cfg) as session:
+        futures = {name: session.submit(PROBLEM, text, name=name) for name, text in sources.items()}
+        return {name: f.result() for name, f in futures.items()}
+
+
+def test_renamed_parameters_are_paired_by_position_and_recorded(records):
+    record = records["flat"]
+    assert record.status is Status.CORRECT, record.reason
+    assert dict(record.weight_mapping) == {
+        "gemm_weight": "linear.weight", "gemm_bias": "linear.bias", "gamma": "bn.weight", "beta": "bn.bias",
+        "running_mean": "bn.running_mean", "running_var": "bn.running_var", "num_batches_tracked": "bn.num_batches_tracked",
+    }
+    assert any(w.startswith("weights mapped by position") for w in record.warnings)
+    assert record.gradients == "match"  # gradients are compared under the reference's names
+
+
+def test_a_sequential_that_shifts_names_is_paired_and_its_buffers_compared(records):
+    record = records["sequential"]
+    assert record.status is Status.CORRECT, record.reason
+    assert ("body.1.running_mean", "bn.running_mean") in record.weight_mapping
+    assert any(c.name == "buffers after the calls" and c.passed for c in record.checks)
+
+
+def test_renamed_weights_that_are_then_ignored_still_fail(records):
+    record = records["flat_frozen"]
+    assert record.status is Status.INCORRECT, record.reason
+
+
+def test_weights_that_cannot_pair_are_a_weights_mismatch_naming_them(records):
+    record = records["extra_parameter"]
+    assert record.status is Status.WEIGHTS_MISMATCH
+    assert "scale" in record.reason and "no pairing by registration order and shape" in record.reason
