@@ -696,9 +696,7 @@ def compare_times(timing: TimingStats, paired: PairedSpeedup, profile: Optional[
         )
     sol = reference.speed_of_light
     if sol is not None and sol.floor_ms > 0:
-        measures["sol_ms"] = sol.floor_ms
-        if median > 0:
-            measures["sol_fraction"] = sol.floor_ms / median
+        measures.update(sol_measures(sol, median))
     if timing.sm_clock_mhz and paired.reference.sm_clock_mhz:
         ratio = timing.sm_clock_mhz / paired.reference.sm_clock_mhz
         if abs(ratio - 1) > CLOCK_TOLERANCE:
@@ -711,6 +709,18 @@ def compare_times(timing: TimingStats, paired: PairedSpeedup, profile: Optional[
 
 
 SLOWDOWN_BITS = {0x4: "software power cap", 0x8: "hardware slowdown", 0x20: "software thermal slowdown", 0x40: "hardware thermal slowdown", 0x80: "power brake"}
+
+
+def sol_measures(sol: Any, median: float) -> dict[str, Any]:
+    """The speed-of-light fields of a candidate timed at `median` ms: against the reference
+    algorithm's roofline, or, when it runs below that, against the bytes floor alone, with a note
+    (its algorithm needs fewer FLOPs than the reference's: information, not a warning)."""
+    if median <= 0 or median >= sol.floor_ms or sol.bytes_ms <= 0:
+        return {"sol_ms": sol.floor_ms, "sol_fraction": sol.floor_ms / median if median > 0 else None, "sol_floor": "roofline"}
+    note = (f"faster than the reference's algorithm: {median:.4g} ms is below its roofline {sol.floor_ms:.4g} ms "
+            f"({sol.flops:.3g} FLOP at {sol.peak_tflops:.3g} TFLOP/s); against the fewest bytes ({sol.min_bytes:.3g} B at "
+            f"{sol.peak_gbps:.4g} GB/s, {sol.bytes_ms:.4g} ms) it is at {sol.bytes_ms / median:.0%} of the speed of light")
+    return {"sol_ms": sol.bytes_ms, "sol_fraction": sol.bytes_ms / median, "sol_floor": "bytes", "notes": (note,)}
 
 
 def slowdown_reasons(reasons: str) -> list[str]:

@@ -66,7 +66,8 @@ def side_work(profile: Optional[CallProfile], threads: Optional[dict]) -> list[F
 
 def implausible_time(timing: TimingStats, speedup: float, reference_ms: float, profile: Optional[CallProfile], sol: Optional[SpeedOfLight], max_speedup: float, impossible_below: float) -> list[Finding]:
     """A timing the work cannot fit in: over `max_speedup` x eager, under the GPU time of the
-    call's own profile, or under the speed-of-light floor."""
+    call's own profile, or under the hard speed-of-light floor (the fewest bytes at peak
+    bandwidth; the reference's FLOPs are its algorithm's, not the problem's)."""
     found: list[Finding] = []
     median = timing.median_ms
     if speedup > max_speedup:
@@ -77,11 +78,11 @@ def implausible_time(timing: TimingStats, speedup: float, reference_ms: float, p
         found.append((Code.IMPLAUSIBLE_TIME, (
             f"the timed median {median:.4g} ms is below the GPU time of its own profiled call "
             f"({profile.kernel_ms:.4g} ms in {profile.launches} activities); the timing does not cover the work")))
-    if sol is not None and sol.floor_ms > 0 and median < sol.floor_ms * impossible_below:
+    if sol is not None and sol.bytes_ms > 0 and median < sol.bytes_ms * impossible_below:
         found.append((Code.IMPLAUSIBLE_TIME, (
-            f"{median:.4g} ms is below the speed-of-light floor {sol.floor_ms:.4g} ms "
-            f"({sol.flops:.3g} FLOP at {sol.peak_tflops:.3g} TFLOP/s, {sol.min_bytes:.3g} B at {sol.peak_gbps:.4g} GB/s); "
-            "the timing misses work or the output is not computed")))
+            f"{median:.4g} ms is below the speed-of-light floor {sol.bytes_ms:.4g} ms: the problem's fewest bytes "
+            f"({sol.min_bytes:.3g} B, inputs and weights read once, outputs written once) at {sol.peak_gbps:.4g} GB/s, "
+            "which no algorithm avoids; the timing misses work or the output is not computed")))
     return found
 
 

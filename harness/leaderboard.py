@@ -16,7 +16,7 @@ from harness.flags import column as flag_column
 from harness.records import CandidateRecord, NullFloor, ReferenceRecord
 from harness.status import Status
 
-PROBLEM_COLUMNS = ["rank", "candidate", "status", "flags", "reason", "speedup", "vs_compile", "sol_pct", "own_share", "gradients", "candidate_ms", "reference_ms", "compile_ms", "max_abs_error"]
+PROBLEM_COLUMNS = ["rank", "candidate", "status", "flags", "reason", "speedup", "vs_compile", "sol_pct", "sol_floor", "own_share", "gradients", "candidate_ms", "reference_ms", "compile_ms", "max_abs_error"]
 NUMERIC = {"speedup", "vs_compile", "sol_pct", "own_share", "candidate_ms", "reference_ms", "compile_ms", "max_abs_error", "geomean_speedup", "geomean_vs_compile", "null_floor"}
 COMPILE_BASELINE = "torch.compile(default)"
 
@@ -45,6 +45,7 @@ def candidate_frame(records: Iterable[CandidateRecord]) -> pd.DataFrame:
             "speedup": r.speedup,
             "vs_compile": r.speedups.get(compile_name) if compile_name else None,
             "sol_pct": r.sol_fraction,
+            "sol_floor": r.sol_floor,
             "own_share": r.custom_kernel_share,
             "candidate_ms": r.timing.median_ms if r.timing and r.status is Status.CORRECT else None,
             "reference_ms": r.reference_ms,
@@ -54,7 +55,7 @@ def candidate_frame(records: Iterable[CandidateRecord]) -> pd.DataFrame:
             "device": r.device,
             "run_id": r.run_id,
         }
-    columns = ["problem", "candidate", "status", "correct", "evaluated", "reason", "flags", "speedup", "vs_compile", "sol_pct", "own_share", "gradients", "candidate_ms", "reference_ms", "compile_ms", "max_abs_error", "device", "run_id"]
+    columns = ["problem", "candidate", "status", "correct", "evaluated", "reason", "flags", "speedup", "vs_compile", "sol_pct", "sol_floor", "own_share", "gradients", "candidate_ms", "reference_ms", "compile_ms", "max_abs_error", "device", "run_id"]
     return pd.DataFrame(list(rows.values()), columns=columns)
 
 

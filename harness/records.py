@@ -234,9 +234,20 @@ class SpeedOfLight:
     dtype: str  # the dtype the peaks were measured for
     peak_tflops: float  # measured matrix-multiply rate on this device for dtype (TFLOP/s)
     peak_gbps: float  # measured device-to-device copy bandwidth, bytes read + written (GB/s)
-    floor_ms: float  # max(flops / peak rate, bytes / peak bandwidth)
+    floor_ms: float  # max(flops / peak rate, bytes / peak bandwidth): the roofline of the reference's algorithm
     bound: str  # "compute" or "memory": the larger term
     peaks_source: str = ""  # where the peaks came from: "measured" now or the cache file
+
+    @property
+    def bytes_ms(self) -> float:
+        """The hard floor: the problem's fewest bytes at peak bandwidth, whatever the algorithm."""
+        return self.min_bytes / (self.peak_gbps * 1e9) * 1e3 if self.peak_gbps > 0 else 0.0
+
+    @property
+    def flops_ms(self) -> float:
+        """A soft floor: the reference's FLOP count at peak rate. Another algorithm may need fewer
+        (diag(A) @ B as a row scaling), so going below it is faster than the reference's algorithm."""
+        return self.flops / (self.peak_tflops * 1e12) * 1e3 if self.peak_tflops > 0 else 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -301,8 +312,11 @@ class CandidateRecord:
     paired: Optional[PairedSpeedup] = None  # the rounds timed in turns with the reference, its interval and protocol
     baseline_ms: dict[str, float] = dataclasses.field(default_factory=dict)  # other baselines' medians, by name
     speedups: dict[str, float] = dataclasses.field(default_factory=dict)  # over each baseline: speedup / the baseline's paired speedup
-    sol_ms: Optional[float] = None  # the problem's roofline floor on this device
+    sol_ms: Optional[float] = None  # the floor sol_fraction uses, on this device (sol_floor says which)
     sol_fraction: Optional[float] = None  # sol_ms / timing.median_ms: 1.0 is the speed of light
+    sol_floor: str = ""  # "roofline": the reference algorithm's (FLOPs and bytes); "bytes": the fewest bytes only, for a
+                         # candidate faster than the reference's algorithm allows
+    notes: tuple[str, ...] = ()  # information that is neither a warning nor a flag (a faster algorithm than the reference's)
     profile: Optional[CallProfile] = None  # one profiled call (CUDA)
     custom_kernel_share: Optional[float] = None  # share of the profiled GPU time in the candidate's own kernels
     flags: tuple[Flag, ...] = ()  # integrity findings with the policy applied to each (harness/flags.py)

@@ -64,7 +64,7 @@ def eval_results(records: Iterable[CandidateRecord], levels: dict[str, str], har
         metadata = {
             "status": record.status.value, "reason": record.reason, "flags": [to_dict(f) for f in record.flags],
             "gradients": record.gradients, "speedup": record.speedup, "speedups": record.speedups, "reference_ms": record.reference_ms,
-            "sol_fraction": record.sol_fraction, "warnings": list(record.warnings), "harness": f"kernel-harness {record.tool_version}",
+            "sol_fraction": record.sol_fraction, "sol_floor": record.sol_floor, "warnings": list(record.warnings), "harness": f"kernel-harness {record.tool_version}",
         }
         by_level.setdefault(levels.get(record.problem, ""), {}).setdefault(number, []).append({
             "sample_id": int(sample.group(1)),

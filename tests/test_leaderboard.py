@@ -23,7 +23,7 @@ def record(problem, candidate, status, reason, ms=None, ref=2.0, compiled=1.0, f
         timing=timing, reference_ms=ref, speedup=ref / ms if correct else None,
         baseline_ms={"torch.compile(default)": compiled} if correct else {},
         speedups={"torch.compile(default)": compiled / ms} if correct else {},
-        sol_ms=floor if correct else None, sol_fraction=floor / ms if correct else None,
+        sol_ms=floor if correct else None, sol_fraction=floor / ms if correct else None, sol_floor="roofline" if correct else "",
         custom_kernel_share=share, flags=tuple(Flag(code, policy, "why") for code, policy in flags),
     )
 

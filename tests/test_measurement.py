@@ -176,13 +176,23 @@ def _reference(floor_ms=1.0, clock=None, baselines=()):
                            timing=stats([4.0] * 5, sm_clock_mhz=clock), speed_of_light=sol, baselines=baselines)
 
 
-def test_time_below_the_speed_of_light_is_flagged_impossible_with_evidence(make_config):
+def test_time_below_the_bytes_floor_is_flagged_impossible_with_evidence(make_config):
+    """The hard floor is the fewest bytes at peak bandwidth: 10**6 B at 1000 GB/s = 0.001 ms."""
     cfg = make_config()
-    measures, _, found = compare_times(stats([0.5] * 5), paired(4.0, 0.5), None, _reference(floor_ms=1.0), cfg)
-    assert measures["sol_fraction"] == pytest.approx(2.0)
-    assert any(code.value == "implausible-time" and "below the speed-of-light floor" in why and "TFLOP/s" in why for code, why in found)
+    measures, _, found = compare_times(stats([0.0005] * 5), paired(4.0, 0.0005), None, _reference(floor_ms=1.0), cfg)
+    assert measures["sol_floor"] == "bytes" and measures["sol_fraction"] == pytest.approx(2.0)
+    assert any(code.value == "implausible-time" and "below the speed-of-light floor" in why and "fewest bytes" in why for code, why in found)
     measures, _, found = compare_times(stats([2.0] * 5), paired(4.0, 2.0), None, _reference(floor_ms=1.0), cfg)
-    assert measures["sol_fraction"] == pytest.approx(0.5) and found == []
+    assert measures["sol_floor"] == "roofline" and measures["sol_fraction"] == pytest.approx(0.5) and found == []
+
+
+def test_a_faster_algorithm_than_the_references_is_a_note_not_a_flag(make_config):
+    """diag(A) @ B as a row scaling: below the reference's FLOP floor (1 ms here), above the bytes floor."""
+    measures, warnings, found = compare_times(stats([0.5] * 5), paired(4.0, 0.5), None, _reference(floor_ms=1.0), make_config())
+    assert found == [] and not any("algorithm" in w for w in warnings)
+    assert measures["sol_floor"] == "bytes" and measures["sol_ms"] == pytest.approx(0.001) and measures["sol_fraction"] == pytest.approx(0.002)
+    (note,) = measures["notes"]
+    assert note.startswith("faster than the reference's algorithm: 0.5 ms is below its roofline 1 ms")
 
 
 def test_speedups_over_every_baseline_and_clock_moves_are_reported(make_config):
