@@ -326,7 +326,7 @@ class ProblemEvaluation:
             declared=dict(self.problem.settings),
             data_plane=report.data_plane,
             peak_bytes=report.peak_bytes,
-            notes=tuple(n for n in (report.float64_note, f"profiling the reference failed: {report.profile_error}" if report.profile_error else "") if n),
+            notes=tuple(n for n in (report.float64_note, f"profiling the reference failed: {report.profile_error}" if report.profile_error else "") if n) + report.input_structure,
         )
         result = ReferenceResult(record)
         if record.ok and cached is not None:

@@ -38,7 +38,7 @@ from harness.regions import Region, aligned, device_sharing, guard_broken, layou
 from harness.status import Status
 from harness.worker import (
     WorkerFailure, as_outputs, classify, load_module, model_gradients, one_line, other_sizes,
-    prepare_timer, randomize_state, redistribute, same_bits, setup_device, synchronize, time_round, _aliased_input,
+    prepare_timer, randomize_state, redistribute, same_bits, setup_device, structure, synchronize, time_round, _aliased_input,
 )
 from harness.pairing import device_sync_reason
 from harness.profile import profile_call
@@ -79,6 +79,7 @@ class Judge:
         self.other: dict[str, Any] = {}
         self.other_note = ""
         self.phase_seconds: dict[str, float] = {}
+        self.structures: Optional[list[tuple[str, ...]]] = None  # per input: what get_inputs() guarantees (worker.structure)
 
     # -- the reference, once -----------------------------------------------------------------
 
@@ -143,7 +144,7 @@ class Judge:
         budget = job.slot_fraction * total
         self.timed_slots = max(1, min(job.timed_inputs, int(budget // max(self.set_bytes, 1))))
 
-        report = P.ReferenceReport(True, "ok", device_name=device_name, data_plane=self.region_kind, other_size=self.other, other_size_note=self.other_note, peak_bytes=peak, float64_note="; ".join(n for n in (self.float64_note, self.gradients_note) if n))
+        report = P.ReferenceReport(True, "ok", device_name=device_name, data_plane=self.region_kind, other_size=self.other, other_size_note=self.other_note, peak_bytes=peak, float64_note="; ".join(n for n in (self.float64_note, self.gradients_note) if n), input_structure=self._structure_notes())
         self.reference_profile = None
         if job.timing is not None or job.speed_of_light_cache:
             # The reference is timed with each compared model, in turns (PrepareTiming, TimeRound);
@@ -560,6 +561,17 @@ class Judge:
 
     # -- the reference's data ----------------------------------------------------------------
 
+    def _structure_notes(self) -> tuple[str, ...]:
+        """Per structured input: what its redraws keep, and for a mask or integer values that the
+        trials use get_inputs()'s own draws under their fresh seeds (no redraw)."""
+        notes = []
+        for position, found in enumerate(self.structures or []):
+            if not found:
+                continue
+            kept = "not redrawn: each trial uses get_inputs() under its own secret seed" if {"0/1 mask", "integer-valued"} & set(found) else "the normal, signed and shifted redraws keep it"
+            notes.append(f"input {position}: {', '.join(found)} ({kept})")
+        return tuple(notes)
+
     def _inputs(self, trial: int) -> list[Any]:
         """Trial `trial`'s inputs, made on the device: get_inputs() under the trial's seed (module
         constants overridden for the other-size trial), then the trial's distribution."""
@@ -574,7 +586,10 @@ class Judge:
             with self.device:
                 raw = list(self.module.get_inputs())
             args = [a.to(self.device) if isinstance(a, torch.Tensor) else a for a in raw]
-            return [redistribute(a, job.distributions[trial], seed + position) for position, a in enumerate(args)]
+            if self.structures is None:  # read once, from the first draw: the problem's guarantees
+                self.structures = [structure(a) for a in args]
+            keep = self.structures + [()] * (len(args) - len(self.structures))
+            return [redistribute(a, job.distributions[trial], seed + position, keep[position]) for position, a in enumerate(args)]
         except BaseException as exc:
             raise classify(exc, Status.CONSTRUCT_FAILED) from None
         finally:

@@ -698,23 +698,89 @@ def other_sizes(module: types.ModuleType) -> dict[str, Any]:
     return {}
 
 
-def redistribute(value: Any, distribution: str, seed: int) -> Any:
-    """A floating input tensor drawn again from `distribution` (same shape, dtype and device), so
-    a kernel cannot rely on the one distribution a problem's get_inputs happens to use:
-    given (unchanged), normal (standard normal), signed (uniform in [-2, 2)), shifted (plus 3)."""
+STRUCTURES = ("0/1 mask", "integer-valued", "rows on the simplex", "upper-triangular", "lower-triangular", "zero pattern", "symmetric", "sorted", "non-negative")
+
+
+def structure(value: Any) -> tuple[str, ...]:
+    """What the problem's get_inputs() guarantees about a floating input, read from one draw:
+    the invariants of STRUCTURES that hold exactly (sums to 1 within 1e-3). A draw of randn or
+    rand holds none but non-negativity (rand), so unconstrained inputs are left unconstrained."""
     import torch
 
-    if not isinstance(value, torch.Tensor) or not value.is_floating_point() or distribution == "given":
+    if not isinstance(value, torch.Tensor) or not value.is_floating_point() or value.numel() < 4:
+        return ()
+    square = value.dim() >= 2 and value.shape[-1] == value.shape[-2] and value.shape[-1] > 1
+    v = _probe(value.detach())
+    found: list[str] = []
+    if bool(((v == 0) | (v == 1)).all()):
+        return ("0/1 mask",)
+    if bool((v == v.round()).all()):
+        return ("integer-valued",)
+    non_negative = bool((v >= 0).all())
+    if non_negative and v.dim() >= 1 and v.shape[-1] > 1 and bool(((v.float().sum(-1) - 1).abs() < 1e-3).all()):
+        found.append("rows on the simplex")
+    if square and bool((torch.tril(v, -1) == 0).all()):
+        found.append("upper-triangular")
+    elif square and bool((torch.triu(v, 1) == 0).all()):
+        found.append("lower-triangular")
+    elif float((v == 0).float().mean()) >= 0.01:
+        found.append("zero pattern")
+    block = v[..., : v.shape[-2]]  # the leading square block of a probe that holds only the first rows
+    if square and bool((block == block.transpose(-1, -2)).all()):
+        found.append("symmetric")
+    if v.shape[-1] > 1 and bool((v.diff(dim=-1) >= 0).all()):
+        found.append("sorted")
+    if non_negative:
+        found.append("non-negative")
+    return tuple(found)
+
+
+PROBE_ELEMENTS = 1 << 24  # elements `structure` reads of a large input: its leading rows or matrices
+
+
+def _probe(value: Any) -> Any:
+    """A view of the leading rows (or matrices) of `value`, at most PROBE_ELEMENTS elements: a
+    GB-sized input is judged by its first part, with no copy of the whole."""
+    if value.numel() <= PROBE_ELEMENTS:
+        return value
+    if value.dim() >= 3:
+        matrices = value.flatten(0, -3)
+        return matrices[: max(1, PROBE_ELEMENTS // matrices[0].numel())]
+    if value.dim() == 2:
+        return value[: max(1, PROBE_ELEMENTS // value.shape[1])]
+    return value[:PROBE_ELEMENTS]
+
+
+def redistribute(value: Any, distribution: str, seed: int, keep: tuple[str, ...] = ()) -> Any:
+    """A floating input tensor drawn again from `distribution` (same shape, dtype and device), so
+    a kernel cannot rely on the one distribution a problem's get_inputs happens to use:
+    given (unchanged), normal (standard normal), signed (uniform in [-2, 2)), shifted (plus 3).
+    `keep`: the input's structure (harness.worker.structure), which the redraw keeps: a mask or
+    integer values are not redrawn; otherwise the fresh values are made non-negative (|x|, or
+    uniform in [0, 4)), put on the simplex (softmax), given the zero pattern, symmetrised or sorted."""
+    import torch
+
+    if not isinstance(value, torch.Tensor) or not value.is_floating_point() or distribution == "given" or "0/1 mask" in keep or "integer-valued" in keep:
         return value
     generator = torch.Generator(device=value.device).manual_seed(seed)
-    if distribution == "normal":
+    if distribution == "normal" or (distribution == "shifted" and "rows on the simplex" in keep):
         fresh = torch.randn(value.shape, generator=generator, device=value.device)
     elif distribution == "signed":
-        fresh = torch.rand(value.shape, generator=generator, device=value.device).mul_(4).sub_(2)
+        fresh = torch.rand(value.shape, generator=generator, device=value.device).mul_(4).sub_(0 if "non-negative" in keep else 2)
     elif distribution == "shifted":
-        return value + 3
+        fresh = value.float() + 3
     else:
         raise ValueError(f"unknown input distribution {distribution!r}")
+    if "non-negative" in keep:
+        fresh = fresh.abs()
+    if "rows on the simplex" in keep:
+        fresh = torch.softmax(fresh.float(), dim=-1)
+    if "symmetric" in keep:
+        fresh = (fresh + fresh.transpose(-1, -2)) / 2
+    if keep and {"upper-triangular", "lower-triangular", "zero pattern"} & set(keep):
+        fresh = torch.where(value == 0, torch.zeros((), dtype=fresh.dtype, device=fresh.device), fresh)
+    if "sorted" in keep:
+        fresh = fresh.sort(dim=-1).values
     return fresh.to(dtype=value.dtype, device=value.device)
 
 
