@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import math
+
 import torch
 
 from harness.config import DEFAULT_TOLERANCE, Tolerance
@@ -69,6 +71,18 @@ def _form(index: int, label: str, expected: dict[str, Any], actual: dict[str, An
     return ""
 
 
+def rms(flat: torch.Tensor) -> float:
+    """The root mean square of the finite elements of a flat tensor, in chunks."""
+    total, count = 0.0, 0
+    step = chunk(flat)
+    for start in range(0, flat.numel(), step):
+        part = flat[start : start + step].to(torch.float64 if flat.dtype == torch.float64 else torch.float32)
+        finite = part[torch.isfinite(part)]
+        total += float(finite.double().pow(2).sum())
+        count += finite.numel()
+    return math.sqrt(total / count) if count else 0.0
+
+
 def _compare_tensor(name: str, label: str, e: torch.Tensor, a: torch.Tensor, tolerances: dict[str, Tolerance]) -> CheckResult:
     if tuple(a.shape) != tuple(e.shape):
         return CheckResult(name, False, f"{label} has shape {tuple(a.shape)}, expected {tuple(e.shape)}")
@@ -81,6 +95,8 @@ def _compare_tensor(name: str, label: str, e: torch.Tensor, a: torch.Tensor, tol
         return CheckResult(name, equal, "ok" if equal else f"{label} differs in {mismatch:.2%} of elements (exact match required)", 0.0, 0.0, mismatch)
     tol = tolerances.get(str(e.dtype).removeprefix("torch."), DEFAULT_TOLERANCE)
     flat_e, flat_a = e.reshape(-1), a.reshape(-1)
+    scale = rms(flat_e) if tol.norm else 0.0
+    atol = tol.atol + tol.norm * scale  # the absolute term: the tolerance's own, plus the norm-wise one
     max_abs = max_rel = 0.0
     outside_count = 0
     worst: tuple[float, float, float] | None = None  # (excess over the bound, got, expected)
@@ -98,7 +114,7 @@ def _compare_tensor(name: str, label: str, e: torch.Tensor, a: torch.Tensor, tol
             magnitude = ce.abs()
             max_abs = max(max_abs, largest)
             max_rel = max(max_rel, float(torch.div(diff, magnitude).nan_to_num_(0.0, 0.0, 0.0).max()))
-            bound = magnitude.mul_(tol.rtol).add_(tol.atol)
+            bound = magnitude.mul_(tol.rtol).add_(atol)
             outside = int(torch.gt(diff, bound).sum())
             if outside:
                 outside_count += outside
@@ -119,7 +135,7 @@ def _compare_tensor(name: str, label: str, e: torch.Tensor, a: torch.Tensor, tol
             ca = torch.where(finite_e, ca, 0.0)
         diff = (ca - ce).abs_()
         magnitude = ce.abs()
-        excess = diff - (tol.atol + tol.rtol * magnitude)
+        excess = diff - (atol + tol.rtol * magnitude)
         max_abs = max(max_abs, float(diff.max()))
         max_rel = max(max_rel, float(torch.where(magnitude > 0, diff / magnitude, 0.0).max()))
         outside_count += int((excess > 0).sum())
@@ -130,7 +146,8 @@ def _compare_tensor(name: str, label: str, e: torch.Tensor, a: torch.Tensor, tol
     if outside_count:
         assert worst is not None
         reason = (
-            f"{label}: {mismatch:.2%} of elements outside atol={tol.atol:g}, rtol={tol.rtol:g}; "
+            f"{label}: {mismatch:.2%} of elements outside atol={tol.atol:g}, rtol={tol.rtol:g}"
+            + (f", norm={tol.norm:g} x rms {scale:.3g}" if tol.norm else "") + "; "
             f"max abs error {max_abs:.3g} (worst: got {worst[1]:.6g}, expected {worst[2]:.6g})"
         )
         return CheckResult(name, False, reason, max_abs, max_rel, mismatch)
@@ -150,7 +167,7 @@ def compare_gradients(expected: dict[str, Any], actual: dict[str, Any], toleranc
         more = f" (and {len(missing) - 3} more)" if len(missing) > 3 else ""
         verb, owner = ("gets", "reference's does") if len(missing) == 1 else ("get", "reference's do")
         return "mismatch", f"{', '.join(missing[:3])}{more} {verb} no gradient; the {owner}"
-    scaled = {dtype: Tolerance(atol=t.atol * factor, rtol=t.rtol * factor) for dtype, t in tolerances.items()}
+    scaled = {dtype: Tolerance(atol=t.atol * factor, rtol=t.rtol * factor, norm=t.norm * factor) for dtype, t in tolerances.items()}
     worst = 0.0
     for name, e in wanted.items():
         result = _compare_tensor("gradients", name, e, got[name], scaled)

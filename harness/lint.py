@@ -33,13 +33,17 @@ def _compared(outputs: list[Any]) -> list[Any]:
     return [o for o in outputs if isinstance(o, torch.Tensor) and (o.is_floating_point() or (not o.is_complex() and o.dtype != torch.bool))]
 
 
-def _share_within(candidate: list[Any], expected: list[Any], atol: float, rtol: float) -> float:
-    """The share of elements of `expected` that `candidate` matches within the tolerance (1.0: it passes)."""
+def _share_within(candidate: list[Any], expected: list[Any], atol: float, rtol: float, norm: float = 0.0) -> float:
+    """The share of elements of `expected` that `candidate` matches within the tolerance, the
+    harness's rule (harness.compare: plus norm x rms of the expected output); 1.0: it passes."""
     import torch
+
+    from harness.compare import rms
 
     inside = total = 0
     for c, e in zip(candidate, expected):
-        ok = torch.isclose(c.to(e.dtype).expand_as(e), e, atol=atol, rtol=rtol, equal_nan=True)
+        scale = rms(e.reshape(-1)) if norm and e.is_floating_point() else 0.0
+        ok = torch.isclose(c.to(e.dtype).expand_as(e), e, atol=atol + norm * scale, rtol=rtol, equal_nan=True)
         inside += int(ok.sum())
         total += ok.numel()
     return inside / max(total, 1)
@@ -52,7 +56,7 @@ def lint(path: Path, device_name: str, settings: dict[str, Any]) -> list[LintChe
 
     from harness.worker import as_outputs, randomize_state
 
-    atol, rtol = settings["atol"], settings["rtol"]
+    atol, rtol, norm = settings["atol"], settings["rtol"], settings.get("norm", 0.0)
     device = torch.device(device_name)
     spec = importlib.util.spec_from_file_location("__lint_problem__", path)
     assert spec is not None and spec.loader is not None
@@ -76,25 +80,25 @@ def lint(path: Path, device_name: str, settings: dict[str, Any]) -> list[LintChe
         if not first:
             return [LintCheck("compared outputs", "fail", "the reference returns no floating or integer tensor: nothing to compare")]
         same = _share_within(again, first, 0.0, 0.0)
-        close = _share_within(again, first, atol, rtol)
+        close = _share_within(again, first, atol, rtol, norm)
         checks.append(LintCheck("deterministic", "pass" if close == 1.0 else "fail",
                                 f"the same inputs twice: {same:.2%} of elements bit-identical, {close:.2%} within tolerance"))
-        zeros = _share_within([torch.zeros_like(o) for o in first], first, atol, rtol)
+        zeros = _share_within([torch.zeros_like(o) for o in first], first, atol, rtol, norm)
         checks.append(LintCheck("zeros fail", "fail" if zeros == 1.0 else ("warn" if zeros > 0.9 else "pass"),
                                 f"an all-zeros output matches {zeros:.2%} of elements"))
         if all(o.numel() <= 1 for o in first):  # a loss: a constant equal to it is the output itself
             checks.append(LintCheck("constant fails", "skip", "every output has one element: its own mean is itself; 'depends on inputs' judges it"))
         else:
-            constant = _share_within([torch.full_like(o, float(o.float().mean())) for o in first], first, atol, rtol)
+            constant = _share_within([torch.full_like(o, float(o.float().mean())) for o in first], first, atol, rtol, norm)
             checks.append(LintCheck("constant fails", "fail" if constant == 1.0 else ("warn" if constant > 0.9 else "pass"),
                                     f"a constant output (the mean) matches {constant:.2%} of elements"))
-        stale = _share_within(first, other, atol, rtol) if all(a.shape == b.shape for a, b in zip(first, other)) else 0.0
+        stale = _share_within(first, other, atol, rtol, norm) if all(a.shape == b.shape for a, b in zip(first, other)) else 0.0
         checks.append(LintCheck("depends on inputs", "fail" if stale == 1.0 else ("warn" if stale > 0.9 else "pass"),
                                 f"the output for other inputs matches {stale:.2%} of this one's elements"))
         if any(True for _ in model.parameters()) or any(True for _ in model.buffers()):
             randomize_state(model, 13)
             moved = _compared(as_outputs(model(*first_inputs)))
-            kept = _share_within(moved, first, atol, rtol)
+            kept = _share_within(moved, first, atol, rtol, norm)
             checks.append(LintCheck("depends on weights", "fail" if kept == 1.0 else ("warn" if kept > 0.9 else "pass"),
                                     f"with redrawn weights the output still matches {kept:.2%} of elements"))
         else:

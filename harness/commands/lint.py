@@ -40,7 +40,7 @@ def run_from_args(args: argparse.Namespace, argv: Sequence[str]) -> int:
     results: list[tuple[Problem, list[LintCheck]]] = []
     for problem in problems:
         tolerance = cfg.for_problem(problem.settings).check.tolerances.get("float32", DEFAULT_TOLERANCE)  # what its candidates will face
-        settings = {"atol": tolerance.atol, "rtol": tolerance.rtol, "memory_gb": cfg.lint.memory_gb, "time_ms": list(cfg.lint.time_ms), "timing": timing}
+        settings = {"atol": tolerance.atol, "rtol": tolerance.rtol, "norm": tolerance.norm, "memory_gb": cfg.lint.memory_gb, "time_ms": list(cfg.lint.time_ms), "timing": timing}
         checks = lint_in_subprocess(problem, "cuda" if device == "cuda" else "cpu", settings, cfg.lint.timeout_s)
         results.append((problem, checks))
         failed = [c.name for c in checks if c.verdict == "fail"]
