@@ -48,3 +48,40 @@ def test_changed_mathematics_or_precision_still_fails_with_the_numbers():
 def test_a_problem_that_declares_its_tolerance_keeps_it(tmp_path):
     cfg = load_config().for_problem({"HARNESS_TOLERANCES": {"float32": {"atol": 1e-3, "rtol": 0.0}}})
     assert cfg.check.tolerances["float32"] == Tolerance(atol=1e-3, rtol=0.0, norm=0.0)
+
+
+GELU_PROBLEM = '''
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.nn.functional.gelu(x)
+
+def get_inputs():
+    return [torch.randn(64, 256)]
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_the_kernelbench_profile_accepts_tanh_gelu_as_kernelbench_does_and_the_default_does_not(tmp_path):
+    """configs/kernelbench.yaml reproduces KernelBench's verdict (atol = rtol = 1e-2, same inputs
+    distribution, train mode only); the default's tolerance fails the tanh approximation."""
+    from harness import api
+    from harness.config import ROOT
+    from harness.status import Status
+
+    problems = tmp_path / "problems"
+    problems.mkdir()
+    (problems / "26_GELU.py").write_text(GELU_PROBLEM)
+    tanh = GELU_PROBLEM.replace("class Model(", "class ModelNew(").replace("gelu(x)", "gelu(x, approximate='tanh')")
+    common = {"problems_dir": str(problems), "results_dir": str(tmp_path / "results"), "timing.enabled": False}
+    verdicts = {}
+    for profile in ("kernelbench", "default"):
+        record = api.evaluate("26_GELU", tanh, config=ROOT / "configs" / f"{profile}.yaml", overrides={**common, "flags.no_custom_kernel": "flag"})
+        verdicts[profile] = record.status
+        if profile == "default":
+            assert "norm=0.0001" in record.reason
+    assert verdicts == {"kernelbench": Status.CORRECT, "default": Status.INCORRECT}
