@@ -366,17 +366,22 @@ def read_text(path: Path) -> str:
         return ""
 
 
-def read_run_folder(folder: Path) -> dict[str, dict[str, Any]]:
-    """The last record of each kind in a run folder's records.jsonl (a half-written line is skipped)."""
+def last_lines(path: Path, key: str) -> dict[str, dict[str, Any]]:
+    """The last JSON object per value of `key` in a JSON-lines file (a half-written line is skipped)."""
     found: dict[str, dict[str, Any]] = {}
-    for text in read_text(folder / "records.jsonl").splitlines():
+    for text in read_text(path).splitlines():
         try:
-            record = json.loads(text)
+            line = json.loads(text)
         except json.JSONDecodeError:
             continue
-        if isinstance(record, dict) and record.get("kind"):
-            found[record["kind"]] = record
+        if isinstance(line, dict) and line.get(key):
+            found[line[key]] = line
     return found
+
+
+def read_run_folder(folder: Path) -> dict[str, dict[str, Any]]:
+    """The last record of each kind in a run folder's records.jsonl."""
+    return last_lines(folder / "records.jsonl", "kind")
 
 
 def _interval(paired: Optional[dict[str, Any]]) -> tuple[Any, Any, Any]:
@@ -451,15 +456,7 @@ def run_one(entry: Entry, args: argparse.Namespace, state: Path, remaining: floa
 
 def read_results(path: Path) -> list[dict[str, Any]]:
     """Every line of a results file, the last one per problem winning; a half-written line is skipped."""
-    found: dict[str, dict[str, Any]] = {}
-    for text in read_text(path).splitlines():
-        try:
-            line = json.loads(text)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(line, dict) and line.get("problem"):
-            found[line["problem"]] = line
-    return list(found.values())
+    return list(last_lines(path, "problem").values())
 
 
 def append_line(path: Path, line: dict[str, Any]) -> None:

@@ -131,11 +131,7 @@ class Session:
 
     def submit_candidate(self, problem: Problem, candidate: Candidate) -> "concurrent.futures.Future[CandidateRecord]":
         """Queue a candidate file (as the command line does)."""
-        if self._closed:
-            raise UserError("the session is closed")
-        if self.builds is not None and candidate.extraction_failure is None:
-            self.builds.submit(candidate.path)  # building while the lanes are busy
-        return self.executor.submit(problem, candidate)
+        return self.submit_all([(problem, candidate)])[0]
 
     def submit_all(self, jobs: Sequence[tuple[Problem, Candidate]]) -> "list[concurrent.futures.Future[CandidateRecord]]":
         """Queue candidate files together (the command line's whole run): on Ray, a problem's
@@ -145,7 +141,7 @@ class Session:
         if self.builds is not None:
             for _, candidate in jobs:
                 if candidate.extraction_failure is None:
-                    self.builds.submit(candidate.path)
+                    self.builds.submit(candidate.path)  # building while the lanes are busy
         return self.executor.submit_all(jobs)
 
     def evaluate(self, problem: str | Path | Problem, source: str, *, name: Optional[str] = None, timeout: Optional[float] = None) -> CandidateRecord:

@@ -114,6 +114,63 @@ def gather(futures: Sequence["concurrent.futures.Future[CandidateRecord]"]) -> l
     return [f.result() for f in futures if not f.cancelled()]
 
 
+class JobQueue:
+    """The candidates an executor's threads have yet to take, shared by every thread that submits.
+    `on_first` runs (under the queue's lock) when the first jobs arrive: it starts those threads."""
+
+    def __init__(self, on_first: Callable[[], None]) -> None:
+        self._changed = threading.Condition()
+        self._jobs: list[Job] = []
+        self._on_first: Optional[Callable[[], None]] = on_first
+        self.stopping = self.closing = False
+
+    def put(self, jobs: Sequence[tuple[Problem, Candidate]]) -> "list[concurrent.futures.Future[CandidateRecord]]":
+        """Queue several candidates at once (no thread takes one before all are in)."""
+        futures: list[concurrent.futures.Future[CandidateRecord]] = [concurrent.futures.Future() for _ in jobs]
+        with self._changed:
+            if self.stopping or self.closing:
+                raise RuntimeError("the executor is closed")
+            now = time.monotonic()
+            self._jobs += [Job(problem, candidate, future, now) for (problem, candidate), future in zip(jobs, futures)]
+            if self._on_first is not None:
+                self._on_first()
+                self._on_first = None
+            self._changed.notify_all()
+        return futures
+
+    def take(self, choose: Callable[[list[Job]], list[Job]]) -> list[Job]:
+        """The jobs `choose` picks from the queue (oldest first), waiting for some; [] once the
+        queue is stopped, or closed with nothing left."""
+        with self._changed:
+            while not self._jobs and not (self.stopping or self.closing):
+                self._changed.wait()
+            if self.stopping or not self._jobs:
+                return []
+            chosen = choose(self._jobs)
+            taken = {id(job) for job in chosen}
+            self._jobs = [job for job in self._jobs if id(job) not in taken]
+            return chosen
+
+    def __len__(self) -> int:
+        with self._changed:
+            return len(self._jobs)
+
+    def stop(self) -> None:
+        """Take nothing more; the queued jobs' futures are cancelled."""
+        with self._changed:
+            self.stopping = True
+            for job in self._jobs:
+                job.future.cancel()
+            self._jobs.clear()
+            self._changed.notify_all()
+
+    def close(self) -> None:
+        """Take what is queued, then nothing more."""
+        with self._changed:
+            self.closing = True
+            self._changed.notify_all()
+
+
 class LocalExecutor:
     """Evaluates submitted candidates on this machine's lanes: one thread per lane takes the next
     job from a shared queue. Each lane keeps the evaluations of its last `warm` problems open (their
@@ -124,14 +181,12 @@ class LocalExecutor:
         self.lanes = local_lanes(cfg, device)
         self.warm = max(1, warm)
         self._lock = threading.Lock()  # the callbacks
-        self._queue_changed = threading.Condition()
-        self._jobs: list[Job] = []
+        self.queue = JobQueue(self._start_lanes)
         self._plans: dict[tuple[str, str], Any] = {}
         self._announced: set[tuple[str, str]] = set()
         self._threads: list[threading.Thread] = []
         self._warm: dict[int, collections.OrderedDict[tuple[str, str], Any]] = {}  # per lane (from its first job): problem -> ProblemEvaluation, oldest first
-        self._warm_lock = threading.Lock()  # a lane changes its own; stop() reads them all
-        self._stopping = self._closing = False
+        self._state = threading.Lock()  # the warm evaluations (a lane changes its own; stop() reads them all), plans, announced
 
         def locked(fn: Callable[[Any], None]) -> Callable[[Any], None]:
             def call(value: Any) -> None:
@@ -152,19 +207,13 @@ class LocalExecutor:
 
     def submit_all(self, jobs: Sequence[tuple[Problem, Candidate]]) -> "list[concurrent.futures.Future[CandidateRecord]]":
         """Queue several candidates at once (no lane starts between them)."""
-        futures: list[concurrent.futures.Future[CandidateRecord]] = [concurrent.futures.Future() for _ in jobs]
-        with self._queue_changed:
-            if self._stopping or self._closing:
-                raise RuntimeError("the executor is closed")
-            now = time.monotonic()
-            self._jobs += [Job(problem, candidate, future, now) for (problem, candidate), future in zip(jobs, futures)]
-            if not self._threads:
-                self._warm = {i: collections.OrderedDict() for i in range(len(self.lanes))}
-                self._threads = [threading.Thread(target=self._serve_lane, args=(lane, self._warm[i]), name=f"lane-{lane.label or 'cpu'}", daemon=True) for i, lane in enumerate(self.lanes)]
-                for thread in self._threads:
-                    thread.start()
-            self._queue_changed.notify_all()
-        return futures
+        return self.queue.put(jobs)
+
+    def _start_lanes(self) -> None:
+        self._warm = {i: collections.OrderedDict() for i in range(len(self.lanes))}
+        self._threads = [threading.Thread(target=self._serve_lane, args=(lane, self._warm[i]), name=f"lane-{lane.label or 'cpu'}", daemon=True) for i, lane in enumerate(self.lanes)]
+        for thread in self._threads:
+            thread.start()
 
     def run_problem(self, problem: Problem, candidates: list[Candidate]) -> list[CandidateRecord]:
         """Every candidate of `problem`, over all lanes; the records in candidate order."""
@@ -176,30 +225,22 @@ class LocalExecutor:
             raise
 
     def pending(self) -> int:
-        with self._queue_changed:
-            return len(self._jobs)
+        return len(self.queue)
 
     def stop(self) -> None:
         """No new evaluations; end the running ones (their processes and children); queued jobs
         are cancelled."""
-        with self._queue_changed:
-            self._stopping = True
-            for job in self._jobs:
-                job.future.cancel()
-            self._jobs.clear()
-            self._queue_changed.notify_all()
+        self.queue.stop()
         for lane in self.lanes:
             lane.launcher.kill_all()
-        with self._warm_lock:
+        with self._state:
             evaluations = [e for warm in self._warm.values() for e in warm.values()]
         for evaluation in evaluations:
             evaluation.stop()  # its judge too: a lane waiting on a hung reference wakes up now
 
     def close(self) -> None:
         """Finish the queued jobs, end every lane's evaluations and workers."""
-        with self._queue_changed:
-            self._closing = True
-            self._queue_changed.notify_all()
+        self.queue.close()
         for thread in self._threads:
             while thread.is_alive():
                 thread.join(0.2)  # wakes up for Ctrl-C
@@ -221,7 +262,7 @@ class LocalExecutor:
                 except BaseException as exc:  # a harness bug: raised where the record is awaited
                     job.future.set_exception(exc)
         finally:
-            with self._warm_lock:
+            with self._state:
                 ending = list(warm.values())
                 warm.clear()
             for evaluation in ending:
@@ -230,36 +271,32 @@ class LocalExecutor:
     def _next_job(self, warm: "collections.OrderedDict[tuple[str, str], Any]") -> Optional[Job]:
         """The oldest job of a problem this lane has warm, else (or when the oldest has waited
         FAIR_WAIT_S) the oldest job; None once the executor stops, or closes with nothing queued."""
-        with self._queue_changed:
-            while not self._jobs and not (self._stopping or self._closing):
-                self._queue_changed.wait()
-            if self._stopping or not self._jobs:
-                return None
-            chosen = self._jobs[0]
-            if time.monotonic() - chosen.queued_at < FAIR_WAIT_S:
-                chosen = next((job for job in self._jobs if job.key in warm), chosen)
-            self._jobs.remove(chosen)
-            return chosen
+        def choose(jobs: list[Job]) -> list[Job]:
+            if time.monotonic() - jobs[0].queued_at >= FAIR_WAIT_S:
+                return [jobs[0]]
+            return [next((job for job in jobs if job.key in warm), jobs[0])]
+
+        taken = self.queue.take(choose)
+        return taken[0] if taken else None
 
     def _evaluate(self, job: Job, lane: Lane, warm: "collections.OrderedDict[tuple[str, str], Any]") -> CandidateRecord:
         from harness.evaluate import Plan, ProblemEvaluation
 
-        with self._warm_lock:
+        with self._state:
             evaluation = warm.pop(job.key, None)
             evicted = [warm.popitem(last=False)[1] for _ in range(len(warm) - self.warm + 1)] if evaluation is None else []
         for old in evicted:  # the least recently used problem's judge ends first
             old.close()
         if evaluation is None:
             evaluation = ProblemEvaluation(job.problem, [], self.cfg, self.device, self.store, on_record=self.on_record, on_start=self.on_start, builds=self.builds, lane=lane)
-            with self._queue_changed:
+            with self._state:
                 evaluation.plan = self._plans.setdefault(job.key, Plan.fresh(evaluation.cfg))  # one plan per problem: every lane checks on the same inputs
-        with self._warm_lock:
+        with self._state:
             warm[job.key] = evaluation
-        if self._stopping:
-            evaluation.stop()
-        with self._queue_changed:
             first = job.key not in self._announced
             self._announced.add(job.key)
+        if self.queue.stopping:
+            evaluation.stop()
         if first:
             self.on_problem(job.problem)
         skipped = evaluation.prescreened(job.candidate)

@@ -27,14 +27,13 @@ import sys
 import tarfile
 import tempfile
 import threading
-import time
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from harness.candidate import Candidate
 from harness.config import ROOT, Config
 from harness.errors import UserError
-from harness.lanes import Job
+from harness.lanes import JobQueue
 from harness.problem import Problem
 from harness.records import RECORD_KINDS, CandidateRecord, from_dict
 
@@ -205,10 +204,8 @@ class RayExecutor:
         self.ray = ray
         self.cfg, self.device, self.store = cfg, device, store
         self.on_record, self.on_start, self.on_problem = on_record, on_start, on_problem
-        self._changed = threading.Condition()
-        self._jobs: list[Job] = []
         self._dispatcher: Optional[threading.Thread] = None
-        self._stopping = self._closing = False
+        self.queue = JobQueue(self._start_dispatcher)
         self.started_ray = connect(cfg)
         resources = ray.cluster_resources()
         gpus, cpus = int(resources.get("GPU", 0)), int(resources.get("CPU", 1))
@@ -232,34 +229,23 @@ class RayExecutor:
         return self.submit_all([(problem, candidate)])[0]
 
     def submit_all(self, jobs: Sequence[tuple[Problem, Candidate]]) -> "list[concurrent.futures.Future[CandidateRecord]]":
-        """Queue several candidates at once (no lane starts between them)."""
-        futures: list[concurrent.futures.Future[CandidateRecord]] = [concurrent.futures.Future() for _ in jobs]
-        with self._changed:
-            if self._stopping or self._closing:
-                raise RuntimeError("the executor is closed")
-            now = time.monotonic()
-            self._jobs += [Job(problem, candidate, future, now) for (problem, candidate), future in zip(jobs, futures)]
-            if self._dispatcher is None:
-                self._dispatcher = threading.Thread(target=self._dispatch, name="ray-dispatch", daemon=True)
-                self._dispatcher.start()
-            self._changed.notify_all()
-        return futures
+        """Queue several candidates at once (a problem's candidates then share one batch)."""
+        return self.queue.put(jobs)
+
+    def _start_dispatcher(self) -> None:
+        self._dispatcher = threading.Thread(target=self._dispatch, name="ray-dispatch", daemon=True)
+        self._dispatcher.start()
 
     def pending(self) -> int:
-        with self._changed:
-            return len(self._jobs)
+        return len(self.queue)
 
     def _dispatch(self) -> None:
         announced: set[tuple[str, str]] = set()
         while True:
-            with self._changed:
-                while not self._jobs and not (self._stopping or self._closing):
-                    self._changed.wait()
-                if self._stopping or not self._jobs:
-                    return
-                key = self._jobs[0].key
-                batch = [job for job in self._jobs if job.key == key]
-                self._jobs = [job for job in self._jobs if job.key != key]
+            batch = self.queue.take(lambda jobs: [job for job in jobs if job.key == jobs[0].key])  # the oldest job's problem
+            if not batch:
+                return
+            key = batch[0].key
             batch = [job for job in batch if job.future.set_running_or_notify_cancel()]
             if not batch:
                 continue
@@ -347,20 +333,13 @@ class RayExecutor:
                 finished[candidate.name] = record
 
     def stop(self) -> None:
-        with self._changed:
-            self._stopping = True
-            for job in self._jobs:
-                job.future.cancel()
-            self._jobs.clear()
-            self._changed.notify_all()
+        self.queue.stop()
         for actor in self.actors:
             self.ray.kill(actor)
         self.actors = []
 
     def close(self) -> None:
-        with self._changed:
-            self._closing = True
-            self._changed.notify_all()
+        self.queue.close()
         if self._dispatcher is not None:
             while self._dispatcher.is_alive():
                 self._dispatcher.join(0.2)  # wakes up for Ctrl-C

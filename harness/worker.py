@@ -483,7 +483,7 @@ class Worker:
             if pairs is None:
                 raise WorkerFailure(Status.WEIGHTS_MISMATCH, weights_problems(own, reference)[:500])
             renamed = {mine: theirs for mine, theirs in pairs if mine != theirs}
-            self.reference_names = reference_namer(renamed)
+            self.reference_names = lambda name: renamed.get(name, name)
             unpaired = {k: own[k] for k in own if _counter(k) and k not in dict(pairs)}  # counters that could not pair keep their own
             reference = {mine: reference[theirs] for mine, theirs in pairs} | unpaired
             self.channel.send({"type": "weights_mapped", "pairs": sorted(renamed.items())[:200]})
@@ -507,15 +507,6 @@ def positional_mapping(own: dict[str, Any], reference: dict[str, Any]) -> Option
         return None
     counters = ([k for k in own if _counter(k)], [k for k in reference if _counter(k)])
     return list(zip(mine, theirs)) + (list(zip(*counters)) if len(counters[0]) == len(counters[1]) else [])
-
-
-def reference_namer(renamed: dict[str, str]) -> Callable[[str], str]:
-    """Own name -> the reference's, for the steps that send named tensors (buffers, gradients):
-    the pairs, else the name itself."""
-    def name(own: str) -> str:
-        return renamed.get(own, own)
-
-    return name
 
 
 def weights_problems(own: dict[str, Any], reference: dict[str, Any]) -> str:
