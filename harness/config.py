@@ -53,6 +53,8 @@ class CheckConfig:
     guard_bands: bool  # poisoned bytes around every input handed to a worker, checked after each call (writes past an input)
     gradients: str  # flag | fail | off: backward of the same loss must give the reference's gradients
     gradient_tolerance_factor: float  # gradients sum over the batch: their atol and rtol are the output's times this
+    weights: str = "transplant"  # transplant: ModelNew gets the reference's (redrawn) weights, by name, else by position, else
+                                 # keeps its own same-seed ones (flag weights-by-seed); seed: always its own (KernelBench's way)
 
     def __post_init__(self) -> None:
         if self.trials < 1:
@@ -64,6 +66,8 @@ class CheckConfig:
             raise ValueError("check.own_share_floor must be in [0, 1)")
         if self.gradients not in ("flag", "fail", "off"):
             raise ValueError(f"check.gradients must be flag, fail or off, got {self.gradients!r}")
+        if self.weights not in ("transplant", "seed"):
+            raise ValueError(f"check.weights must be transplant or seed, got {self.weights!r}")
         if self.gradient_tolerance_factor < 1:
             raise ValueError("check.gradient_tolerance_factor must be 1 or more")
         if self.repeats < 0:
@@ -89,6 +93,7 @@ class FlagPolicies:
     less_precise: str  # more error against float64 than the reference's own, within the tolerance
     implausible_time: str  # below the speed-of-light floor, the call's own profiled GPU time, or max_plausible_speedup
     unsafe_memory: str  # a write into an input's guard bands, or a compute-sanitizer finding
+    weights_by_seed: str = "flag"  # the reference's weights pair with ModelNew's neither by name nor by position: checked with its own same-seed weights
 
     def __post_init__(self) -> None:
         for name, value in dataclasses.asdict(self).items():

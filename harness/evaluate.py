@@ -33,6 +33,7 @@ from harness.records import Baseline, CallProfile, CandidateRecord, CheckResult,
 from harness.scratch import current as current_scratch
 from harness.status import Status
 from harness.store import RunStore
+from harness.stricter import stricter_than_kernelbench
 from harness.supervise import Failure, JudgeClient, JudgeFailed, Reply, WorkerOutcome, default_memory_limit, run_worker
 
 __all__ = ["Call", "Plan", "ProblemEvaluation", "compare_times", "timing_warnings"]
@@ -247,6 +248,7 @@ class ProblemEvaluation:
             "rng_seed": plan.rng_seed,
             "cpu_threads": self.cfg.timing.cpu_threads,
             "guard_bands": self.cfg.check.guard_bands,
+            "weights": self.cfg.check.weights,
             "session": to_dict(session),
         }
 
@@ -425,6 +427,8 @@ class ProblemEvaluation:
                 found["grads"] = verdict.gradients
             else:
                 found[step.step] = verdict.check
+            if step.step == "same_seed" and step.own_weights:
+                found["own_weights"] = True
             if verdict.check is not None and not verdict.check.passed and step.step != "same_seed":
                 return Status.INCORRECT, f"{verdict.check.name}: {verdict.check.reason}"
             return Reply({"staged": to_dict(verdict.staged)})
@@ -474,7 +478,7 @@ class ProblemEvaluation:
             outcome = dataclasses.replace(outcome, failure=(Status.HARNESS_ERROR, "the worker finished before every timing round arrived"))
         ready = pairing.ready if pairing is not None else None
         return Compared(
-            outcome, checks, found.get("same_seed"), precision, found.get("grads"),
+            outcome, checks, found.get("same_seed"), precision, found.get("grads"), own_weights=bool(found.get("own_weights")),
             timing=timed[0] if timed else None,
             paired=timed[1] if timed else None,
             profile=ready.profile if ready is not None else None,
@@ -522,6 +526,7 @@ class ProblemEvaluation:
             flags += timed_flags
             if status is not Status.CORRECT:
                 measures = {}
+        stricter = stricter_than_kernelbench(status, checks, plan.calls, same_seed, flags, plan.randomize_weights and not compared.own_weights)
         if outcome.log_bytes > self.cfg.limits.log_kib << 10:
             warnings.append(f"printed {outcome.log_bytes} bytes; the log keeps the first and last {self.cfg.limits.log_kib // 2} KiB")
         return self._record(
@@ -536,6 +541,8 @@ class ProblemEvaluation:
             flags=flags,
             sanitizer=sanitized,
             weight_mapping=mapping,
+            weights="seed" if compared.own_weights else "position" if mapping else "name",
+            stricter=stricter,
             **evidence,
             gradients=gradients[0] if gradients is not None else "",
             phase_seconds=(outcome.done or {}).get("phase_seconds", {}),
@@ -567,6 +574,11 @@ class ProblemEvaluation:
         found.extend(integrity.side_work(profile, threads))
         if compared.unsafe:
             found.append((Code.UNSAFE_MEMORY, compared.unsafe))
+        if compared.own_weights and self.cfg.check.weights == "transplant":
+            why = next((str(m.get("reason", "")) for m in outcome.messages if m.get("type") == "weights_by_seed"), "")
+            found.append((Code.WEIGHTS_BY_SEED, (
+                f"the reference's weights load into ModelNew neither by name nor by position ({why or 'the worker kept its own'}); "
+                "it was checked with the weights it built under the shared seed, at their default initialisation: checked less")[:600]))
         evidence = {
             "custom_kernel_share": share,
             "extension_calls": extension_calls,
@@ -656,6 +668,7 @@ class Compared:
     paired: Optional[PairedSpeedup] = None  # its speedup over the reference from the paired rounds
     profile: Optional[CallProfile] = None  # the worker's one profiled call (CUDA)
     unsafe: str = ""  # the first write past an input's end (guard bands), as the judge (or, on device copies, the worker) found it
+    own_weights: bool = False  # the worker kept its same-seed weights (check.weights seed, or no pairing by name or position)
 
 
 @dataclasses.dataclass

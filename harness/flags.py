@@ -29,6 +29,7 @@ class Code(str, enum.Enum):
     WRONG_GRADIENTS = "wrong-gradients"  # forward matches, backward gives other gradients
     FORWARD_ONLY = "forward-only"  # forward matches, no gradients flow
     UNSAFE_MEMORY = "unsafe-memory"  # an access outside its buffers (guard bands, compute-sanitizer)
+    WEIGHTS_BY_SEED = "weights-by-seed"  # the reference's weights could not be given to it: checked with its own, built under the shared seed
 
     @property
     def key(self) -> str:
@@ -44,6 +45,7 @@ FAILING_STATUS: dict[Code, Status] = {
     Code.WRONG_GRADIENTS: Status.WRONG_GRADIENTS,
     Code.FORWARD_ONLY: Status.FORWARD_ONLY,
     Code.UNSAFE_MEMORY: Status.UNSAFE_MEMORY,
+    Code.WEIGHTS_BY_SEED: Status.WEIGHTS_MISMATCH,
 }
 
 

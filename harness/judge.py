@@ -61,6 +61,7 @@ class _Session:
         self.last_args: Optional[list[Any]] = None  # the inputs the reference's last call ran on
         self.last_trial: Optional[int] = None
         self.timer: Any = None  # the reference's side of this session's paired timing (harness.timing.Timer)
+        self.own_weights = False  # the worker keeps its same-seed weights: its calls are judged against the initial ones
 
     def free(self) -> None:
         self.inputs.free()
@@ -372,15 +373,21 @@ class Judge:
         if step.step == "stage":
             return P.Verdict()
         if step.step == "buffers":
-            return P.Verdict(check=self._compare_named("buffers after the calls", dict(self.model.named_buffers()), session, step))
+            buffers = dict(self.model.named_buffers())
+            if session.own_weights and not set(buffers) <= {o.name for o in step.outputs}:
+                return P.Verdict()  # its own state under other names: nothing to pair them by (the verdict is flagged)
+            return P.Verdict(check=self._compare_named("buffers after the calls", buffers, session, step))
         if step.step == "grads":
             if self.gradients_note:
                 return P.Verdict()
             status, reason, grads = model_gradients(self.model, self._staged_inputs(session, 0), self.job.gradient_seed)
             if status != "ok" or not grads:  # the reference's own backward failed here (memory): no verdict
                 return P.Verdict()
+            if session.own_weights:  # its own parameters pair by name and shape or not at all; the inputs' gradients always do
+                shapes = {o.name: tuple(o.tensor.shape) for o in step.outputs if o.tensor is not None}
+                grads = {k: v for k, v in grads.items() if not k.startswith("parameter ") or shapes.get(k) == tuple(v.shape)}
             actual = {"status": step.status, "reason": step.reason, "tensors": {}}
-            for output in step.outputs:
+            for output in (o for o in step.outputs if o.name in grads):  # the reference's gradients; others are not compared
                 tensor = self._mailbox_tensor(session, output)
                 if isinstance(tensor, str):
                     return P.Verdict(gradients=("mismatch", tensor))
@@ -393,7 +400,9 @@ class Judge:
             self._load(self.initial)
             self.model.eval()
             expected = self._forward(args, aliases=True)
-            self._load(self.randomized)
+            session.own_weights = step.own_weights
+            if not step.own_weights:  # its calls run with the weights it is given: the redrawn ones
+                self._load(self.randomized)
             return changed or P.Verdict(check=self._compare("same-seed construction (eval)", expected, session, step), unsafe=unsafe)
         if step.step == "timed":
             self.model.eval()

@@ -40,7 +40,7 @@ def candidate_frame(records: Iterable[CandidateRecord]) -> pd.DataFrame:
             "status": r.status.value,
             "correct": r.status is Status.CORRECT,
             "evaluated": r.status is not Status.NEEDS_CUDA,
-            "reason": r.reason,
+            "reason": f"[stricter than KernelBench: {r.stricter.code}] {r.reason}" if r.stricter else r.reason,
             "flags": flag_column(r.flags),
             "speedup": r.speedup,
             "vs_compile": r.speedups.get(compile_name) if compile_name else None,

@@ -159,6 +159,8 @@ class Step:
     status: str = "ok"  # grads: "ok" or "forward only"
     reason: str = ""  # grads: why there are none
     want: Want = Want("none")
+    own_weights: bool = False  # same_seed: ModelNew keeps the weights it built under the shared seed (no transplant);
+                               # the judge checks its calls against the reference's initial weights
 
 
 @dataclasses.dataclass(frozen=True)

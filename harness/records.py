@@ -260,6 +260,16 @@ class CheckResult:
     max_abs_error: Optional[float] = None  # max |candidate - reference| over finite elements
     max_rel_error: Optional[float] = None  # max |candidate - reference| / |reference| (reference != 0)
     mismatch_fraction: Optional[float] = None  # fraction of elements outside atol + rtol*|reference|
+    within_kernelbench: Optional[bool] = None  # a failed value comparison that allclose(atol = rtol = 1e-2), KernelBench's, passes
+
+
+@dataclasses.dataclass(frozen=True)
+class Stricter:
+    """The check of ours that failed a candidate KernelBench's own check would have passed (harness/stricter.py)."""
+
+    code: str  # a stable code: tolerance | redrawn-inputs | eval-mode | repeat | other-size | redrawn-weights | buffers |
+               # timed-output | mutated-input | flag:<flag code>
+    detail: str  # one line, with the figures (e.g. the error and KernelBench's tolerance)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -322,6 +332,8 @@ class CandidateRecord:
     flags: tuple[Flag, ...] = ()  # integrity findings with the policy applied to each (harness/flags.py)
     sanitizer: tuple[SanitizerRun, ...] = ()  # compute-sanitizer runs over one small forward (CUDA, correct candidates)
     weight_mapping: tuple[tuple[str, str], ...] = ()  # (ModelNew's name, the reference's) where the transplant paired renamed weights by position
+    stricter: Optional[Stricter] = None  # failed by a check of ours that KernelBench's would have passed: which, and why
+    weights: str = ""  # where its checked weights came from: name | position (the reference's, transplanted) | seed (its own, same-seed)
     extension_calls: dict[str, int] = dataclasses.field(default_factory=dict)  # "extension.function" -> calls during the checked forward calls
     timed_extension_calls: dict[str, int] = dataclasses.field(default_factory=dict)  # the same during warm-up, profile and timed rounds
     builds: tuple[ExtensionBuild, ...] = ()  # load_inline calls and cache hits

@@ -257,12 +257,15 @@ class Worker:
         calls = job["calls"]
         before_checks = dict(cache.calls)
         staged = self.session.first
+        own = False  # ModelNew keeps its own same-seed weights (check.weights seed, or nothing pairs)
         with torch.no_grad():
             if self.role != "baseline":
                 model.eval()
                 args = self._set(staged.sets[0])
-                staged = self._step("same_seed", 0, self._call(model, args, "same_seed"), args, want=("call", 0))
-                self._load_reference_weights(model)
+                own = self._weight_source(model, job.get("weights", "transplant"))
+                staged = self._step("same_seed", 0, self._call(model, args, "same_seed"), args, want=("call", 0), own_weights=own)
+                if not own:
+                    self._load_reference_weights(model)
             for index, call in enumerate(calls):
                 model.train(call["mode"] == "train")
                 # The inputs of every call are written by the judge into the same memory: an answer
@@ -283,6 +286,9 @@ class Worker:
             staged = self._step("buffers", 0, [v.detach() for _, v in model.named_buffers()], [], want=after_buffers, names=[self.reference_names(k) for k, _ in model.named_buffers()])
         if gradients:
             status, reason, grads = model_gradients(model, self._set(staged.sets[0], staged.fresh), job["gradient_seed"], self.guard)
+            if own:  # its own parameters: only those the reference has, by name and shape, can be compared
+                theirs = {f"parameter {w.name}": tuple(w.tensor.shape) for w in self.session.weights}
+                grads = {k: v for k, v in grads.items() if not k.startswith("parameter ") or theirs.get(k) == tuple(v.shape)}
             names = [f"parameter {self.reference_names(k.removeprefix('parameter '))}" if k.startswith("parameter ") else k for k in grads]
             staged = self._step("grads", 0, list(grads.values()), [], want=("timing", 0) if timing else ("none", 0), names=names, status=status, reason=reason)
             del grads
@@ -362,7 +368,7 @@ class Worker:
                     self._unsafe_reported = True
                     self.channel.send({"type": "unsafe", "reason": past_end(position, changed, label)})
 
-    def _step(self, step: str, index: int, outputs: list[Any], inputs: list[Any], *, want: tuple[str, int], names: Optional[list[str]] = None, status: str = "ok", reason: str = "") -> Any:
+    def _step(self, step: str, index: int, outputs: list[Any], inputs: list[Any], *, want: tuple[str, int], names: Optional[list[str]] = None, status: str = "ok", reason: str = "", own_weights: bool = False) -> Any:
         """Put `outputs` in the mailbox, report the step, and wait for the parent's go-ahead; the
         inputs the judge staged for the next step come with it."""
         from harness.protocol import Output, Staged, Step, Want, encode
@@ -389,7 +395,7 @@ class Worker:
                 described.append(Output(type(o).__name__, name, str(o.layout), o.device.type, _aliased_input(o, inputs), spec))
             else:
                 described.append(Output(type(o).__name__, name))
-        reply = self._exchange({"type": "step", "step": encode(Step(step, index, tuple(described), status, reason, Want(*want)))})
+        reply = self._exchange({"type": "step", "step": encode(Step(step, index, tuple(described), status, reason, Want(*want), own_weights))})
         return from_dict(Staged, reply["staged"]) if reply.get("staged") is not None else None
 
     def _exchange(self, message: dict[str, Any]) -> dict[str, Any]:
@@ -468,12 +474,27 @@ class Worker:
         if output is not None and all(isinstance(o, torch.Tensor) for o in output) and self.role != "baseline":
             self._step("timed", 0, output, sets[0], want=("none", 0))
 
+    def _weight_source(self, model: Any, policy: str) -> bool:
+        """True when ModelNew keeps the weights it built under the shared seed: check.weights is
+        seed (KernelBench's way), or the reference's state_dict pairs with its own neither by name
+        nor by position (then `weights_by_seed` says why, and the verdict is flagged)."""
+        if policy == "seed":
+            return True
+        reference = {w.name: w.tensor for w in self.session.weights}
+        own = model.state_dict()
+        named = set(own) == set(reference) and all(tuple(own[k].shape) == tuple(reference[k].shape) for k in own)
+        if named or positional_mapping(own, reference) is not None:
+            return False
+        self.channel.send({"type": "weights_by_seed", "reason": weights_problems(own, reference)[:500]})
+        return True
+
     def _load_reference_weights(self, model: Any) -> None:
         """The reference's state_dict (in the inputs region) into `model`: by name when the names
         match; else, when ModelNew renamed them (gamma for bn.weight, a Sequential re-indexed), by
         registration order, where every parameter and buffer pairs with one of the same shape
         (num_batches_tracked aside). The pairs are reported (`weights_mapped`); later steps name
-        buffers and gradients as the reference does. No such pairing: `weights mismatch`."""
+        buffers and gradients as the reference does. No such pairing (a compile baseline whose
+        weights will not load): `weights mismatch`."""
         from harness.regions import view
 
         reference = {w.name: view(self.inputs.tensor, w.tensor) for w in self.session.weights}

@@ -64,7 +64,8 @@ SPECIAL = {
     "import_error": "import torch\nimport no_such_module_for_harness_tests\n",
     "no_model_new": "import torch\nclass Model(torch.nn.Module):\n    pass\n",
     "construct_raises": HEADER.replace("super().__init__()", "super().__init__(); raise ValueError('bad shape')") + "        return x\n",
-    # renamed, and one more parameter: no pairing by position either (tests/test_weights.py has the renames that pair)
+    # renamed, and one more parameter: no pairing by position either, so it keeps its own same-seed weights
+    # (tests/test_weights.py has the renames that pair, and the policy that fails these)
     "unpairable_weights": HEADER.replace("self.bias = nn.Parameter(torch.randn(features))", "self.offset = nn.Parameter(torch.randn(features)); self.gain = nn.Parameter(torch.ones(1))") + "        return torch.relu(x * self.scale * self.gain + self.offset)\n",
     "needs_cuda_at_runtime": HEADER + "        return torch.relu(x.to('cuda') * self.scale + self.bias)\n",
     "exits_at_import": "import sys\nsys.exit(3)\n",
@@ -139,7 +140,7 @@ EXPECTED = {
     "exits_at_import": Status.IMPORT_ERROR,
     "no_model_new": Status.INTERFACE_ERROR,
     "construct_raises": Status.CONSTRUCT_FAILED,
-    "unpairable_weights": Status.WEIGHTS_MISMATCH,
+    "unpairable_weights": Status.CORRECT,
     "needs_cuda_at_runtime": Status.NEEDS_CUDA,
     "truncated": Status.EXTRACT_FAILED,
 }
@@ -201,9 +202,11 @@ def test_crash_names_the_signal(verdicts):
     assert "SIGSEGV" in verdicts[0]["segfaults"].reason
 
 
-def test_weights_mismatch_names_the_keys(verdicts):
-    reason = verdicts[0]["unpairable_weights"].reason
-    assert "offset" in reason and "bias" in reason and "gain" in reason
+def test_unpairable_weights_are_checked_by_seed_and_flagged_naming_the_keys(verdicts):
+    record = verdicts[0]["unpairable_weights"]
+    flag = next(f for f in record.flags if f.code == "weights-by-seed")
+    assert "offset" in flag.reason and "bias" in flag.reason and "gain" in flag.reason
+    assert record.weights == "seed"
 
 
 def test_huge_output_is_truncated_in_the_log(verdicts):

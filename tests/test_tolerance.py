@@ -82,6 +82,7 @@ def test_the_kernelbench_profile_accepts_tanh_gelu_as_kernelbench_does_and_the_d
     for profile in ("kernelbench", "default"):
         record = api.evaluate("26_GELU", tanh, config=ROOT / "configs" / f"{profile}.yaml", overrides={**common, "flags.no_custom_kernel": "flag"})
         verdicts[profile] = record.status
-        if profile == "default":
+        if profile == "default":  # and the record says which of our checks KernelBench's does not make
             assert "norm=0.0001" in record.reason
+            assert record.stricter is not None and record.stricter.code == "tolerance" and "within KernelBench's" in record.stricter.detail
     assert verdicts == {"kernelbench": Status.CORRECT, "default": Status.INCORRECT}

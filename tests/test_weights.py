@@ -47,6 +47,12 @@ class ModelNew(nn.Module):
         return self.body(x)
 '''
 
+# nn.Linear's own initialisation, drawn in its order: under the shared seed, the reference's initial weights
+LINEAR_INIT = """nn.init.kaiming_uniform_(self.gemm_weight, a=math.sqrt(5))
+        nn.init.uniform_(self.gemm_bias, -1 / math.sqrt(in_features), 1 / math.sqrt(in_features))"""
+
+# One parameter more than the reference has: no pairing by name or by position. Built under the
+# shared seed, its Linear draws what the reference's drew, so its own weights are the reference's.
 EXTRA = SEQUENTIAL.replace("self.body = nn.Sequential(", "self.scale = nn.Parameter(torch.ones(1))\n        self.body = nn.Sequential(").replace("return self.body(x)", "return self.body(x) * self.scale")
 
 
@@ -61,6 +67,7 @@ def records(tmp_path_factory, build_cache, measurement_cache):
         "flat_frozen": FLAT.format(weight="self.frozen").replace("nn.init.zeros_(self.gemm_bias)", "nn.init.zeros_(self.gemm_bias)\n        self.frozen = self.gemm_weight.detach().clone()  # its own weights, kept; the given ones ignored"),
         "sequential": SEQUENTIAL,
         "extra_parameter": EXTRA,
+        "extra_parameter_wrong": EXTRA.replace("torch.ones(1)", "torch.full((1,), 1.5)"),
     }
     with api.Session(cfg) as session:
         futures = {name: session.submit(PROBLEM, text, name=name) for name, text in sources.items()}
@@ -90,7 +97,36 @@ def test_renamed_weights_that_are_then_ignored_still_fail(records):
     assert record.status is Status.INCORRECT, record.reason
 
 
-def test_weights_that_cannot_pair_are_a_weights_mismatch_naming_them(records):
+def test_weights_that_cannot_pair_fall_back_to_its_own_same_seed_weights_with_a_flag(records):
     record = records["extra_parameter"]
+    assert record.status is Status.CORRECT, record.reason
+    assert record.weights == "seed"
+    flag = next(f for f in record.flags if f.code == "weights-by-seed")
+    assert flag.policy == "flag" and "scale" in flag.reason and "checked less" in flag.reason
+    assert record.gradients == "match"  # its inputs' gradients; its parameters have no names to pair by
+
+
+def test_a_wrong_kernel_on_its_own_same_seed_weights_still_fails(records):
+    record = records["extra_parameter_wrong"]
+    assert record.status is Status.INCORRECT, record.reason
+    assert any(f.code == "weights-by-seed" for f in record.flags)
+
+
+def test_with_the_flag_set_to_fail_unpairable_weights_are_a_weights_mismatch_naming_them(tmp_path, build_cache, measurement_cache):
+    overrides = [f"results_dir={tmp_path}", f"build_cache_dir={build_cache}", f"measurement_cache_dir={measurement_cache}",
+                 "timing.enabled=false", "check.trials=1", "flags.no_custom_kernel=flag", "flags.weights_by_seed=fail"]
+    record = api.evaluate(PROBLEM, EXTRA, overrides=overrides)
     assert record.status is Status.WEIGHTS_MISMATCH
-    assert "scale" in record.reason and "no pairing by registration order and shape" in record.reason
+    assert "scale" in record.reason and "neither by name nor by position" in record.reason
+
+
+def test_the_kernelbench_profile_checks_each_model_with_its_own_weights_as_kernelbench_does(tmp_path, build_cache, measurement_cache):
+    """Renamed weights it then ignores: the default fails it (it ignores the weights it is given);
+    KernelBench builds both models under one seed and never gives weights, so it passes there."""
+    overrides = [f"results_dir={tmp_path}", f"build_cache_dir={build_cache}", f"measurement_cache_dir={measurement_cache}",
+                 "timing.enabled=false", "flags.no_custom_kernel=flag"]
+    frozen = FLAT.format(weight="self.frozen").replace("nn.init.zeros_(self.gemm_bias)", "nn.init.zeros_(self.gemm_bias)\n        self.frozen = self.gemm_weight.detach().clone()")
+    record = api.evaluate(PROBLEM, "import math\n" + frozen.replace("nn.init.kaiming_uniform_(self.gemm_weight)\n        nn.init.zeros_(self.gemm_bias)", LINEAR_INIT),
+                          config="configs/kernelbench.yaml", overrides=overrides)
+    assert record.status is Status.CORRECT, record.reason
+    assert record.weights == "seed" and not any(f.code == "weights-by-seed" for f in record.flags)
