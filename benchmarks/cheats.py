@@ -24,15 +24,15 @@ CATALOG = ROOT / "benchmarks" / "cheats"
 PROBLEMS = ROOT / "benchmarks" / "problems"
 
 
-def expectations(folder: Path) -> dict[str, list[tuple[str, str]]]:
-    """Candidate name -> the verdicts it may get, each (status, flag code or "")."""
+def expectations(folder: Path, key: str = "Expect") -> dict[str, list[tuple[str, str]]]:
+    """Candidate name -> the verdicts it may get, each (status, flag code or ""), from its `<key>:` line."""
     found = {}
     for path in sorted(folder.glob("*.py")):
         if path.name.startswith("_"):
             continue
-        match = re.search(r"^Expect:\s*(.+)$", path.read_text(), re.MULTILINE)
+        match = re.search(rf"^{key}:\s*(.+)$", path.read_text(), re.MULTILINE)
         if match is None:
-            raise SystemExit(f"{path}: no 'Expect:' line")
+            raise SystemExit(f"{path}: no '{key}:' line")
         options = []
         for option in match.group(1).split(" or "):
             status, _, code = option.partition(" + ")

@@ -7,6 +7,9 @@
 #   catalog   our catalog for benchmarks/problems/linear_relu_256x1024.py (every class in docs/integrity.md)
 #   team      every shipped candidate (solutions/) under the new checks, sanitizer included: the honest team
 #             candidates must stay correct and unflagged
+#   corpus    the verdict corpus (benchmarks/corpus/: honest and wrong kernels on KernelBench's files, needs
+#             benchmarks/kernelbench/) under the default and the KernelBench profile
+#   floor     the null candidate's fairness floor on a launch-bound problem (3_Linear_BatchNorm)
 #   tests     the GPU tests (test_gpu.py, the GPU cases of test_judge.py; not the catalog test, which repeats the parts above)
 #   clean     remove the builds and caches the parts above leave (they are kept between parts, so a part can reuse builds)
 set -o pipefail
@@ -41,6 +44,8 @@ EOF
     catalog) timeout 590 python3 benchmarks/cheats.py --out "$OUT/cheats" "${SHORT[@]}" linear_relu_256x1024 2>&1 | tee "$OUT/catalog.txt" ;;
     team) timeout 590 python3 run.py --all --results "$OUT/results" --run-id team --json --quiet "${SHORT[@]}" > "$OUT/team.jsonl" 2> "$OUT/team.stderr.txt"
           python3 -c "import json,sys; [print(r['problem'], r['candidate'], r['status'], [f['code'] for f in r['flags']], [s['outcome'] for s in r['sanitizer']]) for r in map(json.loads, open(sys.argv[1])) if 'candidate' in r]" "$OUT/team.jsonl" | tee "$OUT/team.txt" ;;
+    corpus) timeout 590 python3 benchmarks/verdict_corpus.py --out "$OUT/corpus" "${SHORT[@]}" --set timing.null_candidate=off --set sanitizer.enabled=off 2>&1 | tee "$OUT/corpus.txt" ;;
+    floor) timeout 400 python3 benchmarks/fairness.py --variants 0 --repeats 2 --out "$OUT/floor" 3_Linear_BatchNorm 2>&1 | tee "$OUT/floor.txt" ;;
     tests) timeout 590 python3 -m pytest -q -m gpu tests/test_gpu.py tests/test_judge.py 2>&1 | tee "$OUT/gpu_tests.txt" ;;
     clean) rm -rf .cache/builds .cache/measurements .cache/inductor .cache/cheats results/ 2>/dev/null ;;
   esac

@@ -1,0 +1,118 @@
+"""The verdict corpus: honest kernels that must pass and wrong ones that must fail, on KernelBench's
+own problem files, under our default checks and under KernelBench's profile.
+
+    python3 benchmarks/verdict_corpus.py [--out DIR] [--profiles default,kernelbench] [--set KEY=VALUE ...] [PROBLEM ...]
+
+Each file in benchmarks/corpus/<problem>/ opens with `Honest:` or `Wrong:` and one line of what it
+does, then `Expect:` (its verdict under configs/default.yaml) and `KernelBench:` (under
+configs/kernelbench.yaml), as benchmarks/cheats.py reads them. The problems are KernelBench's files,
+found under --problems-dir (default benchmarks/kernelbench: `python3 benchmarks/kernelbench_levels.py
+--fetch-from KERNELBENCH_GIT_DIR` fills it). One `run.py --all` per profile runs every folder through
+the real CLI; the script writes the records and verdicts.md (one row per kernel, both profiles side by
+side, with the check that made the difference where ours is stricter) and exits 1 when a verdict
+differs from its expectation, or an honest kernel is flagged implausible-time. GPU only.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cheats import expectations, matches  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = ROOT / "benchmarks" / "corpus"
+PROFILES = {"default": ("Expect", None), "kernelbench": ("KernelBench", ROOT / "configs" / "kernelbench.yaml")}
+
+
+def kinds(folder: Path) -> dict[str, str]:
+    """Candidate name -> Honest | Wrong, from the docstring's first word."""
+    found = {}
+    for path in sorted(folder.glob("*.py")):
+        match = re.match(r'\s*"""(Honest|Wrong):', path.read_text())
+        if not path.name.startswith("_"):
+            found[path.stem] = match.group(1) if match else "?"
+    return found
+
+
+def run_profile(profile: str, problems: list[str], out: Path, problems_dir: Path, overrides: list[str]) -> tuple[dict[tuple[str, str], dict], float]:
+    """Every corpus folder through run.py under one profile: (problem, candidate) -> record, and the wall time."""
+    _, config = PROFILES[profile]
+    command = [sys.executable, "run.py", "--set", f"solutions_dir={CORPUS}", "--problems-dir", str(problems_dir),
+               "--results", str(out / "results"), "--run-id", profile, "--json", "--quiet"]
+    command += ["--all"] if not problems else [arg for p in problems for arg in ("--problem", p)]
+    command += ["--config", str(config)] if config else []
+    for item in overrides:
+        command += ["--set", item]
+    started = time.monotonic()
+    proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    (out / f"{profile}.stderr.txt").write_text(proc.stderr)
+    records = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    return {(r["problem"], r["candidate"]): r for r in records if "candidate" in r and "status" in r}, time.monotonic() - started
+
+
+def error(record: dict) -> str:
+    """The failing check's max abs error, else the largest over the checks."""
+    checks = [c for c in record.get("checks", []) if c.get("max_abs_error") is not None]
+    failing = [c for c in checks if not c["passed"]]
+    values = [failing[-1]["max_abs_error"]] if failing else [c["max_abs_error"] for c in checks]
+    return f"{max(values):.2g}" if values else ""
+
+
+def cell(record: dict | None, options: list[tuple[str, str]], honest: bool) -> tuple[str, bool]:
+    if record is None:
+        return "(no record)", False
+    codes = [f["code"] for f in record.get("flags", [])]
+    ok = matches(record, options) and not (honest and "implausible-time" in codes)
+    text = record["status"] + (f" ({', '.join(dict.fromkeys(codes))})" if codes else "")
+    return (text if ok else f"**{text}**"), ok
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=ROOT / ".cache" / "corpus")
+    parser.add_argument("--problems-dir", type=Path, default=ROOT / "benchmarks" / "kernelbench")
+    parser.add_argument("--profiles", default="default,kernelbench")
+    parser.add_argument("--set", action="append", default=[], help="a config override for both runs")
+    parser.add_argument("problems", nargs="*", help="corpus folders to run (default: all)")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    folders = [CORPUS / p for p in args.problems] if args.problems else [p for p in sorted(CORPUS.iterdir()) if p.is_dir() and not p.name.startswith("_")]
+    profiles = args.profiles.split(",")
+    results, walls = {}, {}
+    for profile in profiles:
+        results[profile], walls[profile] = run_profile(profile, args.problems, args.out, args.problems_dir, args.set)
+        print(f"{profile}: {len(results[profile])} records in {walls[profile]:.0f} s", flush=True)
+    header = "| problem | kernel | kind | " + " | ".join(f"{p}: expected | {p}: verdict" for p in profiles) + " | stricter than KernelBench | max abs error | speedup |"
+    lines = [header, "|" + "---|" * (header.count("|") - 1)]
+    wrong = total = 0
+    for folder in folders:
+        kind = kinds(folder)
+        for profile in profiles:
+            expectations(folder, PROFILES[profile][0])  # every file states every profile's verdict
+        for name in kind:
+            row = [folder.name, name, kind[name]]
+            default = results.get("default", {}).get((folder.name, name)) or {}
+            for profile in profiles:
+                options = expectations(folder, PROFILES[profile][0])[name]
+                text, ok = cell(results[profile].get((folder.name, name)), options, kind[name] == "Honest")
+                wrong += not ok
+                total += 1
+                row += [" or ".join(f"{s} + {c}" if c else s for s, c in options), text]
+            stricter = default.get("stricter") or {}
+            speedup = default.get("speedup")
+            row += [f"{stricter['code']}: {stricter['detail']}" if stricter else "", error(default) if default else "", f"{speedup:.2f}" if speedup else ""]
+            lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |")
+    summary = f"{total - wrong} of {total} verdicts as expected ({', '.join(f'{p} {walls[p]:.0f} s' for p in profiles)})"
+    (args.out / "verdicts.md").write_text(summary + "\n\n" + "\n".join(lines) + "\n")
+    print(summary + "\n\n" + "\n".join(lines), flush=True)
+    return 1 if wrong else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
