@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -43,16 +45,24 @@ def kinds(folder: Path) -> dict[str, str]:
 def run_profile(profile: str, problems: list[str], out: Path, problems_dir: Path, overrides: list[str]) -> tuple[dict[tuple[str, str], dict], float]:
     """Every corpus folder through run.py under one profile: (problem, candidate) -> record, and the wall time."""
     _, config = PROFILES[profile]
-    command = [sys.executable, "run.py", "--set", f"solutions_dir={CORPUS}", "--problems-dir", str(problems_dir),
+    shutil.rmtree(out / "results" / profile, ignore_errors=True)  # a run id is used once
+    solutions = CORPUS
+    if problems:  # only these folders: a solutions tree of links to them
+        solutions = out / "solutions"
+        shutil.rmtree(solutions, ignore_errors=True)
+        solutions.mkdir()
+        for name in problems:
+            (solutions / name).symlink_to(CORPUS / name, target_is_directory=True)
+    command = [sys.executable, "run.py", "--all", "--set", f"solutions_dir={solutions}", "--problems-dir", str(problems_dir),
                "--results", str(out / "results"), "--run-id", profile, "--json", "--quiet"]
-    command += ["--all"] if not problems else [arg for p in problems for arg in ("--problem", p)]
     command += ["--config", str(config)] if config else []
     for item in overrides:
         command += ["--set", item]
     started = time.monotonic()
-    proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
-    (out / f"{profile}.stderr.txt").write_text(proc.stderr)
-    records = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    saved = out / f"{profile}.jsonl"  # the records, kept beside the table as they come (a run cut short keeps its part)
+    with saved.open("w") as stdout, (out / f"{profile}.stderr.txt").open("w") as stderr:
+        subprocess.run(command, cwd=ROOT, stdout=stdout, stderr=stderr, text=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    records = [json.loads(line) for line in saved.read_text().splitlines() if line.startswith("{")]
     return {(r["problem"], r["candidate"]): r for r in records if "candidate" in r and "status" in r}, time.monotonic() - started
 
 
@@ -79,6 +89,7 @@ def main() -> int:
     parser.add_argument("--problems-dir", type=Path, default=ROOT / "benchmarks" / "kernelbench")
     parser.add_argument("--profiles", default="default,kernelbench")
     parser.add_argument("--set", action="append", default=[], help="a config override for both runs")
+    parser.add_argument("--reuse", action="store_true", help="take a profile's records from --out where an earlier call left them")
     parser.add_argument("problems", nargs="*", help="corpus folders to run (default: all)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -86,6 +97,11 @@ def main() -> int:
     profiles = args.profiles.split(",")
     results, walls = {}, {}
     for profile in profiles:
+        saved = args.out / f"{profile}.jsonl"
+        if args.reuse and saved.is_file():  # a profile run earlier (a call cut short goes on from here)
+            records = [json.loads(line) for line in saved.read_text().splitlines() if line.startswith("{")]
+            results[profile], walls[profile] = {(r["problem"], r["candidate"]): r for r in records if "candidate" in r and "status" in r}, 0.0
+            continue
         results[profile], walls[profile] = run_profile(profile, args.problems, args.out, args.problems_dir, args.set)
         print(f"{profile}: {len(results[profile])} records in {walls[profile]:.0f} s", flush=True)
     header = "| problem | kernel | kind | " + " | ".join(f"{p}: expected | {p}: verdict" for p in profiles) + " | stricter than KernelBench | max abs error | speedup |"

@@ -498,7 +498,7 @@ class ProblemEvaluation:
         else:
             worst = max((c.max_abs_error or 0.0) for c in checks)
             state = " and the buffers after them" if len(checks) > len(plan.calls) else ""
-            status, reason = Status.CORRECT, f"matched {len(plan.calls)} calls ({', '.join(self.cfg.check.modes)}, repeats){state}; max abs error {worst:.2g}"
+            status, reason = Status.CORRECT, f"matched {len(plan.calls)} calls ({', '.join(self.cfg.check.modes + (('repeats',) if self.cfg.check.repeats else ()))}){state}; max abs error {worst:.2g}"
         if same_seed is not None and not same_seed.passed and not self.cfg.check.require_same_seed:
             warnings.append(f"same-seed construction differs from the reference ({same_seed.reason}); weights are created differently")
         if self._restart_note:

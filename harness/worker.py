@@ -737,9 +737,10 @@ def structure(value: Any) -> tuple[str, ...]:
         found.append("lower-triangular")
     elif float((v == 0).float().mean()) >= 0.01:
         found.append("zero pattern")
-    block = v[..., : v.shape[-2]]  # the leading square block of a probe that holds only the first rows
-    if square and bool((block == block.transpose(-1, -2)).all()):
-        found.append("symmetric")
+    if square:
+        block = v[..., : v.shape[-2]]  # the leading square block of a probe that holds only the first rows
+        if bool((block == block.transpose(-1, -2)).all()):
+            found.append("symmetric")
     if v.shape[-1] > 1 and bool((v.diff(dim=-1) >= 0).all()):
         found.append("sorted")
     if non_negative:

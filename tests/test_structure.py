@@ -9,6 +9,8 @@ from harness.worker import redistribute, structure
 
 CASES = {
     "randn": (torch.randn(64, 64), ()),
+    "vector": (torch.rand(4096), ("non-negative",)),  # a diagonal as one dimension (KernelBench's level1/12)
+    "vector randn": (torch.randn(100), ()),
     "rand": (torch.rand(64, 64), ("non-negative",)),
     "upper": (torch.triu(torch.randn(64, 64)), ("upper-triangular",)),
     "lower": (torch.tril(torch.rand(64, 64)), ("lower-triangular", "non-negative")),
