@@ -13,6 +13,7 @@ import torch
 from harness.config import DEFAULT_TOLERANCE, Tolerance
 from harness.records import CheckResult
 
+TINY_OUTPUT_RELATIVE = 1e-2  # an output smaller than atol: the error's rms may be at most this fraction of the output's
 KERNELBENCH_TOLERANCE = 1e-2  # KernelBench's allclose, atol = rtol (its v0 and v0.1 eval; its main branch now takes 1e-4 for float32)
 CHUNK = 1 << 24  # elements compared at a time on a GPU (few launches per GB)
 CPU_CHUNK = 1 << 20  # on the CPU: a chunk's temporaries stay in cache across the passes over it
@@ -100,6 +101,11 @@ def _compare_tensor(name: str, label: str, e: torch.Tensor, a: torch.Tensor, tol
     atol = tol.atol + tol.norm * scale  # the absolute term: the tolerance's own, plus the norm-wise one
     max_abs = max_rel = 0.0
     outside_count = loose_count = 0  # elements outside the tolerance; of those, outside KernelBench's too
+    # Outputs smaller than atol (a softmax over 393216 columns is ~2.5e-6): atol alone would pass any
+    # answer of that size, zeros too. There the norm-wise rule also bounds the error's rms by a
+    # fraction of the output's: rounding is relative, so honest float32 sits orders below it.
+    tiny = tol.norm > 0 and 0 < scale < tol.atol
+    squares = 0.0  # sum of squared differences over finite elements, kept for a tiny output only
     worst: tuple[float, float, float] | None = None  # (excess over the bound, got, expected)
     compute = torch.float64 if e.dtype == torch.float64 else torch.float32
     step = chunk(e)
@@ -115,6 +121,7 @@ def _compare_tensor(name: str, label: str, e: torch.Tensor, a: torch.Tensor, tol
             magnitude = ce.abs()
             max_abs = max(max_abs, largest)
             max_rel = max(max_rel, float(torch.div(diff, magnitude).nan_to_num_(0.0, 0.0, 0.0).max()))
+            squares += float(diff.square().sum()) if tiny else 0.0
             bound = magnitude.mul_(tol.rtol).add_(atol)
             outside = int(torch.gt(diff, bound).sum())
             if outside:
@@ -141,6 +148,7 @@ def _compare_tensor(name: str, label: str, e: torch.Tensor, a: torch.Tensor, tol
         loose_count += int((diff > KERNELBENCH_TOLERANCE * (1 + magnitude)).sum())
         max_abs = max(max_abs, float(diff.max()))
         max_rel = max(max_rel, float(torch.where(magnitude > 0, diff / magnitude, 0.0).max()))
+        squares += float(diff.square().sum()) if tiny else 0.0
         outside_count += int((excess > 0).sum())
         index = int(torch.argmax(excess))
         if worst is None or float(excess[index]) > worst[0]:
@@ -154,6 +162,11 @@ def _compare_tensor(name: str, label: str, e: torch.Tensor, a: torch.Tensor, tol
             f"max abs error {max_abs:.3g} (worst: got {worst[1]:.6g}, expected {worst[2]:.6g})"
         )
         return CheckResult(name, False, reason, max_abs, max_rel, mismatch, within_kernelbench=loose_count == 0)
+    relative = math.sqrt(squares / max(flat_e.numel(), 1)) / scale if tiny else 0.0
+    if relative > TINY_OUTPUT_RELATIVE:
+        reason = (f"{label}: every element is within atol={tol.atol:g} of an output whose rms is {scale:.3g}, smaller than atol, "
+                  f"but the error's rms is {relative:.3g} of the output's (over {TINY_OUTPUT_RELATIVE:g}); max abs error {max_abs:.3g}")
+        return CheckResult(name, False, reason, max_abs, max_rel, 0.0, within_kernelbench=True)
     return CheckResult(name, True, "ok", max_abs, max_rel, 0.0)
 
 

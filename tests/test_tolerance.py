@@ -86,3 +86,19 @@ def test_the_kernelbench_profile_accepts_tanh_gelu_as_kernelbench_does_and_the_d
             assert "norm=0.0001" in record.reason
             assert record.stricter is not None and record.stricter.code == "tolerance" and "within KernelBench's" in record.stricter.detail
     assert verdicts == {"kernelbench": Status.CORRECT, "default": Status.INCORRECT}
+
+
+def test_an_output_smaller_than_atol_is_still_judged_against_its_own_size():
+    """A softmax over 400000 columns is ~2.5e-6 per element: atol = 1e-4 alone passes zeros. The
+    norm-wise rule bounds the error's rms by 1% of the output's there; honest float32 is far inside."""
+    torch.manual_seed(3)
+    x = torch.rand(2, 400_000)  # as KernelBench's level1/23 draws it: no element near atol
+    reference = torch.softmax(x, dim=-1)
+    honest = torch.softmax(x.double(), dim=-1).float()  # another order, another precision inside
+    assert check(honest, reference).passed
+    zeros = check(torch.zeros_like(reference), reference)
+    assert not zeros.passed and "smaller than atol" in zeros.reason and zeros.within_kernelbench
+    halved = check(reference * 0.5, reference)
+    assert not halved.passed
+    loose = {"float32": Tolerance(atol=1e-2, rtol=1e-2, norm=0.0)}  # KernelBench's: no norm-wise term, zeros pass
+    assert check(torch.zeros_like(reference), reference, loose).passed

@@ -1,5 +1,5 @@
 """Wrong: row softmax (one 256-thread block per row) that converts x to __half and does the max, the exp (hexp) and the running/block sums in half, converting only the result back to float; the 393216-wide row sum overflows half (inf) for non-negative inputs, so those rows come out all zeros.
-Expect: correct + less-precise
+Expect: incorrect
 KernelBench: correct
 """
 import torch

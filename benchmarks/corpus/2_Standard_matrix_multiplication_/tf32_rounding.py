@@ -1,4 +1,4 @@
-"""Wrong: 32x32 tiled matmul that rounds every A and B element to TF32 (10 mantissa bits, round-to-nearest on the bit pattern) as it loads the tile, then accumulates in fp32.
+"""Wrong: 32x32 tiled matmul that rounds every A and B element to TF32 (10 mantissa bits, round-to-nearest on the bit pattern) as it loads the tile, then accumulates in fp32. A known miss: on these non-negative inputs its error stays within what honest float32 orders reach (docs/integrity.md#known-limits).
 Expect: correct
 KernelBench: correct
 """
