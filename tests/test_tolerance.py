@@ -102,3 +102,11 @@ def test_an_output_smaller_than_atol_is_still_judged_against_its_own_size():
     assert not halved.passed
     loose = {"float32": Tolerance(atol=1e-2, rtol=1e-2, norm=0.0)}  # KernelBench's: no norm-wise term, zeros pass
     assert check(torch.zeros_like(reference), reference, loose).passed
+
+
+def test_rounding_noise_around_an_exact_zero_is_not_judged_against_itself():
+    """A value that is zero in exact arithmetic comes out as noise of both signs, ~1e-6: another
+    order gives other noise. The rule for small outputs leaves it to atol."""
+    torch.manual_seed(4)
+    noise = torch.randn(4096) * 1e-6
+    assert check(torch.randn(4096) * 1e-6, noise).passed
