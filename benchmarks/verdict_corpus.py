@@ -109,13 +109,12 @@ def main() -> int:
     wrong = total = 0
     for folder in folders:
         kind = kinds(folder)
-        for profile in profiles:
-            expectations(folder, PROFILES[profile][0])  # every file states every profile's verdict
+        expected = {profile: expectations(folder, PROFILES[profile][0]) for profile in profiles}  # every file states every profile's verdict
         for name in kind:
             row = [folder.name, name, kind[name]]
             default = results.get("default", {}).get((folder.name, name)) or {}
             for profile in profiles:
-                options = expectations(folder, PROFILES[profile][0])[name]
+                options = expected[profile][name]
                 text, ok = cell(results[profile].get((folder.name, name)), options, kind[name] == "Honest")
                 wrong += not ok
                 total += 1

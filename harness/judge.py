@@ -37,7 +37,7 @@ from harness.records import CheckResult
 from harness.regions import Region, aligned, device_sharing, guard_broken, layout, past_end, view, write
 from harness.status import Status
 from harness.worker import (
-    WorkerFailure, as_outputs, classify, load_module, model_gradients, one_line, other_sizes,
+    WorkerFailure, as_outputs, classify, load_module, model_gradients, one_line, other_sizes, paired_gradients,
     prepare_timer, randomize_state, redistribute, same_bits, setup_device, structure, synchronize, time_round, _aliased_input,
 )
 from harness.pairing import device_sync_reason
@@ -376,7 +376,7 @@ class Judge:
             buffers = dict(self.model.named_buffers())
             if session.own_weights and not set(buffers) <= {o.name for o in step.outputs}:
                 return P.Verdict()  # its own state under other names: nothing to pair them by (the verdict is flagged)
-            return P.Verdict(check=self._compare_named("buffers after the calls", buffers, session, step))
+            return P.Verdict(check=self._compare_named(P.BUFFERS_CHECK, buffers, session, step))
         if step.step == "grads":
             if self.gradients_note:
                 return P.Verdict()
@@ -384,8 +384,7 @@ class Judge:
             if status != "ok" or not grads:  # the reference's own backward failed here (memory): no verdict
                 return P.Verdict()
             if session.own_weights:  # its own parameters pair by name and shape or not at all; the inputs' gradients always do
-                shapes = {o.name: tuple(o.tensor.shape) for o in step.outputs if o.tensor is not None}
-                grads = {k: v for k, v in grads.items() if not k.startswith("parameter ") or shapes.get(k) == tuple(v.shape)}
+                grads = paired_gradients(grads, {o.name: tuple(o.tensor.shape) for o in step.outputs if o.tensor is not None})
             actual = {"status": step.status, "reason": step.reason, "tensors": {}}
             for output in (o for o in step.outputs if o.name in grads):  # the reference's gradients; others are not compared
                 tensor = self._mailbox_tensor(session, output)
@@ -406,7 +405,7 @@ class Judge:
             return changed or P.Verdict(check=self._compare("same-seed construction (eval)", expected, session, step), unsafe=unsafe)
         if step.step == "timed":
             self.model.eval()
-            return P.Verdict(check=self._compare("last timed call on trial 1 (eval)", self._forward(self._inputs(0), aliases=True), session, step))
+            return P.Verdict(check=self._compare(P.TIMED_CHECK, self._forward(self._inputs(0), aliases=True), session, step))
         call = self.job.calls[step.index]
         session.next_call += 1
         args = self._staged_inputs(session, call.input)

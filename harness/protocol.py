@@ -32,6 +32,10 @@ class Call:
         return f"{again}trial {self.input + 1} ({self.mode}{inputs}{size})"
 
 
+BUFFERS_CHECK = "buffers after the calls"  # the name of the check of module state after every planned call
+TIMED_CHECK = "last timed call on trial 1 (eval)"  # the name of the check of the last timed call's output
+
+
 @dataclasses.dataclass(frozen=True)
 class JudgeJob:
     """What a judge serves: one problem on one device, with the run's secret plan."""

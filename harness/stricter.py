@@ -14,7 +14,7 @@ from __future__ import annotations
 import enum
 from typing import Optional, Sequence
 
-from harness.protocol import Call
+from harness.protocol import BUFFERS_CHECK, TIMED_CHECK, Call
 from harness.records import CheckResult, Flag, Stricter
 from harness.status import Status
 
@@ -56,10 +56,11 @@ def stricter_than_kernelbench(
     if status is not Status.INCORRECT or not checks or checks[-1].passed:
         return None
     check = checks[-1]  # a failing check ends the worker's run: it is the last one made
-    loose = f"; max abs error {check.max_abs_error:.2e}, within KernelBench's atol = rtol = 1e-2" if check.within_kernelbench else ""
-    if check.name == "buffers after the calls":
+    within = "within KernelBench's atol = rtol = 1e-2"  # compare.KERNELBENCH_TOLERANCE, which set within_kernelbench
+    loose = f"; max abs error {check.max_abs_error:.2e}, {within}" if check.within_kernelbench else ""
+    if check.name == BUFFERS_CHECK:
         return Stricter(Check.BUFFERS.value, "KernelBench compares outputs only" + loose)
-    if check.name.startswith("last timed call"):
+    if check.name == TIMED_CHECK:
         return Stricter(Check.TIMED_OUTPUT.value, "KernelBench does not check what its timed calls return" + loose)
     if len(checks) > len(calls):
         return None
@@ -73,8 +74,7 @@ def stricter_than_kernelbench(
     if call.mode == "eval":
         return Stricter(Check.EVAL_MODE.value, f"{check.name}: KernelBench calls both models in train mode" + loose)
     if check.within_kernelbench:
-        return Stricter(Check.TOLERANCE.value, f"{check.name}: max abs error {check.max_abs_error:.2e}, max rel error {check.max_rel_error:.2e}; "
-                        "within KernelBench's atol = rtol = 1e-2")
+        return Stricter(Check.TOLERANCE.value, f"{check.name}: max abs error {check.max_abs_error:.2e}, max rel error {check.max_rel_error:.2e}; {within}")
     if redrawn_weights and same_seed is not None and (same_seed.passed or same_seed.within_kernelbench):
         return Stricter(Check.REDRAWN_WEIGHTS.value, f"{check.name}: right with the weights both models were built with, wrong with redrawn ones")
     return None

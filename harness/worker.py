@@ -262,10 +262,11 @@ class Worker:
             if self.role != "baseline":
                 model.eval()
                 args = self._set(staged.sets[0])
-                own = self._weight_source(model, job.get("weights", "transplant"))
+                pairs = self._weight_pairs(model, job.get("weights", "transplant"))
+                own = pairs is None
                 staged = self._step("same_seed", 0, self._call(model, args, "same_seed"), args, want=("call", 0), own_weights=own)
                 if not own:
-                    self._load_reference_weights(model)
+                    self._load_reference_weights(model, pairs)
             for index, call in enumerate(calls):
                 model.train(call["mode"] == "train")
                 # The inputs of every call are written by the judge into the same memory: an answer
@@ -287,8 +288,7 @@ class Worker:
         if gradients:
             status, reason, grads = model_gradients(model, self._set(staged.sets[0], staged.fresh), job["gradient_seed"], self.guard)
             if own:  # its own parameters: only those the reference has, by name and shape, can be compared
-                theirs = {f"parameter {w.name}": tuple(w.tensor.shape) for w in self.session.weights}
-                grads = {k: v for k, v in grads.items() if not k.startswith("parameter ") or theirs.get(k) == tuple(v.shape)}
+                grads = paired_gradients(grads, {f"parameter {w.name}": tuple(w.tensor.shape) for w in self.session.weights})
             names = [f"parameter {self.reference_names(k.removeprefix('parameter '))}" if k.startswith("parameter ") else k for k in grads]
             staged = self._step("grads", 0, list(grads.values()), [], want=("timing", 0) if timing else ("none", 0), names=names, status=status, reason=reason)
             del grads
@@ -474,21 +474,20 @@ class Worker:
         if output is not None and all(isinstance(o, torch.Tensor) for o in output) and self.role != "baseline":
             self._step("timed", 0, output, sets[0], want=("none", 0))
 
-    def _weight_source(self, model: Any, policy: str) -> bool:
-        """True when ModelNew keeps the weights it built under the shared seed: check.weights is
-        seed (KernelBench's way), or the reference's state_dict pairs with its own neither by name
-        nor by position (then `weights_by_seed` says why, and the verdict is flagged)."""
+    def _weight_pairs(self, model: Any, policy: str) -> Optional[list[tuple[str, str]]]:
+        """How the reference's weights go into ModelNew (`weight_pairs`), or None when it keeps the
+        weights it built under the shared seed: check.weights is seed (KernelBench's way), or they
+        pair neither by name nor by position (then `weights_by_seed` says why; the verdict is flagged)."""
         if policy == "seed":
-            return True
+            return None
         reference = {w.name: w.tensor for w in self.session.weights}
         own = model.state_dict()
-        named = set(own) == set(reference) and all(tuple(own[k].shape) == tuple(reference[k].shape) for k in own)
-        if named or positional_mapping(own, reference) is not None:
-            return False
-        self.channel.send({"type": "weights_by_seed", "reason": weights_problems(own, reference)[:500]})
-        return True
+        pairs = weight_pairs(own, reference)
+        if pairs is None:
+            self.channel.send({"type": "weights_by_seed", "reason": weights_problems(own, reference)[:500]})
+        return pairs
 
-    def _load_reference_weights(self, model: Any) -> None:
+    def _load_reference_weights(self, model: Any, pairs: Optional[list[tuple[str, str]]] = None) -> None:
         """The reference's state_dict (in the inputs region) into `model`: by name when the names
         match; else, when ModelNew renamed them (gamma for bn.weight, a Sequential re-indexed), by
         registration order, where every parameter and buffer pairs with one of the same shape
@@ -499,10 +498,10 @@ class Worker:
 
         reference = {w.name: view(self.inputs.tensor, w.tensor) for w in self.session.weights}
         own = model.state_dict()
-        if set(own) != set(reference) or any(own[k].shape != reference[k].shape for k in own):
-            pairs = positional_mapping(own, reference)
-            if pairs is None:
-                raise WorkerFailure(Status.WEIGHTS_MISMATCH, weights_problems(own, reference)[:500])
+        pairs = weight_pairs(own, reference) if pairs is None else pairs
+        if pairs is None:
+            raise WorkerFailure(Status.WEIGHTS_MISMATCH, weights_problems(own, reference)[:500])
+        if pairs:
             renamed = {mine: theirs for mine, theirs in pairs if mine != theirs}
             self.reference_names = lambda name: renamed.get(name, name)
             unpaired = {k: own[k] for k in own if _counter(k) and k not in dict(pairs)}  # counters that could not pair keep their own
@@ -517,6 +516,20 @@ class Worker:
 def _counter(name: str) -> bool:
     """BatchNorm's step counter: no weight, never part of a positional pairing."""
     return name.rsplit(".", 1)[-1] == "num_batches_tracked"
+
+
+def weight_pairs(own: dict[str, Any], reference: dict[str, Any]) -> Optional[list[tuple[str, str]]]:
+    """[] when the names and shapes match (loaded by name); the pairs by registration order and
+    shape when ModelNew renamed them (`positional_mapping`); None when neither."""
+    if set(own) == set(reference) and all(tuple(own[k].shape) == tuple(reference[k].shape) for k in own):
+        return []
+    return positional_mapping(own, reference)
+
+
+def paired_gradients(grads: dict[str, Any], shapes: dict[str, tuple[int, ...]]) -> dict[str, Any]:
+    """The gradients to compare for a model on its own same-seed weights: the inputs', and the
+    parameters' whose name and shape are in `shapes` (the other side's); the rest do not pair."""
+    return {k: v for k, v in grads.items() if not k.startswith("parameter ") or shapes.get(k) == tuple(v.shape)}
 
 
 def positional_mapping(own: dict[str, Any], reference: dict[str, Any]) -> Optional[list[tuple[str, str]]]:
