@@ -23,6 +23,12 @@ TIMING_MODES = ("eager", "graph", "auto")
 SYNC_MODES = ("auto", "stream", "device")
 QUIET_MODES = ("pause", "pin", "both", "off")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+DEVICES = ("auto", "cuda", "cpu")  # device (and the commands' --device)
+EXECUTORS = ("local", "ray")  # executor
+SWITCHES = ("auto", "on", "off")  # sanitizer.enabled, timing.null_candidate
+GRADIENT_POLICIES = ("flag", "fail", "off")  # check.gradients
+WEIGHT_SOURCES = ("transplant", "seed")  # check.weights
+SANITIZER_TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")  # sanitizer.tools
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,9 +70,9 @@ class CheckConfig:
             raise ValueError(f"check.input_distributions must be a non-empty list of {list(DISTRIBUTIONS)}, got {list(self.input_distributions)}")
         if not 0 <= self.own_share_floor < 1:
             raise ValueError("check.own_share_floor must be in [0, 1)")
-        if self.gradients not in ("flag", "fail", "off"):
+        if self.gradients not in GRADIENT_POLICIES:
             raise ValueError(f"check.gradients must be flag, fail or off, got {self.gradients!r}")
-        if self.weights not in ("transplant", "seed"):
+        if self.weights not in WEIGHT_SOURCES:
             raise ValueError(f"check.weights must be transplant or seed, got {self.weights!r}")
         if self.gradient_tolerance_factor < 1:
             raise ValueError("check.gradient_tolerance_factor must be 1 or more")
@@ -114,9 +120,9 @@ class SanitizerConfig:
     timeout: float  # seconds for each tool's run (start-up under the tool is slow)
 
     def __post_init__(self) -> None:
-        if self.enabled not in ("auto", "on", "off"):
+        if self.enabled not in SWITCHES:
             raise ValueError(f"sanitizer.enabled must be auto, on or off, got {self.enabled!r}")
-        bad = [t for t in self.tools if t not in ("memcheck", "racecheck", "initcheck", "synccheck")]
+        bad = [t for t in self.tools if t not in SANITIZER_TOOLS]
         if bad:
             raise ValueError(f"sanitizer.tools: unknown tool {bad[0]!r} (valid: memcheck, racecheck, initcheck, synccheck)")
         if self.timeout <= 0:
@@ -166,7 +172,7 @@ class TimingConfig:
             raise ValueError("timing.max_rounds must be at least timing.rounds")
         if not 0 < self.interval < 1:
             raise ValueError("timing.interval must be in (0, 1)")
-        if self.null_candidate not in ("auto", "on", "off"):
+        if self.null_candidate not in SWITCHES:
             raise ValueError(f"timing.null_candidate must be auto, on or off, got {self.null_candidate!r}")
         if not 0 < self.null_tolerance < 1:
             raise ValueError("timing.null_tolerance must be in (0, 1)")
@@ -182,6 +188,14 @@ class TimingConfig:
             raise ValueError(f"timing.sync must be one of {list(SYNC_MODES)}, got {self.sync!r}")
         if self.unstable_iqr <= 0:
             raise ValueError("timing.unstable_iqr must be positive")
+
+
+# The timing settings that define the timing protocol: they change what a median means, so timings
+# taken under other values are not comparable. (Budgets and repetition counts change only how sure a
+# median is.) With TF32 on or off the same kernels compute other things, so the protocol also holds
+# check.allow_tf32. In the order the gate names the first that differs.
+TIMING_PROTOCOL_FIELDS = ("mode", "sync", "flush_l2", "subtract_overhead", "cpu_threads")
+PROTOCOL_SETTINGS = (*(f"timing.{name}" for name in TIMING_PROTOCOL_FIELDS), "check.allow_tf32")  # dotted config keys, as in a run header's config
 
 
 @dataclasses.dataclass(frozen=True)
@@ -307,9 +321,9 @@ class Config:
     lint: LintConfig
 
     def __post_init__(self) -> None:
-        if self.device not in ("auto", "cuda", "cpu"):
+        if self.device not in DEVICES:
             raise ValueError(f"device must be auto, cuda or cpu, got {self.device!r}")
-        if self.executor not in ("local", "ray"):
+        if self.executor not in EXECUTORS:
             raise ValueError(f"executor must be local or ray, got {self.executor!r}")
 
     def for_problem(self, declared: dict[str, Any]) -> "Config":

@@ -17,25 +17,45 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from harness import nullfloor
+from harness.config import PROTOCOL_SETTINGS
 from harness.errors import UserError
-from harness.records import CandidateRecord, NullFloor, ReferenceRecord, RunHeader, TimingStats
-from harness.status import Status
+from harness.records import CandidateRecord, NullFloor, ReferenceRecord, RunHeader, latest_per_candidate
+from harness.status import Status, Vocabulary
 from harness.store import read_records, resolve_run
 
 # Settings of the timing protocol that change what a median means; a baseline taken under other
-# values is not comparable. (Budgets and repetition counts change only how sure a median is.)
-PROTOCOL_KEYS = ("timing.mode", "timing.sync", "timing.flush_l2", "timing.subtract_overhead", "timing.cpu_threads", "check.allow_tf32")
+# values is not comparable (harness.config.PROTOCOL_SETTINGS).
+PROTOCOL_KEYS = PROTOCOL_SETTINGS
 
-REGRESSED, IMPROVED, UNCHANGED, NOT_COMPARABLE, NEW, MISSING = "regressed", "improved", "unchanged", "not comparable", "new", "missing"
-VERDICTS = (REGRESSED, IMPROVED, UNCHANGED, NOT_COMPARABLE, NEW, MISSING)
+
+class Verdict(Vocabulary):
+    """What became of one candidate between the runs, in the order the report counts them."""
+
+    REGRESSED = "regressed"
+    IMPROVED = "improved"
+    UNCHANGED = "unchanged"
+    NOT_COMPARABLE = "not comparable"
+    NEW = "new"
+    MISSING = "missing"
+
+
+class Regression(Vocabulary):
+    """How a regressed candidate regressed: each has its own `--fail-on` rule."""
+
+    STATUS = "status"  # it was correct and is not now (rule: status)
+    TIME = "time"  # it is correct on both sides and significantly slower (rule: median)
+
+
+REGRESSED, IMPROVED, UNCHANGED, NOT_COMPARABLE, NEW, MISSING = Verdict
+VERDICTS = tuple(Verdict)
 
 
 @dataclasses.dataclass(frozen=True)
 class Side:
     """One side of a comparison: the records of a run folder, a records file or a baseline file."""
 
-    source: str
-    header: Optional[RunHeader]
+    source: str  # what the user named: a baseline file, run folder, run id or records.jsonl
+    header: Optional[RunHeader]  # the run's header (its config holds the timing protocol), when there is one
     references: dict[str, ReferenceRecord]  # problem -> its (first) reference record
     candidates: dict[tuple[str, str], CandidateRecord]  # (problem, candidate) -> its latest record
     null_floors: dict[str, NullFloor] = dataclasses.field(default_factory=dict)  # problem -> its worst null floor over its references (lanes)
@@ -43,17 +63,20 @@ class Side:
 
 @dataclasses.dataclass(frozen=True)
 class Comparison:
-    problem: str
-    candidate: str
-    verdict: str  # one of VERDICTS
-    reason: str
-    baseline_status: Optional[str] = None
-    current_status: Optional[str] = None
-    baseline_ms: Optional[float] = None
-    current_ms: Optional[float] = None
+    """One (problem, candidate) compared between the baseline and the current run."""
+
+    problem: str  # problem name
+    candidate: str  # candidate name
+    verdict: Verdict  # what became of it
+    reason: str  # one line: why that verdict (the change in time and its p, or what changed)
+    baseline_status: Optional[str] = None  # its status in the baseline (None: not there)
+    current_status: Optional[str] = None  # its status now (None: not in this run)
+    baseline_ms: Optional[float] = None  # its median in the baseline, when times were compared
+    current_ms: Optional[float] = None  # its median now, when times were compared
     ratio: Optional[float] = None  # current / baseline median (> 1: slower)
     p_value: Optional[float] = None  # two-sided Mann-Whitney U over the raw samples
     reference_ratio: Optional[float] = None  # the eager reference's own current / baseline median
+    regression: Optional[Regression] = None  # how it regressed, when the verdict is REGRESSED
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,11 +118,13 @@ class Rules:
 
 @dataclasses.dataclass(frozen=True)
 class GateResult:
-    baseline: str
-    current: str
-    rules: Rules
-    alpha: float
-    comparisons: tuple[Comparison, ...]
+    """The gate's comparisons and its verdict."""
+
+    baseline: str  # the baseline's source, as named
+    current: str  # the current run's source, as named
+    rules: Rules  # what fails the gate
+    alpha: float  # a change in time counts when the Mann-Whitney p is below this
+    comparisons: tuple[Comparison, ...]  # one per (problem, candidate) of either side, sorted
     geomean_ratio: Optional[float]  # over candidates compared on time
     failures: tuple[str, ...]  # why the gate fails; empty when it passes
 
@@ -107,23 +132,20 @@ class GateResult:
     def passed(self) -> bool:
         return not self.failures
 
-    def count(self, verdict: str) -> int:
+    def count(self, verdict: Verdict) -> int:
         return sum(c.verdict == verdict for c in self.comparisons)
 
 
 def load_side(where: str, results_dir: Path) -> Side:
     """Records from a run folder, a run id under `results_dir`, a records file or a baseline file."""
     path = resolve_run(where, results_dir)
-    header, references, candidates = None, {}, {}
-    every_reference = []
-    for record in read_records(path):
-        if isinstance(record, RunHeader) and header is None:
-            header = record
-        elif isinstance(record, ReferenceRecord):
-            references.setdefault(record.problem, record)
-            every_reference.append(record)
-        elif isinstance(record, CandidateRecord):
-            candidates[(record.problem, record.candidate)] = record
+    records = read_records(path)
+    header = next((r for r in records if isinstance(r, RunHeader)), None)
+    every_reference = [r for r in records if isinstance(r, ReferenceRecord)]
+    references: dict[str, ReferenceRecord] = {}
+    for record in every_reference:
+        references.setdefault(record.problem, record)
+    candidates = latest_per_candidate(r for r in records if isinstance(r, CandidateRecord))
     if not candidates:
         raise UserError(f"{where}: holds no candidate records")
     return Side(str(where), header, references, candidates, nullfloor.by_problem(every_reference))
@@ -134,11 +156,6 @@ def _setting(header: Optional[RunHeader], dotted: str) -> Any:
     for part in dotted.split("."):
         value = value.get(part) if isinstance(value, dict) else None
     return value
-
-
-def _corrected(timing: TimingStats) -> list[float]:
-    offset = timing.overhead_ms if timing.overhead_subtracted else 0.0
-    return [max(s - offset, 0.0) for s in timing.samples_ms]
 
 
 def mann_whitney_p(a: list[float], b: list[float]) -> float:
@@ -211,7 +228,7 @@ def compare_one(
         return Comparison(problem, name, NOT_COMPARABLE, why, **statuses)
     was, now = old.status is Status.CORRECT, new.status is Status.CORRECT
     if was and not now:
-        return Comparison(problem, name, REGRESSED, f"was correct, now {new.status.value}: {new.reason}", **statuses)
+        return Comparison(problem, name, REGRESSED, f"was correct, now {new.status.value}: {new.reason}", **statuses, regression=Regression.STATUS)
     if now and not was:
         return Comparison(problem, name, IMPROVED, f"was {old.status.value}, now correct", **statuses)
     if not now:
@@ -224,14 +241,15 @@ def compare_one(
         return Comparison(problem, name, NOT_COMPARABLE, floor, **statuses)
     old_ms, new_ms = old.timing.median_ms, new.timing.median_ms
     ratio = new_ms / old_ms if old_ms > 0 else math.inf
-    p = mann_whitney_p(_corrected(old.timing), _corrected(new.timing))
+    p = mann_whitney_p(old.timing.corrected_samples(), new.timing.corrected_samples())
     reference_ratio = new.reference_ms / old.reference_ms if old.reference_ms and new.reference_ms else None
     times = {"baseline_ms": old_ms, "current_ms": new_ms, "ratio": ratio, "p_value": p, "reference_ratio": reference_ratio}
     changed = " (source changed)" if old.candidate_hash != new.candidate_hash else ""
     beyond = ratio > 1 + threshold or ratio < 1 / (1 + threshold)
     if beyond and p < alpha:
-        verdict = REGRESSED if ratio > 1 else IMPROVED
-        return Comparison(problem, name, verdict, f"{_percent(ratio)} (p={p:.1e}){changed}", **statuses, **times)
+        if ratio > 1:
+            return Comparison(problem, name, REGRESSED, f"{_percent(ratio)} (p={p:.1e}){changed}", **statuses, **times, regression=Regression.TIME)
+        return Comparison(problem, name, IMPROVED, f"{_percent(ratio)} (p={p:.1e}){changed}", **statuses, **times)
     if beyond:
         return Comparison(problem, name, UNCHANGED, f"{_percent(ratio)}, not significant (p={p:.2g} >= {alpha:g}){changed}", **statuses, **times)
     return Comparison(problem, name, UNCHANGED, f"{_percent(ratio)}, within {threshold:.0%}{changed}", **statuses, **times)
@@ -245,8 +263,8 @@ def gate(baseline: Side, current: Side, rules: Rules, alpha: float, across_chang
     ratios = [c.ratio for c in comparisons if c.ratio is not None and c.verdict != NOT_COMPARABLE and 0 < c.ratio < math.inf]
     geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios)) if ratios else None
     failures = []
-    status_regressions = [c for c in comparisons if c.verdict == REGRESSED and c.ratio is None]
-    slower = [c for c in comparisons if c.verdict == REGRESSED and c.ratio is not None]
+    status_regressions = [c for c in comparisons if c.regression is Regression.STATUS]
+    slower = [c for c in comparisons if c.regression is Regression.TIME]
     if rules.status and status_regressions:
         failures.append(f"{len(status_regressions)} candidate(s) no longer correct")
     if rules.median is not None and slower:

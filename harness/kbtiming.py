@@ -24,7 +24,7 @@ import pandas as pd
 
 from harness.errors import UserError
 from harness.leaderboard import _cell, markdown_table
-from harness.records import CandidateRecord, ReferenceRecord
+from harness.records import CandidateRecord, ReferenceRecord, latest_per_candidate
 from harness.status import Status
 
 STATISTIC = "mean"  # the baseline entry's field KernelBench's scoring divides by the candidate's mean
@@ -156,7 +156,7 @@ def fast_p_against(
     whose KernelBench speedup, baseline mean / candidate mean, is above p (p = 0: correct). A
     problem's level comes from its references' problem paths; a problem the baseline lacks is kept,
     with `missing` saying so and no fast_p."""
-    latest = {(r.problem, r.candidate): r for r in records}
+    latest = latest_per_candidate(records)
     references = list(references)
     levels = {r.problem: level_of(r.problem_path) for r in references}
     rows = []

@@ -13,7 +13,7 @@ import pandas as pd
 
 from harness import nullfloor
 from harness.flags import column as flag_column
-from harness.records import CandidateRecord, NullFloor, ReferenceRecord
+from harness.records import CandidateRecord, NullFloor, ReferenceRecord, latest_per_candidate
 from harness.status import Status
 
 PROBLEM_COLUMNS = ["rank", "candidate", "status", "flags", "reason", "speedup", "vs_compile", "sol_pct", "sol_floor", "own_share", "gradients", "candidate_ms", "reference_ms", "compile_ms", "max_abs_error"]
@@ -31,10 +31,10 @@ def _compile_name(names: Iterable[str]) -> str | None:
 
 def candidate_frame(records: Iterable[CandidateRecord]) -> pd.DataFrame:
     """One row per candidate; a later record for the same (problem, candidate) replaces an earlier one."""
-    rows = {}
-    for r in records:
+    rows = []
+    for r in latest_per_candidate(records).values():
         compile_name = _compile_name(r.baseline_ms)
-        rows[(r.problem, r.candidate)] = {
+        rows.append({
             "problem": r.problem,
             "candidate": r.candidate,
             "status": r.status.value,
@@ -54,9 +54,9 @@ def candidate_frame(records: Iterable[CandidateRecord]) -> pd.DataFrame:
             "gradients": r.gradients,
             "device": r.device,
             "run_id": r.run_id,
-        }
+        })
     columns = ["problem", "candidate", "status", "correct", "evaluated", "reason", "flags", "speedup", "vs_compile", "sol_pct", "sol_floor", "own_share", "gradients", "candidate_ms", "reference_ms", "compile_ms", "max_abs_error", "device", "run_id"]
-    return pd.DataFrame(list(rows.values()), columns=columns)
+    return pd.DataFrame(rows, columns=columns)
 
 
 _STATUS_ORDER = {s.value: i for i, s in enumerate(Status)}

@@ -15,14 +15,34 @@ import sys
 from pathlib import Path
 from typing import Any
 
-VERDICTS = ("pass", "fail", "warn", "skip")
+from harness.status import Vocabulary
+
+
+class Verdict(Vocabulary):
+    """A lint check's verdict; a problem with any `fail` fails the lint."""
+
+    PASS = "pass"  # the problem can tell right from wrong here
+    FAIL = "fail"  # it cannot: a wrong kernel would pass, or the problem cannot be run as the suite needs
+    WARN = "warn"  # close to failing, or outside the suite's aims
+    SKIP = "skip"  # the check does not apply (or needs CUDA)
 
 
 @dataclasses.dataclass(frozen=True)
 class LintCheck:
-    name: str
-    verdict: str  # pass | fail | warn | skip
-    detail: str
+    """One check on one problem, as the lint process prints it (JSON) and the report shows it."""
+
+    name: str  # what is checked, e.g. "deterministic"
+    verdict: Verdict  # its verdict (a plain string from JSON is read as one)
+    detail: str  # the numbers behind it
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "verdict", Verdict(self.verdict))
+
+
+def _by_share(share: float) -> Verdict:
+    """The verdict on a wrong output that matches `share` of the elements: fail when it passes the
+    tolerance (every element), warn when it nearly does (over 90%), else pass."""
+    return Verdict.FAIL if share == 1.0 else (Verdict.WARN if share > 0.9 else Verdict.PASS)
 
 
 def _compared(outputs: list[Any]) -> list[Any]:
@@ -50,6 +70,8 @@ def _share_within(candidate: list[Any], expected: list[Any], atol: float, rtol: 
 
 
 def lint(path: Path, device_name: str, settings: dict[str, Any]) -> list[LintCheck]:
+    """The checks on the problem at `path`, on `device_name`, with `settings` (the tolerance, the
+    memory and time limits, the timing config), in the report's order."""
     import importlib.util
 
     import torch
@@ -78,42 +100,48 @@ def lint(path: Path, device_name: str, settings: dict[str, Any]) -> list[LintChe
         again = _compared(as_outputs(model(*first_inputs)))
         other = _compared(as_outputs(model(*inputs(12))))
         if not first:
-            return [LintCheck("compared outputs", "fail", "the reference returns no floating or integer tensor: nothing to compare")]
+            return [LintCheck("compared outputs", Verdict.FAIL, "the reference returns no floating or integer tensor: nothing to compare")]
         same = _share_within(again, first, 0.0, 0.0)
         close = _share_within(again, first, atol, rtol, norm)
-        checks.append(LintCheck("deterministic", "pass" if close == 1.0 else "fail",
+        checks.append(LintCheck("deterministic", Verdict.PASS if close == 1.0 else Verdict.FAIL,
                                 f"the same inputs twice: {same:.2%} of elements bit-identical, {close:.2%} within tolerance"))
         zeros = _share_within([torch.zeros_like(o) for o in first], first, atol, rtol, norm)
-        checks.append(LintCheck("zeros fail", "fail" if zeros == 1.0 else ("warn" if zeros > 0.9 else "pass"),
+        checks.append(LintCheck("zeros fail", _by_share(zeros),
                                 f"an all-zeros output matches {zeros:.2%} of elements"))
         if all(o.numel() <= 1 for o in first):  # a loss: a constant equal to it is the output itself
-            checks.append(LintCheck("constant fails", "skip", "every output has one element: its own mean is itself; 'depends on inputs' judges it"))
+            checks.append(LintCheck("constant fails", Verdict.SKIP, "every output has one element: its own mean is itself; 'depends on inputs' judges it"))
         else:
             constant = _share_within([torch.full_like(o, float(o.float().mean())) for o in first], first, atol, rtol, norm)
-            checks.append(LintCheck("constant fails", "fail" if constant == 1.0 else ("warn" if constant > 0.9 else "pass"),
+            checks.append(LintCheck("constant fails", _by_share(constant),
                                     f"a constant output (the mean) matches {constant:.2%} of elements"))
         stale = _share_within(first, other, atol, rtol, norm) if all(a.shape == b.shape for a, b in zip(first, other)) else 0.0
-        checks.append(LintCheck("depends on inputs", "fail" if stale == 1.0 else ("warn" if stale > 0.9 else "pass"),
+        checks.append(LintCheck("depends on inputs", _by_share(stale),
                                 f"the output for other inputs matches {stale:.2%} of this one's elements"))
         if any(True for _ in model.parameters()) or any(True for _ in model.buffers()):
             randomize_state(model, 13)
             moved = _compared(as_outputs(model(*first_inputs)))
             kept = _share_within(moved, first, atol, rtol, norm)
-            checks.append(LintCheck("depends on weights", "fail" if kept == 1.0 else ("warn" if kept > 0.9 else "pass"),
+            checks.append(LintCheck("depends on weights", _by_share(kept),
                                     f"with redrawn weights the output still matches {kept:.2%} of elements"))
         else:
-            checks.append(LintCheck("depends on weights", "skip", "the model has no parameters or buffers"))
+            checks.append(LintCheck("depends on weights", Verdict.SKIP, "the model has no parameters or buffers"))
+    return checks + _memory_and_launches(model, first_inputs, first, device, settings)
+
+
+def _memory_and_launches(model: Any, args: list[Any], outputs: list[Any], device: Any, settings: dict[str, Any]) -> list[LintCheck]:
+    """Fits in memory (CUDA: the peak so far; CPU: inputs, outputs and weights, a floor), then, on
+    CUDA, not launch-bound and time in range."""
+    import torch
+
     limit = settings["memory_gb"] * (1 << 30)
     if device.type == "cuda":
         peak = torch.cuda.max_memory_allocated(device)
-        checks.append(LintCheck("fits in memory", "pass" if peak <= limit else "fail", f"peak {peak / (1 << 30):.2f} GiB allocated, limit {settings['memory_gb']:g} GiB"))
-        checks += _launch_bound(model, first_inputs, device, settings)
-    else:
-        tensors = [a for a in first_inputs if isinstance(a, torch.Tensor)] + first + list(model.parameters()) + list(model.buffers())
-        floor = sum(t.numel() * t.element_size() for t in tensors)
-        checks.append(LintCheck("fits in memory", "pass" if floor <= limit else "fail", f"inputs, outputs and weights take {floor / (1 << 30):.2f} GiB (a floor), limit {settings['memory_gb']:g} GiB"))
-        checks.append(LintCheck("not launch-bound", "skip", "needs CUDA to judge"))
-    return checks
+        return [LintCheck("fits in memory", Verdict.PASS if peak <= limit else Verdict.FAIL, f"peak {peak / (1 << 30):.2f} GiB allocated, limit {settings['memory_gb']:g} GiB"),
+                *_launch_bound(model, args, device, settings)]
+    tensors = [a for a in args if isinstance(a, torch.Tensor)] + outputs + list(model.parameters()) + list(model.buffers())
+    floor = sum(t.numel() * t.element_size() for t in tensors)
+    return [LintCheck("fits in memory", Verdict.PASS if floor <= limit else Verdict.FAIL, f"inputs, outputs and weights take {floor / (1 << 30):.2f} GiB (a floor), limit {settings['memory_gb']:g} GiB"),
+            LintCheck("not launch-bound", Verdict.SKIP, "needs CUDA to judge")]
 
 
 def _launch_bound(model: Any, args: list[Any], device: Any, settings: dict[str, Any]) -> list[LintCheck]:
@@ -130,10 +158,10 @@ def _launch_bound(model: Any, args: list[Any], device: Any, settings: dict[str, 
         profile = profile_call(model, args, device, flush_buffer(device))
     busy = profile.kernel_ms / stats.median_ms if stats.median_ms > 0 else 0.0
     low, high = settings["time_ms"]
-    checks = [LintCheck("not launch-bound", "pass" if busy >= 0.5 else "fail",
+    checks = [LintCheck("not launch-bound", Verdict.PASS if busy >= 0.5 else Verdict.FAIL,
                         f"GPU work is {profile.kernel_ms:.4g} ms of a {stats.median_ms:.4g} ms call ({busy:.0%}) in {profile.launches} launches")]
     inside = low <= stats.median_ms <= high
-    checks.append(LintCheck("time in range", "pass" if inside else "warn", f"eager reference {stats.median_ms:.4g} ms; the suite aims for {low:g}-{high:g} ms"))
+    checks.append(LintCheck("time in range", Verdict.PASS if inside else Verdict.WARN, f"eager reference {stats.median_ms:.4g} ms; the suite aims for {low:g}-{high:g} ms"))
     return checks
 
 
@@ -142,7 +170,7 @@ def main() -> None:
     try:
         checks = lint(path, device, settings)
     except Exception as exc:  # the problem itself does not run: that is the finding
-        checks = [LintCheck("runs", "fail", f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"[:300])]
+        checks = [LintCheck("runs", Verdict.FAIL, f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"[:300])]
     print(json.dumps([dataclasses.asdict(c) for c in checks]))
 
 

@@ -127,7 +127,7 @@ def common_overhead(rounds: list[TimingStats]) -> float:
 def _median(stats: TimingStats, overhead: float) -> float:
     if not stats.overhead_subtracted:
         return stats.median_ms
-    return statistics.median(max(s - overhead, 0.0) for s in stats.samples_ms)
+    return statistics.median(stats.corrected_samples(overhead))
 
 
 def _ratio(reference_ms: float, compared_ms: float) -> float:

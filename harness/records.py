@@ -11,10 +11,10 @@ import math
 import statistics
 import types
 import typing
-from typing import Any, Optional
+from typing import Any, Iterable, Optional
 
 from harness import __version__
-from harness.status import Status
+from harness.status import Status, Vocabulary
 
 SCHEMA_VERSION = 4  # 2: timing protocol fields, profiles, baselines, speed-of-light, run end; 3: paired rounds, null floor; 4: flags, sanitizer runs
 
@@ -112,10 +112,17 @@ class TimingStats:
     def n(self) -> int:
         return len(self.samples_ms)
 
+    def corrected_samples(self, overhead_ms: Optional[float] = None) -> list[float]:
+        """The samples the statistics are over: less the overhead (this timing's own, or `overhead_ms`,
+        one shared with another timing) when it is subtracted, never below zero; else as measured."""
+        if not self.overhead_subtracted:
+            return list(self.samples_ms)
+        return minus_overhead(self.samples_ms, self.overhead_ms if overhead_ms is None else overhead_ms)
+
     @classmethod
     def from_samples(cls, samples_ms: list[float], *, timer: str, warmup_calls: int, stopped_by: str, overhead_ms: float = 0.0, subtract: bool = False, **protocol: Any) -> "TimingStats":
         raw = [float(s) for s in samples_ms]
-        samples = [max(s - overhead_ms, 0.0) for s in raw] if subtract else raw
+        samples = minus_overhead(raw, overhead_ms) if subtract else raw
         median = statistics.median(samples)
         if len(samples) >= 2:
             q1, _, q3 = statistics.quantiles(samples, n=4, method="inclusive")
@@ -139,6 +146,11 @@ class TimingStats:
             overhead_subtracted=subtract,
             **protocol,
         )
+
+
+def minus_overhead(samples_ms: Iterable[float], overhead_ms: float) -> list[float]:
+    """Each sample less a fixed overhead (an empty timed region's time), never below zero."""
+    return [max(s - overhead_ms, 0.0) for s in samples_ms]
 
 
 def relative_standard_error_of_median(samples: list[float]) -> float:
@@ -291,14 +303,27 @@ class Flag:
     reason: str  # one line: the evidence
 
 
+class SanitizerOutcome(Vocabulary):
+    """How one compute-sanitizer tool's run ended."""
+
+    CLEAN = "clean"  # the forward completed and the tool reported no error
+    ERRORS = "errors"  # the tool reported errors: the flag unsafe-memory
+    FAILED = "failed"  # the forward did not complete under the tool
+    TIMEOUT = "timeout"  # no verdict within sanitizer.timeout
+    SKIPPED = "skipped"  # not run: no tool found, or not a CUDA run
+
+
 @dataclasses.dataclass(frozen=True)
 class SanitizerRun:
     """One compute-sanitizer tool's run over one small forward of a candidate."""
 
     tool: str  # memcheck | racecheck | initcheck | synccheck
-    outcome: str  # clean | errors | failed (the forward did not complete under the tool) | timeout | skipped
+    outcome: SanitizerOutcome  # how it ended (a plain string is read as one)
     detail: str  # the first error and its kernel, the error count, or why it failed or was skipped
     seconds: float = 0.0  # wall time of the tool's run
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "outcome", SanitizerOutcome(self.outcome))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -359,6 +384,15 @@ class CandidateRecord:
     def max_abs_error(self) -> Optional[float]:
         errors = [c.max_abs_error for c in self.checks if c.max_abs_error is not None]
         return max(errors) if errors else None
+
+
+def latest_per_candidate(records: Iterable[CandidateRecord]) -> dict[tuple[str, str], CandidateRecord]:
+    """(problem, candidate) -> its latest record: a later record replaces an earlier one, keeping the
+    place the pair was first seen in (the order a dict filled in record order has)."""
+    latest: dict[tuple[str, str], CandidateRecord] = {}
+    for record in records:
+        latest[(record.problem, record.candidate)] = record
+    return latest
 
 
 @dataclasses.dataclass(frozen=True)

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from harness.flags import Code, Finding
-from harness.records import SanitizerRun
+from harness.records import SanitizerOutcome, SanitizerRun
 
 ROOT = Path(__file__).resolve().parent.parent
 ERRORS_EXIT = 86  # the tool's exit code when it found errors (--error-exitcode)
@@ -51,14 +51,14 @@ def sanitize(tool: Optional[str], tools: tuple[str, ...], timeout: float, job: d
     """Run each of `tools` over one forward of the candidate `job` describes. Returns the runs and
     the unsafe-memory findings (the first error line of each tool that found any)."""
     if tool is None:
-        return tuple(SanitizerRun(t, "skipped", "compute-sanitizer was not found (sanitizer.path, PATH, $CUDA_HOME/bin, /usr/local/cuda/bin)") for t in tools), []
+        return tuple(SanitizerRun(t, SanitizerOutcome.SKIPPED, "compute-sanitizer was not found (sanitizer.path, PATH, $CUDA_HOME/bin, /usr/local/cuda/bin)") for t in tools), []
     job_path = scratch / "sanitize-job.json"
     job_path.write_text(json.dumps(job))
     runs, found = [], []
     for name in tools:
         run = _run_tool(tool, name, timeout, job_path, env, scratch)
         runs.append(run)
-        if run.outcome == "errors":
+        if run.outcome is SanitizerOutcome.ERRORS:
             found.append((Code.UNSAFE_MEMORY, f"compute-sanitizer {name}: {run.detail}"))
     return tuple(runs), found
 
@@ -79,7 +79,7 @@ def _run_tool(tool: str, name: str, timeout: float, job_path: Path, env: dict[st
             code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             _kill(proc)
-            return SanitizerRun(name, "timeout", f"no verdict within sanitizer.timeout={timeout:g} s", round(time.monotonic() - started, 2))
+            return SanitizerRun(name, SanitizerOutcome.TIMEOUT, f"no verdict within sanitizer.timeout={timeout:g} s", round(time.monotonic() - started, 2))
         except BaseException:
             _kill(proc)
             raise
@@ -93,11 +93,11 @@ def read_report(name: str, code: int, text: str, seconds: float = 0.0) -> Saniti
     it happened), clean, or failed (the candidate's forward did not complete under the tool)."""
     counts = [int(m.group(1)) for m in _SUMMARY.finditer(text)]
     if code == ERRORS_EXIT or any(counts):
-        return SanitizerRun(name, "errors", first_error(text), seconds)
+        return SanitizerRun(name, SanitizerOutcome.ERRORS, first_error(text), seconds)
     if code == 0 and "[sanitize] forward ran" in text:
-        return SanitizerRun(name, "clean", f"{counts[0] if counts else 0} errors", seconds)
+        return SanitizerRun(name, SanitizerOutcome.CLEAN, f"{counts[0] if counts else 0} errors", seconds)
     tail = next((line.strip() for line in reversed(text.splitlines()) if line.strip() and not line.startswith(_PREFIX)), "")
-    return SanitizerRun(name, "failed", f"exit code {code}: {tail[:200]}" if tail else f"exit code {code}", seconds)
+    return SanitizerRun(name, SanitizerOutcome.FAILED, f"exit code {code}: {tail[:200]}" if tail else f"exit code {code}", seconds)
 
 
 def first_error(text: str) -> str:

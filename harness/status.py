@@ -4,6 +4,17 @@ from __future__ import annotations
 import enum
 
 
+class Vocabulary(str, enum.Enum):
+    """A closed set of words kept as their strings: equal to, hashed as, stored (JSON, to_dict) and
+    formatted (str, f-strings) as the word itself, so code that reads or writes the plain strings is
+    unchanged."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    __format__ = str.__format__
+
+
 class Status(str, enum.Enum):
     CORRECT = "correct"
     INCORRECT = "incorrect"

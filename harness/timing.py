@@ -26,7 +26,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 
 from harness.cuda_driver import persisting_l2, reset_persisting_l2
-from harness.records import TimingStats, relative_standard_error_of_median
+from harness.records import TimingStats, minus_overhead, relative_standard_error_of_median
 
 OVERHEAD_REPS = 100  # CPU: empty regions timed to estimate the fixed cost of one timed region
 BATCH = 10  # CUDA regions queued back to back between two reads of the events (the GPU never idles
@@ -47,7 +47,7 @@ def _stop_reason(samples: list[float], started: float, cfg: Any, overhead: float
         return "max_reps"
     offset = overhead if cfg.subtract_overhead else 0.0
     elapsed = time.perf_counter() - started
-    if n >= cfg.min_reps and elapsed >= getattr(cfg, "min_s", 0.0) and relative_standard_error_of_median([max(s - offset, 0.0) for s in samples]) <= cfg.target_rse:
+    if n >= cfg.min_reps and elapsed >= getattr(cfg, "min_s", 0.0) and relative_standard_error_of_median(minus_overhead(samples, offset)) <= cfg.target_rse:
         return "target_rse"
     if n >= 1 and elapsed >= cfg.budget_s:
         return "budget"

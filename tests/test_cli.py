@@ -71,3 +71,52 @@ def test_run_writes_records_and_leaderboards_and_prints_json(make_config, tmp_pa
     assert (run_dir / "leaderboard.csv").read_text().startswith("problem,rank,candidate,status")
     header = read_records(run_dir)[0]
     assert header.environment["torch"] and header.config["check"]["trials"] == 2
+
+
+def _one_run(results: Path, run_id: str) -> None:
+    """A run folder holding two records of one candidate (the later one is the one kept)."""
+    from harness.records import CandidateRecord
+    from harness.store import RunStore
+
+    store = RunStore(results, run_id)
+    for reason in ("first try", "second try"):
+        store.append(CandidateRecord(run_id=run_id, problem="p1", problem_hash="h", candidate="c1", candidate_path="c1.py",
+                                     candidate_hash="x", device="cpu", status=Status.INCORRECT, reason=reason))
+
+
+def test_baseline_save_looks_run_ids_up_in_the_configs_results_dir(tmp_path, capsys):
+    _one_run(tmp_path / "elsewhere", "cli-config-run")
+    out = tmp_path / "baseline.jsonl"
+    argv = ["baseline", "save", "cli-config-run", "--out", str(out)]
+    assert main(argv) == ExitCode.USAGE  # the default results folder has no such run
+    assert "no run 'cli-config-run'" in capsys.readouterr().err
+    config = tmp_path / "config.yaml"
+    config.write_text(f"results_dir: {json.dumps(str(tmp_path / 'elsewhere'))}\n")
+    assert main([*argv, "--config", str(config)]) == ExitCode.OK
+    kept = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(r["kind"], r["reason"]) for r in kept] == [("candidate", "second try")]
+    out.unlink()
+    assert main([*argv, "--set", f"results_dir={json.dumps(str(tmp_path / 'elsewhere'))}"]) == ExitCode.OK and out.is_file()
+    assert main([*argv, "--config", str(tmp_path / "missing.yaml")]) == ExitCode.USAGE
+    assert capsys.readouterr().err.strip().endswith(f"error: config file not found: {tmp_path / 'missing.yaml'}")
+
+
+def test_ingest_set_chooses_where_candidates_go(tmp_path, capsys):
+    seed = SEEDS / "001_c0eeb23014eea263.txt"
+    solutions = tmp_path / "solutions"
+    assert main(["ingest", str(seed), "--problem", "37", "--set", f"solutions_dir={json.dumps(str(solutions))}"]) == ExitCode.OK
+    assert (solutions / "37_Matmul_Swish_Sum_GroupNorm" / "001_c0eeb23014eea263.py").is_file()
+    assert "ingested" in capsys.readouterr().out
+    assert main(["ingest", str(seed), "--problem", "37", "--set", "solutions_dir"]) == ExitCode.USAGE
+    err = capsys.readouterr().err.strip()
+    assert err == "error: --set expects key=value, got 'solutions_dir' (for example --set check.trials=3)"
+
+
+@pytest.mark.parametrize("command", ["run", "ingest", "gate", "baseline", "leaderboard", "lint", "serve"])
+def test_every_command_takes_config_and_set(command):
+    from harness.cli import parser
+
+    argv = {"run": ["run"], "ingest": ["ingest", "x.txt", "--problem", "p"], "gate": ["gate", "--baseline", "a", "--current", "b"],
+            "baseline": ["baseline", "save", "r", "--out", "o"], "leaderboard": ["leaderboard", "r"], "lint": ["lint"], "serve": ["serve"]}[command]
+    args = parser().parse_args([*argv, "--config", "c.yaml", "--set", "a=1", "--set", "b=2"])
+    assert args.config == "c.yaml" and args.set == ["a=1", "b=2"]

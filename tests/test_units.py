@@ -179,3 +179,45 @@ def test_progress_line_tells_the_whole_run_failures_builds_and_time_left(capsys)
         progress.finished(record("b", Status.INCORRECT))
     lines = capsys.readouterr().err.splitlines()
     assert lines[-1].startswith("  [2/4] b: incorrect - why (run 2/4, 2 queued, 1 failed, builds 3/4, ETA ")
+
+
+def test_closed_vocabularies_are_stored_and_shown_as_their_words():
+    from harness.gate import Regression, Verdict
+    from harness.lint import LintCheck
+    from harness.records import SanitizerOutcome, SanitizerRun
+
+    record = sample_record(sanitizer=(SanitizerRun("memcheck", SanitizerOutcome.CLEAN, "0 errors", 1.5), SanitizerRun("racecheck", "errors", "a race")))
+    data = to_dict(record)
+    assert [run["outcome"] for run in data["sanitizer"]] == ["clean", "errors"] and json.loads(json.dumps(data)) == data
+    back = from_dict(CandidateRecord, json.loads(json.dumps(data)))
+    assert back == record and [run.outcome for run in back.sanitizer] == [SanitizerOutcome.CLEAN, SanitizerOutcome.ERRORS]
+    assert f"{Verdict.NOT_COMPARABLE}|{Regression.TIME}" == "not comparable|time" and " | ".join(Verdict).startswith("regressed | improved")
+    check = LintCheck(**json.loads(json.dumps({"name": "runs", "verdict": "fail", "detail": "x"})))
+    assert check.verdict == "fail" and json.dumps(check.__dict__) == '{"name": "runs", "verdict": "fail", "detail": "x"}'
+    with pytest.raises(ValueError):
+        SanitizerRun("memcheck", "dirty", "")
+
+
+def test_overhead_is_taken_off_the_samples_only_when_subtracted():
+    kept = TimingStats.from_samples([1.0, 2.0, 3.0], timer="perf_counter", warmup_calls=0, stopped_by="budget", overhead_ms=1.5)
+    taken = TimingStats.from_samples([1.0, 2.0, 3.0], timer="perf_counter", warmup_calls=0, stopped_by="budget", overhead_ms=1.5, subtract=True)
+    assert kept.corrected_samples() == [1.0, 2.0, 3.0] and taken.corrected_samples() == [0.0, 0.5, 1.5]
+    assert taken.corrected_samples(0.5) == [0.5, 1.5, 2.5] and taken.median_ms == 0.5
+
+
+def test_the_gates_protocol_keys_are_config_fields():
+    import dataclasses
+
+    from harness.config import TIMING_PROTOCOL_FIELDS, CheckConfig, TimingConfig
+    from harness.gate import PROTOCOL_KEYS
+
+    assert set(TIMING_PROTOCOL_FIELDS) <= {f.name for f in dataclasses.fields(TimingConfig)} and "allow_tf32" in {f.name for f in dataclasses.fields(CheckConfig)}
+    assert PROTOCOL_KEYS == ("timing.mode", "timing.sync", "timing.flush_l2", "timing.subtract_overhead", "timing.cpu_threads", "check.allow_tf32")
+
+
+def test_the_latest_record_per_candidate_wins_in_the_place_first_seen():
+    from harness.records import latest_per_candidate
+
+    first, other, again = sample_record(reason="first"), sample_record(candidate="d", reason="other"), sample_record(reason="again")
+    latest = latest_per_candidate([first, other, again])
+    assert list(latest) == [("p", "c"), ("p", "d")] and [r.reason for r in latest.values()] == ["again", "other"]

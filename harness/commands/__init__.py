@@ -1,1 +1,26 @@
-"""Subcommands: each has setup_arguments(parser), run_from_args(args) and a run() that tests call."""
+"""Subcommands: each has setup_arguments(parser), run_from_args(args) and a run() that tests call.
+
+Every command reads the config one way: `add_config_arguments` gives its parser the common options
+`--config FILE` and `--set KEY=VALUE` (repeatable), and `load_config(args, ...)` layers them,
+configs/default.yaml < --config < --set < the command's own flags (e.g. --device, --results).
+"""
+from __future__ import annotations
+
+import argparse
+from typing import Sequence
+
+from harness import config
+from harness.config import Config
+
+
+def add_config_arguments(parser: argparse.ArgumentParser, *, section: str = "", example: str = "check.trials=3") -> None:
+    """The common `--config` and `--set` options; `section` names the part of the config the
+    command reads, `example` is a --set shown in the help."""
+    parser.add_argument("--config", metavar="FILE", help="YAML layered over configs/default.yaml" + (f" ({section})" if section else ""))
+    parser.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], help=f"override one config key, e.g. {example}")
+
+
+def load_config(args: argparse.Namespace, overrides: Sequence[str] = ()) -> Config:
+    """The config of a command's arguments: the default, then --config, then every --set in order,
+    then `overrides` (the command's own flags, which win over --set). A bad file or key is a UserError."""
+    return config.load_config(args.config, [*args.set, *overrides])

@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 from typing import Sequence
 
-from harness.config import load_config
+from harness.commands import add_config_arguments, load_config
 from harness.errors import UserError
-from harness.records import CandidateRecord, ReferenceRecord, RunHeader, RECORD_KINDS, to_dict
+from harness.records import CandidateRecord, ReferenceRecord, RunHeader, RECORD_KINDS, latest_per_candidate, to_dict
 from harness.store import read_records, resolve_run
 
 
@@ -18,20 +18,21 @@ def setup_arguments(parser: argparse.ArgumentParser) -> None:
     save.add_argument("run", metavar="RUN", help="run folder, run id or records.jsonl")
     save.add_argument("--out", required=True, metavar="FILE", help="the baseline file to write (e.g. baselines/main.jsonl)")
     save.add_argument("--problem", action="append", default=[], metavar="NAME", help="keep only these problems (repeatable)")
+    add_config_arguments(save, section="results_dir, where run ids are looked up", example="results_dir=results/nightly")
 
 
 def run_from_args(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    cfg = load_config()
+    cfg = load_config(args)
     path = resolve_run(args.run, cfg.path(cfg.results_dir))
     keep = set(args.problem)
-    header, references, candidates = None, {}, {}
-    for record in read_records(path):
-        if isinstance(record, RunHeader) and header is None:
-            header = record
-        elif isinstance(record, ReferenceRecord) and (not keep or record.problem in keep):
+    records = read_records(path)
+    header = next((r for r in records if isinstance(r, RunHeader)), None)
+    kept = [r for r in records if isinstance(r, (ReferenceRecord, CandidateRecord)) and (not keep or r.problem in keep)]
+    references: dict[tuple[str, str], ReferenceRecord] = {}
+    for record in kept:
+        if isinstance(record, ReferenceRecord):
             references.setdefault((record.problem, record.lane), record)
-        elif isinstance(record, CandidateRecord) and (not keep or record.problem in keep):
-            candidates[(record.problem, record.candidate)] = record
+    candidates = latest_per_candidate(r for r in kept if isinstance(r, CandidateRecord))
     if not candidates:
         raise UserError(f"{args.run}: no candidate records" + (f" for {', '.join(sorted(keep))}" if keep else ""))
     kinds = {cls: name for name, cls in RECORD_KINDS.items()}

@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from harness.config import Config, load_config
+from harness.commands import add_config_arguments, load_config
+from harness.config import Config
 from harness.errors import ExitCode
 from harness.gate import GateResult, Rules, Side, gate, load_side, report
 
@@ -16,8 +17,7 @@ def setup_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--baseline", required=True, metavar="OLD", help="baseline: a baseline file, run folder, run id or records.jsonl")
     parser.add_argument("--current", required=True, metavar="NEW", help="current run: run folder, run id or records.jsonl")
     add_gate_options(parser)
-    parser.add_argument("--config", metavar="FILE", help="YAML layered over configs/default.yaml (the gate section)")
-    parser.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], help="override one config key, e.g. gate.alpha=0.01")
+    add_config_arguments(parser, section="the gate section", example="gate.alpha=0.01")
     parser.add_argument("--report", metavar="FILE", help="where to write the markdown report (default: gate.md in the current run folder, else ./gate.md)")
 
 
@@ -27,7 +27,7 @@ def add_gate_options(parser: argparse.ArgumentParser) -> None:
 
 
 def run_from_args(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    cfg = load_config(args.config, list(args.set))
+    cfg = load_config(args)
     current = Path(args.current)
     folder = current if current.is_dir() else current.parent if current.is_file() else cfg.path(cfg.results_dir) / args.current
     out = Path(args.report) if args.report else (folder / "gate.md" if folder.is_dir() else Path("gate.md"))

@@ -10,7 +10,8 @@ import argparse
 from pathlib import Path
 from typing import Sequence
 
-from harness.config import Config, load_config
+from harness.commands import add_config_arguments, load_config
+from harness.config import Config
 from harness.errors import ExitCode, UserError
 from harness.extract import extract_code
 from harness.problem import resolve_problem
@@ -21,13 +22,13 @@ def setup_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--problem", required=True, metavar="NAME", help="problem the completions answer")
     parser.add_argument("--name", help="candidate name (one FILE only; default: the file's stem)")
     parser.add_argument("--force", action="store_true", help="replace a different existing candidate of the same name")
-    parser.add_argument("--config", metavar="FILE", help="YAML layered over configs/default.yaml")
+    add_config_arguments(parser, example="solutions_dir=my_solutions")
 
 
 def run_from_args(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if args.name and len(args.files) != 1:
         raise UserError("--name works with one FILE only")
-    cfg = load_config(args.config)
+    cfg = load_config(args)
     return run(cfg, [Path(f) for f in args.files], args.problem, name=args.name, force=args.force)
 
 

@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from harness import kbtiming
-from harness.config import load_config
+from harness.commands import add_config_arguments, load_config
 from harness.errors import ExitCode, UserError
 from harness.leaderboard import candidate_frame, print_leaderboard, write_leaderboards
-from harness.records import CandidateRecord, ReferenceRecord, RunHeader
+from harness.records import CandidateRecord, ReferenceRecord, RunHeader, latest_per_candidate
 from harness.status import Status
 from harness.store import read_records, resolve_run
 
@@ -29,14 +29,14 @@ def setup_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--status", metavar="STATUS", action="append", default=[], help="keep candidates with this status, e.g. correct or 'build failed' (repeatable)")
     parser.add_argument("--run", metavar="ID", action="append", default=[], help="keep only records of this run id (repeatable)")
     parser.add_argument("--out", metavar="DIR", help="where leaderboard.csv, leaderboard.md and plots/ go (default: the run's folder; needed for several runs)")
-    parser.add_argument("--config", metavar="FILE", help="YAML layered over configs/default.yaml")
+    add_config_arguments(parser, example="leaderboard.fast_p=[0,1,1.5]")
     parser.add_argument("--results", metavar="DIR", help="results folder that run ids are looked up in (config results_dir)")
     parser.add_argument("--no-plots", action="store_true", help="write no charts")
     parser.add_argument("--kernelbench-baseline", metavar="FILE", help="also fast_p against KernelBench's published baseline timings (results/timing/<hardware>/baseline_time_torch*.json): fast_p_kernelbench.md and .csv")
 
 
 def run_from_args(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    cfg = load_config(args.config, [f"results_dir={args.results}"] if args.results else [])
+    cfg = load_config(args, [f"results_dir={args.results}"] if args.results else [])
     return run(
         [resolve_run(r, cfg.path(cfg.results_dir)) for r in args.runs],
         out=Path(args.out) if args.out else None,
@@ -66,10 +66,7 @@ def select(records: list[CandidateRecord], *, problems: Sequence[str] = (), stat
             if run_id not in found:
                 raise UserError(f"--run {run_id!r}: no records of that run id; these records have {', '.join(found)}")
         records = [r for r in records if r.run_id in run_ids]
-    latest: dict[tuple[str, str], CandidateRecord] = {}
-    for r in records:
-        latest[(r.problem, r.candidate)] = r
-    kept = list(latest.values())
+    kept = list(latest_per_candidate(records).values())
     if problems:
         names = match_problems(problems, sorted({r.problem for r in kept}))
         kept = [r for r in kept if r.problem in names]

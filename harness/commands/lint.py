@@ -10,9 +10,10 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from harness.config import DEFAULT_TOLERANCE, ROOT, load_config
+from harness.commands import add_config_arguments, load_config
+from harness.config import DEFAULT_TOLERANCE, DEVICES, ROOT
 from harness.errors import ExitCode, UserError
-from harness.lint import LintCheck
+from harness.lint import LintCheck, Verdict
 from harness.problem import Problem, discover_problems, resolve_problem
 
 LINT_TIMING_BUDGET_S = 2.0  # the timing config's budget, capped: the lint needs a median, not a fine one
@@ -20,15 +21,13 @@ LINT_TIMING_BUDGET_S = 2.0  # the timing config's budget, capped: the lint needs
 
 def setup_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("problems", nargs="*", metavar="PROBLEM", help="problem names or unique prefixes (default: every problem)")
-    parser.add_argument("--device", choices=["auto", "cuda", "cpu"], help="where to run the references (default: config device)")
+    parser.add_argument("--device", choices=DEVICES, help="where to run the references (default: config device)")
     parser.add_argument("--out", metavar="FILE", default="lint.md", help="the markdown report (default: lint.md)")
-    parser.add_argument("--config", metavar="FILE", help="YAML layered over configs/default.yaml (the lint section)")
-    parser.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], help="override one config key, e.g. lint.memory_gb=80")
+    add_config_arguments(parser, section="the lint section", example="lint.memory_gb=80")
 
 
 def run_from_args(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    overrides = list(args.set) + ([f"device={args.device}"] if args.device else [])
-    cfg = load_config(args.config, overrides)
+    cfg = load_config(args, [f"device={args.device}"] if args.device else [])
     from harness.commands.run import resolve_device
 
     device = resolve_device(cfg)
@@ -43,7 +42,7 @@ def run_from_args(args: argparse.Namespace, argv: Sequence[str]) -> int:
         settings = {"atol": tolerance.atol, "rtol": tolerance.rtol, "norm": tolerance.norm, "memory_gb": cfg.lint.memory_gb, "time_ms": list(cfg.lint.time_ms), "timing": timing}
         checks = lint_in_subprocess(problem, "cuda" if device == "cuda" else "cpu", settings, cfg.lint.timeout_s)
         results.append((problem, checks))
-        failed = [c.name for c in checks if c.verdict == "fail"]
+        failed = [c.name for c in checks if c.verdict is Verdict.FAIL]
         print(f"{problem.name}: {'FAIL (' + ', '.join(failed) + ')' if failed else 'ok'}", file=sys.stderr, flush=True)
     text = report(results, device)
     out = Path(args.out)
@@ -51,7 +50,7 @@ def run_from_args(args: argparse.Namespace, argv: Sequence[str]) -> int:
     out.write_text(text)
     print(text)
     print(f"wrote {out}", file=sys.stderr)
-    return int(ExitCode.CANDIDATES_FAILED if any(c.verdict == "fail" for _, checks in results for c in checks) else ExitCode.OK)
+    return int(ExitCode.CANDIDATES_FAILED if any(c.verdict is Verdict.FAIL for _, checks in results for c in checks) else ExitCode.OK)
 
 
 def lint_in_subprocess(problem: Problem, device: str, settings: dict, timeout: float) -> list[LintCheck]:
@@ -61,20 +60,20 @@ def lint_in_subprocess(problem: Problem, device: str, settings: dict, timeout: f
         done = subprocess.run([sys.executable, "-m", "harness.lint", str(problem.path), device, json.dumps(settings)],
                               capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env)
     except subprocess.TimeoutExpired:
-        return [LintCheck("runs", "fail", f"the checks ran past {timeout:g} s")]
+        return [LintCheck("runs", Verdict.FAIL, f"the checks ran past {timeout:g} s")]
     lines = [line for line in done.stdout.splitlines() if line.startswith("[")]
     if done.returncode != 0 or not lines:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        return [LintCheck("runs", "fail", f"the lint process exited {done.returncode}: {last}"[:300])]
+        return [LintCheck("runs", Verdict.FAIL, f"the lint process exited {done.returncode}: {last}"[:300])]
     return [LintCheck(**c) for c in json.loads(lines[-1])]
 
 
 def report(results: list[tuple[Problem, list[LintCheck]]], device: str) -> str:
-    failing = [p.name for p, checks in results if any(c.verdict == "fail" for c in checks)]
+    failing = [p.name for p, checks in results if any(c.verdict is Verdict.FAIL for c in checks)]
     lines = ["# Problem lint", "", f"{len(results)} problem(s) on {device}; {len(failing)} fail" + (f": {', '.join(failing)}" if failing else "") + ".", ""]
     lines += ["| problem | check | verdict | detail |", "|---|---|---|---|"]
     for problem, checks in results:
         for check in checks:
-            mark = {"fail": "**fail**", "warn": "warn"}.get(check.verdict, check.verdict)
+            mark = "**fail**" if check.verdict is Verdict.FAIL else check.verdict.value
             lines.append(f"| {problem.name} | {check.name} | {mark} | {check.detail.replace('|', '/')} |")
     return "\n".join(lines) + "\n"

@@ -13,13 +13,14 @@ from typing import Any, Iterator, Sequence
 from harness import scratch
 from harness.api import Session, finish_run, quiet_host, resolve_device, start_builds  # noqa: F401 (the run's parts, importable from here)
 from harness.candidate import Candidate, discover_candidates
-from harness.config import Config, load_config
+from harness.commands import add_config_arguments, load_config
+from harness.config import DEVICES, Config
 from harness.errors import ExitCode, UserError
 from harness.lanes import gather
 from harness.leaderboard import candidate_frame, print_leaderboard, write_leaderboards
 from harness.problem import Problem, discover_problems, resolve_problem
 from harness.progress import Progress
-from harness.records import CandidateRecord, ReferenceRecord, RunEnd, to_dict
+from harness.records import CandidateRecord, ReferenceRecord, RunEnd, latest_per_candidate, to_dict
 from harness.status import Status
 from harness.store import RunStore, new_run_id, read_records
 
@@ -33,9 +34,8 @@ def setup_arguments(parser: argparse.ArgumentParser) -> None:
     what.add_argument("--samples", metavar="DIR", help="a KernelBench sample folder (level_<L>_problem_<P>_sample_<S>_kernel.py), each file against its problem")
     parser.add_argument("--problem", metavar="NAME", help="problem name, unique prefix or path; KernelBench's level1/19_ReLU and level1/19 work too")
     parser.add_argument("--problems-dir", metavar="DIR", help="the problem tree (config problems_dir), e.g. KernelBench's KernelBench/ folder as it is")
-    parser.add_argument("--config", metavar="FILE", help="YAML layered over configs/default.yaml")
-    parser.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], help="override one config key, e.g. check.trials=3")
-    parser.add_argument("--device", choices=["auto", "cuda", "cpu"], help="where to run (default: config, auto)")
+    add_config_arguments(parser, example="check.trials=3")
+    parser.add_argument("--device", choices=DEVICES, help="where to run (default: config, auto)")
     parser.add_argument("--trials", type=int, help="fresh input sets per candidate (config check.trials)")
     parser.add_argument("--no-timing", action="store_true", help="check correctness only")
     parser.add_argument("--results", metavar="DIR", help="results folder (config results_dir)")
@@ -52,7 +52,7 @@ def setup_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_from_args(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    overrides = list(args.set)
+    overrides: list[str] = []  # the command's own flags, over --set
     if args.device:
         overrides.append(f"device={args.device}")
     if args.trials is not None:
@@ -67,7 +67,7 @@ def run_from_args(args: argparse.Namespace, argv: Sequence[str]) -> int:
         overrides.append(f"executor={args.executor}")
     if args.ray_address is not None:
         overrides.append(f"ray.address={json.dumps(args.ray_address)}")
-    cfg = load_config(args.config, overrides)
+    cfg = load_config(args, overrides)
     if args.resume and args.run_id:
         raise UserError("--resume names the run to finish; leave out --run-id")
     targets = select_targets(cfg, problem=args.problem, solution=args.solution, everything=args.all, samples=args.samples)
@@ -118,13 +118,8 @@ def select_targets(cfg: Config, *, problem: str | None, solution: str | None, ev
 def resume_targets(store: RunStore, targets: list[Target]) -> tuple[list[Target], list[CandidateRecord]]:
     """The targets minus candidates that already have a final record in `store` (same problem and
     candidate file contents), and those records. A `harness error` record is redone."""
-    finished: dict[tuple[str, str], CandidateRecord] = {}
-    for record in read_records(store.records_path):
-        if isinstance(record, CandidateRecord):
-            if record.status is Status.HARNESS_ERROR:
-                finished.pop((record.problem, record.candidate), None)
-            else:
-                finished[(record.problem, record.candidate)] = record
+    latest = latest_per_candidate(r for r in read_records(store.records_path) if isinstance(r, CandidateRecord))
+    finished = {key: record for key, record in latest.items() if record.status is not Status.HARNESS_ERROR}
     left: list[Target] = []
     kept: list[CandidateRecord] = []
     for problem, candidates in targets:

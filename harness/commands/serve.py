@@ -13,7 +13,8 @@ from typing import Sequence
 
 from harness.api import Session
 from harness.commands.run import sigterm_interrupts
-from harness.config import load_config
+from harness.commands import add_config_arguments, load_config
+from harness.config import DEVICES
 from harness.errors import ExitCode, UserError
 from harness.serve import Service, make_server
 
@@ -23,20 +24,19 @@ def setup_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 = any free port, printed at start)")
     parser.add_argument("--token", default=os.environ.get("HARNESS_TOKEN", ""), help="bearer token every request must carry (default: $HARNESS_TOKEN; none = no check)")
     parser.add_argument("--problems-dir", metavar="DIR", help="the problem tree (config problems_dir)")
-    parser.add_argument("--config", metavar="FILE", help="YAML layered over configs/default.yaml")
-    parser.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], help="override one config key, e.g. workers.warm_problems=4")
-    parser.add_argument("--device", choices=["auto", "cuda", "cpu"], help="where to run (default: config, auto)")
+    add_config_arguments(parser, example="workers.warm_problems=4")
+    parser.add_argument("--device", choices=DEVICES, help="where to run (default: config, auto)")
 
 
 def run_from_args(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    overrides = list(args.set)
+    overrides: list[str] = []  # the command's own flags, over --set
     if args.device:
         overrides.append(f"device={args.device}")
     if args.problems_dir:
         overrides.append(f"problems_dir={json.dumps(args.problems_dir)}")
     if args.host not in ("127.0.0.1", "localhost", "::1") and not args.token:
         print("warning: serving beyond this machine without --token: anyone who reaches the port runs code here", file=sys.stderr)
-    cfg = load_config(args.config, overrides)
+    cfg = load_config(args, overrides)
     with sigterm_interrupts(), Session(cfg, argv=argv, echo=True) as session:
         try:
             server = make_server(Service(session, args.token), args.host, args.port)
