@@ -12,6 +12,7 @@ import torch
 
 from harness.config import DEFAULT_TOLERANCE, Tolerance
 from harness.records import CheckResult
+from harness.status import Gradients
 
 TINY_OUTPUT_RELATIVE = 1e-2  # an output smaller than atol: the error's rms may be at most this fraction of the output's
 KERNELBENCH_TOLERANCE = 1e-2  # KernelBench's allclose, atol = rtol (its v0 and v0.1 eval; its main branch now takes 1e-4 for float32)
@@ -197,27 +198,27 @@ class _Tally:
         return CheckResult(name, True, "ok", self.max_abs, self.max_rel, 0.0)
 
 
-def compare_gradients(expected: dict[str, Any], actual: dict[str, Any], tolerances: dict[str, Tolerance], factor: float) -> tuple[str, str]:
+def compare_gradients(expected: dict[str, Any], actual: dict[str, Any], tolerances: dict[str, Tolerance], factor: float) -> tuple[Gradients, str]:
     """Gradients saved by reference and candidate workers ({"status", "reason", "tensors", ...}):
-    ("match" | "mismatch" | "forward only", why). Tolerances are the outputs' times `factor`."""
+    (Gradients, why). Tolerances are the outputs' times `factor`."""
     wanted, got = expected["tensors"], actual["tensors"]
     if actual["status"] != "ok":
-        return "forward only", actual["reason"]
+        return Gradients.FORWARD_ONLY, actual["reason"]
     if wanted and not got:
-        return "forward only", "no gradient reaches its inputs or parameters"
+        return Gradients.FORWARD_ONLY, "no gradient reaches its inputs or parameters"
     missing = [name for name in wanted if name not in got]
     if missing:
         more = f" (and {len(missing) - 3} more)" if len(missing) > 3 else ""
         verb, owner = ("gets", "reference's does") if len(missing) == 1 else ("get", "reference's do")
-        return "mismatch", f"{', '.join(missing[:3])}{more} {verb} no gradient; the {owner}"
+        return Gradients.MISMATCH, f"{', '.join(missing[:3])}{more} {verb} no gradient; the {owner}"
     scaled = {dtype: Tolerance(atol=t.atol * factor, rtol=t.rtol * factor, norm=t.norm * factor) for dtype, t in tolerances.items()}
     worst = 0.0
     for name, e in wanted.items():
         result = _compare_tensor("gradients", name, e, got[name], scaled, outputs=False)
         if not result.passed:
-            return "mismatch", f"gradient of {result.reason}"
+            return Gradients.MISMATCH, f"gradient of {result.reason}"
         worst = max(worst, result.max_abs_error or 0.0)
-    return "match", f"{len(wanted)} gradients match; max abs error {worst:.2g}"
+    return Gradients.MATCH, f"{len(wanted)} gradients match; max abs error {worst:.2g}"
 
 
 def one_sign(values: torch.Tensor) -> bool:
