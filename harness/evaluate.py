@@ -23,18 +23,20 @@ from harness import protocol as P
 from harness.candidate import Candidate, needs_cuda_statically
 from harness.protocol import Call
 from harness import integrity
-from harness.flags import Code, Finding, decide as decide_flags
+from harness.flags import Finding
 from harness.sanitize import find_tool, sanitize
 from harness.scan import declared_kernels, scan_source
 from harness.config import Config
+from harness.lane import Lane
 from harness.problem import Problem
 from harness.pairing import LAUNCH_BOUND_MS, Pairing, resolve_mode
 from harness.records import Baseline, CallProfile, CandidateRecord, CheckResult, ExtensionBuild, NullFloor, PairedSpeedup, ReferenceRecord, SanitizerRun, TimingStats, from_dict, to_dict
 from harness.scratch import current as current_scratch
 from harness.status import Status
 from harness.store import RunStore
-from harness.stricter import stricter_than_kernelbench
 from harness.supervise import Failure, JudgeClient, JudgeFailed, Reply, WorkerOutcome, default_memory_limit, run_worker
+from harness import verdict
+from harness.verdict import Case, Compared, Reported, Rules
 
 __all__ = ["Call", "Plan", "ProblemEvaluation", "compare_times", "timing_warnings"]
 
@@ -87,7 +89,7 @@ def _now() -> str:
 class ProblemEvaluation:
     """One problem on one lane: the reference once (on the first candidate), then candidates one
     at a time. `run()` evaluates every candidate; an executor spreading candidates over several
-    lanes gives each lane its own ProblemEvaluation with the same plan and calls `evaluate`."""
+    lanes gives each lane its own ProblemEvaluation with the same `plan` and calls `evaluate`."""
 
     def __init__(
         self,
@@ -99,10 +101,9 @@ class ProblemEvaluation:
         on_record: Callable[[CandidateRecord], None] = lambda r: None,
         on_start: Callable[[Candidate], None] = lambda c: None,
         builds: Optional[Any] = None,
-        lane: Optional[Any] = None,
+        lane: Optional[Lane] = None,
+        plan: Optional[Plan] = None,
     ) -> None:
-        from harness.lanes import Lane
-
         self.problem = problem
         self.candidates = candidates
         self.cfg = cfg.for_problem(problem.settings)  # the problem's tolerances and backward contract
@@ -115,7 +116,7 @@ class ProblemEvaluation:
         self._owns_lane = lane is None  # then its prestarted worker is ours to end
         self.problem_hash = problem.hash
         self.memory_limit = cfg.limits.memory_mb << 20 if cfg.limits.memory_mb else default_memory_limit()
-        self.plan: Optional[Plan] = None
+        self.plan: Optional[Plan] = plan  # the secret seeds and calls; None: a fresh one is drawn for the first candidate
         self._reference: Optional[ReferenceResult] = None
         self._judge: Optional[JudgeClient] = None
         self._judge_dir: Optional[Path] = None
@@ -144,6 +145,11 @@ class ProblemEvaluation:
             return None
         self.on_start(candidate)
         return self._finish(self._record(candidate, *skip))
+
+    def failed(self, candidate: Candidate, status: Status, reason: str) -> CandidateRecord:
+        """The record of a candidate whose evaluation failed outside this one (an executor lost
+        its lane), written now."""
+        return self._finish(self._record(candidate, status, reason))
 
     def run(self) -> list[CandidateRecord]:
         records, runnable = self.screen()
@@ -490,101 +496,45 @@ class ProblemEvaluation:
         outcome, checks, same_seed, gradients = compared.outcome, compared.checks, compared.same_seed, compared.gradients
         builds = tuple(ExtensionBuild(**b) for m in outcome.messages if m.get("type") == "builds" for b in m["builds"])
         timing = compared.timing
-        warnings: list[str] = []
-        if outcome.failure is not None:
-            status, reason = outcome.failure
-        elif same_seed is not None and not same_seed.passed and self.cfg.check.require_same_seed:
-            status, reason = Status.INCORRECT, f"{same_seed.name}: {same_seed.reason}"
-        else:
-            worst = max((c.max_abs_error or 0.0) for c in checks)
-            state = " and the buffers after them" if len(checks) > len(plan.calls) else ""
-            status, reason = Status.CORRECT, f"matched {len(plan.calls)} calls ({', '.join(self.cfg.check.modes + (('repeats',) if self.cfg.check.repeats else ()))}){state}; max abs error {worst:.2g}"
-        if same_seed is not None and not same_seed.passed and not self.cfg.check.require_same_seed:
-            warnings.append(f"same-seed construction differs from the reference ({same_seed.reason}); weights are created differently")
-        if self._restart_note:
-            warnings.append(self._restart_note)
-            self._restart_note = ""
-        if reference.record.other_size_note:
-            warnings.append(f"the other-size trial ran at the problem's own size: {reference.record.other_size_note}")
-        mapping = tuple((str(a), str(b)) for m in outcome.messages if m.get("type") == "weights_mapped" for a, b in m.get("pairs", []))
-        if mapping:
-            shown = ", ".join(f"{a} <- {b}" for a, b in mapping[:6]) + (f", and {len(mapping) - 6} more" if len(mapping) > 6 else "")
-            warnings.append(f"weights mapped by position (ModelNew renames them): {shown}")
-        found, evidence = self._findings(candidate, compared, status, reference.record)
-        policies = self.cfg.flags.policies(self.cfg.check.gradients)
-        status, reason, flags = decide_flags(status, reason, found, policies)
+        case = Case(compared, plan.calls, plan.randomize_weights, reference.record, Rules.of(self.cfg), self.device, self._reported(candidate, outcome), self._restart_note)
+        self._restart_note = ""
+        first = verdict.decide(case)
         sanitized: tuple[SanitizerRun, ...] = ()
-        if status is Status.CORRECT and self._wants_sanitizer():
+        unsafe: list[Finding] = []
+        if first.status is Status.CORRECT and self._wants_sanitizer():
             sanitized, unsafe = self._sanitize(candidate, plan, reference.record)
-            status, reason, unsafe_flags = decide_flags(status, reason, unsafe, policies)
-            flags += unsafe_flags
-        measures: dict[str, Any] = {}
-        if status is Status.CORRECT and timing is not None and compared.paired is not None:
-            measures, more, timed = compare_times(timing, compared.paired, compared.profile, reference.record, self.cfg)
-            warnings.extend(more)
-            status, reason, timed_flags = decide_flags(status, reason, timed, policies)
-            flags += timed_flags
-            if status is not Status.CORRECT:
-                measures = {}
-        stricter = stricter_than_kernelbench(status, checks, plan.calls, same_seed, flags, plan.randomize_weights and not compared.own_weights)
-        if outcome.log_bytes > self.cfg.limits.log_kib << 10:
-            warnings.append(f"printed {outcome.log_bytes} bytes; the log keeps the first and last {self.cfg.limits.log_kib // 2} KiB")
+        decided = verdict.settle(case, first, unsafe, lambda timed, paired: compare_times(timed, paired, compared.profile, reference.record, self.cfg))
+        status, mapping = decided.status, case.reported.mapping
         return self._record(
             candidate,
             status,
-            reason,
+            decided.reason,
             checks=tuple(checks),
             same_seed=same_seed,
             timing=timing if status is Status.CORRECT else None,
             builds=builds,
             profile=compared.profile,
-            flags=flags,
+            flags=decided.flags,
             sanitizer=sanitized,
             weight_mapping=mapping,
             weights="seed" if compared.own_weights else "position" if mapping else "name",
-            stricter=stricter,
-            **evidence,
+            stricter=decided.stricter,
+            **decided.evidence,
             gradients=gradients[0] if gradients is not None else "",
             phase_seconds=(outcome.done or {}).get("phase_seconds", {}),
             wall_seconds=round(outcome.wall_seconds, 3),
-            warnings=tuple(warnings),
-            **measures,
+            warnings=decided.warnings,
+            **decided.measures,
         )
 
-    def _findings(self, candidate: Candidate, compared: "Compared", status: Status, reference: ReferenceRecord) -> tuple[list[Finding], dict[str, Any]]:
-        """The integrity findings on a candidate's run (before the sanitizer and the timing
-        comparison add theirs), and the record fields that hold their evidence."""
-        outcome, gradients, precision, profile = compared.outcome, compared.gradients, compared.precision, compared.profile
-        found: list[Finding] = []
-        if gradients is not None and gradients[0] != "match":
-            found.append((Code.WRONG_GRADIENTS if gradients[0] == "mismatch" else Code.FORWARD_ONLY, gradients[1]))
-        found.extend(scan_source(candidate.path))
-        if precision and precision["candidate"] > max(self.cfg.check.precision_ratio * precision["reference"], PRECISION_FLOOR):
-            found.append((Code.LESS_PRECISE, (
-                f"relative error {precision['candidate']:.2g} against a float64 reference, "
-                f"where the float32 reference has {precision['reference']:.2g} (over check.precision_ratio={self.cfg.check.precision_ratio:g}x); "
-                "it passes the tolerance, but look for lower-precision arithmetic (TF32, fp16, bf16)")))
+    def _reported(self, candidate: Candidate, outcome: WorkerOutcome) -> Reported:
+        """What the candidate's worker reported beyond its checks (its messages), and what its
+        source declares (a scan of its file), for harness.verdict."""
+        mapping = tuple((str(a), str(b)) for m in outcome.messages if m.get("type") == "weights_mapped" for a, b in m.get("pairs", []))
         counted = next((m for m in outcome.messages if m.get("type") == "extension_calls"), None)
-        extension_calls = {str(k): int(v) for k, v in (counted or {}).get("checked", {}).items()}
-        share, kernels = integrity.own_kernels(profile, reference.profile, declared_kernels(candidate.path), self.cfg.check.own_share_floor)
-        found.extend(kernels)
-        if self.device == "cpu" and status is Status.CORRECT:  # no profile on the CPU: the extensions' counted calls are the evidence
-            found.extend(integrity.extension_use(extension_calls if counted is not None else None))
         threads = next((m for m in outcome.messages if m.get("type") == "threads"), None)
-        found.extend(integrity.side_work(profile, threads))
-        if compared.unsafe:
-            found.append((Code.UNSAFE_MEMORY, compared.unsafe))
-        if compared.own_weights and self.cfg.check.weights == "transplant":
-            why = next((str(m.get("reason", "")) for m in outcome.messages if m.get("type") == "weights_by_seed"), "")
-            found.append((Code.WEIGHTS_BY_SEED, (
-                f"the reference's weights load into ModelNew neither by name nor by position ({why or 'the worker kept its own'}); "
-                "it was checked with the weights it built under the shared seed, at their default initialisation: checked less")[:600]))
-        evidence = {
-            "custom_kernel_share": share,
-            "extension_calls": extension_calls,
-            "timed_extension_calls": {str(k): int(v) for k, v in (counted or {}).get("timed", {}).items()},
-        }
-        return found, evidence
+        why = next((str(m.get("reason", "")) for m in outcome.messages if m.get("type") == "weights_by_seed"), "")
+        return Reported(mapping, counted, threads, why, tuple(scan_source(candidate.path)), frozenset(declared_kernels(candidate.path)))
 
     def _wants_sanitizer(self) -> bool:
         setting = self.cfg.sanitizer.enabled
@@ -653,22 +603,6 @@ class ProblemEvaluation:
 
 class Stopped(Exception):
     """A stopped run's evaluation ended without a record (ProblemEvaluation.stop)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Compared:
-    """What one compared worker (a candidate or a baseline) came to."""
-
-    outcome: WorkerOutcome
-    checks: list[CheckResult]  # the calls, then the buffers and the timed output when made
-    same_seed: Optional[CheckResult]  # the same-seed construction check, when made
-    precision: dict[str, float]  # relative errors against float64 of the precision call ({} when none)
-    gradients: Optional[tuple[str, str]]  # (match | mismatch | forward only, why); None when not made
-    timing: Optional[TimingStats] = None  # the compared model's rounds, pooled
-    paired: Optional[PairedSpeedup] = None  # its speedup over the reference from the paired rounds
-    profile: Optional[CallProfile] = None  # the worker's one profiled call (CUDA)
-    unsafe: str = ""  # the first write past an input's end (guard bands), as the judge (or, on device copies, the worker) found it
-    own_weights: bool = False  # the worker kept its same-seed weights (check.weights seed, or no pairing by name or position)
 
 
 @dataclasses.dataclass
@@ -811,8 +745,6 @@ class TimingCache:
         tmp.write_text(json.dumps(to_dict(record)))
         tmp.replace(self.path)
 
-
-PRECISION_FLOOR = 1e-6  # relative errors below this are never called imprecise
 
 
 def _one_line(text: str) -> str:

@@ -15,7 +15,7 @@ from harness.api import Session, finish_run, quiet_host, resolve_device, start_b
 from harness.candidate import Candidate, discover_candidates
 from harness.config import Config, load_config
 from harness.errors import ExitCode, UserError
-from harness.lanes import gather
+from harness.executor import gather
 from harness.leaderboard import candidate_frame, print_leaderboard, write_leaderboards
 from harness.problem import Problem, discover_problems, resolve_problem
 from harness.progress import Progress
