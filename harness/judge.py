@@ -36,17 +36,19 @@ from harness.config import Tolerance
 from harness.records import CheckResult
 from harness.regions import Region, aligned, device_sharing, guard_broken, layout, past_end, view, write
 from harness.status import Status
-from harness.worker import (
-    WorkerFailure, as_outputs, classify, load_module, model_gradients, one_line, other_sizes, paired_gradients,
-    prepare_timer, randomize_state, redistribute, same_bits, setup_device, structure, synchronize, time_round, _aliased_input,
-)
+from harness.errors import one_line
+from harness.worker.checks import model_gradients, paired_gradients
+from harness.worker.device import setup_device, synchronize
+from harness.worker.failures import WorkerFailure, classify, load_module
+from harness.worker.inputs import aliased_input as _aliased_input, as_outputs, other_sizes, randomize_state, redistribute, same_bits, structure
+from harness.worker.timed import prepare_timer, time_round
 from harness.pairing import device_sync_reason
 from harness.profile import profile_call
 from harness.timing import flush_buffer
 
 
 class _Session:
-    def __init__(self, number: int, role: str, inputs: Region, mailbox: Region, slots: list[int]) -> None:
+    def __init__(self, number: int, role: P.Role, inputs: Region, mailbox: Region, slots: list[int]) -> None:
         self.number = number
         self.role = role
         self.inputs = inputs
@@ -100,7 +102,7 @@ class Judge:
     def _start(self) -> P.ReferenceReport:
         job = self.job
         self._phase("load")
-        self.device, arch, device_name = setup_device(dataclasses.asdict(job))
+        self.device, arch, device_name = setup_device(job)
         self._check_threads = torch.get_num_threads()
         from harness.buildcache import BuildCache
 
@@ -158,7 +160,7 @@ class Judge:
                 try:
                     with torch.no_grad():
                         self._forward(sets[0])  # warm: the profile is of a warm call
-                        self.reference_profile = profile_call(self.model, sets[0], self.device, flush_buffer(self.device) if job.timing.get("flush_l2") else None)
+                        self.reference_profile = profile_call(self.model, sets[0], self.device, flush_buffer(self.device) if job.timing.flush_l2 else None)
                 except WorkerFailure:
                     raise
                 except Exception as exc:
@@ -271,7 +273,7 @@ class Judge:
 
     # -- sessions ----------------------------------------------------------------------------
 
-    def open(self, role: str) -> P.Session:
+    def open(self, role: P.Role) -> P.Session:
         self._count += 1
         weights = [(k, v) for k, v in self.randomized.items()]
         weight_specs, weights_end = layout([v for _, v in weights])
@@ -288,7 +290,7 @@ class Judge:
         self.sessions[session.number] = session
         write(inputs.tensor, [v for _, v in weights], weight_specs)
         init = self._write_set(session, self.init_args, weights_end, "get_init_inputs()")
-        first = self._stage(session, P.Want("trial", 0) if role != "baseline" else P.Want("call", 0))
+        first = self._stage(session, P.Want("trial", 0) if role is not P.Role.BASELINE else P.Want("call", 0))
         self._load(self.randomized)
         synchronize(self.device)
         assert first is not None
@@ -313,9 +315,9 @@ class Judge:
             raise ValueError(f"no timed session {number}")
         self.model.eval()
         sets = [self._inputs(k) for k in range(self.timed_slots)]
-        job = dict(timing={**self.job.timing, "mode": "graph" if graph else "eager"})
+        settings = dataclasses.replace(self.job.timing, mode="graph" if graph else "eager")
         with self._timing_threads():
-            session.timer, ready, _ = prepare_timer(self.model, sets, self.device, job, profiled=False)
+            session.timer, ready, _ = prepare_timer(self.model, sets, self.device, settings, profiled=False)
         return dataclasses.replace(ready, needs_device=device_sync_reason(self.reference_profile))
 
     def time_round(self, ask: P.TimeRound) -> P.RoundTimed:
@@ -354,13 +356,13 @@ class Judge:
     def _out_of_order(self, session: _Session, step: P.Step) -> str:
         calls = len(self.job.calls)
         if step.step == "same_seed":
-            ok = not session.seen and session.role != "baseline"
+            ok = not session.seen and session.role is not P.Role.BASELINE
         elif step.step == "call":
-            ok = step.index == session.next_call and (session.role == "baseline" or "same_seed" in session.seen)
+            ok = step.index == session.next_call and (session.role is P.Role.BASELINE or "same_seed" in session.seen)
         elif step.step == "buffers":
             ok = session.next_call == calls and "buffers" not in session.seen
         elif step.step == "grads":
-            ok = session.seen[-1:] == ["buffers"] and self.job.gradients and session.role != "baseline"
+            ok = session.seen[-1:] == ["buffers"] and self.job.gradients and session.role is not P.Role.BASELINE
         elif step.step == "timed":
             ok = "buffers" in session.seen and "timed" not in session.seen
         elif step.step == "stage":  # inputs asked for, no outputs to judge (a baseline's timing sets)
