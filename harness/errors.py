@@ -20,3 +20,10 @@ class UserError(Exception):
 
 class ResourceError(Exception):
     """The machine lacks what a run needs (free disk). main() prints `harness error: <message>` and exits 5."""
+
+
+def one_line(exc: BaseException, limit: int = 300) -> str:
+    """An exception as one line: its type and the first line of its message, at most `limit` characters."""
+    text = str(exc).strip().splitlines()
+    first = text[0] if text else ""
+    return f"{type(exc).__name__}: {first}"[:limit] if first else type(exc).__name__

@@ -30,7 +30,7 @@ from harness.config import Config
 from harness.lane import Lane
 from harness.problem import Problem
 from harness.pairing import LAUNCH_BOUND_MS, Pairing, resolve_mode
-from harness.records import Baseline, CallProfile, CandidateRecord, CheckResult, ExtensionBuild, NullFloor, PairedSpeedup, ReferenceRecord, SanitizerRun, TimingStats, from_dict, to_dict
+from harness.records import Baseline, CallProfile, CandidateRecord, CheckResult, NullFloor, PairedSpeedup, ReferenceRecord, SanitizerRun, TimingStats, from_dict, to_dict
 from harness.scratch import current as current_scratch
 from harness.status import Status
 from harness.store import RunStore
@@ -203,12 +203,9 @@ class ProblemEvaluation:
                 return Status.NEEDS_CUDA, f"{why}; this run is on the CPU"
         return None
 
-    def _timing_settings(self) -> dict[str, Any]:
-        """The timer's settings as workers and the judge take them (no policy keys)."""
-        timing = dataclasses.asdict(self.cfg.timing)
-        for key in ("enabled", "cpu_threads", "sync", "unstable_iqr", "reuse_reference", "rounds", "max_rounds", "interval", "null_candidate", "quiet", "null_tolerance"):
-            timing.pop(key)
-        return timing
+    def _timing_settings(self, mode: Optional[str] = None) -> P.TimerSettings:
+        """The timer's settings as workers and the judge take them (no policy keys); `mode` in place of the config's when given."""
+        return P.TimerSettings.from_config(self.cfg.timing, mode)
 
     def _judge_job(self, plan: Plan, measure: bool) -> P.JudgeJob:
         """The judge's job; with `measure`, it also measures the problem's speed-of-light at start."""
@@ -237,33 +234,33 @@ class ProblemEvaluation:
             guard_bands=cfg.check.guard_bands,
         )
 
-    def _job(self, role: str, source: Path, plan: Plan, session: P.Session, *, compile_mode: Optional[str] = None, class_name: Optional[str] = None) -> dict[str, Any]:
-        return {
-            "role": role,
-            "source": str(source.resolve()),
-            "class_name": class_name or ("ModelNew" if role == "candidate" else "Model"),
-            "compile_mode": compile_mode,
-            "device": self.device,
-            "build_cache": str(self.cfg.path(self.cfg.build_cache_dir)),
-            "construct_seed": plan.construct_seed,
-            "calls": [dataclasses.asdict(c) for c in self._calls(role, plan)],
-            "timing": {**self._timing_settings(), "mode": self._timing_mode[0]} if self.cfg.timing.enabled else None,
-            "allow_tf32": self.cfg.check.allow_tf32,
-            "gradients": self.cfg.check.gradients != "off",
-            "gradient_seed": plan.gradient_seed,
-            "rng_seed": plan.rng_seed,
-            "cpu_threads": self.cfg.timing.cpu_threads,
-            "guard_bands": self.cfg.check.guard_bands,
-            "weights": self.cfg.check.weights,
-            "session": to_dict(session),
-        }
+    def _job(self, role: P.Role, source: Path, plan: Plan, session: P.Session, *, compile_mode: Optional[str] = None, class_name: Optional[str] = None) -> P.WorkerJob:
+        return P.WorkerJob(
+            role=role,
+            source=str(source.resolve()),
+            class_name=class_name or ("ModelNew" if role is P.Role.CANDIDATE else "Model"),
+            compile_mode=compile_mode,
+            device=self.device,
+            build_cache=str(self.cfg.path(self.cfg.build_cache_dir)),
+            construct_seed=plan.construct_seed,
+            calls=self._calls(role, plan),
+            timing=self._timing_settings(self._timing_mode[0]) if self.cfg.timing.enabled else None,
+            allow_tf32=self.cfg.check.allow_tf32,
+            gradients=self.cfg.check.gradients != "off",
+            gradient_seed=plan.gradient_seed,
+            rng_seed=plan.rng_seed,
+            cpu_threads=self.cfg.timing.cpu_threads,
+            guard_bands=self.cfg.check.guard_bands,
+            weights=self.cfg.check.weights,
+            session=session,
+        )
 
-    def _calls(self, role: str, plan: Plan) -> tuple[Call, ...]:
+    def _calls(self, role: P.Role, plan: Plan) -> tuple[Call, ...]:
         """A candidate makes every planned call; a compile baseline (the reference itself, compiled)
         only the first trial's, once per mode: its check is that compiling kept the function."""
-        return plan.calls if role == "candidate" else plan.calls[: len(self.cfg.check.modes)]
+        return plan.calls if role is P.Role.CANDIDATE else plan.calls[: len(self.cfg.check.modes)]
 
-    def _worker(self, job: dict[str, Any], log_name: str, cwd: Path, on_message: Callable[[dict[str, Any]], Optional[Failure | Reply]] = lambda m: None) -> WorkerOutcome:
+    def _worker(self, job: P.WorkerJob, log_name: str, cwd: Path, on_message: Callable[[Any], Optional[Failure | Reply]] = lambda m: None) -> WorkerOutcome:
         return run_worker(
             job,
             timeouts=self.cfg.timeouts,
@@ -334,7 +331,7 @@ class ProblemEvaluation:
             declared=dict(self.problem.settings),
             data_plane=report.data_plane,
             peak_bytes=report.peak_bytes,
-            notes=tuple(n for n in (report.float64_note, f"profiling the reference failed: {report.profile_error}" if report.profile_error else "") if n) + report.input_structure,
+            notes=tuple(n for n in (report.float64_note, f"profiling the reference failed: {report.profile_error}" if report.profile_error else "", f"speed-of-light not measured: {report.speed_of_light_error}" if report.speed_of_light_error else "") if n) + report.input_structure,
         )
         result = ReferenceResult(record)
         if record.ok and cached is not None:
@@ -370,7 +367,7 @@ class ProblemEvaluation:
         """The null candidate: the problem's own Model through the candidate path (every check, then
         timed in turns with the reference). Identical code: its speedup is this run's 1.00x."""
         try:
-            compared = self._run_compared("candidate", self.problem.path, plan, "_null", class_name="Model", compared_name="the null candidate")
+            compared = self._run_compared(P.Role.CANDIDATE, self.problem.path, plan, "_null", class_name="Model", compared_name="the null candidate")
         except JudgeFailed as exc:
             self._judge_failures.append(str(exc))
             self._end_judge()
@@ -386,14 +383,14 @@ class ProblemEvaluation:
         candidate, then timed in turns with the eager reference. Its failure never fails the reference."""
         name = f"torch.compile({mode})"
         try:
-            compared = self._run_compared("baseline", self.problem.path, plan, f"_compile-{mode}", compile_mode=mode, compared_name=name)
+            compared = self._run_compared(P.Role.BASELINE, self.problem.path, plan, f"_compile-{mode}", compile_mode=mode, compared_name=name)
         except JudgeFailed as exc:
             self._judge_failures.append(str(exc))
             self._end_judge()
             return Baseline(name, False, _one_line(f"the lane's judge failed: {exc}"))
         outcome, checks = compared.outcome, compared.checks
-        compiled = [m for m in outcome.messages if m.get("type") == "compiled"]
-        seconds = float(compiled[0]["seconds"]) if compiled else None
+        compiled = outcome.first(P.Compiled)
+        seconds = compiled.seconds if compiled is not None else None
         worst = max((c.max_abs_error or 0.0 for c in checks), default=None)
         if outcome.failure is not None:
             return Baseline(name, False, _one_line(f"{outcome.failure[0].value}: {outcome.failure[1]}"), compile_seconds=seconds, max_abs_error=worst)
@@ -401,7 +398,7 @@ class ProblemEvaluation:
             return Baseline(name, False, "compiled and matched, but no timing arrived", compile_seconds=seconds, max_abs_error=worst)
         return Baseline(name, True, "ok", timing=compared.timing, compile_seconds=seconds, max_abs_error=worst, paired=compared.paired)
 
-    def _run_compared(self, role: str, source: Path, plan: Plan, log_name: str, compile_mode: Optional[str] = None, class_name: Optional[str] = None, compared_name: str = "the candidate") -> "Compared":
+    def _run_compared(self, role: P.Role, source: Path, plan: Plan, log_name: str, compile_mode: Optional[str] = None, class_name: Optional[str] = None, compared_name: str = "the candidate") -> "Compared":
         """Run a worker against the judge: each step it reports is judged before it may go on (a
         wrong output stops it); then it is timed in turns with the reference (harness.pairing)."""
         from harness import quiet
@@ -415,12 +412,7 @@ class ProblemEvaluation:
         unsafe: list[str] = []  # writes past an input's end, as the judge found them (the first is kept)
         pairing = Pairing(judge, session.session, self.cfg.timing, self.cfg.timeouts.time, compared_name, quiet.current(), self._timing_mode) if self.cfg.timing.enabled else None
 
-        def on_step(message: dict[str, Any]) -> Optional[Failure | Reply]:
-            try:
-                step = P.decode(message["step"])
-                assert isinstance(step, P.Step)
-            except Exception as exc:
-                return Status.FORGED_RESULT, f"the worker reported a step the harness did not write ({type(exc).__name__})"
+        def on_step(step: P.Step) -> Optional[Failure | Reply]:
             verdict: P.Verdict = judge.request(P.Check(session.session, step), self.cfg.timeouts.check)
             if verdict.failure is not None:
                 return Status(verdict.failure[0]), verdict.failure[1]
@@ -439,27 +431,23 @@ class ProblemEvaluation:
                 return Status.INCORRECT, f"{verdict.check.name}: {verdict.check.reason}"
             return Reply({"staged": to_dict(verdict.staged)})
 
-        def on_timing(message: dict[str, Any]) -> Optional[Failure | Reply]:
+        def on_timing(message: P.Ready | P.RoundTimed) -> Optional[Failure | Reply]:
             if pairing is None:
                 return Status.FORGED_RESULT, "the worker sent a timing message in a run that times nothing"
             try:
-                if message["type"] == "ready":
-                    ready = P.decode(message["ready"])
-                    assert isinstance(ready, P.Ready) and pairing.ready is None
-                    return Reply(pairing.on_ready(ready))
-                timed = P.decode(message["timed"])
-                assert isinstance(timed, P.RoundTimed)
-                return Reply(pairing.on_round(timed))
+                if isinstance(message, P.Ready):
+                    assert pairing.ready is None
+                    return Reply(pairing.on_ready(message))
+                return Reply(pairing.on_round(message))
             except JudgeFailed:
                 raise
             except Exception as exc:
                 return Status.FORGED_RESULT, f"the worker's timing messages are not the harness's ({type(exc).__name__}: {exc})"[:300]
 
-        def on_message(message: dict[str, Any]) -> Optional[Failure | Reply]:
-            kind = message.get("type")
-            if kind == "step":
+        def on_message(message: Any) -> Optional[Failure | Reply]:
+            if isinstance(message, P.Step):
                 return on_step(message)
-            if kind in ("ready", "round"):
+            if isinstance(message, (P.Ready, P.RoundTimed)):
                 return on_timing(message)
             return None
 
@@ -488,13 +476,14 @@ class ProblemEvaluation:
             timing=timed[0] if timed else None,
             paired=timed[1] if timed else None,
             profile=ready.profile if ready is not None else None,
-            unsafe=unsafe[0] if unsafe else next((str(m.get("reason", ""))[:300] for m in outcome.messages if m.get("type") == "unsafe"), ""),
+            profile_error=ready.profile_error if ready is not None else "",
+            unsafe=unsafe[0] if unsafe else next((m.reason[:300] for m in outcome.every(P.Unsafe)), ""),
         )
 
     def _run_candidate(self, candidate: Candidate, plan: Plan, reference: "ReferenceResult") -> CandidateRecord:
-        compared = self._run_compared("candidate", candidate.path, plan, candidate.name)
+        compared = self._run_compared(P.Role.CANDIDATE, candidate.path, plan, candidate.name)
         outcome, checks, same_seed, gradients = compared.outcome, compared.checks, compared.same_seed, compared.gradients
-        builds = tuple(ExtensionBuild(**b) for m in outcome.messages if m.get("type") == "builds" for b in m["builds"])
+        builds = tuple(m.build for m in outcome.every(P.Built))
         timing = compared.timing
         case = Case(compared, plan.calls, plan.randomize_weights, reference.record, Rules.of(self.cfg), self.device, self._reported(candidate, outcome), self._restart_note)
         self._restart_note = ""
@@ -521,7 +510,7 @@ class ProblemEvaluation:
             stricter=decided.stricter,
             **decided.evidence,
             gradients=gradients[0] if gradients is not None else "",
-            phase_seconds=(outcome.done or {}).get("phase_seconds", {}),
+            phase_seconds=outcome.done.phase_seconds if outcome.done is not None else {},
             wall_seconds=round(outcome.wall_seconds, 3),
             warnings=decided.warnings,
             **decided.measures,
@@ -530,11 +519,10 @@ class ProblemEvaluation:
     def _reported(self, candidate: Candidate, outcome: WorkerOutcome) -> Reported:
         """What the candidate's worker reported beyond its checks (its messages), and what its
         source declares (a scan of its file), for harness.verdict."""
-        mapping = tuple((str(a), str(b)) for m in outcome.messages if m.get("type") == "weights_mapped" for a, b in m.get("pairs", []))
-        counted = next((m for m in outcome.messages if m.get("type") == "extension_calls"), None)
-        threads = next((m for m in outcome.messages if m.get("type") == "threads"), None)
-        why = next((str(m.get("reason", "")) for m in outcome.messages if m.get("type") == "weights_by_seed"), "")
-        return Reported(mapping, counted, threads, why, tuple(scan_source(candidate.path)), frozenset(declared_kernels(candidate.path)))
+        mapping = tuple(pair for m in outcome.every(P.WeightsMapped) for pair in m.pairs)
+        by_seed = outcome.first(P.WeightsBySeed)
+        why = by_seed.reason if by_seed is not None else ""
+        return Reported(mapping, outcome.first(P.ExtensionCalls), outcome.first(P.Threads), why, tuple(scan_source(candidate.path)), frozenset(declared_kernels(candidate.path)))
 
     def _wants_sanitizer(self) -> bool:
         setting = self.cfg.sanitizer.enabled

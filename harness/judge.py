@@ -44,9 +44,11 @@ from harness.regions import device_sharing, dtype_of, view
 from harness.roofline import count_work, device_peaks, floor
 from harness.staging import Footprint, Session, Stager
 from harness.status import Status
-from harness.worker import (
-    WorkerFailure, classify, model_gradients, one_line, paired_gradients, prepare_timer, setup_device, synchronize, time_round,
-)
+from harness.errors import one_line
+from harness.worker.checks import model_gradients, paired_gradients
+from harness.worker.device import setup_device, synchronize
+from harness.worker.failures import WorkerFailure, classify
+from harness.worker.timed import prepare_timer, time_round
 from harness.pairing import device_sync_reason
 from harness.profile import profile_call
 from harness.timing import flush_buffer
@@ -85,13 +87,13 @@ class Checker:
         """Why the step is not the one the plan has next for this session, or ""."""
         calls = len(self.job.calls)
         if step.step == "same_seed":
-            ok = not session.seen and session.role != "baseline"
+            ok = not session.seen and session.role is not P.Role.BASELINE
         elif step.step == "call":
-            ok = step.index == session.next_call and (session.role == "baseline" or "same_seed" in session.seen)
+            ok = step.index == session.next_call and (session.role is P.Role.BASELINE or "same_seed" in session.seen)
         elif step.step == "buffers":
             ok = session.next_call == calls and "buffers" not in session.seen
         elif step.step == "grads":
-            ok = session.seen[-1:] == ["buffers"] and self.job.gradients and session.role != "baseline"
+            ok = session.seen[-1:] == ["buffers"] and self.job.gradients and session.role is not P.Role.BASELINE
         elif step.step == "timed":
             ok = "buffers" in session.seen and "timed" not in session.seen
         elif step.step == "stage":  # inputs asked for, no outputs to judge (a baseline's timing sets)
@@ -263,7 +265,7 @@ class ReferenceTiming:
             try:
                 with torch.no_grad():
                     reference.forward(sets[0])  # warm: the profile is of a warm call
-                    self.profile = profile_call(reference.model, sets[0], self.device, flush_buffer(self.device) if job.timing.get("flush_l2") else None)
+                    self.profile = profile_call(reference.model, sets[0], self.device, flush_buffer(self.device) if job.timing.flush_l2 else None)
             except WorkerFailure:
                 raise
             except Exception as exc:
@@ -294,9 +296,9 @@ class ReferenceTiming:
             raise ValueError(f"no timed session {number}")
         self.reference.model.eval()
         sets = [self.reference.inputs(k) for k in range(self.stager.footprint.timed_slots)]
-        job = dict(timing={**self.job.timing, "mode": "graph" if graph else "eager"})
+        settings = dataclasses.replace(self.job.timing, mode="graph" if graph else "eager")
         with self._threads():
-            session.timer, ready, _ = prepare_timer(self.reference.model, sets, self.device, job, profiled=False)
+            session.timer, ready, _ = prepare_timer(self.reference.model, sets, self.device, settings, profiled=False)
         return dataclasses.replace(ready, needs_device=device_sync_reason(self.profile))
 
     def time_round(self, ask: P.TimeRound) -> P.RoundTimed:
@@ -394,7 +396,7 @@ class Judge:
     def _load(self) -> tuple[Reference, str, int]:
         """The device set up, the build cache installed, the problem's module loaded: the reference
         (not constructed yet), the device's name, and the threads the judge checks with."""
-        self.device, arch, device_name = setup_device(dataclasses.asdict(self.job))
+        self.device, arch, device_name = setup_device(self.job)
         check_threads = torch.get_num_threads()
         BuildCache(Path(self.job.build_cache), arch).install()
         reference = Reference(self.job, self.device)
@@ -420,7 +422,7 @@ class Judge:
 
     # -- sessions ----------------------------------------------------------------------------
 
-    def open(self, role: str) -> P.Session:
+    def open(self, role: P.Role) -> P.Session:
         """A new session for a compared worker of `role`."""
         return self.stager.open(role)
 

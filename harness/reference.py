@@ -20,9 +20,11 @@ import torch
 from harness import protocol as P
 from harness.regions import layout
 from harness.status import Status
-from harness.worker import (
-    WorkerFailure, as_outputs, classify, load_module, model_gradients, one_line, other_sizes, randomize_state, redistribute, structure, synchronize, _aliased_input,
-)
+from harness.errors import one_line
+from harness.worker.checks import model_gradients
+from harness.worker.device import synchronize
+from harness.worker.failures import WorkerFailure, classify, load_module
+from harness.worker.inputs import aliased_input, as_outputs, other_sizes, randomize_state, redistribute, structure
 
 
 class Reference:
@@ -198,7 +200,7 @@ class Reference:
             "tensors": [o.detach().as_subclass(torch.Tensor) if isinstance(o, torch.Tensor) else o for o in out],
             "layouts": [str(o.layout) if isinstance(o, torch.Tensor) else "" for o in out],
             "devices": [o.device.type if isinstance(o, torch.Tensor) else "" for o in out],
-            "aliases": [_aliased_input(o, args) if isinstance(o, torch.Tensor) else -1 for o in out],
+            "aliases": [aliased_input(o, args) if isinstance(o, torch.Tensor) else -1 for o in out],
         }
 
     def load(self, state: dict[str, Any]) -> None:

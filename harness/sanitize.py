@@ -124,7 +124,8 @@ def main() -> None:
     import torch
 
     from harness.buildcache import BuildCache
-    from harness.worker import as_outputs, load_module
+    from harness.worker.failures import load_module
+    from harness.worker.inputs import as_outputs
 
     job = json.loads(Path(sys.argv[1]).read_text())
     device = torch.device("cuda", 0)

@@ -19,7 +19,9 @@ from harness import protocol as P
 from harness.reference import Reference, release, tensors_of
 from harness.regions import Region, aligned, guard_broken, layout, past_end, view, write
 from harness.status import Status
-from harness.worker import WorkerFailure, same_bits, synchronize
+from harness.worker.device import synchronize
+from harness.worker.failures import WorkerFailure
+from harness.worker.inputs import same_bits
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,7 +37,7 @@ class Footprint:
 class Session:
     """One compared worker's session: its regions, where it is in the plan, and what is staged."""
 
-    def __init__(self, number: int, role: str, inputs: Region, mailbox: Region, slots: list[int]) -> None:
+    def __init__(self, number: int, role: P.Role, inputs: Region, mailbox: Region, slots: list[int]) -> None:
         self.number = number
         self.role = role
         self.inputs = inputs
@@ -69,7 +71,7 @@ class Stager:
         self.sessions: dict[int, Session] = {}
         self._count = 0
 
-    def open(self, role: str) -> P.Session:
+    def open(self, role: P.Role) -> P.Session:
         """A new session: its regions, the weights and init inputs written, the first inputs staged."""
         reference, footprint = self.reference, self.footprint
         self._count += 1
@@ -88,7 +90,7 @@ class Stager:
         self.sessions[session.number] = session
         write(inputs.tensor, [v for _, v in weights], weight_specs)
         init = self._write_set(session, reference.init_args, weights_end, "get_init_inputs()")
-        first = self.stage(session, P.Want("trial", 0) if role != "baseline" else P.Want("call", 0))
+        first = self.stage(session, P.Want("trial", 0) if role is not P.Role.BASELINE else P.Want("call", 0))
         reference.load(reference.randomized)
         synchronize(self.device)
         assert first is not None

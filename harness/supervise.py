@@ -16,15 +16,19 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar
 
 from harness import quiet
 from harness.channel import ChannelReader, ForgedMessage, new_key
 from harness.config import ROOT
 from harness.status import Status
 
+if TYPE_CHECKING:
+    from harness import protocol as P
+
 POLL_SECONDS = 0.2
 Failure = tuple[Status, str]
+M = TypeVar("M")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,13 +42,21 @@ class Reply:
 class WorkerOutcome:
     """How a worker ended, as seen by the parent."""
 
-    failure: Optional[Failure]  # None when the worker reported "done"
-    done: Optional[dict[str, Any]]  # the worker's final message when it finished
-    messages: tuple[dict[str, Any], ...]  # every verified message, in order
+    failure: Optional[Failure]  # None when the worker reported Done
+    done: Optional[P.Done]  # the worker's final message when it finished
+    messages: tuple[Any, ...]  # every verified message (harness.protocol's worker messages), in order
     phase: str  # the last phase the worker announced
     returncode: Optional[int]  # exit code, or -signal
     wall_seconds: float  # start to end, seen by the parent
     log_bytes: int  # total bytes the worker printed
+
+    def first(self, kind: type[M]) -> Optional[M]:
+        """The first message of type `kind` the worker sent, or None."""
+        return next((m for m in self.messages if isinstance(m, kind)), None)
+
+    def every(self, kind: type[M]) -> list[M]:
+        """Every message of type `kind` the worker sent, in order."""
+        return [m for m in self.messages if isinstance(m, kind)]
 
 
 class BoundedLog:
@@ -188,19 +200,24 @@ class Launcher:
 
 
 def run_worker(
-    job: dict[str, Any],
+    job: P.WorkerJob,
     *,
     timeouts: Any,
     memory_limit: int,
     log_path: Path,
     log_limit: int,
     cwd: Path,
-    on_message: Callable[[dict[str, Any]], Optional[Failure | Reply]] = lambda m: None,
+    on_message: Callable[[Any], Optional[Failure | Reply]] = lambda m: None,
     launcher: Optional[Launcher] = None,
 ) -> WorkerOutcome:
-    """Run one worker to its end. `on_message` sees each verified message and may stop the worker
-    (a Failure) or answer it (a Reply, which the worker waits for). The worker comes from
-    `launcher` (possibly prestarted), else is started now; it works in `cwd`."""
+    """Run one worker to its end on `job`. `on_message` sees each verified message other than
+    Phase, Failed and Done (typed: harness.protocol) and may stop the worker (a Failure) or answer
+    it (a Reply, which the worker waits for). A message that is not one a worker sends ends it as a
+    forged result. The worker comes from `launcher` (possibly prestarted), else is started now; it
+    works in `cwd`."""
+    from harness import protocol as P  # with torch (harness.regions): not needed to import this module
+    from harness.records import to_dict
+
     key = new_key()
     started = time.perf_counter()
     worker = launcher.take() if launcher is not None else start_worker()
@@ -208,18 +225,18 @@ def run_worker(
     assert proc.stdin is not None and proc.stdout is not None
     stdin: Any = proc.stdin
     try:
-        stdin.write(json.dumps({**job, "cwd": str(cwd), "result_fd": worker.write_fd, "key": key}).encode() + b"\n")
+        stdin.write(json.dumps({"job": to_dict(job), "cwd": str(cwd), "result_fd": worker.write_fd, "key": key}).encode() + b"\n")
         stdin.flush()
     except BrokenPipeError:
         pass  # it died before reading its job; the ending below says how
     reader = ChannelReader(key)
     log = BoundedLog(log_limit)
-    messages: list[dict[str, Any]] = []
+    messages: list[Any] = []
     open_fds = {read_fd: "result", proc.stdout.fileno(): "output"}
     phase, phase_limit = "load", float(timeouts.load)
     deadline = time.monotonic() + phase_limit
     failure: Optional[Failure] = None
-    done: Optional[dict[str, Any]] = None
+    done: Optional[P.Done] = None
     reported: Optional[Failure] = None
 
     def stop(status: Status, reason: str) -> None:
@@ -247,16 +264,20 @@ def run_worker(
                 except ForgedMessage as exc:
                     stop(Status.FORGED_RESULT, str(exc))
                     break
-                for message in new_messages:
+                for data in new_messages:
+                    try:
+                        message = P.decode_worker(data)
+                    except ValueError as exc:
+                        stop(Status.FORGED_RESULT, f"the worker sent {str(exc).splitlines()[0]} on the result channel"[:300])
+                        break
                     messages.append(message)
-                    kind = message.get("type")
-                    if kind == "phase":
-                        phase = str(message["phase"])
+                    if isinstance(message, P.Phase):
+                        phase = str(message.phase)
                         phase_limit = float(getattr(timeouts, phase))
                         deadline = time.monotonic() + phase_limit
-                    elif kind == "error":
-                        reported = (Status(message["status"]), str(message["reason"]))
-                    elif kind == "done":
+                    elif isinstance(message, P.Failed):
+                        reported = (message.status, str(message.reason))
+                    elif isinstance(message, P.Done):
                         done = message
                     else:
                         verdict = on_message(message)

@@ -17,9 +17,9 @@ from typing import Any, Callable, Mapping, Optional
 
 from harness import integrity
 from harness.flags import Code, Finding, decide as decide_flags
-from harness.protocol import Call
+from harness.protocol import Call, ExtensionCalls, Threads
 from harness.records import CallProfile, CheckResult, Flag, PairedSpeedup, ReferenceRecord, Stricter, TimingStats
-from harness.status import Status
+from harness.status import Gradients, Status
 from harness.stricter import stricter_than_kernelbench
 from harness.supervise import WorkerOutcome
 
@@ -42,6 +42,7 @@ class Compared:
     timing: Optional[TimingStats] = None  # the compared model's rounds, pooled
     paired: Optional[PairedSpeedup] = None  # its speedup over the reference from the paired rounds
     profile: Optional[CallProfile] = None  # the worker's one profiled call (CUDA)
+    profile_error: str = ""  # why the worker's profiled call failed, when it did
     unsafe: str = ""  # the first write past an input's end (guard bands), as the judge (or, on device copies, the worker) found it
     own_weights: bool = False  # the worker kept its same-seed weights (check.weights seed, or no pairing by name or position)
 
@@ -72,8 +73,8 @@ class Reported:
     and scanned by the caller (the messages and the file are its business)."""
 
     mapping: tuple[tuple[str, str], ...] = ()  # weights paired by position: (ModelNew's name, the reference's)
-    counted: Optional[dict[str, Any]] = None  # the extension_calls message ({"checked": ..., "timed": ...}), None when none came
-    threads: Optional[dict[str, Any]] = None  # the threads message, None when none came
+    counted: Optional[ExtensionCalls] = None  # the worker's extension call counts, None when none came
+    threads: Optional[Threads] = None  # the worker's report of threads left running, None when none came
     weights_why: str = ""  # the weights_by_seed message's reason ("" when none came)
     scanned: tuple[Finding, ...] = ()  # the findings of the scan of its source (harness.scan.scan_source)
     declared: frozenset[str] = frozenset()  # the kernels its source declares (harness.scan.declared_kernels)
@@ -122,7 +123,7 @@ def checked(case: Case) -> tuple[Status, str]:
 
 def first_warnings(case: Case) -> list[str]:
     """The warnings that need no timing: a tolerated same-seed mismatch, a restarted judge, an
-    other-size trial at the problem's own size, weights paired by position."""
+    other-size trial at the problem's own size, weights paired by position, a failed profile."""
     same_seed, mapping = case.compared.same_seed, case.reported.mapping
     warnings: list[str] = []
     if same_seed is not None and not same_seed.passed and not case.rules.require_same_seed:
@@ -134,6 +135,8 @@ def first_warnings(case: Case) -> list[str]:
     if mapping:
         shown = ", ".join(f"{a} <- {b}" for a, b in mapping[:6]) + (f", and {len(mapping) - 6} more" if len(mapping) > 6 else "")
         warnings.append(f"weights mapped by position (ModelNew renames them): {shown}")
+    if case.compared.profile_error:
+        warnings.append(f"profiling the candidate failed: {case.compared.profile_error}")
     return warnings
 
 
@@ -143,8 +146,8 @@ def findings(case: Case, status: Status) -> tuple[list[Finding], dict[str, Any]]
     compared, rules, reported = case.compared, case.rules, case.reported
     gradients, precision, profile = compared.gradients, compared.precision, compared.profile
     found: list[Finding] = []
-    if gradients is not None and gradients[0] != "match":
-        found.append((Code.WRONG_GRADIENTS if gradients[0] == "mismatch" else Code.FORWARD_ONLY, gradients[1]))
+    if gradients is not None and gradients[0] != Gradients.MATCH:
+        found.append((Code.WRONG_GRADIENTS if gradients[0] == Gradients.MISMATCH else Code.FORWARD_ONLY, gradients[1]))
     found.extend(reported.scanned)
     if precision and precision["candidate"] > max(rules.precision_ratio * precision["reference"], PRECISION_FLOOR):
         found.append((Code.LESS_PRECISE, (
@@ -152,7 +155,7 @@ def findings(case: Case, status: Status) -> tuple[list[Finding], dict[str, Any]]
             f"where the float32 reference has {precision['reference']:.2g} (over check.precision_ratio={rules.precision_ratio:g}x); "
             "it passes the tolerance, but look for lower-precision arithmetic (TF32, fp16, bf16)")))
     counted = reported.counted
-    extension_calls = {str(k): int(v) for k, v in (counted or {}).get("checked", {}).items()}
+    extension_calls = dict(counted.checked) if counted is not None else {}
     share, kernels = integrity.own_kernels(profile, case.reference.profile, set(reported.declared), rules.own_share_floor)
     found.extend(kernels)
     if case.device == "cpu" and status is Status.CORRECT:  # no profile on the CPU: the extensions' counted calls are the evidence
@@ -167,7 +170,7 @@ def findings(case: Case, status: Status) -> tuple[list[Finding], dict[str, Any]]
     evidence = {
         "custom_kernel_share": share,
         "extension_calls": extension_calls,
-        "timed_extension_calls": {str(k): int(v) for k, v in (counted or {}).get("timed", {}).items()},
+        "timed_extension_calls": dict(counted.timed) if counted is not None else {},
     }
     return found, evidence
 

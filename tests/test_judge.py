@@ -157,14 +157,14 @@ def judge(make_config):
 
 
 def test_steps_out_of_the_plans_order_are_refused(judge):
-    session = judge.open("candidate")
+    session = judge.open(P.Role.CANDIDATE)
     verdict = judge.check(session.session, P.Step("call", 3))
     assert verdict.failure is not None and verdict.failure[0] == Status.FORGED_RESULT.value
     assert "out of the plan's order" in verdict.failure[1]
 
 
 def test_outputs_said_to_lie_outside_the_mailbox_fail_without_being_read(judge):
-    session = judge.open("candidate")
+    session = judge.open(P.Role.CANDIDATE)
     staged = session.first.sets[0][0].tensor
     beyond = TensorSpec(session.mailbox.nbytes + 4096, staged.shape, staged.dtype)
     verdict = judge.check(session.session, P.Step("same_seed", outputs=(P.Output("Tensor", device="cpu", tensor=beyond),), want=P.Want("call", 0)))
@@ -173,7 +173,7 @@ def test_outputs_said_to_lie_outside_the_mailbox_fail_without_being_read(judge):
 
 
 def test_the_mailbox_holds_the_largest_step_and_inputs_hold_only_what_the_worker_needs(judge):
-    session = judge.open("candidate")
+    session = judge.open(P.Role.CANDIDATE)
     first = session.first.sets[0][0].tensor
     x_bytes = first.nbytes
     assert session.mailbox.nbytes >= x_bytes  # one output of x's shape

@@ -7,6 +7,7 @@ import pytest
 
 from harness.config import load_config
 from harness.flags import Code
+from harness import protocol as P
 from harness.protocol import Call
 from harness.records import CheckResult, ReferenceRecord, TimingStats
 from harness.status import Status
@@ -24,7 +25,7 @@ PAIRED = object()  # compare is stubbed: the paired speedup is only handed throu
 
 
 def outcome(failure=None, log_bytes=100):
-    return WorkerOutcome(failure, {}, (), "done", 0 if failure is None else 1, 1.0, log_bytes)
+    return WorkerOutcome(failure, None if failure else P.Done({}), (), "done", 0 if failure is None else 1, 1.0, log_bytes)
 
 
 def case(*, failure=None, log_bytes=100, rules=(), reported=(), reference=(), **compared):
@@ -165,12 +166,13 @@ def test_no_timing_comparison_unless_correct_and_timed(given, unsafe):
     (case(reference=[("other_size_note", "no batch_size")]), ("the other-size trial ran at the problem's own size: no batch_size",)),
     (case(reported=[("mapping", tuple((f"w{i}", f"weight{i}") for i in range(8)))]),
      ("weights mapped by position (ModelNew renames them): w0 <- weight0, w1 <- weight1, w2 <- weight2, w3 <- weight3, w4 <- weight4, w5 <- weight5, and 2 more",)),
+    (case(profile_error="RuntimeError: CUPTI_ERROR_NOT_INITIALIZED"), ("profiling the candidate failed: RuntimeError: CUPTI_ERROR_NOT_INITIALIZED",)),
     (case(log_bytes=256 << 10), ()),  # at the limit: kept whole
     (case(log_bytes=(256 << 10) + 1), ("printed 262145 bytes; the log keeps the first and last 128 KiB",)),
     (case(same_seed=SAME_SEED_DIFFERS, restart_note="restarted", reference=[("other_size_note", "fixed shapes")], log_bytes=1 << 20),
      ("same-seed construction differs from the reference (output: 40% of elements outside); weights are created differently", "restarted",
       "the other-size trial ran at the problem's own size: fixed shapes", "printed 1048576 bytes; the log keeps the first and last 128 KiB")),
-], ids=["none", "restart-note", "other-size-note", "mapping", "log-at-limit", "log-over-limit", "in-order"])
+], ids=["none", "restart-note", "other-size-note", "mapping", "profile-error", "log-at-limit", "log-over-limit", "in-order"])
 def test_warnings(given, expected):
     assert verdict(given).warnings == expected
 
@@ -194,14 +196,14 @@ def test_stricter_only_where_ours_failed_it_and_kernelbench_would_not(given, cod
 
 @pytest.mark.parametrize("counted, status, share_codes", [
     (None, Status.CORRECT, []),  # no report: no evidence either way
-    ({"checked": {"ext.f": 3}, "timed": {"ext.f": 40}}, Status.CORRECT, []),
-    ({"checked": {"ext.f": 0}}, Status.NO_CUSTOM_KERNEL, ["no-custom-kernel"]),
+    (P.ExtensionCalls({"ext.f": 3}, {"ext.f": 40}), Status.CORRECT, []),
+    (P.ExtensionCalls({"ext.f": 0}, {}), Status.NO_CUSTOM_KERNEL, ["no-custom-kernel"]),
 ], ids=["no-report", "called", "never-called"])
 def test_on_the_cpu_counted_extension_calls_are_the_evidence(counted, status, share_codes):
     decided = verdict(case(device="cpu", reported=[("counted", counted)]))
     assert decided.status is status and [f.code for f in decided.flags] == share_codes
-    assert decided.evidence["extension_calls"] == {k: int(v) for k, v in (counted or {}).get("checked", {}).items()}
-    assert decided.evidence["timed_extension_calls"] == {k: int(v) for k, v in (counted or {}).get("timed", {}).items()}
+    assert decided.evidence["extension_calls"] == (counted.checked if counted else {})
+    assert decided.evidence["timed_extension_calls"] == (counted.timed if counted else {})
     assert decided.evidence["custom_kernel_share"] is None  # no profile
 
 
@@ -210,3 +212,13 @@ def test_the_rules_of_a_config():
     rules = Rules.of(cfg)
     assert (rules.repeats, rules.require_same_seed, rules.modes, rules.log_kib) == (0, True, tuple(cfg.check.modes), cfg.limits.log_kib)
     assert rules.policies["wrong_gradients"] == rules.policies["forward_only"] == "fail"
+
+
+@pytest.mark.parametrize("threads, codes", [
+    (None, []),
+    (P.Threads("call_0", ("spinner",), 1), ["side-stream"]),
+], ids=["none-left", "one-left"])
+def test_threads_left_running_are_side_work(threads, codes):
+    decided = verdict(case(reported=[("threads", threads)]))
+    assert [f.code for f in decided.flags] == codes
+    assert all("forward left 1 thread(s) running after it returned (spinner; first seen after call_0)" in f.reason for f in decided.flags)
