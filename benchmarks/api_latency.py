@@ -46,7 +46,10 @@ def time_stages() -> None:
     """Wrap the steps of a candidate's evaluation that the parent waits on, to see where a warm
     submission's time goes: its build, the judge's session, the worker, the sanitizer."""
     import harness.evaluate as ev
+    import harness.judging as judging
     import harness.prebuild as pb
+    import harness.sanitize as sz
+    import harness.supervise as sv
 
     def wrap(owner, name, label):
         original = getattr(owner, name)
@@ -61,9 +64,10 @@ def time_stages() -> None:
         setattr(owner, name, timed)
 
     wrap(pb.BuildAhead, "wait", "build_wait")
-    wrap(ev.ProblemEvaluation, "_worker", "worker")
-    wrap(ev.ProblemEvaluation, "_sanitize", "sanitizer")
-    wrap(ev.ProblemEvaluation, "_run_compared", "compared")
+    wrap(sv, "run_worker", "worker")
+    judging.run_worker = sv.run_worker  # the name the compared run calls
+    wrap(sz.LaneSanitizer, "run", "sanitizer")
+    wrap(judging.ComparedRun, "run", "compared")
     wrap(ev.ProblemEvaluation, "_run_candidate", "candidate")
 
 
@@ -116,7 +120,7 @@ def main() -> int:
     time_stages()
     source = (ROOT / args.candidate).read_text()
     results = [measure(c, args.problem, source, args.repeats, args.set, args.pause, args.fresh) for c in args.configs]
-    print(f"\n| config | prewarm | cold s | warm median s | warm max s |\n|---|---|---|---|---|")
+    print("\n| config | prewarm | cold s | warm median s | warm max s |\n|---|---|---|---|---|")
     for r in results:
         print(f"| {r['config']} | {'no' if args.no_prewarm else 'yes'} | {r['cold_s']:.2f} | {r['warm_median_s']:.2f} | {r['warm_max_s']:.2f} |")
     if args.out:

@@ -33,6 +33,7 @@ from harness import quiet as quiet_hosts
 from harness.candidate import Candidate
 from harness.config import Config, load_config, with_overrides
 from harness.errors import UserError
+from harness.executor import Executor
 from harness.extract import extract_code
 from harness.problem import Problem, resolve_problem
 from harness.records import CandidateRecord, ReferenceRecord, RunEnd, RunHeader
@@ -100,7 +101,7 @@ class Session:
             self.store = store or RunStore(results_dir, new_run_id())
             self.store.append(run_header(self.store.run_id, self.cfg, argv))
             self.builds = start_builds(self.cfg, self.device)
-            self.executor = make_executor(self.cfg, self.device, self.store, self.builds, on_problem=on_problem, on_start=on_start, on_record=on_record)
+            self.executor: Executor = make_executor(self.cfg, self.device, self.store, self.builds, on_problem=on_problem, on_start=on_start, on_record=on_record)
         except BaseException:
             self._stack.close()
             self._release()
@@ -296,9 +297,9 @@ def start_builds(cfg: Config, device: str, targets: Sequence[tuple[Problem, Sequ
     return builds
 
 
-def make_executor(cfg: Config, device: str, store: RunStore, builds: Any, *, on_problem: Callable[[Problem], None], on_start: Callable[[Candidate], None], on_record: Callable[[CandidateRecord], None]) -> Any:
+def make_executor(cfg: Config, device: str, store: RunStore, builds: Any, *, on_problem: Callable[[Problem], None], on_start: Callable[[Candidate], None], on_record: Callable[[CandidateRecord], None]) -> Executor:
     """The local executor (this machine's lanes) or, with executor: ray, the Ray executor; both
-    take `submit(problem, candidate) -> Future`."""
+    are an `Executor` (harness.executor): `submit(problem, candidate) -> Future` and the rest."""
     if cfg.executor == "ray":
         from harness.ray_executor import RayExecutor
 

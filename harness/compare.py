@@ -12,6 +12,7 @@ import torch
 
 from harness.config import DEFAULT_TOLERANCE, Tolerance
 from harness.records import CheckResult
+from harness.status import Gradients
 
 TINY_OUTPUT_RELATIVE = 1e-2  # an output smaller than atol: the error's rms may be at most this fraction of the output's
 KERNELBENCH_TOLERANCE = 1e-2  # KernelBench's allclose, atol = rtol (its v0 and v0.1 eval; its main branch now takes 1e-4 for float32)
@@ -98,9 +99,6 @@ def _compare_tensor(name: str, label: str, e: torch.Tensor, a: torch.Tensor, tol
     tol = tolerances.get(str(e.dtype).removeprefix("torch."), DEFAULT_TOLERANCE)
     flat_e, flat_a = e.reshape(-1), a.reshape(-1)
     scale = rms(flat_e) if tol.norm else 0.0
-    atol = tol.atol + tol.norm * scale  # the absolute term: the tolerance's own, plus the norm-wise one
-    max_abs = max_rel = 0.0
-    outside_count = loose_count = 0  # elements outside the tolerance; of those, outside KernelBench's too
     # Outputs smaller than atol (a softmax over 393216 columns is ~2.5e-6): atol alone would pass any
     # answer of that size, zeros too. There the norm-wise rule also bounds the error's rms by a
     # fraction of the output's: rounding is relative, so honest float32 sits orders below it. Only
@@ -108,8 +106,7 @@ def _compare_tensor(name: str, label: str, e: torch.Tensor, a: torch.Tensor, tol
     # that is zero in exact arithmetic (a Linear's bias gradient before a BatchNorm) has both signs,
     # and is not judged against itself.
     tiny = outputs and tol.norm > 0 and 0 < scale < tol.atol and one_sign(flat_e)
-    squares = 0.0  # sum of squared differences over finite elements, kept for a tiny output only
-    worst: tuple[float, float, float] | None = None  # (excess over the bound, got, expected)
+    tally = _Tally(atol=tol.atol + tol.norm * scale, rtol=tol.rtol, tiny=tiny)  # the absolute term: the tolerance's own, plus the norm-wise one
     compute = torch.float64 if e.dtype == torch.float64 else torch.float32
     step = chunk(e)
     for start in range(0, flat_e.numel(), step):
@@ -117,83 +114,111 @@ def _compare_tensor(name: str, label: str, e: torch.Tensor, a: torch.Tensor, tol
         # values exact enough (Sterbenz) at a fraction of float64's cost.
         ce = flat_e[start : start + step].to(compute)
         ca = flat_a[start : start + step].to(device=ce.device, dtype=compute)  # a host mailbox: a chunk at a time
+        if not tally.finite_chunk(ce, ca):
+            problem = tally.nonfinite_chunk(ce, ca, start)
+            if problem:
+                return CheckResult(name, False, f"{label} {problem}")
+    return tally.result(name, label, tol, scale, flat_e.numel())
+
+
+class _Tally:
+    """What the chunks of one floating comparison add up to: the largest errors, the elements
+    outside the tolerance (and outside KernelBench's), the worst element, the squared error."""
+
+    def __init__(self, atol: float, rtol: float, tiny: bool) -> None:
+        self.atol, self.rtol, self.tiny = atol, rtol, tiny
+        self.max_abs = self.max_rel = 0.0
+        self.outside = self.loose = 0  # elements outside the tolerance; of those, outside KernelBench's too
+        self.squares = 0.0  # sum of squared differences over finite elements, kept for a tiny output only
+        self.worst: tuple[float, float, float] | None = None  # (excess over the bound, got, expected)
+
+    def _worst(self, excess: torch.Tensor, ca: torch.Tensor, ce: torch.Tensor) -> None:
+        index = int(torch.argmax(excess))
+        if self.worst is None or float(excess[index]) > self.worst[0]:
+            self.worst = (float(excess[index]), float(ca[index]), float(ce[index]))
+
+    def finite_chunk(self, ce: torch.Tensor, ca: torch.Tensor) -> bool:
+        """Tally a chunk where both sides are finite, in few passes; False (nothing tallied) when
+        either side has a NaN or Inf (the difference's maximum is then NaN or Inf)."""
         diff = torch.sub(ca, ce).abs_()
         largest = float(diff.max()) if diff.numel() else 0.0
-        if largest == largest and largest != float("inf"):
-            # Both finite (a NaN or Inf on either side makes the difference NaN or Inf): few passes.
-            magnitude = ce.abs()
-            max_abs = max(max_abs, largest)
-            max_rel = max(max_rel, float(torch.div(diff, magnitude).nan_to_num_(0.0, 0.0, 0.0).max()))
-            squares += float(diff.square().sum()) if tiny else 0.0
-            bound = magnitude.mul_(tol.rtol).add_(atol)
-            outside = int(torch.gt(diff, bound).sum())
-            if outside:
-                outside_count += outside
-                loose_count += int(torch.gt(diff, ce.abs().mul_(KERNELBENCH_TOLERANCE).add_(KERNELBENCH_TOLERANCE)).sum())
-                excess = diff.sub_(bound)
-                index = int(torch.argmax(excess))
-                if worst is None or float(excess[index]) > worst[0]:
-                    worst = (float(excess[index]), float(ca[index]), float(ce[index]))
-            continue
+        if not (largest == largest and largest != float("inf")):
+            return False
+        magnitude = ce.abs()
+        self.max_abs = max(self.max_abs, largest)
+        self.max_rel = max(self.max_rel, float(torch.div(diff, magnitude).nan_to_num_(0.0, 0.0, 0.0).max()))
+        self.squares += float(diff.square().sum()) if self.tiny else 0.0
+        bound = magnitude.mul_(self.rtol).add_(self.atol)
+        outside = int(torch.gt(diff, bound).sum())
+        if outside:
+            self.outside += outside
+            self.loose += int(torch.gt(diff, ce.abs().mul_(KERNELBENCH_TOLERANCE).add_(KERNELBENCH_TOLERANCE)).sum())
+            self._worst(diff.sub_(bound), ca, ce)
+        return True
+
+    def nonfinite_chunk(self, ce: torch.Tensor, ca: torch.Tensor, start: int) -> str:
+        """Tally a chunk with a NaN or Inf: they must sit where the reference has them (Inf of the
+        same sign); the finite rest is compared as usual. Returns the problem, or ""."""
         finite_e, finite_a = torch.isfinite(ce), torch.isfinite(ca)
         if not (bool(finite_e.all()) and bool(finite_a.all())):
             nan_e, nan_a = torch.isnan(ce), torch.isnan(ca)
             if not torch.equal(nan_e, nan_a):
-                return CheckResult(name, False, f"{label} has NaN where the reference does not, or lacks NaN where it does ({int((nan_e ^ nan_a).sum())} positions from element {start})")
+                return f"has NaN where the reference does not, or lacks NaN where it does ({int((nan_e ^ nan_a).sum())} positions from element {start})"
             inf_e, inf_a = torch.isinf(ce), torch.isinf(ca)
             if not torch.equal(inf_e, inf_a) or not torch.equal(ce[inf_e], ca[inf_a]):
-                return CheckResult(name, False, f"{label} has Inf where the reference does not, or of the other sign (from element {start})")
+                return f"has Inf where the reference does not, or of the other sign (from element {start})"
             ce = torch.where(finite_e, ce, 0.0)
             ca = torch.where(finite_e, ca, 0.0)
         diff = (ca - ce).abs_()
         magnitude = ce.abs()
-        excess = diff - (atol + tol.rtol * magnitude)
-        loose_count += int((diff > KERNELBENCH_TOLERANCE * (1 + magnitude)).sum())
-        max_abs = max(max_abs, float(diff.max()))
-        max_rel = max(max_rel, float(torch.where(magnitude > 0, diff / magnitude, 0.0).max()))
-        squares += float(diff.square().sum()) if tiny else 0.0
-        outside_count += int((excess > 0).sum())
-        index = int(torch.argmax(excess))
-        if worst is None or float(excess[index]) > worst[0]:
-            worst = (float(excess[index]), float(ca[index]), float(ce[index]))
-    mismatch = outside_count / max(flat_e.numel(), 1)
-    if outside_count:
-        assert worst is not None
-        reason = (
-            f"{label}: {mismatch:.2%} of elements outside atol={tol.atol:g}, rtol={tol.rtol:g}"
-            + (f", norm={tol.norm:g} x rms {scale:.3g}" if tol.norm else "") + "; "
-            f"max abs error {max_abs:.3g} (worst: got {worst[1]:.6g}, expected {worst[2]:.6g})"
-        )
-        return CheckResult(name, False, reason, max_abs, max_rel, mismatch, within_kernelbench=loose_count == 0)
-    relative = math.sqrt(squares / max(flat_e.numel(), 1)) / scale if tiny else 0.0
-    if relative > TINY_OUTPUT_RELATIVE:
-        reason = (f"{label}: every element is within atol={tol.atol:g} of an output whose rms is {scale:.3g}, smaller than atol, "
-                  f"but the error's rms is {relative:.3g} of the output's (over {TINY_OUTPUT_RELATIVE:g}); max abs error {max_abs:.3g}")
-        return CheckResult(name, False, reason, max_abs, max_rel, 0.0, within_kernelbench=True)
-    return CheckResult(name, True, "ok", max_abs, max_rel, 0.0)
+        excess = diff - (self.atol + self.rtol * magnitude)
+        self.loose += int((diff > KERNELBENCH_TOLERANCE * (1 + magnitude)).sum())
+        self.max_abs = max(self.max_abs, float(diff.max()))
+        self.max_rel = max(self.max_rel, float(torch.where(magnitude > 0, diff / magnitude, 0.0).max()))
+        self.squares += float(diff.square().sum()) if self.tiny else 0.0
+        self.outside += int((excess > 0).sum())
+        self._worst(excess, ca, ce)
+        return ""
+
+    def result(self, name: str, label: str, tol: Tolerance, scale: float, count: int) -> CheckResult:
+        mismatch = self.outside / max(count, 1)
+        if self.outside:
+            assert self.worst is not None
+            reason = (
+                f"{label}: {mismatch:.2%} of elements outside atol={tol.atol:g}, rtol={tol.rtol:g}"
+                + (f", norm={tol.norm:g} x rms {scale:.3g}" if tol.norm else "") + "; "
+                f"max abs error {self.max_abs:.3g} (worst: got {self.worst[1]:.6g}, expected {self.worst[2]:.6g})"
+            )
+            return CheckResult(name, False, reason, self.max_abs, self.max_rel, mismatch, within_kernelbench=self.loose == 0)
+        relative = math.sqrt(self.squares / max(count, 1)) / scale if self.tiny else 0.0
+        if relative > TINY_OUTPUT_RELATIVE:
+            reason = (f"{label}: every element is within atol={tol.atol:g} of an output whose rms is {scale:.3g}, smaller than atol, "
+                      f"but the error's rms is {relative:.3g} of the output's (over {TINY_OUTPUT_RELATIVE:g}); max abs error {self.max_abs:.3g}")
+            return CheckResult(name, False, reason, self.max_abs, self.max_rel, 0.0, within_kernelbench=True)
+        return CheckResult(name, True, "ok", self.max_abs, self.max_rel, 0.0)
 
 
-def compare_gradients(expected: dict[str, Any], actual: dict[str, Any], tolerances: dict[str, Tolerance], factor: float) -> tuple[str, str]:
+def compare_gradients(expected: dict[str, Any], actual: dict[str, Any], tolerances: dict[str, Tolerance], factor: float) -> tuple[Gradients, str]:
     """Gradients saved by reference and candidate workers ({"status", "reason", "tensors", ...}):
-    ("match" | "mismatch" | "forward only", why). Tolerances are the outputs' times `factor`."""
+    (Gradients, why). Tolerances are the outputs' times `factor`."""
     wanted, got = expected["tensors"], actual["tensors"]
     if actual["status"] != "ok":
-        return "forward only", actual["reason"]
+        return Gradients.FORWARD_ONLY, actual["reason"]
     if wanted and not got:
-        return "forward only", "no gradient reaches its inputs or parameters"
+        return Gradients.FORWARD_ONLY, "no gradient reaches its inputs or parameters"
     missing = [name for name in wanted if name not in got]
     if missing:
         more = f" (and {len(missing) - 3} more)" if len(missing) > 3 else ""
         verb, owner = ("gets", "reference's does") if len(missing) == 1 else ("get", "reference's do")
-        return "mismatch", f"{', '.join(missing[:3])}{more} {verb} no gradient; the {owner}"
+        return Gradients.MISMATCH, f"{', '.join(missing[:3])}{more} {verb} no gradient; the {owner}"
     scaled = {dtype: Tolerance(atol=t.atol * factor, rtol=t.rtol * factor, norm=t.norm * factor) for dtype, t in tolerances.items()}
     worst = 0.0
     for name, e in wanted.items():
         result = _compare_tensor("gradients", name, e, got[name], scaled, outputs=False)
         if not result.passed:
-            return "mismatch", f"gradient of {result.reason}"
+            return Gradients.MISMATCH, f"gradient of {result.reason}"
         worst = max(worst, result.max_abs_error or 0.0)
-    return "match", f"{len(wanted)} gradients match; max abs error {worst:.2g}"
+    return Gradients.MATCH, f"{len(wanted)} gradients match; max abs error {worst:.2g}"
 
 
 def one_sign(values: torch.Tensor) -> bool:

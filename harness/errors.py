@@ -23,7 +23,13 @@ class ResourceError(Exception):
 
 
 def one_line(exc: BaseException, limit: int = 300) -> str:
-    """The exception's type and the first line of its message, cut at `limit` characters."""
+    """An exception as one line: its type and the first line of its message, at most `limit` characters."""
     text = str(exc).strip().splitlines()
     first = text[0] if text else ""
     return f"{type(exc).__name__}: {first}"[:limit] if first else type(exc).__name__
+
+
+def flat(text: str, limit: int = 400) -> str:
+    """A reason as one line: runs of whitespace (newlines too) become one space, cut at `limit`."""
+    line = " ".join(text.split())
+    return line[:limit] if line else "no reason given"

@@ -8,86 +8,39 @@ process only relays steps and verdicts, never tensors, and writes one record per
 from __future__ import annotations
 
 import dataclasses
-import datetime
-import hashlib
-import json
-import secrets
-import shutil
 import traceback
-from pathlib import Path
 from typing import Any, Callable, Optional
 
-import torch
 
 from harness import protocol as P
 from harness.candidate import Candidate, needs_cuda_statically
 from harness.protocol import Call
 from harness import integrity
-from harness.flags import Code, Finding, decide as decide_flags
-from harness.sanitize import find_tool, sanitize
+from harness.flags import Finding
+from harness.sanitize import LaneSanitizer
 from harness.scan import declared_kernels, scan_source
 from harness.config import Config
+from harness.lane import Lane
 from harness.problem import Problem
-from harness.pairing import LAUNCH_BOUND_MS, Pairing, resolve_mode
-from harness.records import Baseline, CallProfile, CandidateRecord, CheckResult, ExtensionBuild, NullFloor, PairedSpeedup, ReferenceRecord, SanitizerRun, TimingStats, from_dict, to_dict
-from harness.scratch import current as current_scratch
+from harness.pairing import LAUNCH_BOUND_MS
+from harness.records import CallProfile, CandidateRecord, PairedSpeedup, ReferenceRecord, SanitizerRun, TimingStats
 from harness.status import Status
 from harness.store import RunStore
-from harness.stricter import stricter_than_kernelbench
-from harness.supervise import Failure, JudgeClient, JudgeFailed, Reply, WorkerOutcome, default_memory_limit, run_worker
+from harness.supervise import Failure, JudgeFailed, WorkerOutcome, default_memory_limit
+from harness import verdict
+from harness.verdict import Case, Reported, Rules
+from harness.judging import LaneJudge, Setting, Subject
+from harness.plan import Plan
+from harness.reference_run import ReferenceRun, Stopped, now
+from harness.errors import flat
 
 __all__ = ["Call", "Plan", "ProblemEvaluation", "compare_times", "timing_warnings"]
-
-
-@dataclasses.dataclass(frozen=True)
-class Plan:
-    """Secret seeds and the ordered forward calls that reference and candidate both make."""
-
-    construct_seed: int  # manual_seed before constructing Model and ModelNew
-    input_seeds: tuple[int, ...]  # one per trial; never shown to candidates (only the tensors are)
-    distributions: tuple[str, ...]  # one per trial: how its floating inputs are drawn
-    calls: tuple[Call, ...]  # after the same-seed call, in this order
-    other_size_trial: Optional[int] = None  # index of the trial at another input size (after the regular ones)
-    randomize_weights: bool = True  # the reference's weights are redrawn before candidates load them
-    gradient_seed: int = 0  # the random projection of the outputs whose backward both sides take
-    rng_seed: int = 0  # torch's generators are seeded with this plus the call's index before each checked call, on
-                       # both sides: a reference that draws random numbers (train-mode dropout) draws the same ones
-                       # for a candidate that draws as it does. Not derived from the input seeds, which stay secret
-
-    @property
-    def precision_call(self) -> Optional[int]:
-        """The call the reference also makes in float64: the first regular eval call."""
-        return next((i for i, c in enumerate(self.calls) if c.mode == "eval" and not c.repeat and not c.other_size), None)
-
-    @property
-    def timed_inputs(self) -> int:
-        """Input sets the timer rotates over: the regular trials only."""
-        return len(self.input_seeds) - (self.other_size_trial is not None)
-
-    @classmethod
-    def fresh(cls, cfg: Config) -> "Plan":
-        """A plan from a problem's config (`Config.for_problem`: its declarations already applied)."""
-        trials = cfg.check.trials + (1 if cfg.check.other_size else 0)
-        other = cfg.check.trials if cfg.check.other_size else None
-        seeds = tuple(secrets.randbits(62) for _ in range(trials))
-        kinds = cfg.check.input_distributions
-        distributions = tuple(kinds[i % len(kinds)] if i != other else "given" for i in range(trials))
-        calls = tuple(Call(i, mode, distributions[i]) for i in range(cfg.check.trials) for mode in cfg.check.modes)
-        if other is not None:
-            calls += tuple(Call(other, mode, "given", other_size=True) for mode in cfg.check.modes)
-        # Repeats come last: the module's state is final, as it is when the timed calls run.
-        calls += tuple(Call(0, "eval", distributions[0], repeat=k) for k in range(1, cfg.check.repeats + 1))
-        return cls(construct_seed=secrets.randbits(62), input_seeds=seeds, distributions=distributions, calls=calls, other_size_trial=other, randomize_weights=cfg.check.randomize_weights, gradient_seed=secrets.randbits(62), rng_seed=secrets.randbits(62))
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
 class ProblemEvaluation:
     """One problem on one lane: the reference once (on the first candidate), then candidates one
     at a time. `run()` evaluates every candidate; an executor spreading candidates over several
-    lanes gives each lane its own ProblemEvaluation with the same plan and calls `evaluate`."""
+    lanes gives each lane its own ProblemEvaluation with the same `plan` and calls `evaluate`."""
 
     def __init__(
         self,
@@ -99,10 +52,9 @@ class ProblemEvaluation:
         on_record: Callable[[CandidateRecord], None] = lambda r: None,
         on_start: Callable[[Candidate], None] = lambda c: None,
         builds: Optional[Any] = None,
-        lane: Optional[Any] = None,
+        lane: Optional[Lane] = None,
+        plan: Optional[Plan] = None,
     ) -> None:
-        from harness.lanes import Lane
-
         self.problem = problem
         self.candidates = candidates
         self.cfg = cfg.for_problem(problem.settings)  # the problem's tolerances and backward contract
@@ -115,15 +67,13 @@ class ProblemEvaluation:
         self._owns_lane = lane is None  # then its prestarted worker is ours to end
         self.problem_hash = problem.hash
         self.memory_limit = cfg.limits.memory_mb << 20 if cfg.limits.memory_mb else default_memory_limit()
-        self.plan: Optional[Plan] = None
-        self._reference: Optional[ReferenceResult] = None
-        self._judge: Optional[JudgeClient] = None
-        self._judge_dir: Optional[Path] = None
-        self._judge_failures: list[str] = []  # why earlier judges of this lane ended (each restart is reported)
-        self._restart_note = ""  # a warning for the next record: its judge is a restarted one
+        self.plan: Optional[Plan] = plan  # the secret seeds and calls; None: a fresh one is drawn for the first candidate
+        self._reference: Optional[ReferenceRecord] = None  # the reference's record, once its pass ran on this lane
+        self.setting = Setting(problem, self.cfg, device, store, self.lane, self.memory_limit, self.problem_hash)
+        self.judge = LaneJudge(self.setting)  # the lane's judge for this problem, started with the first candidate
+        self.reference_run = ReferenceRun(self.setting, self.judge, lambda: self._stopped)
         self._stopped = False  # stop() was called: nothing more is written
-        self._sanitized: dict[tuple[Any, ...], tuple[tuple[SanitizerRun, ...], list[Finding]]] = {}  # a source's sanitizer runs, for a resubmission
-        self._timing_mode: tuple[str, str] = (cfg.timing.mode if cfg.timing.mode != "auto" else "eager", "")  # (mode, why), once the reference is profiled
+        self.sanitizer = LaneSanitizer(self.cfg, problem.path, device, self.lane.launcher.env)
 
     def screen(self) -> tuple[list[CandidateRecord], list[Candidate]]:
         """Records for candidates that cannot run here (written now), and the runnable rest."""
@@ -145,6 +95,11 @@ class ProblemEvaluation:
         self.on_start(candidate)
         return self._finish(self._record(candidate, *skip))
 
+    def failed(self, candidate: Candidate, status: Status, reason: str) -> CandidateRecord:
+        """The record of a candidate whose evaluation failed outside this one (an executor lost
+        its lane), written now."""
+        return self._finish(self._record(candidate, status, reason))
+
     def run(self) -> list[CandidateRecord]:
         records, runnable = self.screen()
         try:
@@ -157,23 +112,19 @@ class ProblemEvaluation:
         """Evaluate one runnable candidate on this lane (its judge first, once) and write its record."""
         if self._reference is None:
             self.plan = self.plan or Plan.fresh(self.cfg)
-            self._reference = self._run_reference(self.plan)
+            self._reference = self.reference_run.run(self.plan)
         self.on_start(candidate)
         if self.builds is not None:
             self.builds.wait(candidate.path)  # the worker then loads the finished build
         reference = self._reference
-        if self._judge is not None and not self._judge.running():
-            self._judge_failures.append(f"it ended ({self._judge.describe_exit()})")
-            self._end_judge()
-        if reference.ok and self._judge is None:
+        if self.judge.ended() and reference.ok:
             reference = self._restart_judge()
         if not reference.ok:
-            return self._finish(self._record(candidate, Status.REFERENCE_FAILED, f"reference failed: {reference.record.reason}"))
+            return self._finish(self._record(candidate, Status.REFERENCE_FAILED, f"reference failed: {reference.reason}"))
         try:
             record = self._run_candidate(candidate, self.plan, reference)
         except JudgeFailed as exc:  # the judge, not the candidate, failed: the next candidate gets a new one
-            self._judge_failures.append(str(exc))
-            self._end_judge()
+            self.judge.failed(str(exc))
             record = self._record(candidate, Status.HARNESS_ERROR, f"the lane's judge failed during this candidate: {exc}")
         except Exception as exc:  # a harness bug on one candidate must not end the run
             traceback.print_exc()
@@ -181,7 +132,7 @@ class ProblemEvaluation:
         return self._finish(record)
 
     def close(self) -> None:
-        self._end_judge()
+        self.judge.end()
         self._reference = None
         if self._owns_lane:
             self.lane.launcher.close()
@@ -197,425 +148,56 @@ class ProblemEvaluation:
                 return Status.NEEDS_CUDA, f"{why}; this run is on the CPU"
         return None
 
-    def _timing_settings(self) -> dict[str, Any]:
-        """The timer's settings as workers and the judge take them (no policy keys)."""
-        timing = dataclasses.asdict(self.cfg.timing)
-        for key in ("enabled", "cpu_threads", "sync", "unstable_iqr", "reuse_reference", "rounds", "max_rounds", "interval", "null_candidate", "quiet", "null_tolerance"):
-            timing.pop(key)
-        return timing
-
-    def _judge_job(self, plan: Plan, measure: bool) -> P.JudgeJob:
-        """The judge's job; with `measure`, it also measures the problem's speed-of-light at start."""
-        cfg = self.cfg
-        return P.JudgeJob(
-            source=str(self.problem.path.resolve()),
-            device=self.device,
-            build_cache=str(cfg.path(cfg.build_cache_dir)),
-            construct_seed=plan.construct_seed,
-            input_seeds=plan.input_seeds,
-            distributions=plan.distributions,
-            calls=plan.calls,
-            other_size_trial=plan.other_size_trial,
-            randomize_weights=plan.randomize_weights,
-            precision_call=plan.precision_call,
-            timed_inputs=plan.timed_inputs,
-            gradients=cfg.check.gradients != "off",
-            gradient_seed=plan.gradient_seed,
-            rng_seed=plan.rng_seed,
-            allow_tf32=cfg.check.allow_tf32,
-            cpu_threads=cfg.timing.cpu_threads,
-            tolerances={k: dataclasses.asdict(v) for k, v in cfg.check.tolerances.items()},
-            gradient_tolerance_factor=cfg.check.gradient_tolerance_factor,
-            timing=self._timing_settings() if cfg.timing.enabled else None,
-            speed_of_light_cache=str(cfg.path(cfg.measurement_cache_dir)) if measure and cfg.timing.enabled and cfg.speed_of_light.enabled else "",
-            guard_bands=cfg.check.guard_bands,
-        )
-
-    def _job(self, role: str, source: Path, plan: Plan, session: P.Session, *, compile_mode: Optional[str] = None, class_name: Optional[str] = None) -> dict[str, Any]:
-        return {
-            "role": role,
-            "source": str(source.resolve()),
-            "class_name": class_name or ("ModelNew" if role == "candidate" else "Model"),
-            "compile_mode": compile_mode,
-            "device": self.device,
-            "build_cache": str(self.cfg.path(self.cfg.build_cache_dir)),
-            "construct_seed": plan.construct_seed,
-            "calls": [dataclasses.asdict(c) for c in self._calls(role, plan)],
-            "timing": {**self._timing_settings(), "mode": self._timing_mode[0]} if self.cfg.timing.enabled else None,
-            "allow_tf32": self.cfg.check.allow_tf32,
-            "gradients": self.cfg.check.gradients != "off",
-            "gradient_seed": plan.gradient_seed,
-            "rng_seed": plan.rng_seed,
-            "cpu_threads": self.cfg.timing.cpu_threads,
-            "guard_bands": self.cfg.check.guard_bands,
-            "weights": self.cfg.check.weights,
-            "session": to_dict(session),
-        }
-
-    def _calls(self, role: str, plan: Plan) -> tuple[Call, ...]:
-        """A candidate makes every planned call; a compile baseline (the reference itself, compiled)
-        only the first trial's, once per mode: its check is that compiling kept the function."""
-        return plan.calls if role == "candidate" else plan.calls[: len(self.cfg.check.modes)]
-
-    def _worker(self, job: dict[str, Any], log_name: str, cwd: Path, on_message: Callable[[dict[str, Any]], Optional[Failure | Reply]] = lambda m: None) -> WorkerOutcome:
-        return run_worker(
-            job,
-            timeouts=self.cfg.timeouts,
-            memory_limit=self.memory_limit,
-            log_path=self.store.log_path(self.problem.name, log_name),
-            log_limit=self.cfg.limits.log_kib << 10,
-            cwd=cwd,
-            on_message=on_message,
-            launcher=self.lane.launcher,
-        )
-
-    def _start_judge(self, plan: Plan, measure: bool) -> P.ReferenceReport:
-        """A new judge for this lane, run once through the plan."""
-        self._end_judge()
-        self._judge_dir = current_scratch().make(f"judge-{self.problem.name[:20]}-")
-        self._judge = JudgeClient(log_path=self.store.log_path(self.problem.name, "_reference"), cwd=self._judge_dir, env=self.lane.launcher.env, lane_index=self.lane.index)
-        try:
-            report = self._judge.request(P.Start(self._judge_job(plan, measure)), self.cfg.timeouts.load, self.cfg.timeouts)
-        except JudgeFailed as exc:
-            self._end_judge()
-            return P.ReferenceReport(False, f"{Status.CRASHED.value}: {exc}")
-        if not report.ok:
-            self._end_judge()
-        return report
-
-    def _end_judge(self) -> None:
-        if self._judge is not None:
-            self._judge.close()
-            self._judge = None
-        if self._judge_dir is not None:
-            shutil.rmtree(self._judge_dir, ignore_errors=True)
-            self._judge_dir = None
-
-    def _restart_judge(self) -> "ReferenceResult":
-        """After a judge failed, the next candidate gets a new one (its speed-of-light is not
-        measured again: the record keeps the first judge's)."""
+    def _restart_judge(self) -> ReferenceRecord:
+        """A new judge after one failed; the reference's record keeps the first judge's measures."""
         assert self._reference is not None and self.plan is not None
-        report = self._start_judge(self.plan, measure=False)
-        self._restart_note = f"the lane's judge was restarted before this candidate (the one before: {self._judge_failures[-1] if self._judge_failures else 'ended'})"
+        report = self.judge.restart(self.plan)
         if not report.ok:
-            record = dataclasses.replace(self._reference.record, ok=False, reason=f"the restarted judge failed: {report.reason}")
-            self._reference = ReferenceResult(record)
+            self._reference = dataclasses.replace(self._reference, ok=False, reason=f"the restarted judge failed: {report.reason}")
         return self._reference
 
-    def _run_reference(self, plan: Plan) -> "ReferenceResult":
-        cache = TimingCache(self.cfg, self.problem_hash, self.device, self.lane.gpu)
-        cached = cache.load() if self.cfg.timing.reuse_reference and self.cfg.timing.enabled else None
-        started = datetime.datetime.now()
-        report = self._start_judge(plan, measure=cached is None or cached.speed_of_light is None)
-        # One timing mode for the problem (timing.mode auto: graph when the reference is launch-bound)
-        self._timing_mode = resolve_mode(self.cfg.timing.mode, report.profile)
-        record = ReferenceRecord(
-            run_id=self.store.run_id,
-            problem=self.problem.name,
-            problem_hash=self.problem_hash,
-            problem_path=str(self.problem.path),
-            device=self.device,
-            device_name=report.device_name,
-            ok=report.ok,
-            reason=report.reason,
-            speed_of_light=report.speed_of_light,
-            profile=report.profile,
-            other_size=report.other_size,
-            other_size_note=report.other_size_note,
-            wall_seconds=round((datetime.datetime.now() - started).total_seconds(), 3),
-            finished_at=_now(),
-            lane=self.lane.label,
-            declared=dict(self.problem.settings),
-            data_plane=report.data_plane,
-            peak_bytes=report.peak_bytes,
-            notes=tuple(n for n in (report.float64_note, f"profiling the reference failed: {report.profile_error}" if report.profile_error else "") if n) + report.input_structure,
-        )
-        result = ReferenceResult(record)
-        if record.ok and cached is not None:
-            # Reused: the torch.compile baselines' paired timings and the speed-of-light (the eager
-            # reference itself is timed with every candidate, so nothing of its own is reused).
-            record = dataclasses.replace(record, baselines=cached.baselines, speed_of_light=cached.speed_of_light or record.speed_of_light, timing_reused_from=cached.timing_reused_from or cached.run_id)
-        elif record.ok and self.cfg.timing.enabled:
-            result.record = record
-            baselines = tuple(self._run_baseline(mode, plan, result) for mode in self.cfg.baselines.compile_modes)
-            record = dataclasses.replace(record, baselines=baselines)
-            if self.cfg.timing.reuse_reference and all(b.ok for b in baselines):
-                cache.save(record)
-        if record.ok and self.cfg.timing.enabled and self._wants_null():
-            result.record = record
-            record = dataclasses.replace(record, null_floor=self._run_null(plan))
-        if record.ok and self.cfg.timing.enabled:
-            # The reference's own timing, for the record: its rounds paired with the null candidate,
-            # else with the first baseline (each candidate's speedup uses the rounds paired with it).
-            sides = [record.null_floor.paired if record.null_floor else None] + ([b.paired for b in record.baselines] if not record.timing_reused_from else [])
-            reference_timing = next((p.reference for p in sides if p is not None), None)
-            record = dataclasses.replace(record, timing=reference_timing)
-        result.record = record
-        if self._stopped:
-            raise Stopped(f"{self.problem.name}: the run was stopped during its reference")
-        self.store.append(record)
-        return result
-
-    def _wants_null(self) -> bool:
-        setting = self.cfg.timing.null_candidate
-        return setting == "on" or (setting == "auto" and self.device == "cuda")
-
-    def _run_null(self, plan: Plan) -> NullFloor:
-        """The null candidate: the problem's own Model through the candidate path (every check, then
-        timed in turns with the reference). Identical code: its speedup is this run's 1.00x."""
-        try:
-            compared = self._run_compared("candidate", self.problem.path, plan, "_null", class_name="Model", compared_name="the null candidate")
-        except JudgeFailed as exc:
-            self._judge_failures.append(str(exc))
-            self._end_judge()
-            return NullFloor(Status.HARNESS_ERROR.value, _one_line(f"the lane's judge failed: {exc}"))
-        if compared.outcome.failure is not None:
-            status, reason = compared.outcome.failure
-            return NullFloor(status.value, _one_line(reason))
-        worst = max((c.max_abs_error or 0.0 for c in compared.checks), default=0.0)
-        return NullFloor(Status.CORRECT.value, f"matched {len(plan.calls)} calls; max abs error {worst:.2g}", compared.paired)
-
-    def _run_baseline(self, mode: str, plan: Plan, reference: "ReferenceResult") -> Baseline:
-        """torch.compile of the reference, in its own worker: checked by the judge like a
-        candidate, then timed in turns with the eager reference. Its failure never fails the reference."""
-        name = f"torch.compile({mode})"
-        try:
-            compared = self._run_compared("baseline", self.problem.path, plan, f"_compile-{mode}", compile_mode=mode, compared_name=name)
-        except JudgeFailed as exc:
-            self._judge_failures.append(str(exc))
-            self._end_judge()
-            return Baseline(name, False, _one_line(f"the lane's judge failed: {exc}"))
-        outcome, checks = compared.outcome, compared.checks
-        compiled = [m for m in outcome.messages if m.get("type") == "compiled"]
-        seconds = float(compiled[0]["seconds"]) if compiled else None
-        worst = max((c.max_abs_error or 0.0 for c in checks), default=None)
-        if outcome.failure is not None:
-            return Baseline(name, False, _one_line(f"{outcome.failure[0].value}: {outcome.failure[1]}"), compile_seconds=seconds, max_abs_error=worst)
-        if compared.timing is None:
-            return Baseline(name, False, "compiled and matched, but no timing arrived", compile_seconds=seconds, max_abs_error=worst)
-        return Baseline(name, True, "ok", timing=compared.timing, compile_seconds=seconds, max_abs_error=worst, paired=compared.paired)
-
-    def _run_compared(self, role: str, source: Path, plan: Plan, log_name: str, compile_mode: Optional[str] = None, class_name: Optional[str] = None, compared_name: str = "the candidate") -> "Compared":
-        """Run a worker against the judge: each step it reports is judged before it may go on (a
-        wrong output stops it); then it is timed in turns with the reference (harness.pairing)."""
-        from harness import quiet
-
-        judge = self._judge
-        assert judge is not None
-        session: P.Session = judge.request(P.Open(role), self.cfg.timeouts.construct)
-        calls: list[CheckResult] = []
-        found: dict[str, Any] = {}
-        precision: dict[str, float] = {}
-        unsafe: list[str] = []  # writes past an input's end, as the judge found them (the first is kept)
-        pairing = Pairing(judge, session.session, self.cfg.timing, self.cfg.timeouts.time, compared_name, quiet.current(), self._timing_mode) if self.cfg.timing.enabled else None
-
-        def on_step(message: dict[str, Any]) -> Optional[Failure | Reply]:
-            try:
-                step = P.decode(message["step"])
-                assert isinstance(step, P.Step)
-            except Exception as exc:
-                return Status.FORGED_RESULT, f"the worker reported a step the harness did not write ({type(exc).__name__})"
-            verdict: P.Verdict = judge.request(P.Check(session.session, step), self.cfg.timeouts.check)
-            if verdict.failure is not None:
-                return Status(verdict.failure[0]), verdict.failure[1]
-            if verdict.unsafe and not unsafe:
-                unsafe.append(verdict.unsafe)
-            if step.step == "call":
-                calls.append(verdict.check)
-                precision.update(verdict.precision)
-            elif step.step == "grads":
-                found["grads"] = verdict.gradients
-            else:
-                found[step.step] = verdict.check
-            if step.step == "same_seed" and step.own_weights:
-                found["own_weights"] = True
-            if verdict.check is not None and not verdict.check.passed and step.step != "same_seed":
-                return Status.INCORRECT, f"{verdict.check.name}: {verdict.check.reason}"
-            return Reply({"staged": to_dict(verdict.staged)})
-
-        def on_timing(message: dict[str, Any]) -> Optional[Failure | Reply]:
-            if pairing is None:
-                return Status.FORGED_RESULT, "the worker sent a timing message in a run that times nothing"
-            try:
-                if message["type"] == "ready":
-                    ready = P.decode(message["ready"])
-                    assert isinstance(ready, P.Ready) and pairing.ready is None
-                    return Reply(pairing.on_ready(ready))
-                timed = P.decode(message["timed"])
-                assert isinstance(timed, P.RoundTimed)
-                return Reply(pairing.on_round(timed))
-            except JudgeFailed:
-                raise
-            except Exception as exc:
-                return Status.FORGED_RESULT, f"the worker's timing messages are not the harness's ({type(exc).__name__}: {exc})"[:300]
-
-        def on_message(message: dict[str, Any]) -> Optional[Failure | Reply]:
-            kind = message.get("type")
-            if kind == "step":
-                return on_step(message)
-            if kind in ("ready", "round"):
-                return on_timing(message)
-            return None
-
-        job = self._job(role, source, plan, session, compile_mode=compile_mode, class_name=class_name)
-        cwd = current_scratch().make(f"{log_name[:20]}-")
-        try:
-            outcome = self._worker(job, log_name, cwd, on_message)
-        finally:
-            if pairing is not None:
-                pairing.close()
-            shutil.rmtree(cwd, ignore_errors=True)
-            if judge.alive:
-                judge.request(P.Close(session.session), self.cfg.timeouts.check)
-        checks: list[CheckResult] = list(calls)
-        planned = len(self._calls(role, plan))
-        if outcome.failure is None and len(calls) != planned:
-            outcome = dataclasses.replace(outcome, failure=(Status.HARNESS_ERROR, f"{len(calls)} of {planned} checks arrived"))
-        else:
-            checks.extend(c for c in (found.get("buffers"), found.get("timed")) if c is not None)
-        timed = pairing.result() if pairing is not None and outcome.failure is None else None
-        if outcome.failure is None and pairing is not None and timed is None:
-            outcome = dataclasses.replace(outcome, failure=(Status.HARNESS_ERROR, "the worker finished before every timing round arrived"))
-        ready = pairing.ready if pairing is not None else None
-        return Compared(
-            outcome, checks, found.get("same_seed"), precision, found.get("grads"), own_weights=bool(found.get("own_weights")),
-            timing=timed[0] if timed else None,
-            paired=timed[1] if timed else None,
-            profile=ready.profile if ready is not None else None,
-            unsafe=unsafe[0] if unsafe else next((str(m.get("reason", ""))[:300] for m in outcome.messages if m.get("type") == "unsafe"), ""),
-        )
-
-    def _run_candidate(self, candidate: Candidate, plan: Plan, reference: "ReferenceResult") -> CandidateRecord:
-        compared = self._run_compared("candidate", candidate.path, plan, candidate.name)
+    def _run_candidate(self, candidate: Candidate, plan: Plan, reference: ReferenceRecord) -> CandidateRecord:
+        compared = self.reference_run.compare(Subject(P.Role.CANDIDATE, candidate.path, candidate.name), plan)
         outcome, checks, same_seed, gradients = compared.outcome, compared.checks, compared.same_seed, compared.gradients
-        builds = tuple(ExtensionBuild(**b) for m in outcome.messages if m.get("type") == "builds" for b in m["builds"])
+        builds = tuple(m.build for m in outcome.every(P.Built))
         timing = compared.timing
-        warnings: list[str] = []
-        if outcome.failure is not None:
-            status, reason = outcome.failure
-        elif same_seed is not None and not same_seed.passed and self.cfg.check.require_same_seed:
-            status, reason = Status.INCORRECT, f"{same_seed.name}: {same_seed.reason}"
-        else:
-            worst = max((c.max_abs_error or 0.0) for c in checks)
-            state = " and the buffers after them" if len(checks) > len(plan.calls) else ""
-            status, reason = Status.CORRECT, f"matched {len(plan.calls)} calls ({', '.join(self.cfg.check.modes + (('repeats',) if self.cfg.check.repeats else ()))}){state}; max abs error {worst:.2g}"
-        if same_seed is not None and not same_seed.passed and not self.cfg.check.require_same_seed:
-            warnings.append(f"same-seed construction differs from the reference ({same_seed.reason}); weights are created differently")
-        if self._restart_note:
-            warnings.append(self._restart_note)
-            self._restart_note = ""
-        if reference.record.other_size_note:
-            warnings.append(f"the other-size trial ran at the problem's own size: {reference.record.other_size_note}")
-        mapping = tuple((str(a), str(b)) for m in outcome.messages if m.get("type") == "weights_mapped" for a, b in m.get("pairs", []))
-        if mapping:
-            shown = ", ".join(f"{a} <- {b}" for a, b in mapping[:6]) + (f", and {len(mapping) - 6} more" if len(mapping) > 6 else "")
-            warnings.append(f"weights mapped by position (ModelNew renames them): {shown}")
-        found, evidence = self._findings(candidate, compared, status, reference.record)
-        policies = self.cfg.flags.policies(self.cfg.check.gradients)
-        status, reason, flags = decide_flags(status, reason, found, policies)
+        case = Case(compared, plan.calls, plan.randomize_weights, reference, Rules.of(self.cfg), self.device, self._reported(candidate, outcome), self.judge.take_restart_note())
+        first = verdict.decide(case)
         sanitized: tuple[SanitizerRun, ...] = ()
-        if status is Status.CORRECT and self._wants_sanitizer():
-            sanitized, unsafe = self._sanitize(candidate, plan, reference.record)
-            status, reason, unsafe_flags = decide_flags(status, reason, unsafe, policies)
-            flags += unsafe_flags
-        measures: dict[str, Any] = {}
-        if status is Status.CORRECT and timing is not None and compared.paired is not None:
-            measures, more, timed = compare_times(timing, compared.paired, compared.profile, reference.record, self.cfg)
-            warnings.extend(more)
-            status, reason, timed_flags = decide_flags(status, reason, timed, policies)
-            flags += timed_flags
-            if status is not Status.CORRECT:
-                measures = {}
-        stricter = stricter_than_kernelbench(status, checks, plan.calls, same_seed, flags, plan.randomize_weights and not compared.own_weights)
-        if outcome.log_bytes > self.cfg.limits.log_kib << 10:
-            warnings.append(f"printed {outcome.log_bytes} bytes; the log keeps the first and last {self.cfg.limits.log_kib // 2} KiB")
+        unsafe: list[Finding] = []
+        if first.status is Status.CORRECT and self.sanitizer.wanted():
+            sanitized, unsafe = self.sanitizer.run(candidate.path, candidate.hash, candidate.name, plan.construct_seed, reference.other_size)
+        decided = verdict.settle(case, first, unsafe, lambda timed, paired: compare_times(timed, paired, compared.profile, reference, self.cfg))
+        status, mapping = decided.status, case.reported.mapping
         return self._record(
             candidate,
             status,
-            reason,
+            decided.reason,
             checks=tuple(checks),
             same_seed=same_seed,
             timing=timing if status is Status.CORRECT else None,
             builds=builds,
             profile=compared.profile,
-            flags=flags,
+            flags=decided.flags,
             sanitizer=sanitized,
             weight_mapping=mapping,
             weights="seed" if compared.own_weights else "position" if mapping else "name",
-            stricter=stricter,
-            **evidence,
+            stricter=decided.stricter,
+            **decided.evidence,
             gradients=gradients[0] if gradients is not None else "",
-            phase_seconds=(outcome.done or {}).get("phase_seconds", {}),
+            phase_seconds=outcome.done.phase_seconds if outcome.done is not None else {},
             wall_seconds=round(outcome.wall_seconds, 3),
-            warnings=tuple(warnings),
-            **measures,
+            warnings=decided.warnings,
+            **decided.measures,
         )
 
-    def _findings(self, candidate: Candidate, compared: "Compared", status: Status, reference: ReferenceRecord) -> tuple[list[Finding], dict[str, Any]]:
-        """The integrity findings on a candidate's run (before the sanitizer and the timing
-        comparison add theirs), and the record fields that hold their evidence."""
-        outcome, gradients, precision, profile = compared.outcome, compared.gradients, compared.precision, compared.profile
-        found: list[Finding] = []
-        if gradients is not None and gradients[0] != "match":
-            found.append((Code.WRONG_GRADIENTS if gradients[0] == "mismatch" else Code.FORWARD_ONLY, gradients[1]))
-        found.extend(scan_source(candidate.path))
-        if precision and precision["candidate"] > max(self.cfg.check.precision_ratio * precision["reference"], PRECISION_FLOOR):
-            found.append((Code.LESS_PRECISE, (
-                f"relative error {precision['candidate']:.2g} against a float64 reference, "
-                f"where the float32 reference has {precision['reference']:.2g} (over check.precision_ratio={self.cfg.check.precision_ratio:g}x); "
-                "it passes the tolerance, but look for lower-precision arithmetic (TF32, fp16, bf16)")))
-        counted = next((m for m in outcome.messages if m.get("type") == "extension_calls"), None)
-        extension_calls = {str(k): int(v) for k, v in (counted or {}).get("checked", {}).items()}
-        share, kernels = integrity.own_kernels(profile, reference.profile, declared_kernels(candidate.path), self.cfg.check.own_share_floor)
-        found.extend(kernels)
-        if self.device == "cpu" and status is Status.CORRECT:  # no profile on the CPU: the extensions' counted calls are the evidence
-            found.extend(integrity.extension_use(extension_calls if counted is not None else None))
-        threads = next((m for m in outcome.messages if m.get("type") == "threads"), None)
-        found.extend(integrity.side_work(profile, threads))
-        if compared.unsafe:
-            found.append((Code.UNSAFE_MEMORY, compared.unsafe))
-        if compared.own_weights and self.cfg.check.weights == "transplant":
-            why = next((str(m.get("reason", "")) for m in outcome.messages if m.get("type") == "weights_by_seed"), "")
-            found.append((Code.WEIGHTS_BY_SEED, (
-                f"the reference's weights load into ModelNew neither by name nor by position ({why or 'the worker kept its own'}); "
-                "it was checked with the weights it built under the shared seed, at their default initialisation: checked less")[:600]))
-        evidence = {
-            "custom_kernel_share": share,
-            "extension_calls": extension_calls,
-            "timed_extension_calls": {str(k): int(v) for k, v in (counted or {}).get("timed", {}).items()},
-        }
-        return found, evidence
-
-    def _wants_sanitizer(self) -> bool:
-        setting = self.cfg.sanitizer.enabled
-        return setting == "on" or (setting == "auto" and self.device == "cuda")
-
-    def _sanitize(self, candidate: Candidate, plan: Plan, reference: ReferenceRecord) -> tuple[tuple[SanitizerRun, ...], list[Finding]]:
-        """One eval forward of the candidate under each compute-sanitizer tool, at the other-size
-        trial's sizes (harness.sanitize)."""
-        cfg = self.cfg.sanitizer
-        if self.device != "cuda":
-            return tuple(SanitizerRun(t, "skipped", "compute-sanitizer checks CUDA runs only") for t in cfg.tools), []
-        job = {
-            "source": str(candidate.path.resolve()),
-            "problem": str(self.problem.path.resolve()),
-            "class_name": "ModelNew",
-            "sizes": dict(reference.other_size),
-            "seed": plan.construct_seed,
-            "build_cache": str(self.cfg.path(self.cfg.build_cache_dir)),
-        }
-        key = (candidate.hash, json.dumps(job["sizes"], sort_keys=True), job["seed"], tuple(cfg.tools))
-        if key in self._sanitized:  # the same source, on the same inputs: the tools would say the same
-            runs, found = self._sanitized[key]
-            return tuple(dataclasses.replace(r, detail=f"{r.detail} (the same source's run earlier on this lane)", seconds=0.0) for r in runs), found
-        cwd = current_scratch().make(f"sanitize-{candidate.name[:20]}-")
-        try:
-            result = sanitize(find_tool(cfg.path), cfg.tools, cfg.timeout, job, self.lane.launcher.env, cwd)
-        finally:
-            shutil.rmtree(cwd, ignore_errors=True)
-        if all(r.outcome in ("clean", "errors") for r in result[0]):  # a timeout or a failed run is tried again
-            self._sanitized[key] = result
-        return result
+    def _reported(self, candidate: Candidate, outcome: WorkerOutcome) -> Reported:
+        """What the candidate's worker reported beyond its checks (its messages), and what its
+        source declares (a scan of its file), for harness.verdict."""
+        mapping = tuple(pair for m in outcome.every(P.WeightsMapped) for pair in m.pairs)
+        by_seed = outcome.first(P.WeightsBySeed)
+        why = by_seed.reason if by_seed is not None else ""
+        return Reported(mapping, outcome.first(P.ExtensionCalls), outcome.first(P.Threads), why, tuple(scan_source(candidate.path)), frozenset(declared_kernels(candidate.path)))
 
     def _record(self, candidate: Candidate, status: Status, reason: str, **fields: Any) -> CandidateRecord:
         log = self.store.log_path(self.problem.name, candidate.name)
@@ -628,9 +210,9 @@ class ProblemEvaluation:
             candidate_hash=candidate.hash,
             device=self.device,
             status=status,
-            reason=_one_line(reason),
+            reason=flat(reason),
             log_path=str(log.relative_to(self.store.dir)) if log.exists() else "",
-            finished_at=_now(),
+            finished_at=now(),
             lane=self.lane.label,
             **fields,
         )
@@ -639,8 +221,7 @@ class ProblemEvaluation:
         """From another thread (a stopped run): end this lane's judge and workers now. Whatever
         they were doing writes no record: the candidate in flight raises Stopped instead."""
         self._stopped = True
-        if self._judge is not None:
-            self._judge.kill()
+        self.judge.kill()
         self.lane.launcher.kill_all()
 
     def _finish(self, record: CandidateRecord) -> CandidateRecord:
@@ -649,39 +230,6 @@ class ProblemEvaluation:
         self.store.append(record)
         self.on_record(record)
         return record
-
-
-class Stopped(Exception):
-    """A stopped run's evaluation ended without a record (ProblemEvaluation.stop)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Compared:
-    """What one compared worker (a candidate or a baseline) came to."""
-
-    outcome: WorkerOutcome
-    checks: list[CheckResult]  # the calls, then the buffers and the timed output when made
-    same_seed: Optional[CheckResult]  # the same-seed construction check, when made
-    precision: dict[str, float]  # relative errors against float64 of the precision call ({} when none)
-    gradients: Optional[tuple[str, str]]  # (match | mismatch | forward only, why); None when not made
-    timing: Optional[TimingStats] = None  # the compared model's rounds, pooled
-    paired: Optional[PairedSpeedup] = None  # its speedup over the reference from the paired rounds
-    profile: Optional[CallProfile] = None  # the worker's one profiled call (CUDA)
-    unsafe: str = ""  # the first write past an input's end (guard bands), as the judge (or, on device copies, the worker) found it
-    own_weights: bool = False  # the worker kept its same-seed weights (check.weights seed, or no pairing by name or position)
-
-
-@dataclasses.dataclass
-class ReferenceResult:
-    record: ReferenceRecord  # what the judge's run of the reference came to (and the baselines)
-
-    @property
-    def ok(self) -> bool:
-        return self.record.ok
-
-    @property
-    def timing(self) -> Optional[TimingStats]:
-        return self.record.timing
 
 
 CLOCK_TOLERANCE = 0.05  # SM clocks further apart than this between two timings are reported
@@ -774,47 +322,3 @@ def timing_warnings(timing: TimingStats, cfg: Any, profile: Optional[CallProfile
             "the rest is host overhead between launches; timing.mode=graph times it without the launch gaps"
         )
     return warnings
-
-
-class TimingCache:
-    """The torch.compile baselines (each timed in turns with the eager reference) and the
-    speed-of-light, per (problem hash, device, torch version, timing config), reused across runs
-    when timing.reuse_reference is set."""
-
-    def __init__(self, cfg: Config, problem_hash: str, device: str, gpu: str = "") -> None:
-        from harness.environment import device_identity
-
-        timing = dataclasses.asdict(cfg.timing)
-        for key in ("reuse_reference", "unstable_iqr", "null_candidate", "quiet", "null_tolerance"):
-            timing.pop(key)
-        key = {
-            "problem": problem_hash,
-            "device": device_identity(device, cfg.timing.cpu_threads, gpu),
-            "torch": torch.__version__,
-            "timing": timing,
-            "allow_tf32": cfg.check.allow_tf32,
-            "compile_modes": list(cfg.baselines.compile_modes),
-            "speed_of_light": cfg.speed_of_light.enabled,
-        }
-        digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]
-        self.path = cfg.path(cfg.measurement_cache_dir) / "reference-timing" / f"{digest}.json"
-
-    def load(self) -> Optional[ReferenceRecord]:
-        try:
-            return from_dict(ReferenceRecord, json.loads(self.path.read_text()))
-        except (OSError, ValueError, TypeError, KeyError):
-            return None
-
-    def save(self, record: ReferenceRecord) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(to_dict(record)))
-        tmp.replace(self.path)
-
-
-PRECISION_FLOOR = 1e-6  # relative errors below this are never called imprecise
-
-
-def _one_line(text: str) -> str:
-    line = " ".join(text.split())
-    return line[:400] if line else "no reason given"

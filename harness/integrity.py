@@ -4,7 +4,7 @@ harness/flags.py applies the policies; evaluate.py gathers the evidence."""
 from __future__ import annotations
 
 from collections import Counter
-from typing import Optional
+from typing import Any, Optional
 
 from harness.flags import Code, Finding
 from harness.records import CallProfile, SpeedOfLight, TimingStats
@@ -48,9 +48,9 @@ def extension_use(counted: Optional[dict[str, int]]) -> list[Finding]:
     return [(Code.NO_CUSTOM_KERNEL, "it builds no extension of its own (load_inline); its forward is torch's")]
 
 
-def side_work(profile: Optional[CallProfile], threads: Optional[dict]) -> list[Finding]:
+def side_work(profile: Optional[CallProfile], threads: Any) -> list[Finding]:
     """Work outside the calling stream: other streams, launches after forward returned, streams
-    still busy when the calling one drained (profile); threads left running (the worker's report)."""
+    still busy when the calling one drained (profile); threads left running (the worker's `Threads` message, or None)."""
     found: list[Finding] = []
     if profile is not None and (profile.streams > 1 or profile.after_return or profile.busy_after_return):
         parts = [f"its call ran on {profile.streams} streams"] if profile.streams > 1 else []
@@ -59,8 +59,8 @@ def side_work(profile: Optional[CallProfile], threads: Optional[dict]) -> list[F
         if profile.busy_after_return:
             parts.append(f"{profile.busy_after_return} were still running on other streams when the calling stream had finished")
         found.append((Code.SIDE_STREAM, "; ".join(parts) + " (it was timed with a device-wide synchronise)"))
-    if threads:
-        found.append((Code.SIDE_STREAM, f"forward left {threads['count']} thread(s) running after it returned ({', '.join(threads['names'])}; first seen after {threads['label']})"))
+    if threads is not None:
+        found.append((Code.SIDE_STREAM, f"forward left {threads.count} thread(s) running after it returned ({', '.join(threads.names)}; first seen after {threads.label})"))
     return found
 
 

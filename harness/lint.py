@@ -76,7 +76,7 @@ def lint(path: Path, device_name: str, settings: dict[str, Any]) -> list[LintChe
 
     import torch
 
-    from harness.worker import as_outputs, randomize_state
+    from harness.worker.inputs import as_outputs, randomize_state
 
     atol, rtol, norm = settings["atol"], settings["rtol"], settings.get("norm", 0.0)
     device = torch.device(device_name)

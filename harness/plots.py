@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from pathlib import Path
+from typing import Any, Optional
 
 import pandas as pd
 
@@ -72,9 +73,8 @@ def plot_problem(table: pd.DataFrame, problem: str, path: Path) -> bool:
     """Write the chart of one problem's leaderboard table (harness.leaderboard.problem_table: correct
     candidates first, fastest first) to `path`. False, and nothing written, when no correct candidate
     has a speedup."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # matplotlib is optional: imported only to draw
     from matplotlib.figure import Figure
-    from matplotlib.ticker import FuncFormatter, NullFormatter
 
     timed = table[(table["status"] == CORRECT) & table["speedup"].map(lambda v: _value(v) is not None)]
     shown = timed.head(MAX_BARS)
@@ -96,15 +96,30 @@ def plot_problem(table: pd.DataFrame, problem: str, path: Path) -> bool:
         speed_ax, sol_ax = fig.subplots(1, 2, sharey=True, gridspec_kw={"width_ratios": [2.2, 1]})
     else:
         speed_ax, sol_ax = fig.subplots(1, 1), None
+    _draw_speedups(speed_ax, names, eager, compiled if has_compile else None)
+    if sol_ax is not None:
+        _draw_sol(sol_ax, sol)
+    fig.suptitle(problem, fontsize=11, fontweight="bold")
+    note = caption(table, len(shown), len(timed))
+    if note:
+        fig.supxlabel(note, fontsize=8, color="0.35", ha="left", x=0.01)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png")
+    return True
 
-    y = list(range(rows))
-    values = eager + [v for v in compiled if v is not None]
+
+def _draw_speedups(speed_ax: Any, names: list[str], eager: list[float], compiled: Optional[list[Optional[float]]]) -> None:
+    """Bars of the speedups over the eager reference (and over torch.compile, when any)."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    rows = len(names)
+    values = eager + [v for v in compiled or [] if v is not None]
     log = max(values) / max(min(values), 1e-12) > 20
     base = 1.0 if log else 0.0  # log axes have no zero: bars then grow from the 1.0x line
-    thickness = 0.38 if has_compile else 0.6
-    offset = thickness / 2 if has_compile else 0.0
-    series = [("vs eager reference", eager, EAGER_COLOR, -offset)]
-    if has_compile:
+    thickness = 0.38 if compiled is not None else 0.6
+    offset = thickness / 2 if compiled is not None else 0.0
+    series: list[tuple[str, list[Any], str, float]] = [("vs eager reference", list(eager), EAGER_COLOR, -offset)]
+    if compiled is not None:
         series.append(("vs torch.compile", compiled, COMPILE_COLOR, offset))
     for label, data, color, shift in series:
         positions = [i + shift for i, v in enumerate(data) if v is not None]
@@ -123,7 +138,7 @@ def plot_problem(table: pd.DataFrame, problem: str, path: Path) -> bool:
     else:
         speed_ax.set_xlim(0, max(values + [1.0]) * 1.18)
     speed_ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
-    speed_ax.set_yticks(y, names, fontsize=9)
+    speed_ax.set_yticks(list(range(rows)), names, fontsize=9)
     speed_ax.set_ylim(rows - 0.5, -0.5)  # fastest on top
     speed_ax.set_xlabel("speedup, higher is faster (dashed: 1x" + (", log scale)" if log else ")"), fontsize=9)
     speed_ax.tick_params(axis="x", labelsize=8)
@@ -131,27 +146,23 @@ def plot_problem(table: pd.DataFrame, problem: str, path: Path) -> bool:
     speed_ax.set_axisbelow(True)
     speed_ax.legend(loc="lower left", bbox_to_anchor=(0, 1.0), ncol=2, frameon=False, fontsize=8, borderaxespad=0.2)
 
-    if sol_ax is not None:
-        fractions = [v if v is not None else 0.0 for v in sol]
-        sol_ax.barh(y, [v * 100 for v in fractions], height=0.6, color=SOL_COLOR)
-        for i, v in enumerate(sol):
-            sol_ax.annotate(_percent(v) if v is not None else "n/a", (fractions[i] * 100, i), xytext=(3, 0),
-                            textcoords="offset points", ha="left", va="center", fontsize=8)
-        sol_ax.set_xlim(0, max(100.0, max(fractions) * 100) * 1.18)
-        sol_ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}%"))
-        sol_ax.set_xlabel("speed-of-light (roofline floor / time)", fontsize=9)
-        sol_ax.tick_params(axis="x", labelsize=8)
-        sol_ax.tick_params(axis="y", left=False)
-        sol_ax.grid(axis="x", color="0.9", linewidth=0.8)
-        sol_ax.set_axisbelow(True)
 
-    fig.suptitle(problem, fontsize=11, fontweight="bold")
-    note = caption(table, len(shown), len(timed))
-    if note:
-        fig.supxlabel(note, fontsize=8, color="0.35", ha="left", x=0.01)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png")
-    return True
+def _draw_sol(sol_ax: Any, sol: list[Optional[float]]) -> None:
+    """Bars of each candidate's share of the speed-of-light."""
+    from matplotlib.ticker import FuncFormatter
+
+    fractions = [v if v is not None else 0.0 for v in sol]
+    sol_ax.barh(list(range(len(sol))), [v * 100 for v in fractions], height=0.6, color=SOL_COLOR)
+    for i, v in enumerate(sol):
+        sol_ax.annotate(_percent(v) if v is not None else "n/a", (fractions[i] * 100, i), xytext=(3, 0),
+                        textcoords="offset points", ha="left", va="center", fontsize=8)
+    sol_ax.set_xlim(0, max(100.0, max(fractions) * 100) * 1.18)
+    sol_ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}%"))
+    sol_ax.set_xlabel("speed-of-light (roofline floor / time)", fontsize=9)
+    sol_ax.tick_params(axis="x", labelsize=8)
+    sol_ax.tick_params(axis="y", left=False)
+    sol_ax.grid(axis="x", color="0.9", linewidth=0.8)
+    sol_ax.set_axisbelow(True)
 
 
 def write_plots(out_dir: Path, tables: dict[str, pd.DataFrame]) -> dict[str, Path]:

@@ -155,7 +155,7 @@ def main() -> None:
     path, cache_dir, arch = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
     keys_file = Path(sys.argv[4]) if len(sys.argv) > 4 else None
     from harness.buildcache import BuildCache
-    from harness.worker import WorkerFailure, load_module
+    from harness.worker.failures import WorkerFailure, load_module
 
     cache = BuildCache(cache_dir, arch or "cpu")
     cache.install()

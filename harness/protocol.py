@@ -7,11 +7,42 @@ error, not a silent drop. Tensors never travel in a message: only `TensorSpec`s 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
 from typing import Any, Optional
 
-from harness.records import CallProfile, CheckResult, SpeedOfLight, TimingStats, from_dict, to_dict
+from harness.records import CallProfile, CheckResult, ExtensionBuild, SpeedOfLight, TimingStats, from_dict, to_dict
 from harness.regions import RegionHandle, TensorSpec
+from harness.status import Status
+
+
+class Role(str, enum.Enum):
+    """What a compared worker runs: a candidate's ModelNew (or the null candidate, the problem's own
+    Model through the same path), or a torch.compile baseline of the reference."""
+
+    CANDIDATE = "candidate"
+    BASELINE = "baseline"
+
+
+@dataclasses.dataclass(frozen=True)
+class TimerSettings:
+    """The timer's settings (harness.timing.Timer), as the judge and the workers take them: the
+    run's timing config without its policy keys (rounds, sync, threads, reuse, ...)."""
+
+    warmup_ms: float  # untimed warm-up, by time
+    min_reps: int  # at least this many timed calls
+    max_reps: int  # at most this many timed calls
+    budget_s: float  # stop sampling after this long
+    target_rse: float  # stop when the relative standard error of the median is below this
+    flush_l2: bool  # flush L2 before each timed CUDA call
+    mode: str  # eager | graph (the judge's job carries the config's, auto included; a worker's, the problem's resolved mode)
+    subtract_overhead: bool  # subtract the median time of an empty timed region from every sample
+
+    @classmethod
+    def from_config(cls, timing: Any, mode: Optional[str] = None) -> "TimerSettings":
+        """The timer settings of a TimingConfig (the fields both have), with `mode` in place of its own when given."""
+        settings = cls(**{f.name: getattr(timing, f.name) for f in dataclasses.fields(cls)})
+        return settings if mode is None else dataclasses.replace(settings, mode=mode)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,7 +88,7 @@ class JudgeJob:
     cpu_threads: int
     tolerances: dict[str, dict[str, float]]  # dtype -> {atol, rtol}
     gradient_tolerance_factor: float
-    timing: Optional[dict[str, Any]] = None  # the timer's settings; None: the reference is not timed
+    timing: Optional[TimerSettings] = None  # the timer's settings; None: the reference is not timed
     speed_of_light_cache: str = ""  # where device peaks are cached; "" = no speed-of-light
     memory_fraction: float = 0.5  # the reference may use at most this fraction of the device's memory
     slot_fraction: float = 0.125  # the timed input sets a worker gets may fill at most this fraction
@@ -76,7 +107,7 @@ class Start:
 class Open:
     """parent -> judge: a new compared worker is about to start."""
 
-    role: str  # "candidate" or "baseline"
+    role: Role  # what the worker runs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,7 +127,8 @@ class Close:
 
 @dataclasses.dataclass(frozen=True)
 class Phase:
-    """judge -> parent: the judge entered a phase of its start (each has its own time limit)."""
+    """judge -> parent: the judge entered a phase of its start (each has its own time limit); and
+    worker -> parent on the channel: the worker entered a phase (load, construct, compile, check, time)."""
 
     phase: str
 
@@ -272,7 +304,99 @@ class RoundTimed:
     stats: TimingStats
 
 
-MESSAGES: dict[str, type] = {cls.__name__: cls for cls in (Start, Open, Check, Close, Phase, Closed, Fault, Step, Verdict, Session, ReferenceReport, Staged, PrepareTiming, Ready, TimeRound, RoundTimed, TimingProtocol)}
+@dataclasses.dataclass(frozen=True)
+class WorkerJob:
+    """parent -> worker: what one compared worker runs, as one JSON line on its stdin."""
+
+    role: Role  # which run sequence the worker follows
+    source: str  # the module holding the model (a candidate's file, or the problem itself)
+    class_name: str  # the nn.Module subclass to construct ("ModelNew", or "Model")
+    compile_mode: Optional[str]  # a baseline: the torch.compile mode
+    device: str  # "cuda" or "cpu"
+    build_cache: str  # the content-addressed build cache of inline extensions
+    construct_seed: int  # torch is seeded with this before the model is constructed
+    calls: tuple[Call, ...]  # the planned forward calls the worker makes, in order
+    timing: Optional[TimerSettings]  # the timer's settings; None: nothing is timed
+    allow_tf32: bool  # the TF32 policy of matmul and cuDNN
+    gradients: bool  # a candidate also reports its gradients (check.gradients is not off)
+    gradient_seed: int  # the random projection of the outputs whose backward both sides take
+    rng_seed: int  # torch is seeded with this plus the call's index before each checked call
+    cpu_threads: int  # torch's intra-op threads while timing on the CPU (0: torch's default)
+    guard_bands: bool  # report a write past the end of an input the worker copied to the device
+    weights: str  # check.weights: "transplant" (the reference's weights) or "seed" (its own same-seed ones)
+    session: Session  # the worker's view of the judge: its regions, weights and first inputs
+
+
+@dataclasses.dataclass(frozen=True)
+class Built:
+    """worker -> parent: one load_inline call finished (as the content-addressed build cache saw it)."""
+
+    build: ExtensionBuild
+
+
+@dataclasses.dataclass(frozen=True)
+class WeightsBySeed:
+    """worker -> parent: the reference's weights pair with ModelNew's neither by name nor by position; it keeps its own."""
+
+    reason: str  # what differs (names, shapes)
+
+
+@dataclasses.dataclass(frozen=True)
+class WeightsMapped:
+    """worker -> parent: the reference's weights were loaded by registration order (ModelNew renames them)."""
+
+    pairs: tuple[tuple[str, str], ...]  # (own name, reference name) of each renamed tensor
+
+
+@dataclasses.dataclass(frozen=True)
+class Threads:
+    """worker -> parent: forward left threads running after it returned (the first call that did)."""
+
+    label: str  # the call after which they were seen
+    names: tuple[str, ...]  # the first few threads' names
+    count: int  # how many
+
+
+@dataclasses.dataclass(frozen=True)
+class Unsafe:
+    """worker -> parent: a write past the end of a device copy of an input (its guard band changed)."""
+
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Compiled:
+    """worker -> parent: torch.compile and the first (compiling) call finished."""
+
+    seconds: float  # how long they took
+
+
+@dataclasses.dataclass(frozen=True)
+class ExtensionCalls:
+    """worker -> parent: calls into each extension function ("extension.function"), while checked and while timed."""
+
+    checked: dict[str, int]
+    timed: dict[str, int]
+
+
+@dataclasses.dataclass(frozen=True)
+class Done:
+    """worker -> parent: the worker finished its run (its last message)."""
+
+    phase_seconds: dict[str, float]  # how long each phase took
+
+
+@dataclasses.dataclass(frozen=True)
+class Failed:
+    """worker -> parent: the run failed; the worker exits after this."""
+
+    status: Status
+    reason: str  # one line
+
+
+WORKER_MESSAGES: tuple[type, ...] = (Phase, Built, WeightsBySeed, WeightsMapped, Threads, Unsafe, Compiled, ExtensionCalls, Step, Ready, RoundTimed, Done, Failed)  # what a worker sends on its channel
+
+MESSAGES: dict[str, type] = {cls.__name__: cls for cls in (Start, Open, Check, Close, Phase, Closed, Fault, Step, Verdict, Session, ReferenceReport, Staged, PrepareTiming, Ready, TimeRound, RoundTimed, TimingProtocol) + WORKER_MESSAGES}
 
 
 def encode(message: Any) -> dict[str, Any]:
@@ -284,6 +408,19 @@ def decode(data: dict[str, Any]) -> Any:
     if cls is None:
         raise ValueError(f"unknown message type {data.get('type')!r}")
     return from_dict(cls, data["body"])
+
+
+def decode_worker(data: Any) -> Any:
+    """A message from a worker's channel; a type a worker does not send, or a malformed body, raises ValueError."""
+    if not isinstance(data, dict) or not isinstance(data.get("body"), dict):
+        raise ValueError("a message without a type and body")
+    cls = MESSAGES.get(data.get("type", ""))
+    if cls not in WORKER_MESSAGES:
+        raise ValueError(f"a message of type {data.get('type')!r}, which workers do not send")
+    try:
+        return from_dict(cls, data["body"])
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        raise ValueError(f"a malformed {cls.__name__} message ({type(exc).__name__}: {exc})") from None
 
 
 def dumps(message: Any) -> str:

@@ -23,6 +23,7 @@ path: a background process left stopped would never finish.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import threading
@@ -86,8 +87,58 @@ def _pid(proc: Process) -> int:
     return proc if isinstance(proc, int) else int(proc.pid)
 
 
+def _send(pid: int, proc: Process, leads: bool, signum: int) -> bool:
+    """Signal the process's group (the process alone when it shares a group); False when it has
+    exited or cannot be signalled."""
+    if _exited(proc):
+        return False
+    try:
+        if leads:
+            os.killpg(pid, signum)
+        else:
+            os.kill(pid, signum)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
 def _exited(proc: Process) -> bool:
     return not isinstance(proc, int) and getattr(proc, "returncode", None) is not None
+
+
+@dataclasses.dataclass(frozen=True)
+class CpuPlan:
+    """Which CPUs each lane's timing processes get, and which the background work gets."""
+
+    lanes: tuple[tuple[int, ...], ...] = ()  # per lane index: its CPUs (none: nothing is pinned)
+    background: tuple[int, ...] = ()  # builds and prestarted workers
+    note: str = ""  # why pinning was skipped, when it was asked for
+
+    @classmethod
+    def partition(cls, cpus: list[int], lanes: int, per_lane: int) -> "CpuPlan":
+        """The last `per_lane` CPUs for each lane, the rest for the background; no pinning (a
+        note) when fewer than MIN_BACKGROUND_CPUS would be left."""
+        needed = lanes * per_lane + MIN_BACKGROUND_CPUS
+        if len(cpus) < needed:
+            asked = "1 lane needs" if lanes == 1 else f"{lanes} lanes need"
+            return cls(note=(
+                f"pinning skipped: {len(cpus)} CPU{'s' if len(cpus) != 1 else ''} available, {asked} {needed} "
+                f"({per_lane} per lane, {MIN_BACKGROUND_CPUS} for builds)"
+            ))
+        end = len(cpus)
+        taken = []
+        for _ in range(lanes):
+            taken.append(tuple(cpus[end - per_lane : end]))
+            end -= per_lane
+        return cls(tuple(taken), tuple(cpus[:end]))
+
+    def describe(self, pausing: bool) -> str:
+        if self.lanes:
+            name = "pause+pin" if pausing else "pin"
+            return f"{name}: lanes on CPUs {cpu_ranges([cpu for cpus in self.lanes for cpu in cpus])}, builds on {cpu_ranges(self.background)}"
+        if self.note:
+            return f"{'pause' if pausing else 'off'}; {self.note}"
+        return "pause"
 
 
 class QuietHost:
@@ -101,11 +152,8 @@ class QuietHost:
         self.lanes = max(1, int(lanes))
         self.cpus_per_lane = max(1, int(cpus_per_lane))
         self.pausing = mode in ("pause", "both")
-        self.pin_note = ""
-        self._lane_cpus: list[tuple[int, ...]] = []
-        self._background_cpus: tuple[int, ...] = ()
-        if mode in ("pin", "both"):
-            self._partition(sorted(set(cpus if cpus is not None else os.sched_getaffinity(0))))
+        self.cpus = CpuPlan.partition(sorted(set(cpus if cpus is not None else os.sched_getaffinity(0))), self.lanes, self.cpus_per_lane) if mode in ("pin", "both") else CpuPlan()
+        self.pin_note = self.cpus.note
         self._lock = threading.RLock()
         self._background: dict[int, tuple[Process, bool]] = {}  # pid -> (process, leads its own group)
         self._stopped: set[int] = set()  # background pids sent SIGSTOP and not yet SIGCONT
@@ -115,37 +163,22 @@ class QuietHost:
         self._paused = 0.0
         self._closed = False
 
-    def _partition(self, cpus: list[int]) -> None:
-        needed = self.lanes * self.cpus_per_lane + MIN_BACKGROUND_CPUS
-        if len(cpus) < needed:
-            lanes = "1 lane needs" if self.lanes == 1 else f"{self.lanes} lanes need"
-            self.pin_note = (
-                f"pinning skipped: {len(cpus)} CPU{'s' if len(cpus) != 1 else ''} available, {lanes} {needed} "
-                f"({self.cpus_per_lane} per lane, {MIN_BACKGROUND_CPUS} for builds)"
-            )
-            return
-        end = len(cpus)
-        for _ in range(self.lanes):
-            self._lane_cpus.append(tuple(cpus[end - self.cpus_per_lane : end]))
-            end -= self.cpus_per_lane
-        self._background_cpus = tuple(cpus[:end])
-
     # -- what it knows --------------------------------------------------------------------------
 
     @property
     def pinning(self) -> bool:
         """Whether processes are pinned (mode pin or both, and enough CPUs)."""
-        return bool(self._lane_cpus)
+        return bool(self.cpus.lanes)
 
     def lane_cpus(self, lane_index: int) -> Optional[tuple[int, ...]]:
         """The CPUs of lane `lane_index`; None when nothing is pinned (or there is no such lane)."""
-        if 0 <= lane_index < len(self._lane_cpus):
-            return self._lane_cpus[lane_index]
+        if 0 <= lane_index < len(self.cpus.lanes):
+            return self.cpus.lanes[lane_index]
         return None
 
     @property
     def background_cpus(self) -> Optional[tuple[int, ...]]:
-        return self._background_cpus if self.pinning else None
+        return self.cpus.background if self.pinning else None
 
     @property
     def holders(self) -> int:
@@ -177,15 +210,7 @@ class QuietHost:
 
     def describe(self) -> str:
         """One line for logs and records, e.g. `pause+pin: lanes on CPUs 14-15, builds on 0-13`."""
-        if self.mode == "off":
-            return "off"
-        if self.pinning:
-            lanes = [cpu for cpus in self._lane_cpus for cpu in cpus]
-            name = "pause+pin" if self.pausing else "pin"
-            return f"{name}: lanes on CPUs {cpu_ranges(lanes)}, builds on {cpu_ranges(self._background_cpus)}"
-        if self.pin_note:
-            return f"{'pause' if self.pausing else 'off'}; {self.pin_note}"
-        return "pause"
+        return "off" if self.mode == "off" else self.cpus.describe(self.pausing)
 
     # -- registering ----------------------------------------------------------------------------
 
@@ -205,7 +230,7 @@ class QuietHost:
             leads = group == pid and group != os.getpgrp()  # never signal our own group
             self._background[pid] = (proc, leads)
             if self.pinning:
-                pin(pid, self._background_cpus)
+                pin(pid, self.cpus.background)
             if self._holders and self.pausing:
                 self._stop(pid)
 
@@ -292,23 +317,12 @@ class QuietHost:
             self._stopped.add(pid)
 
     def _signal(self, pid: int, entry: tuple[Process, bool], signum: int) -> bool:
-        """Signal the process's group (the process alone when it shares a group); a process that
-        has exited is dropped silently."""
-        proc, leads = entry
-        if _exited(proc):
-            self._background.pop(pid, None)
-            self._stopped.discard(pid)
-            return False
-        try:
-            if leads:
-                os.killpg(pid, signum)
-            else:
-                os.kill(pid, signum)
+        """Signal the process (`_send`); one that has exited is dropped silently."""
+        if _send(pid, *entry, signum):
             return True
-        except (ProcessLookupError, PermissionError):
-            self._background.pop(pid, None)
-            self._stopped.discard(pid)
-            return False
+        self._background.pop(pid, None)
+        self._stopped.discard(pid)
+        return False
 
     def close(self) -> None:
         """Resume everything this host stopped and forget every process; later holds and

@@ -16,7 +16,6 @@ Needs the optional extra: `pip install .[ray]`. docs/scale.md has the multi-node
 """
 from __future__ import annotations
 
-import concurrent.futures
 import io
 import json
 import os
@@ -26,16 +25,19 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import threading
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional
 
 from harness.candidate import Candidate
 from harness.config import ROOT, Config
 from harness.errors import UserError
-from harness.lanes import JobQueue
+from harness.evaluate import Plan, ProblemEvaluation
+from harness.executor import QueuedExecutor
+from harness.lane import Lane
 from harness.problem import Problem
-from harness.records import RECORD_KINDS, CandidateRecord, from_dict
+from harness.records import RECORD_KINDS, CandidateRecord, from_dict, to_dict
+from harness.status import Status
+from harness.store import RunStore
 
 
 def _ray() -> Any:
@@ -132,23 +134,42 @@ def build_remote(file_name: str, source: str, arch: str, jobs: int, timeout: flo
         return pack_builds(cache, keys)
 
 
+class LaneStore(RunStore):
+    """A lane actor's store: the workers' logs in its own folder, its records kept in memory until
+    the driver takes them (the driver writes them into the run's records)."""
+
+    def __init__(self, results_dir: Path, run_id: str) -> None:
+        super().__init__(results_dir, run_id)
+        self._kept: list[Any] = []
+
+    def append(self, record: Any) -> None:
+        with self._lock:
+            self._kept.append(record)
+
+    def take(self) -> list[dict[str, Any]]:
+        """The records appended since the last take, as the records file holds them (oldest first)."""
+        with self._lock:
+            kept, self._kept = self._kept, []
+        return [{"kind": KINDS[type(record)], **to_dict(record)} for record in kept]
+
+
+KINDS = {cls: name for name, cls in RECORD_KINDS.items()}  # record class -> its kind in the records file
+
+
 class LaneActor:
     """One lane on a Ray node: evaluates the candidates it is handed, one at a time."""
 
     def __init__(self, cfg_data: dict[str, Any], device: str, run_id: str) -> None:
         from harness.config import build
-        from harness.lanes import Lane
-        from harness.store import RunStore
 
         self.cfg: Config = build(Config, cfg_data, prefix="")
         self.device = device
         self.folder = Path(tempfile.mkdtemp(prefix="harness-ray-lane-"))
-        self.store = RunStore(self.folder / "results", run_id)
+        self.store = LaneStore(self.folder / "results", run_id)
         gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "") if device == "cuda" else ""
         self.lane = Lane.single(self.cfg, device, label=f"{socket.gethostname()}/cuda:{gpu}" if gpu else f"{socket.gethostname()}/cpu")
-        self.evaluation: Any = None
+        self.evaluation: Optional[ProblemEvaluation] = None
         self.evaluation_key: Any = None
-        self.offset = 0
         self.sent: set[str] = set()
 
     def arch(self) -> str:
@@ -156,9 +177,9 @@ class LaneActor:
 
         return gpu_arch() if self.device == "cuda" else "cpu"
 
-    def evaluate(self, problem_file: str, problem_source: str, plan: Any, candidate_name: str, candidate_source: str, builds: bytes) -> dict[str, Any]:
-        from harness.evaluate import ProblemEvaluation
-
+    def evaluate(self, problem_file: str, problem_source: str, plan: Plan, candidate_name: str, candidate_source: str, builds: bytes) -> dict[str, Any]:
+        """One candidate on this lane (after the problem's reference, when the problem or the plan
+        is new here): the records it wrote and the logs not sent before."""
         problem_path = self.folder / "problems" / problem_file
         problem_path.parent.mkdir(parents=True, exist_ok=True)
         if not problem_path.is_file() or problem_path.read_text() != problem_source:
@@ -169,25 +190,19 @@ class LaneActor:
         candidate_path.write_text(candidate_source)
         unpack_builds(builds, self.cfg.path(self.cfg.build_cache_dir))
         key = (problem.name, problem.hash, plan)
-        if self.evaluation_key != key:  # a new problem: its reference runs on this lane first
+        if self.evaluation is None or self.evaluation_key != key:  # a new problem: its reference runs on this lane first
             if self.evaluation is not None:
                 self.evaluation.close()
-            self.evaluation = ProblemEvaluation(problem, [], self.cfg, self.device, self.store, lane=self.lane)
-            self.evaluation.plan = plan
+            self.evaluation = ProblemEvaluation(problem, [], self.cfg, self.device, self.store, lane=self.lane, plan=plan)
             self.evaluation_key = key
         self.evaluation.evaluate(Candidate(candidate_name, candidate_path))
-        with open(self.store.records_path, encoding="utf-8") as f:
-            f.seek(self.offset)
-            lines = f.read()
-            self.offset = f.tell()
-        records = [json.loads(line) for line in lines.splitlines() if line.strip()]
         logs = {}
         for log in sorted((self.store.dir / "logs").rglob("*.log")):
             name = str(log.relative_to(self.store.dir))
             if name not in self.sent:  # each worker's log once: the reference's, the baselines', the candidate's
                 logs[name] = log.read_text(errors="replace")
                 self.sent.add(name)
-        return {"records": records, "logs": logs}
+        return {"records": self.store.take(), "logs": logs}
 
     def close(self) -> None:
         if self.evaluation is not None:
@@ -196,16 +211,16 @@ class LaneActor:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-class RayExecutor:
-    """Evaluations on Ray actors (lanes), builds in Ray CPU tasks; records written here."""
+class RayExecutor(QueuedExecutor):
+    """Evaluations on Ray actors (lanes), builds in Ray CPU tasks; records written here. A
+    dispatcher thread hands the queued candidates of the oldest job's problem to the lanes
+    together (one plan, one batch), and the records to their futures."""
 
     def __init__(self, cfg: Config, device: str, store: Any, *, on_record: Callable[[CandidateRecord], None], on_start: Callable[[Candidate], None], on_problem: Callable[[Problem], None] = lambda p: None) -> None:
+        super().__init__(on_record=on_record, on_start=on_start, on_problem=on_problem)
         ray = _ray()
         self.ray = ray
         self.cfg, self.device, self.store = cfg, device, store
-        self.on_record, self.on_start, self.on_problem = on_record, on_start, on_problem
-        self._dispatcher: Optional[threading.Thread] = None
-        self.queue = JobQueue(self._start_dispatcher)
         self.started_ray = connect(cfg)
         resources = ray.cluster_resources()
         gpus, cpus = int(resources.get("GPU", 0)), int(resources.get("CPU", 1))
@@ -223,53 +238,24 @@ class RayExecutor:
     def describe(self) -> str:
         return f"ray: {len(self.actors)} lane(s) ({'one GPU' if self.device == 'cuda' else 'one CPU'} each), builds in tasks of {self.build_cpus} CPU(s)"
 
-    def submit(self, problem: Problem, candidate: Candidate) -> "concurrent.futures.Future[CandidateRecord]":
-        """Queue one candidate. A dispatcher thread hands the queued candidates of the oldest
-        job's problem to `run_problem` together, and the records to their futures."""
-        return self.submit_all([(problem, candidate)])[0]
-
-    def submit_all(self, jobs: Sequence[tuple[Problem, Candidate]]) -> "list[concurrent.futures.Future[CandidateRecord]]":
-        """Queue several candidates at once (a problem's candidates then share one batch)."""
-        return self.queue.put(jobs)
-
-    def _start_dispatcher(self) -> None:
-        self._dispatcher = threading.Thread(target=self._dispatch, name="ray-dispatch", daemon=True)
-        self._dispatcher.start()
-
-    def pending(self) -> int:
-        return len(self.queue)
+    def _servers(self) -> list[tuple[str, Callable[[], None]]]:
+        return [("ray-dispatch", self._dispatch)]
 
     def _dispatch(self) -> None:
-        announced: set[tuple[str, str]] = set()
         while True:
             batch = self.queue.take(lambda jobs: [job for job in jobs if job.key == jobs[0].key])  # the oldest job's problem
             if not batch:
                 return
-            key = batch[0].key
-            batch = [job for job in batch if job.future.set_running_or_notify_cancel()]
+            batch = self._claim(batch)
             if not batch:
                 continue
-            if key not in announced:
-                announced.add(key)
-                self.on_problem(batch[0].problem)
-            try:
-                records = {r.candidate: r for r in self.run_problem(batch[0].problem, [job.candidate for job in batch])}
-            except BaseException as exc:  # a harness bug: raised where the records are awaited
-                for job in batch:
-                    job.future.set_exception(exc)
-                continue
-            for job in batch:
-                if job.candidate.name in records:
-                    job.future.set_result(records[job.candidate.name])
-                else:
-                    job.future.cancel()
+            problem = batch[0].problem
+            self._announce(problem)
+            self._settle(batch, lambda: self._run_batch(problem, [job.candidate for job in batch]))
 
-    def run_problem(self, problem: Problem, candidates: list[Candidate]) -> list[CandidateRecord]:
+    def _run_batch(self, problem: Problem, candidates: list[Candidate]) -> list[CandidateRecord]:
         """Each candidate goes to the next free lane. A lane that fails (its actor dies, a Ray error)
         gives that candidate a `harness error` record (which --resume redoes), never a crash."""
-        from harness.evaluate import Plan, ProblemEvaluation
-        from harness.status import Status
-
         screen = ProblemEvaluation(problem, candidates, self.cfg, self.device, self.store, on_record=self.on_record, on_start=self.on_start)
         records, runnable = screen.screen()
         if not runnable:
@@ -285,7 +271,7 @@ class RayExecutor:
         finished: dict[str, CandidateRecord] = {}
 
         def failed(candidate: Candidate, why: str) -> None:
-            finished[candidate.name] = screen._finish(screen._record(candidate, Status.HARNESS_ERROR, why))
+            finished[candidate.name] = screen.failed(candidate, Status.HARNESS_ERROR, why)
 
         while queue or pending:
             while queue and idle:
@@ -332,17 +318,13 @@ class RayExecutor:
                 self.on_record(record)
                 finished[candidate.name] = record
 
-    def stop(self) -> None:
-        self.queue.stop()
+    def _interrupt(self) -> None:
+        """End every lane (its actor and the processes under it)."""
         for actor in self.actors:
             self.ray.kill(actor)
         self.actors = []
 
-    def close(self) -> None:
-        self.queue.close()
-        if self._dispatcher is not None:
-            while self._dispatcher.is_alive():
-                self._dispatcher.join(0.2)  # wakes up for Ctrl-C
+    def _release(self) -> None:
         for actor in self.actors:
             try:
                 self.ray.get(actor.close.remote(), timeout=60)
@@ -352,4 +334,3 @@ class RayExecutor:
         self.actors = []
         if self.started_ray:
             self.ray.shutdown()
-

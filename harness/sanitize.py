@@ -11,6 +11,7 @@ lands outside any allocation, where memcheck sees it.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -24,6 +25,7 @@ from typing import Any, Optional
 
 from harness.flags import Code, Finding
 from harness.records import SanitizerOutcome, SanitizerRun
+from harness.scratch import current as current_scratch
 
 ROOT = Path(__file__).resolve().parent.parent
 ERRORS_EXIT = 86  # the tool's exit code when it found errors (--error-exitcode)
@@ -119,12 +121,53 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
     proc.wait()
 
 
+class LaneSanitizer:
+    """compute-sanitizer for one problem on one lane: one eval forward of a candidate under each
+    tool, at the other-size trial's sizes; a source run again on the same inputs (a resubmission)
+    gets the earlier runs, since the tools would say the same."""
+
+    def __init__(self, cfg: Any, problem_path: Path, device: str, env: dict[str, str]) -> None:
+        self.cfg, self.problem_path, self.device, self.env = cfg, problem_path, device, env  # cfg: the problem's harness.config.Config
+        self.runs: dict[tuple[Any, ...], tuple[tuple[SanitizerRun, ...], list[Finding]]] = {}  # a source's sanitizer runs, for a resubmission
+
+    def wanted(self) -> bool:
+        setting = self.cfg.sanitizer.enabled
+        return setting == "on" or (setting == "auto" and self.device == "cuda")
+
+    def run(self, source: Path, source_hash: str, name: str, seed: int, sizes: dict[str, Any]) -> tuple[tuple[SanitizerRun, ...], list[Finding]]:
+        """The runs over candidate `name` (its file `source`) and their unsafe-memory findings."""
+        cfg = self.cfg.sanitizer
+        if self.device != "cuda":
+            return tuple(SanitizerRun(t, SanitizerOutcome.SKIPPED, "compute-sanitizer checks CUDA runs only") for t in cfg.tools), []
+        job = {
+            "source": str(source.resolve()),
+            "problem": str(self.problem_path.resolve()),
+            "class_name": "ModelNew",
+            "sizes": dict(sizes),
+            "seed": seed,
+            "build_cache": str(self.cfg.path(self.cfg.build_cache_dir)),
+        }
+        key = (source_hash, json.dumps(job["sizes"], sort_keys=True), job["seed"], tuple(cfg.tools))
+        if key in self.runs:  # the same source, on the same inputs: the tools would say the same
+            runs, found = self.runs[key]
+            return tuple(dataclasses.replace(r, detail=f"{r.detail} (the same source's run earlier on this lane)", seconds=0.0) for r in runs), found
+        cwd = current_scratch().make(f"sanitize-{name[:20]}-")
+        try:
+            result = sanitize(find_tool(cfg.path), cfg.tools, cfg.timeout, job, self.env, cwd)
+        finally:
+            shutil.rmtree(cwd, ignore_errors=True)
+        if all(r.outcome in (SanitizerOutcome.CLEAN, SanitizerOutcome.ERRORS) for r in result[0]):  # a timeout or a failed run is tried again
+            self.runs[key] = result
+        return result
+
+
 def main() -> None:
     """The child: one eval-mode forward of the candidate at the other-size trial's sizes."""
     import torch
 
     from harness.buildcache import BuildCache
-    from harness.worker import as_outputs, load_module
+    from harness.worker.failures import load_module
+    from harness.worker.inputs import as_outputs
 
     job = json.loads(Path(sys.argv[1]).read_text())
     device = torch.device("cuda", 0)

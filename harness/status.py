@@ -53,6 +53,14 @@ class Status(str, enum.Enum):
         return self not in (Status.CORRECT, Status.NEEDS_CUDA, Status.REFERENCE_FAILED, Status.HARNESS_ERROR)
 
 
+class Gradients(str, enum.Enum):
+    """Training parity, as the judge found it (a record's `gradients`; "" there when not checked)."""
+
+    MATCH = "match"  # every gradient the reference has, within the gradient tolerance
+    MISMATCH = "mismatch"  # one is missing or outside it
+    FORWARD_ONLY = "forward only"  # no backward: the outputs carry no graph, or backward raised
+
+
 DESCRIPTIONS: dict[Status, str] = {
     Status.CORRECT: "matched the reference on every check",
     Status.INCORRECT: "ran, but an output differed from the reference (shape, dtype, NaN/Inf or value)",

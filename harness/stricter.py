@@ -7,7 +7,7 @@ weights, buffers, the timed output, integrity flags, guard bands. A failed recor
 of those that made the difference, with a stable code and the figures, so a verdict read beside
 KernelBench's says "stricter: tolerance, max abs error 4.7e-4" rather than a bare `incorrect`.
 
-A pure function of the record's evidence and the plan's calls; `evaluate` calls it.
+A pure function of the record's evidence and the plan's calls; `verdict` calls it.
 """
 from __future__ import annotations
 

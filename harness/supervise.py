@@ -16,15 +16,19 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar
 
 from harness import quiet
 from harness.channel import ChannelReader, ForgedMessage, new_key
 from harness.config import ROOT
 from harness.status import Status
 
+if TYPE_CHECKING:
+    from harness import protocol as P
+
 POLL_SECONDS = 0.2
 Failure = tuple[Status, str]
+M = TypeVar("M")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,13 +42,21 @@ class Reply:
 class WorkerOutcome:
     """How a worker ended, as seen by the parent."""
 
-    failure: Optional[Failure]  # None when the worker reported "done"
-    done: Optional[dict[str, Any]]  # the worker's final message when it finished
-    messages: tuple[dict[str, Any], ...]  # every verified message, in order
+    failure: Optional[Failure]  # None when the worker reported Done
+    done: Optional[P.Done]  # the worker's final message when it finished
+    messages: tuple[Any, ...]  # every verified message (harness.protocol's worker messages), in order
     phase: str  # the last phase the worker announced
     returncode: Optional[int]  # exit code, or -signal
     wall_seconds: float  # start to end, seen by the parent
     log_bytes: int  # total bytes the worker printed
+
+    def first(self, kind: type[M]) -> Optional[M]:
+        """The first message of type `kind` the worker sent, or None."""
+        return next((m for m in self.messages if isinstance(m, kind)), None)
+
+    def every(self, kind: type[M]) -> list[M]:
+        """Every message of type `kind` the worker sent, in order."""
+        return [m for m in self.messages if isinstance(m, kind)]
 
 
 class BoundedLog:
@@ -188,136 +200,167 @@ class Launcher:
 
 
 def run_worker(
-    job: dict[str, Any],
+    job: P.WorkerJob,
     *,
     timeouts: Any,
     memory_limit: int,
     log_path: Path,
     log_limit: int,
     cwd: Path,
-    on_message: Callable[[dict[str, Any]], Optional[Failure | Reply]] = lambda m: None,
+    on_message: Callable[[Any], Optional[Failure | Reply]] = lambda m: None,
     launcher: Optional[Launcher] = None,
 ) -> WorkerOutcome:
-    """Run one worker to its end. `on_message` sees each verified message and may stop the worker
-    (a Failure) or answer it (a Reply, which the worker waits for). The worker comes from
-    `launcher` (possibly prestarted), else is started now; it works in `cwd`."""
+    """Run one worker to its end on `job`. `on_message` sees each verified message other than
+    Phase, Failed and Done (typed: harness.protocol) and may stop the worker (a Failure) or answer
+    it (a Reply, which the worker waits for). A message that is not one a worker sends ends it as a
+    forged result. The worker comes from `launcher` (possibly prestarted), else is started now; it
+    works in `cwd`."""
+    from harness.records import to_dict  # with harness.protocol: not needed to import this module
+
     key = new_key()
     started = time.perf_counter()
     worker = launcher.take() if launcher is not None else start_worker()
-    proc, read_fd = worker.proc, worker.read_fd
-    assert proc.stdin is not None and proc.stdout is not None
-    stdin: Any = proc.stdin
+    assert worker.proc.stdin is not None
     try:
-        stdin.write(json.dumps({**job, "cwd": str(cwd), "result_fd": worker.write_fd, "key": key}).encode() + b"\n")
-        stdin.flush()
+        worker.proc.stdin.write(json.dumps({"job": to_dict(job), "cwd": str(cwd), "result_fd": worker.write_fd, "key": key}).encode() + b"\n")
+        worker.proc.stdin.flush()
     except BrokenPipeError:
         pass  # it died before reading its job; the ending below says how
-    reader = ChannelReader(key)
-    log = BoundedLog(log_limit)
-    messages: list[dict[str, Any]] = []
-    open_fds = {read_fd: "result", proc.stdout.fileno(): "output"}
-    phase, phase_limit = "load", float(timeouts.load)
-    deadline = time.monotonic() + phase_limit
-    failure: Optional[Failure] = None
-    done: Optional[dict[str, Any]] = None
-    reported: Optional[Failure] = None
-
-    def stop(status: Status, reason: str) -> None:
-        nonlocal failure
-        failure = (status, reason)
-        _kill_group(proc)
-
+    watch = _Watch(worker, ChannelReader(key), BoundedLog(log_limit), timeouts, memory_limit, on_message)
     try:
-        while open_fds and failure is None:
-            now = time.monotonic()
-            if now >= deadline:
-                stop(Status.TIMEOUT, f"phase {phase} ran past its {phase_limit:g} s limit")
-                break
-            ready, _, _ = select.select(list(open_fds), [], [], min(POLL_SECONDS, deadline - now))
-            for fd in ready:
-                data = os.read(fd, 1 << 16)
-                if not data:
-                    del open_fds[fd]
-                    continue
-                if open_fds[fd] == "output":
-                    log.write(data)
-                    continue
-                try:
-                    new_messages = reader.feed(data)
-                except ForgedMessage as exc:
-                    stop(Status.FORGED_RESULT, str(exc))
-                    break
-                for message in new_messages:
-                    messages.append(message)
-                    kind = message.get("type")
-                    if kind == "phase":
-                        phase = str(message["phase"])
-                        phase_limit = float(getattr(timeouts, phase))
-                        deadline = time.monotonic() + phase_limit
-                    elif kind == "error":
-                        reported = (Status(message["status"]), str(message["reason"]))
-                    elif kind == "done":
-                        done = message
-                    else:
-                        verdict = on_message(message)
-                        if isinstance(verdict, Reply):
-                            try:
-                                stdin.write(json.dumps(verdict.data).encode() + b"\n")
-                                stdin.flush()
-                            except (BrokenPipeError, ValueError):
-                                pass  # it ended meanwhile; the ending below says how
-                        elif verdict is not None:
-                            stop(*verdict)
-                            break
-                if failure is not None:
-                    break
-            if failure is None and memory_limit and _rss_bytes(proc.pid) > memory_limit:
-                stop(Status.OUT_OF_MEMORY, f"worker used over {memory_limit >> 20} MiB of host memory (limit)")
-            if failure is None and (done or reported) and proc.poll() is not None:
-                break  # reported and exited; a child it left holding the pipes must not keep us waiting
-
+        watch.run()
     except BaseException:  # Ctrl-C or a parent bug: the worker's process group must not outlive us
-        _kill_group(proc)
+        _kill_group(worker.proc)
         raise
-    _drain(open_fds, log)
-    try:
-        stdin.close()
-    except OSError:
-        pass
-    try:
-        returncode = proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
-        returncode = proc.wait()
-    _kill_group(proc)  # children the model left behind
-    if launcher is not None:
-        launcher.release(proc)
-    for fd in open_fds:
-        if open_fds[fd] == "result":
-            os.close(fd)
-    proc.stdout.close()
-
+    returncode = watch.end(launcher)
+    failure = watch.failure
     if failure is None:
-        try:
-            reader.finish()
-        except ForgedMessage as exc:
-            failure = (Status.FORGED_RESULT, str(exc))
-    if failure is None:
-        if reported is not None:
-            failure = reported
-        elif done is None:
-            failure = _ending_without_report(returncode, phase)
+        if watch.reported is not None:
+            failure = watch.reported
+        elif watch.done is None:
+            failure = _ending_without_report(returncode, watch.phase)
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    log_path.write_text(log.text())
+    log_path.write_text(watch.log.text())
     return WorkerOutcome(
         failure=failure,
-        done=done if failure is None else None,
-        messages=tuple(messages),
-        phase=phase,
+        done=watch.done if failure is None else None,
+        messages=tuple(watch.messages),
+        phase=watch.phase,
         returncode=returncode,
         wall_seconds=time.perf_counter() - started,
-        log_bytes=log.total,
+        log_bytes=watch.log.total,
     )
+
+
+class _Watch:
+    """One running worker, watched until it ends: its output into the log, its verified messages
+    (phases move its time limit; `on_message` sees the rest), its phase time limit and its memory."""
+
+    def __init__(self, worker: Any, reader: ChannelReader, log: BoundedLog, timeouts: Any, memory_limit: int, on_message: Callable[[Any], Optional[Failure | Reply]]) -> None:
+        from harness import protocol  # with torch (harness.regions): not needed to import this module
+
+        self.P = protocol
+        self.proc, self.reader, self.log, self.timeouts, self.memory_limit, self.on_message = worker.proc, reader, log, timeouts, memory_limit, on_message
+        self.open_fds = {worker.read_fd: "result", worker.proc.stdout.fileno(): "output"}
+        self.messages: list[Any] = []
+        self.phase, self.phase_limit = "load", float(timeouts.load)
+        self.deadline = time.monotonic() + self.phase_limit
+        self.failure: Optional[Failure] = None  # why the parent stopped it
+        self.done: Any = None  # its Done message
+        self.reported: Optional[Failure] = None  # the failure it reported itself (a Failed message)
+
+    def stop(self, status: Status, reason: str) -> None:
+        self.failure = (status, reason)
+        _kill_group(self.proc)
+
+    def run(self) -> None:
+        while self.open_fds and self.failure is None:
+            now = time.monotonic()
+            if now >= self.deadline:
+                self.stop(Status.TIMEOUT, f"phase {self.phase} ran past its {self.phase_limit:g} s limit")
+                break
+            ready, _, _ = select.select(list(self.open_fds), [], [], min(POLL_SECONDS, self.deadline - now))
+            for fd in ready:
+                self.read(fd)
+                if self.failure is not None:
+                    break
+            if self.failure is None and self.memory_limit and _rss_bytes(self.proc.pid) > self.memory_limit:
+                self.stop(Status.OUT_OF_MEMORY, f"worker used over {self.memory_limit >> 20} MiB of host memory (limit)")
+            if self.failure is None and (self.done or self.reported) and self.proc.poll() is not None:
+                break  # reported and exited; a child it left holding the pipes must not keep us waiting
+
+    def read(self, fd: int) -> None:
+        data = os.read(fd, 1 << 16)
+        if not data:
+            del self.open_fds[fd]
+            return
+        if self.open_fds[fd] == "output":
+            self.log.write(data)
+            return
+        try:
+            lines = self.reader.feed(data)
+        except ForgedMessage as exc:
+            self.stop(Status.FORGED_RESULT, str(exc))
+            return
+        for line in lines:
+            try:
+                message = self.P.decode_worker(line)
+            except ValueError as exc:
+                self.stop(Status.FORGED_RESULT, f"the worker sent {str(exc).splitlines()[0]} on the result channel"[:300])
+                return
+            self.messages.append(message)
+            self.handle(message)
+            if self.failure is not None:
+                return
+
+    def handle(self, message: Any) -> None:
+        P = self.P
+        if isinstance(message, P.Phase):
+            self.phase = str(message.phase)
+            self.phase_limit = float(getattr(self.timeouts, self.phase))
+            self.deadline = time.monotonic() + self.phase_limit
+        elif isinstance(message, P.Failed):
+            self.reported = (message.status, str(message.reason))
+        elif isinstance(message, P.Done):
+            self.done = message
+        else:
+            verdict = self.on_message(message)
+            if isinstance(verdict, Reply):
+                try:
+                    self.proc.stdin.write(json.dumps(verdict.data).encode() + b"\n")
+                    self.proc.stdin.flush()
+                except (BrokenPipeError, ValueError):
+                    pass  # it ended meanwhile; the ending below says how
+            elif verdict is not None:
+                self.stop(*verdict)
+
+    def end(self, launcher: Optional[Launcher]) -> int:
+        """Collect the rest of its output, wait for it to exit (its group is killed), close the
+        pipes, and check the channel ended cleanly. Returns its exit code."""
+        proc = self.proc
+        _drain(self.open_fds, self.log)
+        try:
+            proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            returncode = proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            returncode = proc.wait()
+        _kill_group(proc)  # children the model left behind
+        if launcher is not None:
+            launcher.release(proc)
+        for fd in self.open_fds:
+            if self.open_fds[fd] == "result":
+                os.close(fd)
+        proc.stdout.close()
+        if self.failure is None:
+            try:
+                self.reader.finish()
+            except ForgedMessage as exc:
+                self.failure = (Status.FORGED_RESULT, str(exc))
+        return returncode
 
 
 def _drain(open_fds: dict[int, str], log: BoundedLog, seconds: float = 1.0) -> None:

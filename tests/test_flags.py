@@ -7,6 +7,7 @@ from harness.errors import UserError
 from harness.flags import Code, column, decide
 from harness.integrity import extension_use, own_kernels, persisting_l2, side_work
 from harness.problem import declared_settings
+from harness.protocol import Threads
 from harness.records import CallProfile, Flag, KernelTime, TimingStats
 from harness.status import Status
 
@@ -61,7 +62,7 @@ def test_work_outside_the_calling_stream_is_a_side_stream_flag():
     assert side_work(profile((GEMM, 1, 0.9)), None) == []
     (found,) = side_work(profile((GEMM, 1, 0.9), streams=2, busy=1), None)
     assert found[0] is Code.SIDE_STREAM and "2 streams" in found[1] and "still running" in found[1]
-    (found,) = side_work(None, {"count": 1, "names": ["t"], "label": "call_0"})
+    (found,) = side_work(None, Threads("call_0", ("t",), 1))
     assert "thread(s) running" in found[1]
 
 

@@ -19,6 +19,7 @@ import torch
 from harness import protocol as P
 from harness.candidate import Candidate
 from harness.evaluate import Plan, ProblemEvaluation
+from harness.judging import LaneJudge, Setting
 from harness.judge import Judge
 from harness.problem import resolve_problem
 from harness.regions import GUARD, TensorSpec, layout
@@ -112,9 +113,9 @@ def test_a_crashing_candidate_never_takes_the_judge_down(tmp_path, make_config):
     evaluation, candidates = _evaluation(tmp_path, make_config, ["segfaults", "honest"])
     try:
         crashed = evaluation.evaluate(candidates[0])
-        judge = evaluation._judge.proc.pid
+        judge = evaluation.judge.client.proc.pid
         honest = evaluation.evaluate(candidates[1])
-        assert evaluation._judge.proc.pid == judge  # the same judge served both
+        assert evaluation.judge.client.proc.pid == judge  # the same judge served both
     finally:
         evaluation.close()
     assert crashed.status is Status.CRASHED, crashed.reason
@@ -125,8 +126,8 @@ def test_a_judge_killed_between_candidates_is_restarted(tmp_path, make_config):
     evaluation, candidates = _evaluation(tmp_path, make_config, ["honest", "honest", "honest"])
     try:
         evaluation.evaluate(candidates[0])
-        os.kill(evaluation._judge.proc.pid, signal.SIGKILL)
-        evaluation._judge.proc.wait()
+        os.kill(evaluation.judge.client.proc.pid, signal.SIGKILL)
+        evaluation.judge.client.proc.wait()
         after = evaluation.evaluate(candidates[1])
         again = evaluation.evaluate(candidates[2])
     finally:
@@ -143,9 +144,8 @@ def test_a_judge_killed_between_candidates_is_restarted(tmp_path, make_config):
 def judge(make_config):
     cfg = make_config("timing.enabled=false").for_problem({})
     problem = resolve_problem("1_Scale_Bias_ReLU", cfg.path(cfg.problems_dir))
-    evaluation = ProblemEvaluation.__new__(ProblemEvaluation)
-    evaluation.cfg, evaluation.device, evaluation.problem = cfg, "cpu", problem
-    job = evaluation._judge_job(Plan.fresh(cfg), measure=False)
+    setting = Setting(problem, cfg, "cpu", None, None, 0, problem.hash)  # what the judge's job needs: the problem, its config, the device
+    job = LaneJudge(setting).job(Plan.fresh(cfg), measure=False)
     sent = []
     judge = Judge(job, sent.append)
     report = judge.start()
@@ -157,14 +157,14 @@ def judge(make_config):
 
 
 def test_steps_out_of_the_plans_order_are_refused(judge):
-    session = judge.open("candidate")
+    session = judge.open(P.Role.CANDIDATE)
     verdict = judge.check(session.session, P.Step("call", 3))
     assert verdict.failure is not None and verdict.failure[0] == Status.FORGED_RESULT.value
     assert "out of the plan's order" in verdict.failure[1]
 
 
 def test_outputs_said_to_lie_outside_the_mailbox_fail_without_being_read(judge):
-    session = judge.open("candidate")
+    session = judge.open(P.Role.CANDIDATE)
     staged = session.first.sets[0][0].tensor
     beyond = TensorSpec(session.mailbox.nbytes + 4096, staged.shape, staged.dtype)
     verdict = judge.check(session.session, P.Step("same_seed", outputs=(P.Output("Tensor", device="cpu", tensor=beyond),), want=P.Want("call", 0)))
@@ -173,7 +173,7 @@ def test_outputs_said_to_lie_outside_the_mailbox_fail_without_being_read(judge):
 
 
 def test_the_mailbox_holds_the_largest_step_and_inputs_hold_only_what_the_worker_needs(judge):
-    session = judge.open("candidate")
+    session = judge.open(P.Role.CANDIDATE)
     first = session.first.sets[0][0].tensor
     x_bytes = first.nbytes
     assert session.mailbox.nbytes >= x_bytes  # one output of x's shape

@@ -200,3 +200,42 @@ def test_a_ray_lane_that_dies_gives_a_harness_error_record_not_a_crash(tmp_path)
     assert records["zz_kills_lane"]["status"] == "harness error"
     assert records["zz_kills_lane"]["reason"].startswith("the Ray lane failed: ")
     assert done.returncode == 4, done.stderr[-2000:]  # a harness error, reported as such
+
+
+def test_both_executors_are_executors_and_evaluate_imports_neither():
+    """The executors import the evaluation, never the reverse (nor inside a function)."""
+    import inspect
+    import subprocess
+    import sys
+
+    from harness import evaluate
+    from harness.executor import Executor
+    from harness.ray_executor import RayExecutor
+
+    members = ("describe", "submit", "submit_all", "pending", "run_problem", "stop", "close")
+    assert all(callable(getattr(cls, name, None)) for cls in (LocalExecutor, RayExecutor) for name in members)
+    assert issubclass(LocalExecutor, Executor) and issubclass(RayExecutor, Executor)
+    assert "harness.lanes" not in inspect.getsource(evaluate) and "harness.ray_executor" not in inspect.getsource(evaluate)
+    code = "import sys, harness.evaluate; print(sorted(m for m in ('harness.lanes', 'harness.ray_executor', 'harness.executor') if m in sys.modules))"
+    assert subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True).stdout.strip() == "[]"
+
+
+def test_a_ray_lane_hands_its_records_back_as_the_records_file_holds_them(tmp_path):
+    """The lane's store keeps what it is given; the driver rebuilds it and writes the same lines."""
+    from harness.ray_executor import LaneStore
+    from harness.store import RunStore
+    from harness.records import RECORD_KINDS, from_dict
+
+    reference = ReferenceRecord(run_id="r", problem="p", problem_hash="h", problem_path="p.py", device="cpu", device_name="cpu", ok=True, reason="ok", notes=("n",))
+    candidate = CandidateRecord(run_id="r", problem="p", problem_hash="h", candidate="c", candidate_path="c.py", candidate_hash="x", device="cpu", status=Status.CORRECT, reason="ok",
+                                log_path="", finished_at="t", warnings=("w",), phase_seconds={"load": float("inf")})
+    lane, plain = LaneStore(tmp_path / "lane", "r"), RunStore(tmp_path / "plain", "r")
+    for record in (reference, candidate):
+        lane.append(record)
+        plain.append(record)
+    taken = lane.take()
+    assert lane.take() == [] and not lane.records_path.exists()
+    rebuilt = RunStore(tmp_path / "rebuilt", "r")
+    for data in taken:
+        rebuilt.append(from_dict(RECORD_KINDS[data.pop("kind")], data))
+    assert rebuilt.records_path.read_bytes() == plain.records_path.read_bytes()

@@ -5,7 +5,7 @@ import torch
 
 from harness import api
 from harness.status import Status
-from harness.worker import redistribute, structure
+from harness.worker.inputs import redistribute, structure
 
 CASES = {
     "randn": (torch.randn(64, 64), ()),

@@ -16,7 +16,7 @@ from harness.candidate import Candidate, discover_candidates
 from harness.commands import add_config_arguments, load_config
 from harness.config import DEVICES, Config
 from harness.errors import ExitCode, UserError
-from harness.lanes import gather
+from harness.executor import gather
 from harness.leaderboard import candidate_frame, print_leaderboard, write_leaderboards
 from harness.problem import Problem, discover_problems, resolve_problem
 from harness.progress import Progress

@@ -1,0 +1,180 @@
+"""The reference's pass for one problem on one lane, in the parent: the lane's judge started
+through the plan, then, when timing, the torch.compile baselines (or their cached timings), the
+null candidate, and the reference's own timing. Its record is what the candidates are measured
+against; a compile baseline's failure never fails it."""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import hashlib
+import json
+from typing import Callable, Optional
+
+import torch
+
+from harness import protocol as P
+from harness.config import Config
+from harness.environment import device_identity
+from harness.errors import flat
+from harness.judging import ComparedRun, LaneJudge, Setting, Subject
+from harness.pairing import resolve_mode
+from harness.plan import Plan
+from harness.records import Baseline, NullFloor, ReferenceRecord, from_dict, to_dict
+from harness.status import Status
+from harness.supervise import JudgeFailed
+from harness.verdict import Compared
+
+
+class Stopped(Exception):
+    """A stopped run's evaluation ended without a record (ProblemEvaluation.stop)."""
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+class ReferenceRun:
+    """Runs the reference once for a lane (`run`), and with it fixes the problem's timing mode."""
+
+    def __init__(self, setting: Setting, judge: LaneJudge, stopped: Callable[[], bool]) -> None:
+        self.setting, self.judge, self.stopped = setting, judge, stopped
+        cfg = setting.cfg
+        self.timing_mode: tuple[str, str] = (cfg.timing.mode if cfg.timing.mode != "auto" else "eager", "")  # (mode, why), once the reference is profiled
+
+    def compare(self, subject: Subject, plan: Plan) -> Compared:
+        """Run one compared worker against the lane's judge (harness.judging)."""
+        assert self.judge.client is not None
+        return ComparedRun(self.setting, self.judge.client, plan, self.timing_mode, subject).run()
+
+    def run(self, plan: Plan) -> ReferenceRecord:
+        """The reference's record, written to the store (a stopped run raises Stopped instead)."""
+        setting, cfg = self.setting, self.setting.cfg
+        cache = TimingCache(cfg, setting.problem_hash, setting.device, setting.lane.gpu)
+        cached = cache.load() if cfg.timing.reuse_reference and cfg.timing.enabled else None
+        started = datetime.datetime.now()
+        report = self.judge.start(plan, measure=cached is None or cached.speed_of_light is None)
+        # One timing mode for the problem (timing.mode auto: graph when the reference is launch-bound)
+        self.timing_mode = resolve_mode(cfg.timing.mode, report.profile)
+        record = self.record(report, round((datetime.datetime.now() - started).total_seconds(), 3))
+        if record.ok and cached is not None:
+            # Reused: the torch.compile baselines' paired timings and the speed-of-light (the eager
+            # reference itself is timed with every candidate, so nothing of its own is reused).
+            record = dataclasses.replace(record, baselines=cached.baselines, speed_of_light=cached.speed_of_light or record.speed_of_light, timing_reused_from=cached.timing_reused_from or cached.run_id)
+        elif record.ok and cfg.timing.enabled:
+            baselines = tuple(self.baseline(mode, plan) for mode in cfg.baselines.compile_modes)
+            record = dataclasses.replace(record, baselines=baselines)
+            if cfg.timing.reuse_reference and all(b.ok for b in baselines):
+                cache.save(record)
+        if record.ok and cfg.timing.enabled and self.wants_null():
+            record = dataclasses.replace(record, null_floor=self.null(plan))
+        if record.ok and cfg.timing.enabled:
+            # The reference's own timing, for the record: its rounds paired with the null candidate,
+            # else with the first baseline (each candidate's speedup uses the rounds paired with it).
+            sides = [record.null_floor.paired if record.null_floor else None] + ([b.paired for b in record.baselines] if not record.timing_reused_from else [])
+            record = dataclasses.replace(record, timing=next((p.reference for p in sides if p is not None), None))
+        if self.stopped():
+            raise Stopped(f"{setting.problem.name}: the run was stopped during its reference")
+        setting.store.append(record)
+        return record
+
+    def record(self, report: P.ReferenceReport, wall_seconds: float) -> ReferenceRecord:
+        """The record of the judge's run of the reference (before baselines and the null candidate)."""
+        setting = self.setting
+        problem = setting.problem
+        notes = (
+            report.float64_note,
+            f"profiling the reference failed: {report.profile_error}" if report.profile_error else "",
+            f"speed-of-light not measured: {report.speed_of_light_error}" if report.speed_of_light_error else "",
+        )
+        return ReferenceRecord(
+            run_id=setting.store.run_id,
+            problem=problem.name,
+            problem_hash=setting.problem_hash,
+            problem_path=str(problem.path),
+            device=setting.device,
+            device_name=report.device_name,
+            ok=report.ok,
+            reason=report.reason,
+            speed_of_light=report.speed_of_light,
+            profile=report.profile,
+            other_size=report.other_size,
+            other_size_note=report.other_size_note,
+            wall_seconds=wall_seconds,
+            finished_at=now(),
+            lane=setting.lane.label,
+            declared=dict(problem.settings),
+            data_plane=report.data_plane,
+            peak_bytes=report.peak_bytes,
+            notes=tuple(n for n in notes if n) + report.input_structure,
+        )
+
+    def wants_null(self) -> bool:
+        setting = self.setting.cfg.timing.null_candidate
+        return setting == "on" or (setting == "auto" and self.setting.device == "cuda")
+
+    def null(self, plan: Plan) -> NullFloor:
+        """The null candidate: the problem's own Model through the candidate path (every check, then
+        timed in turns with the reference). Identical code: its speedup is this run's 1.00x."""
+        try:
+            compared = self.compare(Subject(P.Role.CANDIDATE, self.setting.problem.path, "_null", class_name="Model", name="the null candidate"), plan)
+        except JudgeFailed as exc:
+            self.judge.failed(str(exc))
+            return NullFloor(Status.HARNESS_ERROR.value, flat(f"the lane's judge failed: {exc}"))
+        if compared.outcome.failure is not None:
+            status, reason = compared.outcome.failure
+            return NullFloor(status.value, flat(reason))
+        worst = max((c.max_abs_error or 0.0 for c in compared.checks), default=0.0)
+        return NullFloor(Status.CORRECT.value, f"matched {len(plan.calls)} calls; max abs error {worst:.2g}", compared.paired)
+
+    def baseline(self, mode: str, plan: Plan) -> Baseline:
+        """torch.compile of the reference, in its own worker: checked by the judge like a
+        candidate, then timed in turns with the eager reference. Its failure never fails the reference."""
+        name = f"torch.compile({mode})"
+        try:
+            compared = self.compare(Subject(P.Role.BASELINE, self.setting.problem.path, f"_compile-{mode}", compile_mode=mode, name=name), plan)
+        except JudgeFailed as exc:
+            self.judge.failed(str(exc))
+            return Baseline(name, False, flat(f"the lane's judge failed: {exc}"))
+        outcome, checks = compared.outcome, compared.checks
+        compiled = outcome.first(P.Compiled)
+        seconds = compiled.seconds if compiled is not None else None
+        worst = max((c.max_abs_error or 0.0 for c in checks), default=None)
+        if outcome.failure is not None:
+            return Baseline(name, False, flat(f"{outcome.failure[0].value}: {outcome.failure[1]}"), compile_seconds=seconds, max_abs_error=worst)
+        if compared.timing is None:
+            return Baseline(name, False, "compiled and matched, but no timing arrived", compile_seconds=seconds, max_abs_error=worst)
+        return Baseline(name, True, "ok", timing=compared.timing, compile_seconds=seconds, max_abs_error=worst, paired=compared.paired)
+
+
+class TimingCache:
+    """The torch.compile baselines (each timed in turns with the eager reference) and the
+    speed-of-light, per (problem hash, device, torch version, timing config), reused across runs
+    when timing.reuse_reference is set."""
+
+    def __init__(self, cfg: Config, problem_hash: str, device: str, gpu: str = "") -> None:
+        timing = dataclasses.asdict(cfg.timing)
+        for key in ("reuse_reference", "unstable_iqr", "null_candidate", "quiet", "null_tolerance"):
+            timing.pop(key)
+        key = {
+            "problem": problem_hash,
+            "device": device_identity(device, cfg.timing.cpu_threads, gpu),
+            "torch": torch.__version__,
+            "timing": timing,
+            "allow_tf32": cfg.check.allow_tf32,
+            "compile_modes": list(cfg.baselines.compile_modes),
+            "speed_of_light": cfg.speed_of_light.enabled,
+        }
+        digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]
+        self.path = cfg.path(cfg.measurement_cache_dir) / "reference-timing" / f"{digest}.json"
+
+    def load(self) -> Optional[ReferenceRecord]:
+        try:
+            return from_dict(ReferenceRecord, json.loads(self.path.read_text()))
+        except (OSError, ValueError, TypeError, KeyError):
+            return None
+
+    def save(self, record: ReferenceRecord) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(to_dict(record)))
+        tmp.replace(self.path)

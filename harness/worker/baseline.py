@@ -1,0 +1,60 @@
+"""The baseline role: torch.compile of the reference (the problem's own Model on the reference's
+weights). It compiles, its calls are checked against the reference, then it is timed; it has no
+same-seed, buffers, gradients or timed-output steps."""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+from harness import protocol as P
+from harness.status import Status
+from harness.worker.compared import Worker, check_calls, construct, finish, inductor_cache, load, load_reference_weights, start_timing, time_rounds, _delta
+from harness.worker.device import synchronize
+from harness.worker.failures import classify
+
+
+class Baseline(Worker):
+    """torch.compile(mode=job.compile_mode) of the reference, in a worker like a candidate's."""
+
+    role = P.Role.BASELINE
+
+    def run(self) -> None:
+        model_class, cache = load(self)
+        model = construct(self, model_class)
+        assert self.job.compile_mode is not None
+        inductor_cache(self.job.build_cache)
+        runner = self._compile(model, self.job.compile_mode)
+        self.phase("check")
+        before_checks = dict(cache.calls)
+        with torch.no_grad():
+            staged = check_calls(self, model, runner, self.session.first)
+        checked = _delta(cache.calls, before_checks)
+        timing = self.job.timing is not None
+        staged = self._ask("timing") if timing else staged
+        self.end_phase()
+        before_timing = dict(cache.calls)
+        if timing:
+            time_rounds(self, runner, start_timing(self, staged), profiled=False)
+            self.end_phase()
+        finish(self, cache, checked, before_timing)
+
+    def _compile(self, model: Any, mode: str) -> Any:
+        """torch.compile the (weight-loaded) model; the first call, which compiles, is timed here."""
+        load_reference_weights(self, model)
+        self.phase("compile")
+        started = time.perf_counter()
+        try:
+            runner = torch.compile(model, mode=mode)
+            model.eval()
+            with torch.no_grad():
+                runner(*[a.clone() if isinstance(a, torch.Tensor) else a for a in self._set(self.session.first.sets[0])])
+            synchronize(self.device)
+        except BaseException as exc:
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            raise classify(exc, Status.BUILD_FAILED) from None
+        self.send(P.Compiled(round(time.perf_counter() - started, 3)))
+        self.end_phase()
+        return runner

@@ -1,0 +1,72 @@
+"""The candidate role: a candidate's ModelNew (or the null candidate: the problem's own Model
+through the same path), checked step by step against the reference in the judge, then timed."""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+
+from harness import protocol as P
+from harness.worker.checks import model_gradients, paired_gradients
+from harness.worker.compared import Worker, check_calls, construct, finish, load, load_reference_weights, reference_pairs, start_timing, time_rounds, _delta
+
+
+class Candidate(Worker):
+    """Steps, in the plan's order: same_seed (its own weights, under the shared seed), then the
+    reference's weights loaded, every planned call, its buffers, its gradients (when asked), and
+    the last timed call's output."""
+
+    role = P.Role.CANDIDATE
+
+    def run(self) -> None:
+        model_class, cache = load(self)
+        model = construct(self, model_class)
+        self.phase("check")
+        before_checks = dict(cache.calls)
+        with torch.no_grad():
+            model.eval()
+            staged, own = self._same_seed(model)
+            staged = check_calls(self, model, model, staged)
+        checked = _delta(cache.calls, before_checks)
+        timing = self.job.timing is not None
+        after_buffers = ("trial", 0) if self.job.gradients else ("timing", 0) if timing else ("none", 0)
+        buffers = list(model.named_buffers())
+        staged = self._step("buffers", 0, [v.detach() for _, v in buffers], [], want=after_buffers, names=[self.reference_names(k) for k, _ in buffers])
+        if self.job.gradients:
+            staged = self._gradients(model, staged, own)
+        self.end_phase()
+        before_timing = dict(cache.calls)
+        if timing:
+            sets = start_timing(self, staged)
+            output = time_rounds(self, model, sets, profiled=True)
+            if output is not None and all(isinstance(o, torch.Tensor) for o in output):
+                self._step("timed", 0, output, sets[0], want=("none", 0))
+            self.end_phase()
+        finish(self, cache, checked, before_timing)
+
+    def _same_seed(self, model: Any) -> tuple[Any, bool]:
+        """The first call on the weights the model built under the shared seed; then the reference's
+        weights go in, unless it keeps its own (check.weights seed, or nothing pairs). Returns what
+        the judge staged next, and whether it keeps its own weights."""
+        args = self._set(self.session.first.sets[0])
+        pairs = reference_pairs(self, model)
+        own = pairs is None
+        staged = self._step("same_seed", 0, self._call(model, args, "same_seed"), args, want=("call", 0), own_weights=own)
+        if not own:
+            load_reference_weights(self, model, pairs)
+        return staged, own
+
+    def _gradients(self, model: Any, staged: Optional[P.Staged], own: bool) -> Optional[P.Staged]:
+        """Training parity: the gradients of a train-mode forward on the judge's trial inputs, named as
+        the reference names its parameters; on its own weights, only those that pair with the reference's."""
+        assert staged is not None
+        status, reason, grads = model_gradients(model, self._set(staged.sets[0], staged.fresh), self.job.gradient_seed, self.guard)
+        if own:  # its own parameters: only those the reference has, by name and shape, can be compared
+            grads = paired_gradients(grads, {f"parameter {w.name}": tuple(w.tensor.shape) for w in self.session.weights})
+        names = [f"parameter {self.reference_names(k.removeprefix('parameter '))}" if k.startswith("parameter ") else k for k in grads]
+        want = ("timing", 0) if self.job.timing is not None else ("none", 0)
+        staged = self._step("grads", 0, list(grads.values()), [], want=want, names=names, status=status, reason=reason)
+        del grads
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        return staged

@@ -1,0 +1,327 @@
+"""What every compared role shares: the data plane (inputs from the judge's region, outputs into its
+mailbox, each step reported on the channel and answered by the parent), the phases, the checked
+forward, loading the model and the reference's weights, the checked calls, and the timing rounds.
+
+A role (harness.worker.candidate, harness.worker.baseline) is a `Worker` with a run sequence of its
+own, made of these steps.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import torch
+
+from harness import protocol as P
+from harness.buildcache import BuildCache
+from harness.channel import ChannelWriter
+from harness.errors import one_line
+from harness.records import ExtensionBuild, from_dict
+from harness.regions import GUARD, POISON, Region, band_changes, layout, past_end, view, write
+from harness.status import Status
+from harness.worker.checks import _counter, weight_pairs, weights_problems
+from harness.worker.device import setup_device, synchronize
+from harness.worker.failures import Guard, WorkerFailure, classify, load_module
+from harness.worker.inputs import aliased_input, as_outputs, same_bits
+from harness.worker.timed import prepare_timer, time_round
+
+
+class Worker:
+    """One compared model in its own process. Its inputs and the reference's weights are in a
+    region the judge shares with it; it puts each step's outputs in the judge's mailbox region,
+    reports the step on the channel, and waits for the parent's go-ahead (which carries the
+    inputs the judge staged next). Subclasses give each role its `run` sequence."""
+
+    role: P.Role  # the role a subclass runs (the job's role picks the subclass)
+
+    def __init__(self, job: P.WorkerJob, channel: ChannelWriter, acks: Any) -> None:
+        self.job = job
+        self.channel = channel
+        self.acks = acks  # the parent's go-ahead lines (a private copy of stdin)
+        self.session = job.session
+        self.phase_seconds: dict[str, float] = {}
+        self.reference_names: Callable[[str], str] = lambda name: name  # own name -> the reference's (renamed weights)
+        self.device: Any = None  # the torch.device, once set up (`load`)
+        self.guard = Guard(self)  # the identities the model must leave alone, taken before its module is imported
+        self.inputs: Any = None  # the judge's inputs region, mapped (`construct`)
+        self.mailbox: Any = None  # the judge's mailbox region, mapped (`construct`)
+        self._copies = False  # the inputs region is in host memory on a CUDA run: the model gets device copies
+        self._last: Any = None  # (views, tensors) of the input set staged last
+        self._phase_name, self._phase_started = "", 0.0
+        self._views: dict[Any, Any] = {}
+        self._bands: dict[int, Any] = {}  # id of a device copy -> the guard band after it
+        self._unsafe_reported = False
+
+    def run(self) -> None:
+        raise NotImplementedError
+
+    def send(self, message: Any) -> None:
+        """One typed message (harness.protocol) on the result channel."""
+        self.channel.send(P.encode(message))
+
+    def phase(self, name: str) -> None:
+        self.send(P.Phase(name))
+        print(f"[harness] phase {name}", file=sys.stderr, flush=True)
+        self._phase_name, self._phase_started = name, time.perf_counter()
+
+    def _around_build(self, starting: bool) -> None:
+        """A build in __init__ or forward runs under the load limit, then its phase resumes afresh."""
+        if self._phase_name != "load":
+            self.send(P.Phase("load" if starting else self._phase_name))
+
+    def end_phase(self) -> None:
+        self.phase_seconds[self._phase_name] = round(time.perf_counter() - self._phase_started, 4)
+
+    # -- the data plane --------------------------------------------------------------------------
+
+    def _args(self, args: Any) -> list[Any]:
+        return [view(self.inputs.tensor, a.tensor) if a.tensor is not None else a.value for a in args]
+
+    def _set(self, args: Any, fresh: bool = True) -> list[Any]:
+        """The staged input set: the same tensor objects whenever the judge staged the same layout.
+        They are views into the inputs region, or, where the region is in host memory on a CUDA
+        run, device copies of them, refilled from the region each time a step's inputs are staged."""
+        key = tuple(args)
+        if key not in self._views:
+            views = self._args(args)
+            tensors = [self._guarded_copy(v) if self._copies and isinstance(v, torch.Tensor) else v for v in views]
+            self._views[key] = (views, tensors)
+        elif self._copies and fresh:
+            for view_, tensor in zip(*self._views[key]):
+                if isinstance(tensor, torch.Tensor):
+                    tensor.copy_(view_)
+        self._last = self._views[key]
+        return self._views[key][1]
+
+    def _guarded_copy(self, source: Any) -> Any:
+        """A device copy of `source`, followed in its allocation by a guard band of poison (as the
+        judge's regions have), so a write past its end is seen (`_check_copies`)."""
+        nbytes = source.numel() * source.element_size()
+        block = torch.empty(nbytes + GUARD, dtype=torch.uint8, device=self.device)
+        block[nbytes:].fill_(POISON)
+        tensor = block[:nbytes].view(source.dtype).view(source.shape)
+        tensor.copy_(source)
+        self._bands[id(tensor)] = block[nbytes:]
+        return tensor
+
+    def _check_copies(self, label: str) -> None:
+        """Where the worker runs on device copies of a host region, the judge cannot see them: the
+        worker checks that forward left them as the judge staged them (a chunk at a time), and
+        reports the first write past one's end (its guard band changed) once."""
+        if not self._copies:
+            return
+        for position, (staged, tensor) in enumerate(zip(*self._last)):
+            if not isinstance(tensor, torch.Tensor):
+                continue
+            if not same_bits(tensor, staged):
+                raise WorkerFailure(Status.MUTATED_INPUT, f"forward changed input {position} in place ({label})")
+            band = self._bands.get(id(tensor))
+            if band is not None and not self._unsafe_reported and self.job.guard_bands:
+                changed = band_changes(band)
+                if changed:
+                    self._unsafe_reported = True
+                    self.send(P.Unsafe(past_end(position, changed, label)))
+
+    def _step(self, step: str, index: int, outputs: list[Any], inputs: list[Any], *, want: tuple[str, int], names: Optional[list[str]] = None, status: str = "ok", reason: str = "", own_weights: bool = False) -> Optional[P.Staged]:
+        """Put `outputs` in the mailbox, report the step, and wait for the parent's go-ahead; the
+        inputs the judge staged for the next step come with it."""
+        if step in ("same_seed", "call"):
+            self._check_copies(step if step == "same_seed" else f"call_{index}")
+        tensors = [o for o in outputs if isinstance(o, torch.Tensor)]
+        specs, end = layout(tensors)
+        fits = end <= self.mailbox.nbytes
+        if fits:
+            write(self.mailbox.tensor, [t.as_subclass(torch.Tensor) for t in tensors], specs)
+            synchronize(self.device)
+        described = []
+        spec_of = iter(specs)
+        for position, o in enumerate(outputs):
+            name = names[position] if names else ""
+            if isinstance(o, torch.Tensor):
+                spec = next(spec_of)
+                if not fits:
+                    spec = dataclasses.replace(spec, offset=-1)
+                described.append(P.Output(type(o).__name__, name, str(o.layout), o.device.type, aliased_input(o, inputs), spec))
+            else:
+                described.append(P.Output(type(o).__name__, name))
+        reply = self._exchange(P.Step(step, index, tuple(described), status, reason, P.Want(*want), own_weights))
+        return from_dict(P.Staged, reply["staged"]) if reply.get("staged") is not None else None
+
+    def _exchange(self, message: Any) -> dict[str, Any]:
+        """Send `message` on the channel and wait for the parent's answer (one JSON line)."""
+        self.send(message)
+        line = self.acks.readline()
+        if not line:
+            raise WorkerFailure(Status.HARNESS_ERROR, f"the parent went away after a {type(message).__name__} message")
+        return json.loads(line)
+
+    def _ask(self, kind: str) -> Optional[P.Staged]:
+        """Ask for inputs without reporting outputs (a step with none)."""
+        return self._step("stage", 0, [], [], want=(kind, 0))
+
+    def _call(self, model: Any, args: list[Any], label: str) -> list[Any]:
+        """One checked forward: its outputs (tensors only), after the guard's check and a look for threads it left running."""
+        threads_before = set(threading.enumerate())
+        try:
+            out = model(*args)
+            synchronize(self.device)
+        except BaseException as exc:
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            raise classify(exc, Status.RUNTIME_ERROR) from None
+        self.guard.check(f"forward ({label})")
+        alive = [t.name for t in threading.enumerate() if t not in threads_before and t.is_alive()]
+        if alive:
+            self.send(P.Threads(label, tuple(alive[:5]), len(alive)))
+        outputs = as_outputs(out)
+        bad = [type(o).__name__ for o in outputs if not isinstance(o, torch.Tensor)]
+        if bad:
+            raise WorkerFailure(Status.RUNTIME_ERROR, f"forward returned {', '.join(bad)} where tensors were expected")
+        return outputs
+
+
+# -- the steps every role's run is made of ---------------------------------------------------------
+
+
+def load(worker: Worker) -> tuple[type, BuildCache]:
+    """Phase load: the device, the build cache, the guard, and the model's class from its module."""
+    job = worker.job
+    worker.phase("load")
+    worker.device, arch, _ = setup_device(job)
+    cache = BuildCache(
+        Path(job.build_cache), arch,
+        around_build=worker._around_build,
+        on_event=lambda event: worker.send(P.Built(ExtensionBuild(**event))),
+    )
+    cache.install()
+    module = load_module(Path(job.source), f"__{worker.role.value}__")
+    worker.guard.check("import")
+    model_class = getattr(module, job.class_name, None)
+    if not isinstance(model_class, type) or not issubclass(model_class, torch.nn.Module):
+        raise WorkerFailure(Status.INTERFACE_ERROR, f"the module defines no nn.Module subclass named {job.class_name}")
+    worker.end_phase()
+    return model_class, cache
+
+
+def construct(worker: Worker, model_class: type) -> Any:
+    """Phase construct: the judge's regions mapped, and the model built under the shared seed on the device."""
+    worker.phase("construct")
+    try:
+        worker.inputs = Region.open(worker.session.inputs, worker.device)
+        worker.mailbox = Region.open(worker.session.mailbox, worker.device)
+    except Exception as exc:
+        raise WorkerFailure(Status.HARNESS_ERROR, f"could not map the judge's regions: {one_line(exc)}") from None
+    worker._copies = worker.inputs.kind == "host" and worker.device.type == "cuda"
+    init_args = [a.clone() if isinstance(a, torch.Tensor) else a for a in worker._args(worker.session.init_args)]
+    try:
+        torch.manual_seed(worker.job.construct_seed)
+        model = model_class(*init_args)
+        model = model.to(worker.device)
+    except BaseException as exc:
+        raise classify(exc, Status.CONSTRUCT_FAILED) from None
+    worker.guard.check("construction")
+    worker.end_phase()
+    return model
+
+
+def check_calls(worker: Worker, model: Any, runner: Any, staged: P.Staged) -> P.Staged:
+    """Every planned call of `runner` (`model`, or its compiled form) on the inputs the judge staged,
+    each reported as a step; returns what the judge staged after the last."""
+    calls = worker.job.calls
+    for index, call in enumerate(calls):
+        model.train(call.mode == "train")
+        # The inputs of every call are written by the judge into the same memory: an answer
+        # memoised by input identity or address comes back stale and fails the comparison.
+        args = worker._set(staged.sets[0], staged.fresh)
+        torch.manual_seed(worker.job.rng_seed + index)  # as the judge seeds its reference call
+        out = worker._call(runner, args, f"call_{index}")
+        last = index + 1 == len(calls)
+        staged = worker._step("call", index, out, args, want=("none", 0) if last else ("call", index + 1))
+        del out
+    return staged
+
+
+def reference_pairs(worker: Worker, model: Any) -> Optional[list[tuple[str, str]]]:
+    """How the reference's weights go into the model (`weight_pairs`), or None when it keeps the
+    weights it built under the shared seed: check.weights is seed (KernelBench's way), or they
+    pair neither by name nor by position (then `WeightsBySeed` says why; the verdict is flagged)."""
+    if worker.job.weights == "seed":
+        return None
+    reference = {w.name: w.tensor for w in worker.session.weights}
+    own = model.state_dict()
+    pairs = weight_pairs(own, reference)
+    if pairs is None:
+        worker.send(P.WeightsBySeed(weights_problems(own, reference)[:500]))
+    return pairs
+
+
+def load_reference_weights(worker: Worker, model: Any, pairs: Optional[list[tuple[str, str]]] = None) -> None:
+    """The reference's state_dict (in the inputs region) into `model`: by name when the names
+    match; else, when ModelNew renamed them (gamma for bn.weight, a Sequential re-indexed), by
+    registration order, where every parameter and buffer pairs with one of the same shape
+    (num_batches_tracked aside). The pairs are reported (`WeightsMapped`); later steps name
+    buffers and gradients as the reference does. No such pairing (a compile baseline whose
+    weights will not load): `weights mismatch`."""
+    reference = {w.name: view(worker.inputs.tensor, w.tensor) for w in worker.session.weights}
+    own = model.state_dict()
+    pairs = weight_pairs(own, reference) if pairs is None else pairs
+    if pairs is None:
+        raise WorkerFailure(Status.WEIGHTS_MISMATCH, weights_problems(own, reference)[:500])
+    if pairs:
+        renamed = {mine: theirs for mine, theirs in pairs if mine != theirs}
+        worker.reference_names = lambda name: renamed.get(name, name)
+        unpaired = {k: own[k] for k in own if _counter(k) and k not in dict(pairs)}  # counters that could not pair keep their own
+        reference = {mine: reference[theirs] for mine, theirs in pairs} | unpaired
+        worker.send(P.WeightsMapped(tuple(sorted(renamed.items())[:200])))
+    try:
+        model.load_state_dict(reference, strict=True)
+    except BaseException as exc:
+        raise WorkerFailure(Status.WEIGHTS_MISMATCH, one_line(exc)) from None
+
+
+def time_rounds(worker: Worker, runner: Any, sets: list[list[Any]], *, profiled: bool) -> Optional[list[Any]]:
+    """Warm up and (when `profiled`) profile, then time the forward over the staged sets in the
+    rounds the parent asks for (in turns with the reference in the judge). Returns the output of
+    the last timed call on the first set, when there is one."""
+    assert worker.job.timing is not None
+    timer, ready, last = prepare_timer(runner, sets, worker.device, worker.job.timing, profiled=profiled)
+    worker.guard.check("timing")
+    worker.phase_seconds["prepare"] = round(time.perf_counter() - worker._phase_started, 4)
+    reply = worker._exchange(ready)
+    while reply.get("round") is not None:
+        ask = P.decode(reply["round"])
+        stats = time_round(timer, ask)
+        worker.guard.check("timing")
+        reply = worker._exchange(P.RoundTimed(ask.round, stats))
+    return last()
+
+
+def start_timing(worker: Worker, staged: Optional[P.Staged]) -> list[list[Any]]:
+    """Phase time begins: the timing threads set, and the input sets the judge staged for timing."""
+    assert staged is not None
+    worker.phase("time")
+    if worker.device.type == "cpu" and worker.job.cpu_threads:
+        torch.set_num_threads(worker.job.cpu_threads)  # checks use every core; timings this many
+    return [worker._set(s) for s in staged.sets]
+
+
+def finish(worker: Worker, cache: BuildCache, checked: dict[str, int], before_timing: dict[str, int]) -> None:
+    """The extension calls counted while checked and while timed, then the last message."""
+    worker.send(P.ExtensionCalls(checked, _delta(cache.calls, before_timing)))
+    worker.send(P.Done(worker.phase_seconds))
+
+
+def _delta(now: dict[str, int], before: dict[str, int]) -> dict[str, int]:
+    """Calls into each extension function since `before` (functions built since count from zero)."""
+    return {name: count - before.get(name, 0) for name, count in now.items()}
+
+
+def inductor_cache(build_cache: str) -> None:
+    """torch.compile's caches beside the build cache: reused across runs, never in the run's scratch."""
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(build_cache).parent / "inductor"))

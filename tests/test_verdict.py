@@ -1,0 +1,224 @@
+"""A candidate's verdict as a pure function of its run's evidence (harness/verdict.py): the checks,
+the integrity findings under their policies, the sanitizer's and the timing's findings, the
+warnings and the KernelBench comparison. Table-driven, no workers."""
+import dataclasses
+
+import pytest
+
+from harness.config import load_config
+from harness.flags import Code
+from harness import protocol as P
+from harness.protocol import Call
+from harness.records import CheckResult, ReferenceRecord, TimingStats
+from harness.status import Status
+from harness.supervise import WorkerOutcome
+from harness.verdict import Case, Compared, Reported, Rules, decide, settle
+
+CALLS = (Call(0, "train"), Call(0, "eval"), Call(1, "train", "normal"), Call(1, "eval", "normal"), Call(0, "eval", repeat=1))
+OK = CheckResult("ok", True, "ok", 3e-5, 1e-4, 0.0)
+SAME_SEED_DIFFERS = CheckResult("same-seed construction (eval)", False, "output: 40% of elements outside", 0.5, 2.0, 0.4)
+DEFAULTS = load_config().flags.policies("flag")
+RULES = Rules(require_same_seed=False, modes=("train", "eval"), repeats=1, precision_ratio=10.0, own_share_floor=0.002, weights="transplant", policies=DEFAULTS, log_kib=256)
+REFERENCE = ReferenceRecord(run_id="r", problem="p", problem_hash="h", problem_path="p.py", device="cuda", device_name="gpu", ok=True, reason="ok")
+TIMING = TimingStats.from_samples([1.0] * 5, timer="cuda_events", warmup_calls=1, stopped_by="target_rse")
+PAIRED = object()  # compare is stubbed: the paired speedup is only handed through
+
+
+def outcome(failure=None, log_bytes=100):
+    return WorkerOutcome(failure, None if failure else P.Done({}), (), "done", 0 if failure is None else 1, 1.0, log_bytes)
+
+
+def case(*, failure=None, log_bytes=100, rules=(), reported=(), reference=(), **compared):
+    """A correct, untimed candidate on CUDA, changed where asked: `compared` sets Compared's fields,
+    `rules`, `reported` and `reference` are pairs of field changes, the rest Case's own."""
+    own = {k: compared.pop(k) for k in ("device", "restart_note", "randomize_weights") if k in compared}
+    fields = {"checks": [OK] * len(CALLS), "same_seed": OK, "precision": {}, "gradients": None, **compared}
+    return Case(
+        Compared(outcome(failure, log_bytes), **fields), CALLS, own.pop("randomize_weights", True),
+        dataclasses.replace(REFERENCE, **dict(reference)), dataclasses.replace(RULES, **dict(rules)), own.pop("device", "cuda"),
+        Reported(**dict(reported)), **own,
+    )
+
+
+def policies(**changes):
+    return ("policies", {**DEFAULTS, **changes})
+
+
+def never(timing, paired):
+    raise AssertionError("the timing comparison ran for a candidate that is not correct and timed")
+
+
+def verdict(c, unsafe=(), compare=never):
+    return settle(c, decide(c), list(unsafe), compare)
+
+
+@pytest.mark.parametrize("given, status, reason", [
+    (case(failure=(Status.CRASHED, "killed by signal 11")), Status.CRASHED, "killed by signal 11"),
+    (case(failure=(Status.INCORRECT, "trial 1 (train): output differs"), checks=[OK]), Status.INCORRECT, "trial 1 (train): output differs"),
+    (case(same_seed=SAME_SEED_DIFFERS, rules=[("require_same_seed", True)]), Status.INCORRECT, "same-seed construction (eval): output: 40% of elements outside"),
+    (case(same_seed=SAME_SEED_DIFFERS), Status.CORRECT, "matched 5 calls (train, eval, repeats); max abs error 3e-05"),
+    (case(checks=[OK] * 6), Status.CORRECT, "matched 5 calls (train, eval, repeats) and the buffers after them; max abs error 3e-05"),
+    (case(rules=[("repeats", 0)]), Status.CORRECT, "matched 5 calls (train, eval); max abs error 3e-05"),
+    (case(rules=[("modes", ("eval",)), ("repeats", 0)], checks=[OK, dataclasses.replace(OK, max_abs_error=None), OK, OK, OK]), Status.CORRECT, "matched 5 calls (eval); max abs error 3e-05"),
+], ids=["worker-failure", "failure-keeps-its-reason", "same-seed-required", "same-seed-tolerated", "buffers-clause", "no-repeats", "eval-only"])
+def test_the_checks_give_the_first_verdict(given, status, reason):
+    decided = verdict(given)
+    assert (decided.status, decided.reason) == (status, reason)
+    tolerated = [w for w in decided.warnings if w.startswith("same-seed construction differs")]
+    assert bool(tolerated) == (given.compared.same_seed is SAME_SEED_DIFFERS and not given.rules.require_same_seed)
+
+
+@pytest.mark.parametrize("policy, status, flagged", [
+    ("fail", Status.FLAGGED, [("fallback", "fail")]),
+    ("flag", Status.CORRECT, [("fallback", "flag")]),
+    ("ignore", Status.CORRECT, []),
+], ids=["fail", "flag", "ignore"])
+def test_a_finding_under_each_policy(policy, status, flagged):
+    decided = verdict(case(reported=[("scanned", ((Code.FALLBACK, "forward catches   exceptions"),))], rules=[policies(fallback=policy)]))
+    assert decided.status is status
+    assert [(f.code, f.policy) for f in decided.flags] == flagged
+    if policy == "fail":
+        assert decided.reason == "fallback: forward catches   exceptions"
+        assert decided.stricter is not None and decided.stricter.code == "flag:fallback"
+    if flagged:
+        assert decided.flags[0].reason == "forward catches exceptions"  # one line, spaces squeezed
+
+
+@pytest.mark.parametrize("gradients, policy, status, code", [
+    (("mismatch", "grad of bias differs"), "flag", Status.CORRECT, "wrong-gradients"),
+    (("mismatch", "grad of bias differs"), "fail", Status.WRONG_GRADIENTS, "wrong-gradients"),
+    (("forward only", "no gradient reached the inputs"), "flag", Status.CORRECT, "forward-only"),
+    (("forward only", "no gradient reached the inputs"), "fail", Status.FORWARD_ONLY, "forward-only"),
+    (("match", ""), "fail", Status.CORRECT, None),
+], ids=["wrong-flagged", "wrong-failed", "forward-only-flagged", "forward-only-failed", "match"])
+def test_wrong_gradients_and_forward_only(gradients, policy, status, code):
+    rules = [("policies", load_config().flags.policies(policy))]
+    decided = verdict(case(gradients=gradients, rules=rules))
+    assert decided.status is status
+    assert [f.code for f in decided.flags] == ([code] if code else [])
+    if status is not Status.CORRECT:
+        assert decided.reason == f"{code}: {gradients[1]}"
+
+
+@pytest.mark.parametrize("candidate, reference, flagged", [
+    (5e-5, 1e-6, True),  # 50x the reference's error, over the 10x ratio
+    (5e-6, 1e-6, False),  # 5x: under the ratio
+    (9e-7, 1e-9, False),  # far over the ratio, but under the floor of 1e-6
+    (2e-6, 1e-9, True),  # over the floor
+], ids=["over-ratio", "under-ratio", "under-floor", "over-floor"])
+def test_less_precise_needs_both_the_ratio_and_the_floor(candidate, reference, flagged):
+    decided = verdict(case(precision={"candidate": candidate, "reference": reference}))
+    assert decided.status is Status.CORRECT
+    assert [f.code for f in decided.flags] == (["less-precise"] if flagged else [])
+    if flagged:
+        assert "over check.precision_ratio=10x" in decided.flags[0].reason
+
+
+@pytest.mark.parametrize("own_weights, weights, why, flagged", [
+    (True, "transplant", "shapes differ", "(shapes differ)"),
+    (True, "transplant", "", "(the worker kept its own)"),
+    (True, "seed", "", None),
+    (False, "transplant", "", None),
+], ids=["transplant-with-reason", "transplant-without-reason", "seed", "transplanted"])
+def test_weights_by_seed_only_under_transplant(own_weights, weights, why, flagged):
+    decided = verdict(case(own_weights=own_weights, rules=[("weights", weights)], reported=[("weights_why", why)]))
+    assert [f.code for f in decided.flags] == (["weights-by-seed"] if flagged else [])
+    if flagged:
+        assert flagged in decided.flags[0].reason
+
+
+@pytest.mark.parametrize("policy, status, measured", [
+    ("flag", Status.CORRECT, True),
+    ("fail", Status.FLAGGED, False),
+], ids=["flagged-keeps-measures", "failed-drops-measures"])
+def test_timing_findings_and_measures(policy, status, measured):
+    seen = []
+
+    def compare(timing, paired):
+        seen.append((timing, paired))
+        return {"speedup": 120.0}, ["timing did not settle"], [(Code.IMPLAUSIBLE_TIME, "120x over eager")]
+
+    given = case(timing=TIMING, paired=PAIRED, rules=[policies(implausible_time=policy)], log_bytes=1 << 20)
+    decided = verdict(given, compare=compare)
+    assert seen == [(TIMING, PAIRED)]
+    assert decided.status is status and [f.code for f in decided.flags] == ["implausible-time"]
+    assert decided.measures == ({"speedup": 120.0} if measured else {})
+    assert decided.warnings[-2:] == ("timing did not settle", "printed 1048576 bytes; the log keeps the first and last 128 KiB")
+
+
+@pytest.mark.parametrize("given, unsafe", [
+    (case(timing=TIMING, paired=None), ()),  # no paired rounds: nothing to compare
+    (case(timing=None, paired=PAIRED), ()),
+    (case(timing=TIMING, paired=PAIRED, failure=(Status.INCORRECT, "trial 1 (train): differs")), ()),
+    (case(timing=TIMING, paired=PAIRED), [(Code.UNSAFE_MEMORY, "compute-sanitizer memcheck: invalid write")]),  # the sanitizer failed it first
+], ids=["no-paired", "no-timing", "incorrect", "sanitizer-failed"])
+def test_no_timing_comparison_unless_correct_and_timed(given, unsafe):
+    decided = verdict(given, unsafe)
+    assert decided.measures == {}
+    if unsafe:
+        assert decided.status is Status.UNSAFE_MEMORY and decided.reason.startswith("unsafe-memory: compute-sanitizer")
+        assert decided.stricter is not None and decided.stricter.code == "flag:unsafe-memory"
+
+
+@pytest.mark.parametrize("given, expected", [
+    (case(), ()),
+    (case(restart_note="the lane's judge was restarted before this candidate (the one before: ended)"), ("the lane's judge was restarted before this candidate (the one before: ended)",)),
+    (case(reference=[("other_size_note", "no batch_size")]), ("the other-size trial ran at the problem's own size: no batch_size",)),
+    (case(reported=[("mapping", tuple((f"w{i}", f"weight{i}") for i in range(8)))]),
+     ("weights mapped by position (ModelNew renames them): w0 <- weight0, w1 <- weight1, w2 <- weight2, w3 <- weight3, w4 <- weight4, w5 <- weight5, and 2 more",)),
+    (case(profile_error="RuntimeError: CUPTI_ERROR_NOT_INITIALIZED"), ("profiling the candidate failed: RuntimeError: CUPTI_ERROR_NOT_INITIALIZED",)),
+    (case(log_bytes=256 << 10), ()),  # at the limit: kept whole
+    (case(log_bytes=(256 << 10) + 1), ("printed 262145 bytes; the log keeps the first and last 128 KiB",)),
+    (case(same_seed=SAME_SEED_DIFFERS, restart_note="restarted", reference=[("other_size_note", "fixed shapes")], log_bytes=1 << 20),
+     ("same-seed construction differs from the reference (output: 40% of elements outside); weights are created differently", "restarted",
+      "the other-size trial ran at the problem's own size: fixed shapes", "printed 1048576 bytes; the log keeps the first and last 128 KiB")),
+], ids=["none", "restart-note", "other-size-note", "mapping", "profile-error", "log-at-limit", "log-over-limit", "in-order"])
+def test_warnings(given, expected):
+    assert verdict(given).warnings == expected
+
+
+LOOSE = CheckResult("trial 1 (train)", False, "output: 1% of elements outside", 4.7e-4, 3e-3, 0.01, within_kernelbench=True)
+
+
+@pytest.mark.parametrize("given, code", [
+    (case(), None),
+    (case(failure=(Status.INCORRECT, "trial 1 (train): differs"), checks=[LOOSE]), "tolerance"),
+    (case(failure=(Status.INCORRECT, "trial 1 (train): differs"), checks=[dataclasses.replace(LOOSE, within_kernelbench=False)]), "redrawn-weights"),
+    (case(failure=(Status.INCORRECT, "trial 1 (train): differs"), checks=[dataclasses.replace(LOOSE, within_kernelbench=False)], own_weights=True, rules=[("weights", "seed")]), None),
+    (case(failure=(Status.INCORRECT, "trial 1 (train): differs"), checks=[dataclasses.replace(LOOSE, within_kernelbench=False)], randomize_weights=False), None),
+    (case(failure=(Status.CRASHED, "killed")), None),
+    (case(unsafe="wrote 4 bytes past input 0"), "flag:unsafe-memory"),
+], ids=["correct", "tolerance", "redrawn-weights", "own-weights", "weights-not-redrawn", "crashed", "failing-flag"])
+def test_stricter_only_where_ours_failed_it_and_kernelbench_would_not(given, code):
+    stricter = verdict(given).stricter
+    assert (stricter.code if stricter is not None else None) == code
+
+
+@pytest.mark.parametrize("counted, status, share_codes", [
+    (None, Status.CORRECT, []),  # no report: no evidence either way
+    (P.ExtensionCalls({"ext.f": 3}, {"ext.f": 40}), Status.CORRECT, []),
+    (P.ExtensionCalls({"ext.f": 0}, {}), Status.NO_CUSTOM_KERNEL, ["no-custom-kernel"]),
+], ids=["no-report", "called", "never-called"])
+def test_on_the_cpu_counted_extension_calls_are_the_evidence(counted, status, share_codes):
+    decided = verdict(case(device="cpu", reported=[("counted", counted)]))
+    assert decided.status is status and [f.code for f in decided.flags] == share_codes
+    assert decided.evidence["extension_calls"] == (counted.checked if counted else {})
+    assert decided.evidence["timed_extension_calls"] == (counted.timed if counted else {})
+    assert decided.evidence["custom_kernel_share"] is None  # no profile
+
+
+def test_the_rules_of_a_config():
+    cfg = load_config(overrides=["check.repeats=0", "check.gradients=fail", "check.require_same_seed=true"])
+    rules = Rules.of(cfg)
+    assert (rules.repeats, rules.require_same_seed, rules.modes, rules.log_kib) == (0, True, tuple(cfg.check.modes), cfg.limits.log_kib)
+    assert rules.policies["wrong_gradients"] == rules.policies["forward_only"] == "fail"
+
+
+@pytest.mark.parametrize("threads, codes", [
+    (None, []),
+    (P.Threads("call_0", ("spinner",), 1), ["side-stream"]),
+], ids=["none-left", "one-left"])
+def test_threads_left_running_are_side_work(threads, codes):
+    decided = verdict(case(reported=[("threads", threads)]))
+    assert [f.code for f in decided.flags] == codes
+    assert all("forward left 1 thread(s) running after it returned (spinner; first seen after call_0)" in f.reason for f in decided.flags)
