@@ -8,7 +8,7 @@ import copy
 import dataclasses
 import typing
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import yaml
 
@@ -144,18 +144,33 @@ class Timeouts:
 
 
 @dataclasses.dataclass(frozen=True)
-class TimingConfig:
-    enabled: bool  # time correct candidates and the reference
+class TimerSettings:
+    """The timer's own settings (harness.timing.Timer), as the judge and the workers take them: the
+    part of the timing config that says how one side samples, without the run's policies."""
+
     warmup_ms: float  # untimed warm-up, by time
     min_reps: int  # at least this many timed calls
     max_reps: int  # at most this many timed calls
     budget_s: float  # stop sampling after this long
     target_rse: float  # stop when the relative standard error of the median is below this
     flush_l2: bool  # flush L2 before each timed CUDA call
-    cpu_threads: int  # torch intra-op threads in CPU workers (0 = torch's default)
-    mode: str  # eager | graph | auto (CUDA: capture each input set's call in a CUDA graph, time replays; auto: graph when the reference is launch-bound)
-    sync: str  # auto | stream | device: where the end of a timed CUDA call is taken
+    mode: str  # eager | graph | auto (CUDA: capture each input set's call in a CUDA graph, time replays; auto: graph when the reference is launch-bound); a worker's job carries the problem's resolved mode
     subtract_overhead: bool  # subtract the median time of an empty timed region from every sample
+
+    @classmethod
+    def from_config(cls, timing: "TimerSettings", mode: Optional[str] = None) -> "TimerSettings":
+        """The timer settings of a TimingConfig, with `mode` in place of its own when given."""
+        settings = cls(**{f.name: getattr(timing, f.name) for f in dataclasses.fields(cls)})
+        return settings if mode is None else dataclasses.replace(settings, mode=mode)
+
+
+@dataclasses.dataclass(frozen=True)
+class TimingConfig(TimerSettings):
+    """The timer's settings, and how the run uses them: paired rounds, sync, reuse, the null floor."""
+
+    enabled: bool  # time correct candidates and the reference
+    cpu_threads: int  # torch intra-op threads in CPU workers (0 = torch's default)
+    sync: str  # auto | stream | device: where the end of a timed CUDA call is taken
     unstable_iqr: float  # warn when the interquartile range exceeds this fraction of the median
     reuse_reference: bool  # reuse cached baseline timings (paired with the reference) and speed-of-light
     rounds: int  # paired rounds per side: reference and compared model timed in turns, this many each

@@ -15,6 +15,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from harness.errors import one_line
+from harness.config import TimerSettings
+from harness.records import from_dict
 from harness.status import Vocabulary
 
 
@@ -145,14 +148,13 @@ def _memory_and_launches(model: Any, args: list[Any], outputs: list[Any], device
 
 
 def _launch_bound(model: Any, args: list[Any], device: Any, settings: dict[str, Any]) -> list[LintCheck]:
-    import types
 
     import torch
 
     from harness.profile import profile_call
     from harness.timing import flush_buffer, time_forward
 
-    cfg = types.SimpleNamespace(**settings["timing"])
+    cfg = from_dict(TimerSettings, settings["timing"])
     with torch.no_grad():
         stats = time_forward(model, [args], device, cfg)
         profile = profile_call(model, args, device, flush_buffer(device))
@@ -170,7 +172,7 @@ def main() -> None:
     try:
         checks = lint(path, device, settings)
     except Exception as exc:  # the problem itself does not run: that is the finding
-        checks = [LintCheck("runs", Verdict.FAIL, f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"[:300])]
+        checks = [LintCheck("runs", Verdict.FAIL, one_line(exc))]
     print(json.dumps([dataclasses.asdict(c) for c in checks]))
 
 

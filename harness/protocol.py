@@ -7,42 +7,21 @@ error, not a silent drop. Tensors never travel in a message: only `TensorSpec`s 
 from __future__ import annotations
 
 import dataclasses
-import enum
 import json
 from typing import Any, Optional
 
+from harness.config import TimerSettings
 from harness.records import CallProfile, CheckResult, ExtensionBuild, SpeedOfLight, TimingStats, from_dict, to_dict
 from harness.regions import RegionHandle, TensorSpec
-from harness.status import Status
+from harness.status import Status, Vocabulary
 
 
-class Role(str, enum.Enum):
+class Role(Vocabulary):
     """What a compared worker runs: a candidate's ModelNew (or the null candidate, the problem's own
     Model through the same path), or a torch.compile baseline of the reference."""
 
     CANDIDATE = "candidate"
     BASELINE = "baseline"
-
-
-@dataclasses.dataclass(frozen=True)
-class TimerSettings:
-    """The timer's settings (harness.timing.Timer), as the judge and the workers take them: the
-    run's timing config without its policy keys (rounds, sync, threads, reuse, ...)."""
-
-    warmup_ms: float  # untimed warm-up, by time
-    min_reps: int  # at least this many timed calls
-    max_reps: int  # at most this many timed calls
-    budget_s: float  # stop sampling after this long
-    target_rse: float  # stop when the relative standard error of the median is below this
-    flush_l2: bool  # flush L2 before each timed CUDA call
-    mode: str  # eager | graph (the judge's job carries the config's, auto included; a worker's, the problem's resolved mode)
-    subtract_overhead: bool  # subtract the median time of an empty timed region from every sample
-
-    @classmethod
-    def from_config(cls, timing: Any, mode: Optional[str] = None) -> "TimerSettings":
-        """The timer settings of a TimingConfig (the fields both have), with `mode` in place of its own when given."""
-        settings = cls(**{f.name: getattr(timing, f.name) for f in dataclasses.fields(cls)})
-        return settings if mode is None else dataclasses.replace(settings, mode=mode)
 
 
 @dataclasses.dataclass(frozen=True)

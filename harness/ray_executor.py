@@ -30,7 +30,7 @@ from typing import Any, Callable, Optional
 
 from harness.candidate import Candidate
 from harness.config import ROOT, Config
-from harness.errors import UserError
+from harness.errors import UserError, one_line
 from harness.evaluate import Plan, ProblemEvaluation
 from harness.executor import QueuedExecutor
 from harness.lane import Lane
@@ -293,7 +293,7 @@ class RayExecutor(QueuedExecutor):
                     idle.append(actor)  # the lane itself lives on
                 else:
                     self.actors = [a for a in self.actors if a is not actor]
-                failed(candidate, f"the Ray lane failed: {type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"[:300])
+                failed(candidate, f"the Ray lane failed: {one_line(exc, 280)}")
                 continue
             idle.append(actor)
             self._write(result, problem, by_name, finished)

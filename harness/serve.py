@@ -26,7 +26,7 @@ from typing import Any, Optional
 from urllib.parse import parse_qs, urlparse
 
 from harness.api import Session
-from harness.errors import UserError
+from harness.errors import UserError, one_line
 from harness.records import CandidateRecord, to_dict
 
 MAX_BODY = 8 << 20  # a candidate's source and its JSON envelope
@@ -119,7 +119,7 @@ class Handler(BaseHTTPRequestHandler):
             self._reply(HTTPStatus.ACCEPTED, {"id": ident, "done": False})
             return
         except BaseException as exc:  # a harness failure, or a session stopped under it
-            self._reply(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"})
+            self._reply(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": one_line(exc)})
             return
         self._reply(HTTPStatus.OK, record_json(record))
 

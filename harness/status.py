@@ -53,7 +53,7 @@ class Status(str, enum.Enum):
         return self not in (Status.CORRECT, Status.NEEDS_CUDA, Status.REFERENCE_FAILED, Status.HARNESS_ERROR)
 
 
-class Gradients(str, enum.Enum):
+class Gradients(Vocabulary):
     """Training parity, as the judge found it (a record's `gradients`; "" there when not checked)."""
 
     MATCH = "match"  # every gradient the reference has, within the gradient tolerance

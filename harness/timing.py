@@ -20,12 +20,12 @@ from __future__ import annotations
 import dataclasses
 import statistics
 import time
-import types
 from typing import Any, Callable, Optional, Sequence
 
 import torch
 
 from harness.cuda_driver import persisting_l2, reset_persisting_l2
+from harness.errors import one_line
 from harness.records import TimingStats, minus_overhead, relative_standard_error_of_median
 
 OVERHEAD_REPS = 100  # CPU: empty regions timed to estimate the fixed cost of one timed region
@@ -41,13 +41,13 @@ class GraphCaptureError(RuntimeError):
     """The call could not be captured in a CUDA graph (it synchronises, allocates on the host, ...)."""
 
 
-def _stop_reason(samples: list[float], started: float, cfg: Any, overhead: float) -> Optional[str]:
+def _stop_reason(samples: list[float], started: float, cfg: Any, overhead: float, min_s: float = 0.0) -> Optional[str]:
     n = len(samples)
     if n >= cfg.max_reps:
         return "max_reps"
     offset = overhead if cfg.subtract_overhead else 0.0
     elapsed = time.perf_counter() - started
-    if n >= cfg.min_reps and elapsed >= getattr(cfg, "min_s", 0.0) and relative_standard_error_of_median(minus_overhead(samples, offset)) <= cfg.target_rse:
+    if n >= cfg.min_reps and elapsed >= min_s and relative_standard_error_of_median(minus_overhead(samples, offset)) <= cfg.target_rse:
         return "target_rse"
     if n >= 1 and elapsed >= cfg.budget_s:
         return "budget"
@@ -113,18 +113,19 @@ class Timer:
         process of its own) only after the `last` one."""
         cfg = self.cfg
         budget = cfg.budget_s / rounds
-        share = types.SimpleNamespace(**{**vars(cfg), "budget_s": budget, "min_s": budget * ROUND_MIN_SHARE, "warmup_ms": cfg.warmup_ms / ROUND_WARMUP_SHARE})
-        return self.sample(mode, sync, share, warm=True, clocks=last)
+        share = dataclasses.replace(cfg, budget_s=budget, warmup_ms=cfg.warmup_ms / ROUND_WARMUP_SHARE)
+        return self.sample(mode, sync, share, warm=True, clocks=last, min_s=budget * ROUND_MIN_SHARE)
 
-    def sample(self, mode: str, sync: str, cfg: Any, warm: bool = False, clocks: bool = True) -> TimingStats:
+    def sample(self, mode: str, sync: str, cfg: Any, warm: bool = False, clocks: bool = True, min_s: float = 0.0) -> TimingStats:
+        """Sample `mode` calls under `cfg`'s stopping rule, for at least `min_s` seconds."""
         if mode == "graph" and self.graphs is None:
             raise ValueError("graph mode needs graphs captured by prepare(graph=True)")
         calls = self.graphs if mode == "graph" else self.eager
         warmup = _warm_up(calls, cfg.warmup_ms, self._sync) if warm else 0
         if self.device.type == "cuda":
-            stats = _sample_cuda(calls, self.device, cfg, sync, self.flush, clocks)
+            stats = _sample_cuda(calls, self.device, cfg, sync, self.flush, clocks, min_s)
         else:
-            stats = _sample_cpu(calls, cfg)
+            stats = _sample_cpu(calls, cfg, min_s)
         return dataclasses.replace(stats, warmup_calls=warmup, mode=mode, input_sets=self.input_sets)
 
 
@@ -182,12 +183,11 @@ def capture_graphs(fn: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], de
             torch.cuda.synchronize(device)
         except Exception:
             raise exc from None  # the device itself failed: not a capture problem
-        first = (str(exc).strip().splitlines() or [""])[0]
-        raise GraphCaptureError(f"{type(exc).__name__}: {first}"[:300]) from None
+        raise GraphCaptureError(one_line(exc)) from None
     return [graph.replay for graph in graphs]
 
 
-def _sample_cuda(calls: Sequence[Callable[[], Any]], device: torch.device, cfg: Any, sync: str, flush: Optional[torch.Tensor], clocks: bool = True) -> TimingStats:
+def _sample_cuda(calls: Sequence[Callable[[], Any]], device: torch.device, cfg: Any, sync: str, flush: Optional[torch.Tensor], clocks: bool = True, min_s: float = 0.0) -> TimingStats:
     device_sync = lambda: torch.cuda.synchronize(device)  # noqa: E731
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(BATCH + 1)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(BATCH + 1)]
@@ -219,7 +219,7 @@ def _sample_cuda(calls: Sequence[Callable[[], Any]], device: torch.device, cfg: 
     empty: list[float] = []
     samples: list[float] = []
     started = time.perf_counter()
-    while (reason := _stop_reason(samples, started, cfg, statistics.median(empty) if empty else 0.0)) is None:
+    while (reason := _stop_reason(samples, started, cfg, statistics.median(empty) if empty else 0.0, min_s)) is None:
         n = len(samples)
         count = min(BATCH, cfg.max_reps - n)
         *timed, nothing = batch([calls[(n + j) % len(calls)] for j in range(count)] + [_nothing])
@@ -246,7 +246,7 @@ def _sample_cuda(calls: Sequence[Callable[[], Any]], device: torch.device, cfg: 
     )
 
 
-def _sample_cpu(calls: Sequence[Callable[[], Any]], cfg: Any) -> TimingStats:
+def _sample_cpu(calls: Sequence[Callable[[], Any]], cfg: Any, min_s: float = 0.0) -> TimingStats:
     def region(call: Callable[[], Any]) -> float:
         t0 = time.perf_counter_ns()
         call()
@@ -255,6 +255,6 @@ def _sample_cpu(calls: Sequence[Callable[[], Any]], cfg: Any) -> TimingStats:
     overhead = statistics.median([region(_nothing) for _ in range(OVERHEAD_REPS)])
     samples: list[float] = []
     started = time.perf_counter()
-    while (reason := _stop_reason(samples, started, cfg, overhead)) is None:
+    while (reason := _stop_reason(samples, started, cfg, overhead, min_s)) is None:
         samples.append(region(calls[len(samples) % len(calls)]))
     return TimingStats.from_samples(samples, timer="perf_counter", warmup_calls=0, stopped_by=reason, overhead_ms=overhead, subtract=cfg.subtract_overhead)

@@ -4,6 +4,7 @@ import types
 import pytest
 import torch
 
+from harness.config import TimerSettings
 from harness.evaluate import ProblemEvaluation, compare_times, timing_warnings
 from harness.candidate import Candidate
 from harness.problem import resolve_problem
@@ -23,7 +24,7 @@ def timing_cfg(**changes):
     base = dict(warmup_ms=0, min_reps=3, max_reps=12, budget_s=5.0, target_rse=1e-9, flush_l2=True,
                 mode="eager", subtract_overhead=True)
     base.update(changes)
-    return types.SimpleNamespace(**base)
+    return TimerSettings(**base)
 
 
 def stats(samples, **fields):

@@ -11,10 +11,11 @@ from pathlib import Path
 from typing import Sequence
 
 from harness.commands import add_config_arguments, load_config
-from harness.config import DEFAULT_TOLERANCE, DEVICES, ROOT
+from harness.config import DEFAULT_TOLERANCE, DEVICES, ROOT, TimerSettings
 from harness.errors import ExitCode, UserError
 from harness.lint import LintCheck, Verdict
 from harness.problem import Problem, discover_problems, resolve_problem
+from harness.records import to_dict
 
 LINT_TIMING_BUDGET_S = 2.0  # the timing config's budget, capped: the lint needs a median, not a fine one
 
@@ -35,7 +36,7 @@ def run_from_args(args: argparse.Namespace, argv: Sequence[str]) -> int:
     problems = [resolve_problem(name, problems_dir) for name in args.problems] if args.problems else discover_problems(problems_dir)
     if not problems:
         raise UserError(f"no problems in {problems_dir}")
-    timing = {**dataclasses.asdict(cfg.timing), "budget_s": min(cfg.timing.budget_s, LINT_TIMING_BUDGET_S)}
+    timing = to_dict(dataclasses.replace(TimerSettings.from_config(cfg.timing), budget_s=min(cfg.timing.budget_s, LINT_TIMING_BUDGET_S)))
     results: list[tuple[Problem, list[LintCheck]]] = []
     for problem in problems:
         tolerance = cfg.for_problem(problem.settings).check.tolerances.get("float32", DEFAULT_TOLERANCE)  # what its candidates will face
