@@ -33,7 +33,9 @@ def measurement_cache(tmp_path_factory):
 
 @pytest.fixture
 def make_config(tmp_path, build_cache, measurement_cache):
-    """A config for fast test runs: results in tmp, short timing, short check timeouts."""
+    """A config for fast test runs: results in tmp, short timing, short check timeouts, and the CPU also on a
+    machine with a GPU (device=auto would take CUDA there and turn the CPU verdicts the tests expect into GPU
+    runs); a test for the GPU hands "cuda" to the evaluation or passes device=cuda."""
     from harness.config import load_config
 
     def make(*extra: str):
@@ -41,6 +43,7 @@ def make_config(tmp_path, build_cache, measurement_cache):
             f"results_dir={tmp_path / 'results'}",
             f"build_cache_dir={build_cache}",
             f"measurement_cache_dir={measurement_cache}",
+            "device=cpu",
             "baselines.compile_modes=[]",
             "check.trials=2",
             "timing.budget_s=0.3",

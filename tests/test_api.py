@@ -13,6 +13,8 @@ from harness.records import ReferenceRecord
 from harness.status import Status
 from harness.store import read_records
 
+pytestmark = pytest.mark.slow  # the evaluation API end to end: each test starts a session with judge and worker processes
+
 PROBLEM = "1_Scale_Bias_ReLU"
 OTHER = "2_Linear_GELU"
 

@@ -39,6 +39,7 @@ def evaluate(cfg, candidates, run_id):
     return {r.candidate: r for r in ProblemEvaluation(problem, candidates, cfg, "cpu", store).run()}, store
 
 
+@pytest.mark.slow
 def test_cpp_candidate_builds_runs_and_is_reused_from_the_cache(make_config, tmp_path):
     cfg = make_config("timing.enabled=false")
     copy = tmp_path / "same_kernels.py"
@@ -53,6 +54,7 @@ def test_cpp_candidate_builds_runs_and_is_reused_from_the_cache(make_config, tmp
     assert reused.builds[0].cached is True
 
 
+@pytest.mark.slow
 def test_compile_error_is_build_failed_with_first_error_line_and_full_log(make_config, tmp_path):
     cfg = make_config()
     path = tmp_path / "broken.py"
@@ -98,6 +100,7 @@ torch::Tensor f(torch::Tensor x, torch::Tensor b, double s) { return torch::relu
 '''
 
 
+@pytest.mark.slow
 def test_build_inside_init_runs_under_the_load_limit_not_construct(make_config, tmp_path):
     cfg = make_config("timeouts.construct=2", "timing.enabled=false")
     path = tmp_path / "builds_in_init.py"
@@ -108,6 +111,7 @@ def test_build_inside_init_runs_under_the_load_limit_not_construct(make_config, 
     assert [b.name for b in record.builds] == ["built_in_init"]
 
 
+@pytest.mark.slow
 def test_builds_run_ahead_in_a_pool_and_the_worker_loads_them_finished(make_config, tmp_path):
     from harness.commands.run import run, start_builds
     from harness.store import read_records

@@ -13,6 +13,8 @@ from harness.problem import resolve_problem
 from harness.status import Status
 from harness.store import RunStore, read_records
 
+pytestmark = pytest.mark.slow  # real worker subprocesses for every candidate
+
 HEADER = '''
 import os, sys, time
 import torch
@@ -114,7 +116,10 @@ def verdicts(tmp_path_factory, build_cache):
     ])
     problem = resolve_problem("1_Scale_Bias_ReLU", cfg.path(cfg.problems_dir))
     store = RunStore(cfg.path(cfg.results_dir), "test-run")
-    records = ProblemEvaluation(problem, candidates, cfg, "cpu", store).run()
+    with pytest.MonkeyPatch.context() as env:
+        # the workers see no GPU, as on a machine without one: needs_cuda_at_runtime is `needs CUDA` there too
+        env.setenv("CUDA_VISIBLE_DEVICES", "")
+        records = ProblemEvaluation(problem, candidates, cfg, "cpu", store).run()
     return {r.candidate: r for r in records}, store
 
 

@@ -59,6 +59,7 @@ def test_five_seeds_ingest_and_each_gets_a_precise_verdict(make_config, tmp_path
     assert code == ExitCode.CANDIDATES_FAILED  # extraction failures fail the run; needs-CUDA skips do not
 
 
+@pytest.mark.slow
 def test_run_writes_records_and_leaderboards_and_prints_json(make_config, tmp_path, capsys):
     cfg = make_config()
     targets = run.select_targets(cfg, problem="3_Linear", solution=None, everything=False)

@@ -1,4 +1,5 @@
 import ast
+import hashlib
 import random
 from pathlib import Path
 
@@ -6,23 +7,20 @@ import pytest
 
 from harness.extract import Extraction, extract_code
 
-# The repo keeps its own copy so that CI, which has the repo only, runs the seed tests.
-REPO_SEEDS = Path(__file__).resolve().parent / "data" / "seeds"
-SHARED_SEEDS = Path(__file__).resolve().parents[2] / "shared" / "seeds"
-
-
-def seed_dir() -> Path:
-    for folder in (REPO_SEEDS, SHARED_SEEDS):
-        if folder.is_dir():
-            return folder
-    pytest.skip(f"no seed folder: neither {REPO_SEEDS} nor {SHARED_SEEDS}")
+# The five seed completions, copied byte for byte from the shared seed folder into the repo, so that CI,
+# which has the repo only, runs every seed test.
+SEEDS = Path(__file__).resolve().parent / "data" / "seeds"
+SEED_SHA256 = {
+    "000_ede69be24d22c528.txt": "3d2f92c689dec708aca9ba5ab16fac0d270e3912d967be1403134ac6c80ad2ac",
+    "001_c0eeb23014eea263.txt": "993aa0cb3014c592d0f5b10e08aef8fa2acdaca6ec2e49017cca1d2779d0d7eb",
+    "002_aa254fe8bb8f0033.txt": "eeaf12c4135de54ccf59ee753cd1bec2a0d8242534b9c795198477e8395fc184",
+    "003_f5bdc30c544e9209.txt": "4581c080d6b7a0675ebc507f1d688f7b8b189f34fb7c2aa7c6bd981848c3a911",
+    "004_f8fff41f0c416267.txt": "0fc1d631b9448f0f00fd104053374589066c6736e91f634519d120a0356a017c",
+}
 
 
 def seed(name: str) -> str:
-    path = seed_dir() / name
-    if not path.is_file():
-        pytest.skip(f"seed {path} missing")
-    return path.read_text(encoding="utf-8")
+    return (SEEDS / name).read_text(encoding="utf-8")
 
 
 def parses(code: str) -> bool:
@@ -163,13 +161,10 @@ def test_seed_002_with_crlf_and_bom_gives_the_same_code() -> None:
     assert extract_code("\ufeff" + text.replace("\n", "\r\n")).code == extract_code(text).code
 
 
-def test_repo_seed_copies_match_shared_seeds() -> None:
-    if not SHARED_SEEDS.is_dir() or not REPO_SEEDS.is_dir():
-        pytest.skip("needs both seed folders")
-    shared = sorted(p.name for p in SHARED_SEEDS.glob("*.txt"))
-    assert shared == sorted(p.name for p in REPO_SEEDS.glob("*.txt"))
-    for name in shared:
-        assert (REPO_SEEDS / name).read_bytes() == (SHARED_SEEDS / name).read_bytes(), name
+def test_repo_holds_the_five_seeds_unchanged() -> None:
+    assert sorted(p.name for p in SEEDS.glob("*.txt")) == sorted(SEED_SHA256)
+    for name, digest in SEED_SHA256.items():
+        assert hashlib.sha256((SEEDS / name).read_bytes()).hexdigest() == digest, name
 
 
 # ---------------------------------------------------------------- think sections

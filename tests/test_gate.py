@@ -184,6 +184,7 @@ def test_report_matches_golden(tmp_path):
     assert text == (GOLDEN / "gate.md").read_text()
 
 
+@pytest.mark.slow
 def test_baseline_save_then_run_with_gate_end_to_end(tmp_path):
     """Save a real CPU run as a baseline, re-run against it (pass), then break the candidate (exit 3)."""
     solutions = tmp_path / "solutions" / "1_Scale_Bias_ReLU"

@@ -7,7 +7,7 @@ from harness.problem import resolve_problem
 from harness.status import Status
 from harness.store import RunStore
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.slow]  # CUDA builds and whole evaluations on the GPU
 
 KERNEL = r'''
 import torch

@@ -51,6 +51,7 @@ def evaluate(cfg, tmp_path, names, problem="1_Scale_Bias_ReLU", extra=()):
     return {r.candidate: r for r in ProblemEvaluation(found, paths, cfg, "cpu", store).run()}
 
 
+@pytest.mark.slow
 def test_gradients_are_compared_and_flagged_by_default(make_config, tmp_path):
     records = evaluate(make_config("timing.enabled=false"), tmp_path, list(CANDIDATES))
     assert {n: (r.status, r.gradients) for n, r in records.items()} == {
@@ -69,6 +70,7 @@ def test_gradients_are_compared_and_flagged_by_default(make_config, tmp_path):
     assert all(f.policy == "flag" for r in records.values() for f in r.flags)
 
 
+@pytest.mark.slow
 def test_gradient_policy_fail_gives_statuses(make_config, tmp_path):
     records = evaluate(make_config("timing.enabled=false", "check.gradients=fail"), tmp_path, ["honest", "no_graph", "wrong_backward"])
     assert records["honest"].status is Status.CORRECT
@@ -77,11 +79,13 @@ def test_gradient_policy_fail_gives_statuses(make_config, tmp_path):
     assert records["wrong_backward"].reason.startswith("wrong-gradients: gradient of input 0: ")
 
 
+@pytest.mark.slow
 def test_gradient_policy_off_checks_nothing(make_config, tmp_path):
     records = evaluate(make_config("timing.enabled=false", "check.gradients=off"), tmp_path, ["wrong_backward"])
     assert records["wrong_backward"].gradients == "" and records["wrong_backward"].status is Status.CORRECT
 
 
+@pytest.mark.slow
 def test_extension_kernel_without_backward_is_forward_only(make_config, tmp_path):
     cpp = ("cpp_fused", ROOT / "solutions" / "1_Scale_Bias_ReLU" / "cpp_fused.py")
     records = evaluate(make_config("timing.enabled=false"), tmp_path, [cpp])
@@ -89,6 +93,7 @@ def test_extension_kernel_without_backward_is_forward_only(make_config, tmp_path
     assert records["cpp_fused"].gradients == "forward only"
 
 
+@pytest.mark.slow
 def test_backward_leaves_batchnorm_state_as_it_was(make_config, tmp_path):
     """The train-mode forward of the gradient check moves running statistics; they are restored,
     so the buffer check and the timed-output check after it still match the reference."""
@@ -117,6 +122,7 @@ def declaring_problem(tmp_path, declarations: str) -> str:
     return f"problems_dir={tmp_path / 'declared_problems'}"
 
 
+@pytest.mark.slow
 def test_a_problem_that_makes_backward_part_of_the_contract_fails_wrong_gradients(make_config, tmp_path):
     cfg = make_config("timing.enabled=false", declaring_problem(tmp_path, "HARNESS_BACKWARD = True"))
     records = evaluate(cfg, tmp_path, ["honest", "no_graph", "wrong_backward"])
@@ -126,12 +132,14 @@ def test_a_problem_that_makes_backward_part_of_the_contract_fails_wrong_gradient
     assert records["wrong_backward"].status is Status.WRONG_GRADIENTS
 
 
+@pytest.mark.slow
 def test_an_inference_only_problem_checks_no_gradients(make_config, tmp_path):
     cfg = make_config("timing.enabled=false", "check.gradients=fail", declaring_problem(tmp_path, "HARNESS_BACKWARD = False"))
     records = evaluate(cfg, tmp_path, ["wrong_backward"])
     assert records["wrong_backward"].status is Status.CORRECT and records["wrong_backward"].gradients == ""
 
 
+@pytest.mark.slow
 def test_a_problem_declares_its_own_tolerance(make_config, tmp_path):
     CANDIDATES["off_by_5e-4"] = HEADER + INIT + "    def forward(self, x):\n        return torch.relu(x * self.scale + self.bias) + 5e-4\n"
     default = evaluate(make_config("timing.enabled=false"), tmp_path, ["off_by_5e-4"])

@@ -30,6 +30,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 from test_candidates import HEADER  # the same ModelNew shell, its forward's body per test
 
+pytestmark = pytest.mark.slow  # real judge and worker processes
+
 HONEST = "return torch.relu(x * self.scale + self.bias)"
 BODIES = {
     "honest": HONEST,

@@ -98,6 +98,7 @@ def test_sample_files_map_to_their_problems(tree, tmp_path):
         sample_targets(tree / "level1", tree)
 
 
+@pytest.mark.slow
 def test_a_sample_folder_runs_against_the_kernelbench_tree_as_it_is(tree, tmp_path):
     folder = _samples(tmp_path / "runs" / "test_run")
     done = subprocess.run([

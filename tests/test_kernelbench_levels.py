@@ -182,6 +182,7 @@ def get_init_inputs():
 '''
 
 
+@pytest.mark.slow
 def test_a_run_over_a_tiny_tree_is_resumed_without_rerunning_anything(tmp_path):
     tree, state = tmp_path / "KernelBench", tmp_path / "state"
     for name, scale in (("1_Tiny", 2.0), ("2_Tinier", 0.5)):

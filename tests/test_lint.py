@@ -4,6 +4,8 @@ import pytest
 from harness.cli import main
 from harness.errors import ExitCode
 
+pytestmark = pytest.mark.slow  # every check runs the problem in a lint subprocess; one test lints the whole suite
+
 TEMPLATE = '''
 import torch
 import torch.nn as nn

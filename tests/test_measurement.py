@@ -217,6 +217,7 @@ def _evaluate(cfg, run_id):
     return record, reference
 
 
+@pytest.mark.slow
 def test_torch_compile_baseline_is_checked_timed_and_compared(make_config):
     cfg = make_config("baselines.compile_modes=[default]", "timeouts.check=600", "timing.enabled=true")
     record, reference = _evaluate(cfg, "compile")
@@ -235,6 +236,7 @@ def test_a_baseline_timed_under_another_protocol_gives_no_speedup_over_it(make_c
     assert any("no speedup over torch.compile(default)" in w and "eager, device sync" in w for w in warnings)
 
 
+@pytest.mark.slow
 def test_baselines_are_reused_only_when_asked_and_say_from_which_run(make_config):
     compiled = ("baselines.compile_modes=[default]", "timeouts.check=600")
     first_record, first = _evaluate(make_config("timing.reuse_reference=true", *compiled), "first")

@@ -278,6 +278,7 @@ def test_a_worker_that_ends_mid_rounds_releases_the_host():
 # -- the null candidate (real workers on the CPU) ----------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_null_candidate_is_checked_timed_and_recorded_as_the_floor(make_config):
     cfg = make_config("timing.null_candidate=on")
     problem = resolve_problem("1_Scale_Bias_ReLU", cfg.path(cfg.problems_dir))
@@ -294,6 +295,7 @@ def test_the_null_candidate_is_checked_timed_and_recorded_as_the_floor(make_conf
     assert store.log_path(problem.name, "_null").exists()
 
 
+@pytest.mark.slow
 def test_the_null_candidate_is_off_by_default_on_the_cpu(make_config):
     cfg = make_config()
     problem = resolve_problem("1_Scale_Bias_ReLU", cfg.path(cfg.problems_dir))

@@ -277,6 +277,7 @@ def test_processes_that_exited_are_dropped_without_errors(spawn):
     assert host.background_pids == {alive.pid}
 
 
+@pytest.mark.slow
 def test_build_processes_are_background_while_they_run(install, tmp_path):
     host = install("pause")
     candidate = tmp_path / "plain.py"

@@ -13,6 +13,8 @@ import pytest
 from harness.cli import main
 from harness.errors import ExitCode
 
+pytestmark = pytest.mark.slow  # whole runs through run.py, one killed mid-run
+
 ROOT = Path(__file__).resolve().parent.parent
 PROBLEM = "3_Linear_BatchNorm"
 HONEST = (ROOT / "solutions" / PROBLEM / "functional.py").read_text()

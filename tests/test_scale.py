@@ -60,6 +60,7 @@ def test_prestarted_worker_is_a_fresh_process_for_every_job():
     assert waiting.wait(timeout=10) is not None  # close ends the spare
 
 
+@pytest.mark.slow
 def test_prestarted_workers_give_the_same_verdicts(make_config, tmp_path):
     cfg = make_config("workers.prestart=always", "timing.enabled=false")
     problem = resolve_problem(PROBLEM, cfg.path(cfg.problems_dir))
@@ -72,6 +73,7 @@ def test_prestarted_workers_give_the_same_verdicts(make_config, tmp_path):
     assert [records[f"plain_{i}"].status for i in range(3)] == [Status.CORRECT, Status.INCORRECT, Status.CORRECT]
 
 
+@pytest.mark.slow
 def test_two_lanes_share_the_candidates_and_each_compares_to_its_own_reference(make_config, tmp_path):
     cfg = make_config()
     problem = resolve_problem(PROBLEM, cfg.path(cfg.problems_dir))
@@ -133,6 +135,7 @@ def test_build_tarball_adds_new_builds_and_never_replaces_one(tmp_path):
     assert pack_builds(source, ["ccc"]) == b"" and unpack_builds(b"", target) == []
 
 
+@pytest.mark.slow
 def test_ray_executor_gives_the_same_records_as_the_local_one(make_config, tmp_path, build_cache):
     pytest.importorskip("ray")
     import subprocess
@@ -168,6 +171,7 @@ def test_ray_executor_gives_the_same_records_as_the_local_one(make_config, tmp_p
     assert all(isinstance(r, CandidateRecord) for r in read_records(run) if getattr(r, "candidate", None))
 
 
+@pytest.mark.slow
 def test_an_evaluation_on_its_own_ends_its_prestarted_worker(make_config, tmp_path):
     from harness.evaluate import ProblemEvaluation
 
@@ -179,6 +183,7 @@ def test_an_evaluation_on_its_own_ends_its_prestarted_worker(make_config, tmp_pa
     assert evaluation.lane.launcher._spare is None and not evaluation.lane.launcher.active
 
 
+@pytest.mark.slow
 def test_a_ray_lane_that_dies_gives_a_harness_error_record_not_a_crash(tmp_path):
     """The candidate kills the process above its worker (the lane's actor): that candidate gets a
     `harness error` record, the others keep theirs, and the run ends normally."""

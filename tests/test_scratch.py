@@ -76,6 +76,7 @@ def isolated_tmp(tmp_path, monkeypatch):
     return tmp_path / "harness-scratch"
 
 
+@pytest.mark.slow
 def test_a_sigkilled_run_leaves_its_folder_and_the_next_sweep_removes_it_but_not_a_live_process_folder(tmp_path):
     base = tmp_path / "harness-scratch"
     process = _start(tmp_path, *_args(tmp_path), "--quiet")
@@ -110,6 +111,7 @@ def test_a_sigkilled_run_leaves_its_folder_and_the_next_sweep_removes_it_but_not
     assert not live.path.exists()
 
 
+@pytest.mark.slow
 def test_sigterm_ends_a_real_run_like_ctrl_c_removes_its_scratch_and_exits_130(tmp_path):
     base = tmp_path / "harness-scratch"
     held = tmp_path / "solutions" / PROBLEM / "held.py"
@@ -135,6 +137,7 @@ def test_sigterm_ends_a_real_run_like_ctrl_c_removes_its_scratch_and_exits_130(t
     _wait_for(lambda: _gone(worker), timeout=10)  # the held worker was ended with the run
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("failing", [RunHeader, RunEnd])
 def test_no_space_left_during_a_run_is_one_line_and_exit_5(failing, tmp_path, isolated_tmp, monkeypatch, capsys):
     full = str(tmp_path / "results" / "full" / "records.jsonl")

@@ -99,19 +99,23 @@ def records(tmp_path_factory, build_cache, measurement_cache):
         return {name: f.result() for name, f in futures.items()}
 
 
+@pytest.mark.slow
 def test_a_kernel_that_relies_on_documented_triangular_inputs_is_correct(records):
     assert records["triangular_sum"].status is Status.CORRECT, records["triangular_sum"].reason
 
 
+@pytest.mark.slow
 def test_a_structure_bug_still_fails(records):
     assert records["drops_diagonal"].status is Status.INCORRECT
 
 
+@pytest.mark.slow
 def test_a_kernel_valid_only_on_unit_range_inputs_still_fails(records):
     record = records["assumes_unit_range"]
     assert record.status is Status.INCORRECT and "inputs" in record.reason  # a redrawn trial, beyond [0, 1)
 
 
+@pytest.mark.slow
 def test_the_reference_record_says_what_the_redraws_keep(records):
     from harness.records import ReferenceRecord
     from harness.store import read_records

@@ -75,6 +75,7 @@ def test_every_level2_problem_has_a_team_candidate():
     assert problems and problems <= {p.parent.name for p in TEAM}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", TEAM, ids=lambda p: f"{p.parent.name[:2]}-{p.stem}")
 @pytest.mark.parametrize("mode", ["train", "eval"])
 def test_team_candidate_backward_gives_the_reference_gradients(path, mode, monkeypatch):
@@ -106,6 +107,7 @@ def test_team_candidate_backward_gives_the_reference_gradients(path, mode, monke
         torch.testing.assert_close(b, a, msg=lambda m, n=name: f"buffer {n}: {m}")
 
 
+@pytest.mark.slow
 def test_an_in_place_kernel_behind_autograd_fails_this_check(monkeypatch):
     """The check can fail: 70's kernel called directly on the GEMM output (as the candidate once
     did) leaves autograd differentiating the GEMM alone."""

@@ -1,5 +1,6 @@
 """The comparison knows floating point: honest float32 in another summation order passes, changed
 mathematics or precision fails (the numbers behind the rule: benchmarks/tolerance_rule.py)."""
+import pytest
 import torch
 
 from harness.compare import compare_outputs
@@ -66,6 +67,7 @@ def get_init_inputs():
 '''
 
 
+@pytest.mark.slow
 def test_the_kernelbench_profile_accepts_tanh_gelu_as_kernelbench_does_and_the_default_does_not(tmp_path):
     """configs/kernelbench.yaml reproduces KernelBench's verdict (atol = rtol = 1e-2, same inputs
     distribution, train mode only); the default's tolerance fails the tanh approximation."""

@@ -5,6 +5,8 @@ import pytest
 from harness import api
 from harness.status import Status
 
+pytestmark = pytest.mark.slow  # real worker subprocesses for every candidate
+
 PROBLEM = "3_Linear_BatchNorm"  # Linear(64, 32) then BatchNorm1d(32): parameters, running stats, a counter
 
 FLAT = '''
@@ -61,7 +63,7 @@ def records(tmp_path_factory, build_cache, measurement_cache):
     from harness.config import load_config
 
     cfg = load_config(overrides=[f"results_dir={tmp_path_factory.mktemp('results')}", f"build_cache_dir={build_cache}", f"measurement_cache_dir={measurement_cache}",
-                                 "timing.enabled=false", "check.trials=2", "flags.no_custom_kernel=flag"])
+                                 "device=cpu", "timing.enabled=false", "check.trials=2", "flags.no_custom_kernel=flag"])
     sources = {
         "flat": FLAT.format(weight="self.gemm_weight"),
         "flat_frozen": FLAT.format(weight="self.frozen").replace("nn.init.zeros_(self.gemm_bias)", "nn.init.zeros_(self.gemm_bias)\n        self.frozen = self.gemm_weight.detach().clone()  # its own weights, kept; the given ones ignored"),
@@ -114,7 +116,7 @@ def test_a_wrong_kernel_on_its_own_same_seed_weights_still_fails(records):
 
 def test_with_the_flag_set_to_fail_unpairable_weights_are_a_weights_mismatch_naming_them(tmp_path, build_cache, measurement_cache):
     overrides = [f"results_dir={tmp_path}", f"build_cache_dir={build_cache}", f"measurement_cache_dir={measurement_cache}",
-                 "timing.enabled=false", "check.trials=1", "flags.no_custom_kernel=flag", "flags.weights_by_seed=fail"]
+                 "device=cpu", "timing.enabled=false", "check.trials=1", "flags.no_custom_kernel=flag", "flags.weights_by_seed=fail"]
     record = api.evaluate(PROBLEM, EXTRA, overrides=overrides)
     assert record.status is Status.WEIGHTS_MISMATCH
     assert "scale" in record.reason and "neither by name nor by position" in record.reason
@@ -124,7 +126,7 @@ def test_the_kernelbench_profile_checks_each_model_with_its_own_weights_as_kerne
     """Renamed weights it then ignores: the default fails it (it ignores the weights it is given);
     KernelBench builds both models under one seed and never gives weights, so it passes there."""
     overrides = [f"results_dir={tmp_path}", f"build_cache_dir={build_cache}", f"measurement_cache_dir={measurement_cache}",
-                 "timing.enabled=false", "flags.no_custom_kernel=flag"]
+                 "device=cpu", "timing.enabled=false", "flags.no_custom_kernel=flag"]
     frozen = FLAT.format(weight="self.frozen").replace("nn.init.zeros_(self.gemm_bias)", "nn.init.zeros_(self.gemm_bias)\n        self.frozen = self.gemm_weight.detach().clone()")
     record = api.evaluate(PROBLEM, "import math\n" + frozen.replace("nn.init.kaiming_uniform_(self.gemm_weight)\n        nn.init.zeros_(self.gemm_bias)", LINEAR_INIT),
                           config="configs/kernelbench.yaml", overrides=overrides)

@@ -1,0 +1,400 @@
+"""Structure targets for harness/, as executable specifications.
+
+- no class over MAX_CLASS_LINES lines, no function over MAX_FUNCTION_LINES lines;
+- no import cycle among harness modules, imports inside functions included;
+- no block of DUPLICATE_WINDOW or more (normalized) lines that occurs twice in harness/.
+
+Today's offenders are listed below with their current sizes. A check fails for a new offender or a listed one
+that grew; test_allowlists_only_shrink fails once a listed offender is gone or within the limit, so that its
+entry is deleted and the lists only get shorter. Each detector takes a package folder, so the self-tests run
+it on a synthetic package in tmp_path. `python3 tests/test_architecture.py` prints the current offenders in
+the allowlists' form.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import hashlib
+import io
+import re
+import tokenize
+from collections import defaultdict
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "harness"
+
+MAX_CLASS_LINES = 200
+MAX_FUNCTION_LINES = 60
+DUPLICATE_WINDOW = 6
+
+# "file::qualified name": lines (def or class line to last line). Delete an entry once it is within the limit.
+KNOWN_LONG: dict[str, int] = {
+    "harness/compare.py::_compare_tensor": 86,
+    "harness/evaluate.py::ProblemEvaluation": 565,
+    "harness/evaluate.py::ProblemEvaluation._run_candidate": 65,
+    "harness/evaluate.py::ProblemEvaluation._run_compared": 89,
+    "harness/judge.py::Judge": 569,
+    "harness/judge.py::Judge._judge_step": 62,
+    "harness/judge.py::Judge._start": 75,
+    "harness/lint.py::lint": 65,
+    "harness/plots.py::plot_problem": 84,
+    "harness/quiet.py::QuietHost": 234,
+    "harness/scan.py::scan_source": 61,
+    "harness/supervise.py::run_worker": 131,
+    "harness/worker.py::Worker": 340,
+    "harness/worker.py::Worker.run": 101,
+}
+
+# Each import cycle as the sorted modules of its strongly connected component: number of modules.
+# A cycle within a listed one (a part of it left) passes; delete the entry once none of it is left.
+KNOWN_CYCLES: dict[str, int] = {
+    "harness.evaluate, harness.lanes": 2,  # evaluate.py:104 imports lanes, lanes.py:283 imports evaluate
+}
+
+# "file <> file" (the same file twice for a block repeated inside one file): duplicated normalized lines
+# between the two. Delete the entry once the two share no duplicated block. None today.
+KNOWN_DUPLICATES: dict[str, int] = {}
+
+
+def _files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+@functools.lru_cache(maxsize=None)
+def _parse(source: str) -> ast.Module:
+    return ast.parse(source)
+
+
+@functools.lru_cache(maxsize=None)
+def _on_harness(detector: Callable[[Path], dict]) -> dict:
+    """A detector's findings on harness/, computed once for the checks and the allowlist test."""
+    return detector(PACKAGE)
+
+
+def _name(root: Path, path: Path) -> str:
+    return path.relative_to(root.parent).as_posix()
+
+
+# -- long classes and functions ------------------------------------------------------------------------------
+
+
+def long_definitions(root: Path, max_class: int = MAX_CLASS_LINES, max_function: int = MAX_FUNCTION_LINES) -> dict[str, tuple[int, int]]:
+    """Every class over max_class lines and function over max_function lines under root:
+    {"pkg/file.py::Outer.name": (line, size)}, size counted from the def or class line to the last line."""
+    found: dict[str, tuple[int, int]] = {}
+
+    def visit(node: ast.AST, path: str, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                qualified = prefix + child.name
+                size = (child.end_lineno or child.lineno) - child.lineno + 1
+                limit = max_class if isinstance(child, ast.ClassDef) else max_function
+                key = f"{path}::{qualified}"
+                if size > limit and size > found.get(key, (0, 0))[1]:
+                    found[key] = (child.lineno, size)
+                visit(child, path, qualified + ".")
+            else:
+                visit(child, path, prefix)
+
+    for file in _files(root):
+        visit(_parse(file.read_text(encoding="utf-8")), _name(root, file), "")
+    return found
+
+
+# -- import cycles -------------------------------------------------------------------------------------------
+
+
+def _module_name(root: Path, path: Path) -> str:
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def import_graph(root: Path) -> dict[str, dict[str, int]]:
+    """{module: {imported module: first line}} for every import of a module under root, wherever it stands
+    (module level, in a function, under a condition). `from pkg.sub import name` counts as an import of
+    pkg.sub.name when that is a module, else of pkg.sub."""
+    files = {_module_name(root, f): f for f in _files(root)}
+    graph: dict[str, dict[str, int]] = {}
+
+    def add(edges: dict[str, int], target: str, line: int) -> None:
+        while target and target not in files:  # `import pkg.sub.name` with name not a module: its module
+            target = target.rpartition(".")[0]
+        if target:
+            edges.setdefault(target, line)
+
+    for module, file in files.items():
+        is_package = file.name == "__init__.py"
+        edges: dict[str, int] = {}
+        for node in ast.walk(_parse(file.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    add(edges, alias.name, node.lineno)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    package = module if is_package else module.rpartition(".")[0]
+                    for _ in range(node.level - 1):
+                        package = package.rpartition(".")[0]
+                    base = f"{package}.{base}" if base else package
+                for alias in node.names:
+                    submodule = f"{base}.{alias.name}"
+                    add(edges, submodule if submodule in files else base, node.lineno)
+        edges.pop(module, None)
+        graph[module] = edges
+    return graph
+
+
+def _components(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, successors = work[-1]
+            for successor in successors:
+                if successor not in graph:
+                    continue
+                if successor not in index:
+                    index[successor] = low[successor] = len(index)
+                    stack.append(successor)
+                    on_stack.add(successor)
+                    work.append((successor, iter(sorted(graph[successor]))))
+                    break
+                if successor in on_stack:
+                    low[node] = min(low[node], index[successor])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        found.append(sorted(component))
+    return sorted(found)
+
+
+def _cycle_path(graph: dict[str, dict[str, int]], component: list[str]) -> list[str]:
+    """One shortest cycle through the component's first module, as the modules along it (first repeated last)."""
+    members = set(component)
+    start = component[0]
+    previous: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        following = []
+        for node in frontier:
+            for successor in sorted(graph[node]):
+                if successor == start:
+                    path = [node]
+                    while path[-1] != start:
+                        path.append(previous[path[-1]])
+                    return [*reversed(path), start]
+                if successor in members and successor not in previous:
+                    previous[successor] = node
+                    following.append(successor)
+        frontier = following
+    raise AssertionError(f"no cycle through {start}")  # unreachable for a strongly connected component
+
+
+def import_cycles(root: Path) -> dict[str, tuple[int, str]]:
+    """{"a, b, c" (the component's sorted modules): (module count, one cycle as "a (file:line) -> b ...")}."""
+    graph = import_graph(root)
+    files = {_module_name(root, f): _name(root, f) for f in _files(root)}
+    found = {}
+    for component in _components(graph):
+        path = _cycle_path(graph, component)
+        steps = [f"{a} ({files[a]}:{graph[a][b]})" for a, b in zip(path, path[1:])]
+        found[", ".join(component)] = (len(component), " -> ".join([*steps, path[-1]]))
+    return found
+
+
+# -- duplicated blocks ---------------------------------------------------------------------------------------
+
+# Lines left out before comparing: blank lines, comments, docstrings (string-only statements), lines of
+# brackets and punctuation alone (the tail of a wrapped call), and import statements: every module starts
+# with much the same imports, and that is not duplicated logic.
+_PUNCTUATION_ONLY = re.compile(r"^[\s()\[\]{},:;]*$")
+
+
+def _normalized_lines(source: str) -> list[tuple[int, str]]:
+    """(line number, stripped text) for each line that counts, comments removed."""
+    lines = source.splitlines()
+    dropped: set[int] = set()
+    for node in ast.walk(_parse(source)):
+        string_only = isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+        if string_only or isinstance(node, (ast.Import, ast.ImportFrom)):
+            dropped.update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
+    comments: dict[int, int] = {}
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type == tokenize.COMMENT:
+            comments[token.start[0]] = token.start[1]
+    kept = []
+    for number, line in enumerate(lines, start=1):
+        if number in dropped:
+            continue
+        text = line[: comments[number]] if number in comments else line
+        text = text.strip()
+        if text and not _PUNCTUATION_ONLY.match(text):
+            kept.append((number, text))
+    return kept
+
+
+def duplicate_blocks(root: Path, window: int = DUPLICATE_WINDOW) -> dict[str, tuple[int, list[str]]]:
+    """Blocks of at least `window` normalized lines found twice under root, as
+    {"file <> file": (duplicated lines in all, ["file:line and file:line, N lines", ...])}."""
+    normalized = {_name(root, f): _normalized_lines(f.read_text(encoding="utf-8")) for f in _files(root)}
+    places: dict[str, list[tuple[str, int]]] = defaultdict(list)
+    for name, lines in normalized.items():
+        for start in range(len(lines) - window + 1):
+            digest = hashlib.sha1("\n".join(text for _, text in lines[start : start + window]).encode()).hexdigest()
+            places[digest].append((name, start))
+    # each pair of matching windows; consecutive pairs (both sides one line further) make one longer block
+    pairs: set[tuple[str, int, str, int]] = set()
+    for occurrences in places.values():
+        for i, (a, i_a) in enumerate(occurrences):
+            for b, i_b in occurrences[i + 1 :]:
+                if a == b and abs(i_a - i_b) < window:
+                    continue  # a run of repeated lines overlapping itself
+                pairs.add((a, i_a, b, i_b) if (a, i_a) <= (b, i_b) else (b, i_b, a, i_a))
+    found: dict[str, tuple[int, list[str]]] = {}
+    for a, i_a, b, i_b in sorted(pairs):
+        if (a, i_a - 1, b, i_b - 1) in pairs:
+            continue  # inside a block that starts earlier
+        length = window
+        while (a, i_a + length - window + 1, b, i_b + length - window + 1) in pairs:
+            length += 1
+        key = f"{a} <> {b}"
+        total, blocks = found.get(key, (0, []))
+        found[key] = (total + length, [*blocks, f"{a}:{normalized[a][i_a][0]} and {b}:{normalized[b][i_b][0]}, {length} lines"])
+    return found
+
+
+# -- the checks on harness/ ----------------------------------------------------------------------------------
+
+
+def _regressions(found: dict[str, int], known: dict[str, int], describe: dict[str, str]) -> list[str]:
+    return [f"{describe[key]} (allowed: {known[key]})" if key in known else describe[key] for key, size in sorted(found.items()) if size > known.get(key, 0)]
+
+
+def test_no_class_or_function_over_the_limit() -> None:
+    found = _on_harness(long_definitions)
+    bad = _regressions({k: size for k, (_, size) in found.items()}, KNOWN_LONG, {k: f"{k.split('::')[0]}:{line} {k.split('::')[1]}: {size} lines" for k, (line, size) in found.items()})
+    assert not bad, f"over {MAX_CLASS_LINES} lines (class) or {MAX_FUNCTION_LINES} lines (function), new or grown:\n" + "\n".join(bad)
+
+
+def _within_known_cycle(component: str) -> str | None:
+    members = set(component.split(", "))
+    return next((known for known in KNOWN_CYCLES if members <= set(known.split(", "))), None)
+
+
+def test_no_import_cycle() -> None:
+    found = _on_harness(import_cycles)
+    bad = [f"{len(key.split(', '))} modules: {path}" for key, (_, path) in sorted(found.items()) if _within_known_cycle(key) is None]
+    assert not bad, "import cycles among harness modules, new or grown:\n" + "\n".join(bad)
+
+
+def test_no_duplicated_block() -> None:
+    found = _on_harness(duplicate_blocks)
+    bad = _regressions({k: total for k, (total, _) in found.items()}, KNOWN_DUPLICATES, {k: f"{k}: {total} lines: " + "; ".join(blocks) for k, (total, blocks) in found.items()})
+    assert not bad, f"duplicated blocks of {DUPLICATE_WINDOW} or more lines, new or grown:\n" + "\n".join(bad)
+
+
+def test_allowlists_only_shrink() -> None:
+    long = _on_harness(long_definitions)
+    cycles = _on_harness(import_cycles)
+    duplicates = _on_harness(duplicate_blocks)
+    stale = [f"KNOWN_LONG[{key!r}]: gone or within the limit" for key in KNOWN_LONG if key not in long]
+    stale += [f"KNOWN_CYCLES[{key!r}]: no cycle left among these modules" for key in KNOWN_CYCLES if not any(_within_known_cycle(c) == key for c in cycles)]
+    stale += [f"KNOWN_DUPLICATES[{key!r}]: no duplicated block left" for key in KNOWN_DUPLICATES if key not in duplicates]
+    assert not stale, "fixed offenders still listed; delete their entries at the top of tests/test_architecture.py:\n" + "\n".join(stale)
+
+
+# -- the detectors on synthetic packages ---------------------------------------------------------------------
+
+
+def _package(tmp_path: Path, files: dict[str, str]) -> Path:
+    root = tmp_path / "pkg"
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    (root / "__init__.py").touch()
+    return root
+
+
+def test_long_definitions_finds_a_61_line_function_and_a_201_line_class(tmp_path: Path) -> None:
+    def function(name: str, lines: int) -> str:  # the def line and lines - 1 statements
+        return f"def {name}():\n" + "".join(f"    x{i} = {i}\n" for i in range(lines - 1)) + "\n\n"
+
+    def klass(name: str, lines: int) -> str:  # the class line, then three-line methods and blank lines
+        return f"class {name}:\n" + "".join(f"    def m{i}(self):\n        return {i}\n\n" for i in range((lines - 1) // 3)) + "\n"
+
+    source = function("long", 61) + function("limit", 60) + klass("Big", 202) + klass("Fits", 199)
+    found = long_definitions(_package(tmp_path, {"mod.py": source}))
+    assert found == {"pkg/mod.py::long": (1, 61), "pkg/mod.py::Big": (126, 201)}
+
+
+def test_import_cycles_finds_a_cycle_of_imports_inside_functions(tmp_path: Path) -> None:
+    root = _package(
+        tmp_path,
+        {
+            "a.py": "def f():\n    from pkg import b\n    return b\n",
+            "b.py": "def g():\n    import pkg.a\n    return pkg.a\n",
+            "c.py": "from pkg.sub import d\nimport pkg.a\n",
+            "sub/__init__.py": "",
+            "sub/d.py": "from . import e\n",
+            "sub/e.py": "from ..sub.d import something\n",
+        },
+    )
+    assert import_graph(root)["pkg.c"] == {"pkg.sub.d": 1, "pkg.a": 2}
+    assert import_cycles(root) == {
+        "pkg.a, pkg.b": (2, "pkg.a (pkg/a.py:2) -> pkg.b (pkg/b.py:2) -> pkg.a"),
+        "pkg.sub.d, pkg.sub.e": (2, "pkg.sub.d (pkg/sub/d.py:1) -> pkg.sub.e (pkg/sub/e.py:1) -> pkg.sub.d"),
+    }
+
+
+def test_duplicate_blocks_finds_a_6_line_block_and_ignores_imports_comments_and_brackets(tmp_path: Path) -> None:
+    block = "    total = 0\n    for item in items:\n        total += item.size\n    if total > limit:\n        raise ValueError(total)\n    return total\n"
+    five = "".join(block.splitlines(keepends=True)[:5])
+    imports = "import os\nimport sys\nfrom pathlib import Path\nimport re\nimport json\nimport ast\n"
+    root = _package(
+        tmp_path,
+        {
+            "one.py": f'{imports}\n\ndef size(items, limit):\n    """Sum."""\n{block}',
+            "two.py": f"{imports}\n\ndef other(items, limit):\n    # the same, commented\n{block.replace('item.size', 'item.size  # each')}",
+            "three.py": f"{imports}\n\ndef five(items, limit):\n{five}    return (\n        None\n    )\n",
+        },
+    )
+    assert duplicate_blocks(root) == {"pkg/one.py <> pkg/two.py": (6, ["pkg/one.py:11 and pkg/two.py:11, 6 lines"])}
+
+
+if __name__ == "__main__":  # print today's offenders in the allowlists' form: python3 tests/test_architecture.py
+    print("KNOWN_LONG = {")
+    for key, (_, size) in sorted(long_definitions(PACKAGE).items()):
+        print(f'    "{key}": {size},')
+    print("}\nKNOWN_CYCLES = {")
+    for key, (count, path) in sorted(import_cycles(PACKAGE).items()):
+        print(f'    "{key}": {count},  # {path}')
+    print("}\nKNOWN_DUPLICATES = {")
+    for key, (total, blocks) in sorted(duplicate_blocks(PACKAGE).items()):
+        print(f'    "{key}": {total},  # ' + "; ".join(blocks))
+    print("}")
