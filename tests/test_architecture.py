@@ -4,11 +4,9 @@
 - no import cycle among harness modules, imports inside functions included;
 - no block of DUPLICATE_WINDOW or more (normalized) lines that occurs twice in harness/.
 
-Today's offenders are listed below with their current sizes. A check fails for a new offender or a listed one
-that grew; test_allowlists_only_shrink fails once a listed offender is gone or within the limit, so that its
-entry is deleted and the lists only get shorter. Each detector takes a package folder, so the self-tests run
-it on a synthetic package in tmp_path. `python3 tests/test_architecture.py` prints the current offenders in
-the allowlists' form.
+Each check fails on any offender, named with its file and line. Each detector takes a package folder, so the
+self-tests run it on a synthetic package in tmp_path. `python3 tests/test_architecture.py` prints the current
+offenders.
 """
 
 from __future__ import annotations
@@ -29,35 +27,6 @@ PACKAGE = ROOT / "harness"
 MAX_CLASS_LINES = 200
 MAX_FUNCTION_LINES = 60
 DUPLICATE_WINDOW = 6
-
-# "file::qualified name": lines (def or class line to last line). Delete an entry once it is within the limit.
-KNOWN_LONG: dict[str, int] = {
-    "harness/compare.py::_compare_tensor": 86,
-    "harness/evaluate.py::ProblemEvaluation": 565,
-    "harness/evaluate.py::ProblemEvaluation._run_candidate": 65,
-    "harness/evaluate.py::ProblemEvaluation._run_compared": 89,
-    "harness/judge.py::Judge": 569,
-    "harness/judge.py::Judge._judge_step": 62,
-    "harness/judge.py::Judge._start": 75,
-    "harness/lint.py::lint": 65,
-    "harness/plots.py::plot_problem": 84,
-    "harness/quiet.py::QuietHost": 234,
-    "harness/scan.py::scan_source": 61,
-    "harness/supervise.py::run_worker": 131,
-    "harness/worker.py::Worker": 340,
-    "harness/worker.py::Worker.run": 101,
-}
-
-# Each import cycle as the sorted modules of its strongly connected component: number of modules.
-# A cycle within a listed one (a part of it left) passes; delete the entry once none of it is left.
-KNOWN_CYCLES: dict[str, int] = {
-    "harness.evaluate, harness.lanes": 2,  # evaluate.py:104 imports lanes, lanes.py:283 imports evaluate
-}
-
-# "file <> file" (the same file twice for a block repeated inside one file): duplicated normalized lines
-# between the two. Delete the entry once the two share no duplicated block. None today.
-KNOWN_DUPLICATES: dict[str, int] = {}
-
 
 def _files(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts)
@@ -291,41 +260,22 @@ def duplicate_blocks(root: Path, window: int = DUPLICATE_WINDOW) -> dict[str, tu
 # -- the checks on harness/ ----------------------------------------------------------------------------------
 
 
-def _regressions(found: dict[str, int], known: dict[str, int], describe: dict[str, str]) -> list[str]:
-    return [f"{describe[key]} (allowed: {known[key]})" if key in known else describe[key] for key, size in sorted(found.items()) if size > known.get(key, 0)]
-
-
 def test_no_class_or_function_over_the_limit() -> None:
     found = _on_harness(long_definitions)
-    bad = _regressions({k: size for k, (_, size) in found.items()}, KNOWN_LONG, {k: f"{k.split('::')[0]}:{line} {k.split('::')[1]}: {size} lines" for k, (line, size) in found.items()})
-    assert not bad, f"over {MAX_CLASS_LINES} lines (class) or {MAX_FUNCTION_LINES} lines (function), new or grown:\n" + "\n".join(bad)
-
-
-def _within_known_cycle(component: str) -> str | None:
-    members = set(component.split(", "))
-    return next((known for known in KNOWN_CYCLES if members <= set(known.split(", "))), None)
+    bad = [f"{key.split('::')[0]}:{line} {key.split('::')[1]}: {size} lines" for key, (line, size) in sorted(found.items())]
+    assert not bad, f"over {MAX_CLASS_LINES} lines (class) or {MAX_FUNCTION_LINES} lines (function):\n" + "\n".join(bad)
 
 
 def test_no_import_cycle() -> None:
     found = _on_harness(import_cycles)
-    bad = [f"{len(key.split(', '))} modules: {path}" for key, (_, path) in sorted(found.items()) if _within_known_cycle(key) is None]
-    assert not bad, "import cycles among harness modules, new or grown:\n" + "\n".join(bad)
+    bad = [f"{len(key.split(', '))} modules: {path}" for key, (_, path) in sorted(found.items())]
+    assert not bad, "import cycles among harness modules:\n" + "\n".join(bad)
 
 
 def test_no_duplicated_block() -> None:
     found = _on_harness(duplicate_blocks)
-    bad = _regressions({k: total for k, (total, _) in found.items()}, KNOWN_DUPLICATES, {k: f"{k}: {total} lines: " + "; ".join(blocks) for k, (total, blocks) in found.items()})
-    assert not bad, f"duplicated blocks of {DUPLICATE_WINDOW} or more lines, new or grown:\n" + "\n".join(bad)
-
-
-def test_allowlists_only_shrink() -> None:
-    long = _on_harness(long_definitions)
-    cycles = _on_harness(import_cycles)
-    duplicates = _on_harness(duplicate_blocks)
-    stale = [f"KNOWN_LONG[{key!r}]: gone or within the limit" for key in KNOWN_LONG if key not in long]
-    stale += [f"KNOWN_CYCLES[{key!r}]: no cycle left among these modules" for key in KNOWN_CYCLES if not any(_within_known_cycle(c) == key for c in cycles)]
-    stale += [f"KNOWN_DUPLICATES[{key!r}]: no duplicated block left" for key in KNOWN_DUPLICATES if key not in duplicates]
-    assert not stale, "fixed offenders still listed; delete their entries at the top of tests/test_architecture.py:\n" + "\n".join(stale)
+    bad = [f"{key}: {total} lines: " + "; ".join(blocks) for key, (total, blocks) in sorted(found.items())]
+    assert not bad, f"duplicated blocks of {DUPLICATE_WINDOW} or more lines:\n" + "\n".join(bad)
 
 
 # -- the detectors on synthetic packages ---------------------------------------------------------------------
@@ -387,14 +337,10 @@ def test_duplicate_blocks_finds_a_6_line_block_and_ignores_imports_comments_and_
     assert duplicate_blocks(root) == {"pkg/one.py <> pkg/two.py": (6, ["pkg/one.py:11 and pkg/two.py:11, 6 lines"])}
 
 
-if __name__ == "__main__":  # print today's offenders in the allowlists' form: python3 tests/test_architecture.py
-    print("KNOWN_LONG = {")
-    for key, (_, size) in sorted(long_definitions(PACKAGE).items()):
-        print(f'    "{key}": {size},')
-    print("}\nKNOWN_CYCLES = {")
+if __name__ == "__main__":  # print today's offenders: python3 tests/test_architecture.py
+    for key, (line, size) in sorted(long_definitions(PACKAGE).items()):
+        print(f"long: {key} (line {line}): {size} lines")
     for key, (count, path) in sorted(import_cycles(PACKAGE).items()):
-        print(f'    "{key}": {count},  # {path}')
-    print("}\nKNOWN_DUPLICATES = {")
+        print(f"cycle of {count}: {path}")
     for key, (total, blocks) in sorted(duplicate_blocks(PACKAGE).items()):
-        print(f'    "{key}": {total},  # ' + "; ".join(blocks))
-    print("}")
+        print(f"duplicate: {key}: {total} lines: " + "; ".join(blocks))
