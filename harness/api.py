@@ -15,6 +15,7 @@ next worker prestarted and the build pool going, so a candidate after the first 
 own build, checks and timing only. `submit` is safe from any thread; a session writes its records
 to a run folder (`results/<run id>/`) as a run does, and one session is open per process at a time.
 """
+
 from __future__ import annotations
 
 import concurrent.futures
@@ -119,7 +120,7 @@ class Session:
         with self._lock:
             if key not in self._problems:
                 found = resolve_problem(key, self.cfg.path(self.cfg.problems_dir))
-                found.settings  # a malformed HARNESS_* declaration is a usage error now, not in a lane
+                _ = found.settings  # a malformed HARNESS_* declaration is a usage error now, not in a lane
                 self._problems[key] = found
             return self._problems[key]
 
@@ -330,8 +331,7 @@ def finish_run(store: RunStore, device: str, null_tolerance: float = nullfloor.D
         low, high = min(clocks, key=lambda x: x[2]), max(clocks, key=lambda x: x[2])
         if high[2] > low[2] * (1 + CLOCK_TOLERANCE):
             warnings.append(
-                f"SM clocks moved during the run: {low[2]:.0f} MHz after timing {low[0]}/{low[1]}, {high[2]:.0f} MHz after "
-                f"{high[0]}/{high[1]}; timings taken at different clocks are not comparable (check cooling, power and other GPU users)"
+                f"SM clocks moved during the run: {low[2]:.0f} MHz after timing {low[0]}/{low[1]}, {high[2]:.0f} MHz after {high[0]}/{high[1]}; timings taken at different clocks are not comparable (check cooling, power and other GPU users)"
             )
     warnings += nullfloor.warnings(references, null_tolerance)
     end = RunEnd(

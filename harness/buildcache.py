@@ -4,6 +4,7 @@ Each inline extension is built in `<cache>/<key>` where the key hashes the sourc
 flags, torch and CUDA versions, target architecture and Python version: evaluating the same file
 again (or another file with identical kernels) loads the finished build instead of compiling.
 """
+
 from __future__ import annotations
 
 import fcntl

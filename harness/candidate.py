@@ -1,5 +1,6 @@
 """Candidates: files under solutions/<problem>/ that define ModelNew, plus raw completions kept in
 solutions/<problem>/raw/ whose extraction failed (so they still get a verdict)."""
+
 from __future__ import annotations
 
 import ast

@@ -4,6 +4,7 @@ The parent creates the pipe and a random key, hands the worker the write end and
 key. Each message carries a sequence number and an HMAC over it, so text a candidate writes to
 stdout is never read as a result, and bytes it writes into the pipe are detected as forged.
 """
+
 from __future__ import annotations
 
 import hashlib

@@ -5,6 +5,7 @@ before a run, or a full disk anywhere in one, prints one line `harness error: ..
 An interruption (Ctrl-C, or SIGTERM during a run) exits 130. Anything else is a bug and shows its
 traceback.
 """
+
 from __future__ import annotations
 
 import argparse

@@ -2,11 +2,11 @@
 
 Everything here works on tensors of any device, a chunk at a time, so comparing a GB output
 needs no full extra copy of it."""
+
 from __future__ import annotations
 
-from typing import Any
-
 import math
+from typing import Any
 
 import torch
 
@@ -60,6 +60,7 @@ def compare_outputs(name: str, expected: dict[str, Any], actual: dict[str, Any],
 
 def _form(index: int, label: str, expected: dict[str, Any], actual: dict[str, Any]) -> str:
     """Layout, device and input aliasing of an output against the reference's (when recorded)."""
+
     def get(record: dict[str, Any], key: str) -> Any:
         values = record.get(key)
         return values[index] if values is not None and index < len(values) else None
@@ -185,15 +186,16 @@ class _Tally:
         if self.outside:
             assert self.worst is not None
             reason = (
-                f"{label}: {mismatch:.2%} of elements outside atol={tol.atol:g}, rtol={tol.rtol:g}"
-                + (f", norm={tol.norm:g} x rms {scale:.3g}" if tol.norm else "") + "; "
+                f"{label}: {mismatch:.2%} of elements outside atol={tol.atol:g}, rtol={tol.rtol:g}" + (f", norm={tol.norm:g} x rms {scale:.3g}" if tol.norm else "") + "; "
                 f"max abs error {self.max_abs:.3g} (worst: got {self.worst[1]:.6g}, expected {self.worst[2]:.6g})"
             )
             return CheckResult(name, False, reason, self.max_abs, self.max_rel, mismatch, within_kernelbench=self.loose == 0)
         relative = math.sqrt(self.squares / max(count, 1)) / scale if self.tiny else 0.0
         if relative > TINY_OUTPUT_RELATIVE:
-            reason = (f"{label}: every element is within atol={tol.atol:g} of an output whose rms is {scale:.3g}, smaller than atol, "
-                      f"but the error's rms is {relative:.3g} of the output's (over {TINY_OUTPUT_RELATIVE:g}); max abs error {self.max_abs:.3g}")
+            reason = (
+                f"{label}: every element is within atol={tol.atol:g} of an output whose rms is {scale:.3g}, smaller than atol, "
+                f"but the error's rms is {relative:.3g} of the output's (over {TINY_OUTPUT_RELATIVE:g}); max abs error {self.max_abs:.3g}"
+            )
             return CheckResult(name, False, reason, self.max_abs, self.max_rel, 0.0, within_kernelbench=True)
         return CheckResult(name, True, "ok", self.max_abs, self.max_rel, 0.0)
 

@@ -2,6 +2,7 @@
 
 The schema is the dataclasses below; a key they do not name is an error that lists the valid keys.
 """
+
 from __future__ import annotations
 
 import copy
@@ -36,7 +37,7 @@ class Tolerance:
     atol: float  # absolute tolerance
     rtol: float  # relative tolerance
     norm: float = 0.0  # plus norm x rms(reference output): float32 rounding in another summation order grows with the
-                       # output's scale, so an element that cancels to near zero is judged against the output, not itself
+    # output's scale, so an element that cancels to near zero is judged against the output, not itself
 
 
 DEFAULT_TOLERANCE = Tolerance(atol=1e-4, rtol=1e-4)  # for a dtype check.tolerances does not name
@@ -60,7 +61,7 @@ class CheckConfig:
     gradients: str  # flag | fail | off: backward of the same loss must give the reference's gradients
     gradient_tolerance_factor: float  # gradients sum over the batch: their atol and rtol are the output's times this
     weights: str = "transplant"  # transplant: ModelNew gets the reference's (redrawn) weights, by name, else by position, else
-                                 # keeps its own same-seed ones (flag weights-by-seed); seed: always its own (KernelBench's way)
+    # keeps its own same-seed ones (flag weights-by-seed); seed: always its own (KernelBench's way)
 
     def __post_init__(self) -> None:
         if self.trials < 1:
@@ -432,9 +433,7 @@ def _merge(base: dict[str, Any], extra: dict[str, Any], cls: type, prefix: str) 
     hints = _fields(cls)
     for key, value in extra.items():
         if key not in hints:
-            raise UserError(
-                f"unknown config key {prefix + str(key)!r} (valid keys here: {', '.join(sorted(hints))})"
-            )
+            raise UserError(f"unknown config key {prefix + str(key)!r} (valid keys here: {', '.join(sorted(hints))})")
         if dataclasses.is_dataclass(hints[key]) and isinstance(value, dict):
             _merge(base.setdefault(key, {}), value, hints[key], prefix=f"{prefix}{key}.")
         elif typing.get_origin(hints[key]) is dict and isinstance(value, dict) and isinstance(base.get(key), dict):

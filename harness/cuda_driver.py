@@ -4,6 +4,7 @@
 an IPC handle of the judge's and exits 0 when the driver lets it (harness.regions.device_sharing).
 Without torch it starts in a fraction of a second.
 """
+
 from __future__ import annotations
 
 import ctypes

@@ -1,4 +1,5 @@
 """The environment block of a run, collected once in the parent (no CUDA context is created)."""
+
 from __future__ import annotations
 
 import importlib.metadata

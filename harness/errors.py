@@ -1,4 +1,5 @@
 """The user-error and resource-error types and the process exit codes (an API: documented in the README)."""
+
 from __future__ import annotations
 
 import enum

@@ -5,34 +5,33 @@ through the plan on the device. Each candidate's worker then gets its inputs fro
 region of its own), reports each step, and the judge compares the step's outputs in place; this
 process only relays steps and verdicts, never tensors, and writes one record per candidate at once.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import traceback
 from typing import Any, Callable, Optional
 
-
+from harness import integrity, verdict
 from harness import protocol as P
 from harness.candidate import Candidate, needs_cuda_statically
-from harness.protocol import Call
-from harness import integrity
+from harness.config import Config
+from harness.errors import flat
 from harness.flags import Finding
+from harness.judging import LaneJudge, Setting, Subject
+from harness.lane import Lane
+from harness.pairing import LAUNCH_BOUND_MS
+from harness.plan import Plan
+from harness.problem import Problem
+from harness.protocol import Call
+from harness.records import CallProfile, CandidateRecord, PairedSpeedup, ReferenceRecord, SanitizerRun, TimingStats
+from harness.reference_run import ReferenceRun, Stopped, now
 from harness.sanitize import LaneSanitizer
 from harness.scan import declared_kernels, scan_source
-from harness.config import Config
-from harness.lane import Lane
-from harness.problem import Problem
-from harness.pairing import LAUNCH_BOUND_MS
-from harness.records import CallProfile, CandidateRecord, PairedSpeedup, ReferenceRecord, SanitizerRun, TimingStats
 from harness.status import Status
 from harness.store import RunStore
 from harness.supervise import Failure, JudgeFailed, WorkerOutcome, default_memory_limit
-from harness import verdict
 from harness.verdict import Case, Reported, Rules
-from harness.judging import LaneJudge, Setting, Subject
-from harness.plan import Plan
-from harness.reference_run import ReferenceRun, Stopped, now
-from harness.errors import flat
 
 __all__ = ["Call", "Plan", "ProblemEvaluation", "compare_times", "timing_warnings"]
 
@@ -278,9 +277,11 @@ def sol_measures(sol: Any, median: float) -> dict[str, Any]:
     (its algorithm needs fewer FLOPs than the reference's: information, not a warning)."""
     if median <= 0 or median >= sol.floor_ms or sol.bytes_ms <= 0:
         return {"sol_ms": sol.floor_ms, "sol_fraction": sol.floor_ms / median if median > 0 else None, "sol_floor": "roofline"}
-    note = (f"faster than the reference's algorithm: {median:.4g} ms is below its roofline {sol.floor_ms:.4g} ms "
-            f"({sol.flops:.3g} FLOP at {sol.peak_tflops:.3g} TFLOP/s); against the fewest bytes ({sol.min_bytes:.3g} B at "
-            f"{sol.peak_gbps:.4g} GB/s, {sol.bytes_ms:.4g} ms) it is at {sol.bytes_ms / median:.0%} of the speed of light")
+    note = (
+        f"faster than the reference's algorithm: {median:.4g} ms is below its roofline {sol.floor_ms:.4g} ms "
+        f"({sol.flops:.3g} FLOP at {sol.peak_tflops:.3g} TFLOP/s); against the fewest bytes ({sol.min_bytes:.3g} B at "
+        f"{sol.peak_gbps:.4g} GB/s, {sol.bytes_ms:.4g} ms) it is at {sol.bytes_ms / median:.0%} of the speed of light"
+    )
     return {"sol_ms": sol.bytes_ms, "sol_fraction": sol.bytes_ms / median, "sol_floor": "bytes", "notes": (note,)}
 
 
@@ -297,28 +298,16 @@ def timing_warnings(timing: TimingStats, cfg: Any, profile: Optional[CallProfile
     """What a reader must know about one timing, each with what to do about it."""
     warnings = []
     if timing.rse > cfg.target_rse:
-        warnings.append(
-            f"timing did not settle: relative standard error {timing.rse:.1%} after {timing.n} calls "
-            f"(stopped by {timing.stopped_by}); raise timing.budget_s or quiet the machine"
-        )
+        warnings.append(f"timing did not settle: relative standard error {timing.rse:.1%} after {timing.n} calls (stopped by {timing.stopped_by}); raise timing.budget_s or quiet the machine")
     if timing.median_ms > 0 and timing.iqr_ms / timing.median_ms > cfg.unstable_iqr:
-        warnings.append(
-            f"unstable timing: the interquartile range is {timing.iqr_ms / timing.median_ms:.0%} of the median; "
-            "stop other work on this GPU, check the clocks, or use timing.mode=graph if the call is launch-bound"
-        )
+        warnings.append(f"unstable timing: the interquartile range is {timing.iqr_ms / timing.median_ms:.0%} of the median; stop other work on this GPU, check the clocks, or use timing.mode=graph if the call is launch-bound")
     slowed = slowdown_reasons(timing.clock_event_reasons)
     if slowed:
-        warnings.append(
-            f"the GPU was slowing its clocks when timing ended ({', '.join(slowed)}): timings vary with power and temperature; "
-            "compare only runs taken under the same conditions, and repeat to see the spread"
-        )
+        warnings.append(f"the GPU was slowing its clocks when timing ended ({', '.join(slowed)}): timings vary with power and temperature; compare only runs taken under the same conditions, and repeat to see the spread")
     if timing.fallback:
         warnings.append(timing.fallback)
     if timing.sync_reason:
         warnings.append(f"timed with a device-wide synchronise because {timing.sync_reason}")
     if profile is not None and timing.mode == "eager" and timing.median_ms > 0 and profile.kernel_ms < 0.8 * timing.median_ms and timing.median_ms < LAUNCH_BOUND_MS:
-        warnings.append(
-            f"launch-bound: GPU work is {profile.kernel_ms:.4g} ms of a {timing.median_ms:.4g} ms call; "
-            "the rest is host overhead between launches; timing.mode=graph times it without the launch gaps"
-        )
+        warnings.append(f"launch-bound: GPU work is {profile.kernel_ms:.4g} ms of a {timing.median_ms:.4g} ms call; the rest is host overhead between launches; timing.mode=graph times it without the launch gaps")
     return warnings

@@ -6,6 +6,7 @@ executor (harness.lanes) and the Ray executor (harness.ray_executor) have in com
 jobs shared by every submitting thread, threads that take jobs from it, each problem announced
 once, and the futures settled from what the threads return (a harness bug as the exception).
 """
+
 from __future__ import annotations
 
 import concurrent.futures
@@ -151,6 +152,7 @@ class QueuedExecutor:
             def call(value: object) -> None:
                 with self._lock:
                     fn(value)
+
             return call
 
         self.on_record, self.on_start, self.on_problem = locked(on_record), locked(on_start), locked(on_problem)

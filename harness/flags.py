@@ -6,6 +6,7 @@ ranked, never in fast_p or the geomean), `flag` keeps the verdict and shows the 
 leaderboard's `flags` column, `ignore` drops it. docs/integrity.md#flags says why each default is
 what it is.
 """
+
 from __future__ import annotations
 
 import enum

@@ -8,6 +8,7 @@ differ; their times are not compared when a run's null floor for the problem (th
 Model timed as a candidate) lies outside 1.00 +/- timing.null_tolerance, or moved by more than that
 between the runs. The verdict follows the `--fail-on` rules; the markdown report is always written.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -307,8 +308,7 @@ def report(result: GateResult) -> str:
         "",
         f"{verdict}",
         "",
-        f"Baseline `{result.baseline}`, current `{result.current}`. Fails on: `{result.rules.describe()}`; "
-        f"a change in time counts when Mann-Whitney U gives p < {result.alpha:g}.",
+        f"Baseline `{result.baseline}`, current `{result.current}`. Fails on: `{result.rules.describe()}`; a change in time counts when Mann-Whitney U gives p < {result.alpha:g}.",
         "",
         "| " + " | ".join(VERDICTS) + " | geomean ratio |",
         "|" + "---:|" * (len(VERDICTS) + 1),

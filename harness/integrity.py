@@ -1,6 +1,7 @@
 """The integrity findings on one candidate, from what its worker reported: pure functions from
 evidence (profiles, extension call counts, timings) to (flag code, one-line reason) pairs.
 harness/flags.py applies the policies; evaluate.py gathers the evidence."""
+
 from __future__ import annotations
 
 from collections import Counter
@@ -29,9 +30,12 @@ def own_kernels(profile: Optional[CallProfile], reference: Optional[CallProfile]
     if reference is not None and reference.kernels:
         ran = Counter({k.name: k.count for k in profile.kernels})
         if all(ran[k.name] >= k.count for k in reference.kernels):
-            found.append((Code.WRAPS_REFERENCE, (
-                f"every kernel of the reference's call ({', '.join(_short(k.name) for k in reference.kernels[:3])}) ran in its call too, "
-                f"as often; its own kernels ({share:.1%} of the GPU time) only add to the reference's work")))
+            found.append(
+                (
+                    Code.WRAPS_REFERENCE,
+                    (f"every kernel of the reference's call ({', '.join(_short(k.name) for k in reference.kernels[:3])}) ran in its call too, as often; its own kernels ({share:.1%} of the GPU time) only add to the reference's work"),
+                )
+            )
     if share < floor:
         found.append((Code.OWN_SHARE_LOW, f"its own kernels take {share:.2%} of the profiled GPU time (under check.own_share_floor={floor:g})"))
     return share, found
@@ -71,18 +75,20 @@ def implausible_time(timing: TimingStats, speedup: float, reference_ms: float, p
     found: list[Finding] = []
     median = timing.median_ms
     if speedup > max_speedup:
-        found.append((Code.IMPLAUSIBLE_TIME, (
-            f"{speedup:.1f}x faster than eager ({median:.4g} ms vs {reference_ms:.4g} ms) is above "
-            f"check.max_plausible_speedup={max_speedup:g}; look at the profile and the source")))
+        found.append((Code.IMPLAUSIBLE_TIME, (f"{speedup:.1f}x faster than eager ({median:.4g} ms vs {reference_ms:.4g} ms) is above check.max_plausible_speedup={max_speedup:g}; look at the profile and the source")))
     if profile is not None and profile.launches and median < PROFILE_FLOOR * min(profile.kernel_ms, profile.span_ms or profile.kernel_ms):
-        found.append((Code.IMPLAUSIBLE_TIME, (
-            f"the timed median {median:.4g} ms is below the GPU time of its own profiled call "
-            f"({profile.kernel_ms:.4g} ms in {profile.launches} activities); the timing does not cover the work")))
+        found.append((Code.IMPLAUSIBLE_TIME, (f"the timed median {median:.4g} ms is below the GPU time of its own profiled call ({profile.kernel_ms:.4g} ms in {profile.launches} activities); the timing does not cover the work")))
     if sol is not None and sol.bytes_ms > 0 and median < sol.bytes_ms * impossible_below:
-        found.append((Code.IMPLAUSIBLE_TIME, (
-            f"{median:.4g} ms is below the speed-of-light floor {sol.bytes_ms:.4g} ms: the problem's fewest bytes "
-            f"({sol.min_bytes:.3g} B, inputs and weights read once, outputs written once) at {sol.peak_gbps:.4g} GB/s, "
-            "which no algorithm avoids; the timing misses work or the output is not computed")))
+        found.append(
+            (
+                Code.IMPLAUSIBLE_TIME,
+                (
+                    f"{median:.4g} ms is below the speed-of-light floor {sol.bytes_ms:.4g} ms: the problem's fewest bytes "
+                    f"({sol.min_bytes:.3g} B, inputs and weights read once, outputs written once) at {sol.peak_gbps:.4g} GB/s, "
+                    "which no algorithm avoids; the timing misses work or the output is not computed"
+                ),
+            )
+        )
     return found
 
 
@@ -91,9 +97,7 @@ def persisting_l2(timing: TimingStats) -> list[Finding]:
     evict, so cold-cache timings run warm. The timer undoes it before every call; it is flagged."""
     if timing.l2_persisting_found <= 0:
         return []
-    return [(Code.TAMPER_SUSPECT, (
-        f"set a persisting-L2 limit of {timing.l2_persisting_found / 2**20:.3g} MiB while being timed (L2 the flush does not evict); "
-        "the timer reset it to 0 and made its lines normal before every timed call"))]
+    return [(Code.TAMPER_SUSPECT, (f"set a persisting-L2 limit of {timing.l2_persisting_found / 2**20:.3g} MiB while being timed (L2 the flush does not evict); the timer reset it to 0 and made its lines normal before every timed call"))]
 
 
 def _short(name: str) -> str:

@@ -20,6 +20,7 @@ the judge's log.
 
 Started by `harness.supervise.JudgeClient` as `python -m harness.judge REQUEST_FD REPLY_FD`.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -38,20 +39,20 @@ from harness import protocol as P
 from harness.buildcache import BuildCache
 from harness.compare import compare_gradients, compare_outputs, relative_error
 from harness.config import Tolerance
+from harness.errors import one_line
+from harness.pairing import device_sync_reason
+from harness.profile import profile_call
 from harness.records import CallProfile, CheckResult
 from harness.reference import Reference, device_memory, release, structure_notes
 from harness.regions import device_sharing, dtype_of, view
 from harness.roofline import count_work, device_peaks, floor
 from harness.staging import Footprint, Session, Stager
 from harness.status import Status
-from harness.errors import one_line
+from harness.timing import flush_buffer
 from harness.worker.checks import model_gradients, paired_gradients
 from harness.worker.device import setup_device, synchronize
 from harness.worker.failures import WorkerFailure, classify
 from harness.worker.timed import prepare_timer, time_round
-from harness.pairing import device_sync_reason
-from harness.profile import profile_call
-from harness.timing import flush_buffer
 
 
 class Checker:
@@ -201,7 +202,7 @@ class Checker:
     def _compare(self, name: str, expected: dict[str, Any], session: Session, step: P.Step) -> CheckResult:
         """The step's outputs, read in place in the mailbox, against the reference's."""
         tensors: list[Any] = []
-        for index, (output, want) in enumerate(zip(step.outputs, expected["tensors"])):
+        for output, want in zip(step.outputs, expected["tensors"]):
             spec = output.tensor
             if spec is not None and spec.offset == -1:
                 if tuple(spec.shape) == tuple(want.shape) and spec.dtype == str(want.dtype).removeprefix("torch."):
@@ -379,7 +380,17 @@ class Judge:
 
         self._phase("check")
         footprint = self._fit(reference, region_kind)
-        report = P.ReferenceReport(True, "ok", device_name=device_name, data_plane=region_kind, other_size=reference.other, other_size_note=reference.other_note, peak_bytes=reference.forward_peak, float64_note="; ".join(n for n in (reference.float64_note, reference.gradients_note) if n), input_structure=structure_notes(reference.structures))
+        report = P.ReferenceReport(
+            True,
+            "ok",
+            device_name=device_name,
+            data_plane=region_kind,
+            other_size=reference.other,
+            other_size_note=reference.other_note,
+            peak_bytes=reference.forward_peak,
+            float64_note="; ".join(n for n in (reference.float64_note, reference.gradients_note) if n),
+            input_structure=structure_notes(reference.structures),
+        )
         self.reference, self.stager = reference, Stager(job, reference, footprint)
         self.checker = Checker(job, reference, self.stager, self.tolerances)
         self.timing = ReferenceTiming(job, reference, self.stager, check_threads)
@@ -413,8 +424,7 @@ class Judge:
         if peak > job.memory_fraction * total:
             raise WorkerFailure(
                 Status.OUT_OF_MEMORY,
-                f"the reference needs {peak / 2**30:.1f} GiB at its peak, over {job.memory_fraction:.0%} of the "
-                f"{total / 2**30:.1f} GiB the {reference.device.type} has; a compared model beside it would not fit",
+                f"the reference needs {peak / 2**30:.1f} GiB at its peak, over {job.memory_fraction:.0%} of the {total / 2**30:.1f} GiB the {reference.device.type} has; a compared model beside it would not fit",
             )
         budget = job.slot_fraction * total
         timed_slots = max(1, min(job.timed_inputs, int(budget // max(reference.set_bytes, 1))))
@@ -507,7 +517,7 @@ def main() -> None:
     def send(message: Any) -> None:
         data = (P.dumps(message) + "\n").encode()
         while data:
-            data = data[os.write(reply_fd, data):]
+            data = data[os.write(reply_fd, data) :]
 
     with os.fdopen(request_fd, "rb") as requests:
         serve(requests, send)

@@ -3,6 +3,7 @@ plan, restarted after a failure, ended with the evaluation) and one compared wor
 it (`ComparedRun`: each step the worker reports is judged before the worker may go on, then the
 worker is timed in turns with the reference). Only typed messages pass here, never tensors.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -167,9 +168,14 @@ class ComparedRun:
         cwd = current_scratch().make(f"{subject.log_name[:20]}-")
         try:
             outcome = run_worker(
-                self.job(), timeouts=cfg.timeouts, memory_limit=self.setting.memory_limit,
-                log_path=self.setting.store.log_path(self.setting.problem.name, subject.log_name), log_limit=cfg.limits.log_kib << 10,
-                cwd=cwd, on_message=self.on_message, launcher=self.setting.lane.launcher,
+                self.job(),
+                timeouts=cfg.timeouts,
+                memory_limit=self.setting.memory_limit,
+                log_path=self.setting.store.log_path(self.setting.problem.name, subject.log_name),
+                log_limit=cfg.limits.log_kib << 10,
+                cwd=cwd,
+                on_message=self.on_message,
+                launcher=self.setting.lane.launcher,
             )
         finally:
             if self.pairing is not None:
@@ -256,7 +262,12 @@ class ComparedRun:
             outcome = dataclasses.replace(outcome, failure=(Status.HARNESS_ERROR, "the worker finished before every timing round arrived"))
         ready = pairing.ready if pairing is not None else None
         return Compared(
-            outcome, checks, self.found.get("same_seed"), self.precision, self.found.get("grads"), own_weights=bool(self.found.get("own_weights")),
+            outcome,
+            checks,
+            self.found.get("same_seed"),
+            self.precision,
+            self.found.get("grads"),
+            own_weights=bool(self.found.get("own_weights")),
             timing=timed[0] if timed else None,
             paired=timed[1] if timed else None,
             profile=ready.profile if ready is not None else None,

@@ -10,6 +10,7 @@ over the candidate's `timing.mean_ms`.
 This is a view for comparison with KernelBench's published numbers. The leaderboard's own fast_p,
 over the same run's reference timed in turns on the same GPU, is the honest one (docs/kernelbench.md).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -30,8 +31,7 @@ from harness.status import Status
 STATISTIC = "mean"  # the baseline entry's field KernelBench's scoring divides by the candidate's mean
 LEVEL = re.compile(r"level\d+")
 SHAPE = '{"level1": {"19_ReLU.py": {"mean": <ms>, ...}}}'
-HONEST_NOTE = ("fast_p against KernelBench's published timings mixes in another machine, torch and timer; "
-               "the leaderboard's fast_p (this run's reference, timed in turns on the same GPU) is the honest one")
+HONEST_NOTE = "fast_p against KernelBench's published timings mixes in another machine, torch and timer; the leaderboard's fast_p (this run's reference, timed in turns on the same GPU) is the honest one"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,8 +104,7 @@ def _entry(path: Path, level: str, file: str, entry: Any) -> BaselineTime:
         raise UserError(f"{where}: {STATISTIC!r} must be a positive time in ms, got {mean!r}")
     trials = entry.get("num_trials")
     hardware = entry.get("hardware")
-    return BaselineTime(level=level, file=file, mean_ms=float(mean), num_trials=trials if isinstance(trials, int) else None,
-                        hardware=hardware if isinstance(hardware, str) else "")
+    return BaselineTime(level=level, file=file, mean_ms=float(mean), num_trials=trials if isinstance(trials, int) else None, hardware=hardware if isinstance(hardware, str) else "")
 
 
 def level_of(problem_path: str) -> str:
@@ -166,11 +165,18 @@ def fast_p_against(
         found = baseline.find(problem, level)
         reference_ms = _reference_mean(r for r in references if r.problem == problem)
         shares: dict[float, Optional[float]] = {p: _share(candidates, found.mean_ms, p) if found else None for p in thresholds}
-        rows.append(ProblemAgainstBaseline(
-            problem=problem, level=found.level if found else level, evaluated=len(candidates),
-            correct=sum(r.status is Status.CORRECT for r in candidates), baseline_ms=found.mean_ms if found else None,
-            reference_ms=reference_ms, fast_p=shares, missing="" if found else _missing(problem, level, baseline),
-        ))
+        rows.append(
+            ProblemAgainstBaseline(
+                problem=problem,
+                level=found.level if found else level,
+                evaluated=len(candidates),
+                correct=sum(r.status is Status.CORRECT for r in candidates),
+                baseline_ms=found.mean_ms if found else None,
+                reference_ms=reference_ms,
+                fast_p=shares,
+                missing="" if found else _missing(problem, level, baseline),
+            )
+        )
     devices = tuple(sorted({r.device_name for r in references if r.device_name}))
     return FastPAgainstBaseline(baseline=baseline, thresholds=tuple(thresholds), devices=devices, problems=tuple(rows))
 
@@ -226,11 +232,15 @@ def render_markdown(table: FastPAgainstBaseline, title: str) -> str:
     shown = frame(table)
     hardware = table.baseline.hardware or "hardware not given"
     lines = [
-        f"# {title}", "",
+        f"# {title}",
+        "",
         f"Baseline: `{table.baseline.source}` ({hardware}), its `{STATISTIC}`; this run: {', '.join(table.devices) or 'no reference records'}.",
-        f"Speedup here: KernelBench's {STATISTIC} / the candidate's {STATISTIC} time. `reference_vs_kb`: this run's reference / KernelBench's.", "",
-        f"Note: {HONEST_NOTE} (docs/kernelbench.md).", "",
-        markdown_table(shown, _cells(shown)) if len(shown) else "No candidate records.", "",
+        f"Speedup here: KernelBench's {STATISTIC} / the candidate's {STATISTIC} time. `reference_vs_kb`: this run's reference / KernelBench's.",
+        "",
+        f"Note: {HONEST_NOTE} (docs/kernelbench.md).",
+        "",
+        markdown_table(shown, _cells(shown)) if len(shown) else "No candidate records.",
+        "",
     ]
     return "\n".join(lines)
 

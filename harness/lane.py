@@ -4,6 +4,7 @@ CUDA_VISIBLE_DEVICES) or the CPU. Two timings never share a lane.
 Its own module so that an evaluation (harness.evaluate) and the executors that make lanes
 (harness.lanes, harness.ray_executor) all import it at the top, without importing each other.
 """
+
 from __future__ import annotations
 
 import dataclasses

@@ -12,6 +12,7 @@ whose problem it has warm (its judge running, the reference's work done), so a l
 pays for a problem's reference once per lane, not once per candidate. The queue, the futures
 and the announcements are the dispatch both executors share (harness.executor).
 """
+
 from __future__ import annotations
 
 import collections
@@ -66,13 +67,23 @@ def lane_count(cfg: Config, device: str) -> int:
 FAIR_WAIT_S = 30.0  # a candidate queued this long goes next, warm problem or not
 
 
-
 class LocalExecutor(QueuedExecutor):
     """Evaluates submitted candidates on this machine's lanes: one thread per lane takes the next
     job from a shared queue. Each lane keeps the evaluations of its last `warm` problems open (their
     judges running), and every lane checks a problem on the same plan (the same secret inputs)."""
 
-    def __init__(self, cfg: Config, device: str, store: RunStore, *, on_record: Callable[[CandidateRecord], None], on_start: Callable[[Candidate], None], builds: Optional[Any] = None, on_problem: Callable[[Problem], None] = lambda p: None, warm: int = 1) -> None:
+    def __init__(
+        self,
+        cfg: Config,
+        device: str,
+        store: RunStore,
+        *,
+        on_record: Callable[[CandidateRecord], None],
+        on_start: Callable[[Candidate], None],
+        builds: Optional[Any] = None,
+        on_problem: Callable[[Problem], None] = lambda p: None,
+        warm: int = 1,
+    ) -> None:
         super().__init__(on_record=on_record, on_start=on_start, on_problem=on_problem)
         self.cfg, self.device, self.store, self.builds = cfg, device, store, builds
         self.lanes = local_lanes(cfg, device)
@@ -112,7 +123,7 @@ class LocalExecutor(QueuedExecutor):
                 if job is None:
                     return
                 if self._claim([job]):
-                    self._settle([job], lambda: [self._evaluate(job, lane, warm)])
+                    self._settle([job], lambda job=job: [self._evaluate(job, lane, warm)])
         finally:
             with self._state:
                 ending = list(warm.values())
@@ -123,6 +134,7 @@ class LocalExecutor(QueuedExecutor):
     def _next_job(self, warm: "collections.OrderedDict[tuple[str, str], ProblemEvaluation]") -> Optional[Job]:
         """The oldest job of a problem this lane has warm, else (or when the oldest has waited
         FAIR_WAIT_S) the oldest job; None once the executor stops, or closes with nothing queued."""
+
         def choose(jobs: list[Job]) -> list[Job]:
             if time.monotonic() - jobs[0].queued_at >= FAIR_WAIT_S:
                 return [jobs[0]]

@@ -2,6 +2,7 @@
 
 Written as CSV and GitHub-flavoured markdown, and shown as a rich table on the terminal.
 """
+
 from __future__ import annotations
 
 import math
@@ -34,28 +35,50 @@ def candidate_frame(records: Iterable[CandidateRecord]) -> pd.DataFrame:
     rows = []
     for r in latest_per_candidate(records).values():
         compile_name = _compile_name(r.baseline_ms)
-        rows.append({
-            "problem": r.problem,
-            "candidate": r.candidate,
-            "status": r.status.value,
-            "correct": r.status is Status.CORRECT,
-            "evaluated": r.status is not Status.NEEDS_CUDA,
-            "reason": f"[stricter than KernelBench: {r.stricter.code}] {r.reason}" if r.stricter else r.reason,
-            "flags": flag_column(r.flags),
-            "speedup": r.speedup,
-            "vs_compile": r.speedups.get(compile_name) if compile_name else None,
-            "sol_pct": r.sol_fraction,
-            "sol_floor": r.sol_floor,
-            "own_share": r.custom_kernel_share,
-            "candidate_ms": r.timing.median_ms if r.timing and r.status is Status.CORRECT else None,
-            "reference_ms": r.reference_ms,
-            "compile_ms": r.baseline_ms.get(compile_name) if compile_name else None,
-            "max_abs_error": r.max_abs_error,
-            "gradients": r.gradients,
-            "device": r.device,
-            "run_id": r.run_id,
-        })
-    columns = ["problem", "candidate", "status", "correct", "evaluated", "reason", "flags", "speedup", "vs_compile", "sol_pct", "sol_floor", "own_share", "gradients", "candidate_ms", "reference_ms", "compile_ms", "max_abs_error", "device", "run_id"]
+        rows.append(
+            {
+                "problem": r.problem,
+                "candidate": r.candidate,
+                "status": r.status.value,
+                "correct": r.status is Status.CORRECT,
+                "evaluated": r.status is not Status.NEEDS_CUDA,
+                "reason": f"[stricter than KernelBench: {r.stricter.code}] {r.reason}" if r.stricter else r.reason,
+                "flags": flag_column(r.flags),
+                "speedup": r.speedup,
+                "vs_compile": r.speedups.get(compile_name) if compile_name else None,
+                "sol_pct": r.sol_fraction,
+                "sol_floor": r.sol_floor,
+                "own_share": r.custom_kernel_share,
+                "candidate_ms": r.timing.median_ms if r.timing and r.status is Status.CORRECT else None,
+                "reference_ms": r.reference_ms,
+                "compile_ms": r.baseline_ms.get(compile_name) if compile_name else None,
+                "max_abs_error": r.max_abs_error,
+                "gradients": r.gradients,
+                "device": r.device,
+                "run_id": r.run_id,
+            }
+        )
+    columns = [
+        "problem",
+        "candidate",
+        "status",
+        "correct",
+        "evaluated",
+        "reason",
+        "flags",
+        "speedup",
+        "vs_compile",
+        "sol_pct",
+        "sol_floor",
+        "own_share",
+        "gradients",
+        "candidate_ms",
+        "reference_ms",
+        "compile_ms",
+        "max_abs_error",
+        "device",
+        "run_id",
+    ]
     return pd.DataFrame(rows, columns=columns)
 
 

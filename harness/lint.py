@@ -7,6 +7,7 @@ output would all fail the tolerance; outputs depend on the inputs and on the wei
 eager reference is not launch-bound and its time is in the suite's range; its memory fits the
 device the suite targets. Each check is pass, fail, warn or skip, with the numbers behind it.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -15,8 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.errors import one_line
 from harness.config import TimerSettings
+from harness.errors import one_line
 from harness.records import from_dict
 from harness.status import Vocabulary
 
@@ -106,26 +107,21 @@ def lint(path: Path, device_name: str, settings: dict[str, Any]) -> list[LintChe
             return [LintCheck("compared outputs", Verdict.FAIL, "the reference returns no floating or integer tensor: nothing to compare")]
         same = _share_within(again, first, 0.0, 0.0)
         close = _share_within(again, first, atol, rtol, norm)
-        checks.append(LintCheck("deterministic", Verdict.PASS if close == 1.0 else Verdict.FAIL,
-                                f"the same inputs twice: {same:.2%} of elements bit-identical, {close:.2%} within tolerance"))
+        checks.append(LintCheck("deterministic", Verdict.PASS if close == 1.0 else Verdict.FAIL, f"the same inputs twice: {same:.2%} of elements bit-identical, {close:.2%} within tolerance"))
         zeros = _share_within([torch.zeros_like(o) for o in first], first, atol, rtol, norm)
-        checks.append(LintCheck("zeros fail", _by_share(zeros),
-                                f"an all-zeros output matches {zeros:.2%} of elements"))
+        checks.append(LintCheck("zeros fail", _by_share(zeros), f"an all-zeros output matches {zeros:.2%} of elements"))
         if all(o.numel() <= 1 for o in first):  # a loss: a constant equal to it is the output itself
             checks.append(LintCheck("constant fails", Verdict.SKIP, "every output has one element: its own mean is itself; 'depends on inputs' judges it"))
         else:
             constant = _share_within([torch.full_like(o, float(o.float().mean())) for o in first], first, atol, rtol, norm)
-            checks.append(LintCheck("constant fails", _by_share(constant),
-                                    f"a constant output (the mean) matches {constant:.2%} of elements"))
+            checks.append(LintCheck("constant fails", _by_share(constant), f"a constant output (the mean) matches {constant:.2%} of elements"))
         stale = _share_within(first, other, atol, rtol, norm) if all(a.shape == b.shape for a, b in zip(first, other)) else 0.0
-        checks.append(LintCheck("depends on inputs", _by_share(stale),
-                                f"the output for other inputs matches {stale:.2%} of this one's elements"))
+        checks.append(LintCheck("depends on inputs", _by_share(stale), f"the output for other inputs matches {stale:.2%} of this one's elements"))
         if any(True for _ in model.parameters()) or any(True for _ in model.buffers()):
             randomize_state(model, 13)
             moved = _compared(as_outputs(model(*first_inputs)))
             kept = _share_within(moved, first, atol, rtol, norm)
-            checks.append(LintCheck("depends on weights", _by_share(kept),
-                                    f"with redrawn weights the output still matches {kept:.2%} of elements"))
+            checks.append(LintCheck("depends on weights", _by_share(kept), f"with redrawn weights the output still matches {kept:.2%} of elements"))
         else:
             checks.append(LintCheck("depends on weights", Verdict.SKIP, "the model has no parameters or buffers"))
     return checks + _memory_and_launches(model, first_inputs, first, device, settings)
@@ -139,12 +135,13 @@ def _memory_and_launches(model: Any, args: list[Any], outputs: list[Any], device
     limit = settings["memory_gb"] * (1 << 30)
     if device.type == "cuda":
         peak = torch.cuda.max_memory_allocated(device)
-        return [LintCheck("fits in memory", Verdict.PASS if peak <= limit else Verdict.FAIL, f"peak {peak / (1 << 30):.2f} GiB allocated, limit {settings['memory_gb']:g} GiB"),
-                *_launch_bound(model, args, device, settings)]
+        return [LintCheck("fits in memory", Verdict.PASS if peak <= limit else Verdict.FAIL, f"peak {peak / (1 << 30):.2f} GiB allocated, limit {settings['memory_gb']:g} GiB"), *_launch_bound(model, args, device, settings)]
     tensors = [a for a in args if isinstance(a, torch.Tensor)] + outputs + list(model.parameters()) + list(model.buffers())
     floor = sum(t.numel() * t.element_size() for t in tensors)
-    return [LintCheck("fits in memory", Verdict.PASS if floor <= limit else Verdict.FAIL, f"inputs, outputs and weights take {floor / (1 << 30):.2f} GiB (a floor), limit {settings['memory_gb']:g} GiB"),
-            LintCheck("not launch-bound", Verdict.SKIP, "needs CUDA to judge")]
+    return [
+        LintCheck("fits in memory", Verdict.PASS if floor <= limit else Verdict.FAIL, f"inputs, outputs and weights take {floor / (1 << 30):.2f} GiB (a floor), limit {settings['memory_gb']:g} GiB"),
+        LintCheck("not launch-bound", Verdict.SKIP, "needs CUDA to judge"),
+    ]
 
 
 def _launch_bound(model: Any, args: list[Any], device: Any, settings: dict[str, Any]) -> list[LintCheck]:
@@ -160,8 +157,7 @@ def _launch_bound(model: Any, args: list[Any], device: Any, settings: dict[str, 
         profile = profile_call(model, args, device, flush_buffer(device))
     busy = profile.kernel_ms / stats.median_ms if stats.median_ms > 0 else 0.0
     low, high = settings["time_ms"]
-    checks = [LintCheck("not launch-bound", Verdict.PASS if busy >= 0.5 else Verdict.FAIL,
-                        f"GPU work is {profile.kernel_ms:.4g} ms of a {stats.median_ms:.4g} ms call ({busy:.0%}) in {profile.launches} launches")]
+    checks = [LintCheck("not launch-bound", Verdict.PASS if busy >= 0.5 else Verdict.FAIL, f"GPU work is {profile.kernel_ms:.4g} ms of a {stats.median_ms:.4g} ms call ({busy:.0%}) in {profile.launches} launches")]
     inside = low <= stats.median_ms <= high
     checks.append(LintCheck("time in range", Verdict.PASS if inside else Verdict.WARN, f"eager reference {stats.median_ms:.4g} ms; the suite aims for {low:g}-{high:g} ms"))
     return checks

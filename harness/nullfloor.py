@@ -5,6 +5,7 @@ how far this run's speedups on that problem are off.
 Views of ReferenceRecord.null_floor shared by the leaderboard, the run's end warnings and the gate.
 A problem evaluated on several lanes has a floor per lane; the worst one stands for the problem.
 """
+
 from __future__ import annotations
 
 from typing import Iterable, Optional
@@ -71,7 +72,7 @@ def by_problem(references: Iterable[ReferenceRecord]) -> dict[str, NullFloor]:
 
 
 def describe(floor: Optional[NullFloor]) -> str:
-    """"1.00x [0.99, 1.01]" (the speedup and its 95% interval), "failed: incorrect", or "" when
+    """ "1.00x [0.99, 1.01]" (the speedup and its 95% interval), "failed: incorrect", or "" when
     there is no floor or it was not timed."""
     if floor is None:
         return ""
@@ -90,8 +91,7 @@ def warnings(references: Iterable[ReferenceRecord], tolerance: float) -> list[st
             continue
         if failed(floor):
             lines.append(
-                f"{problem}: the null candidate (the problem's own Model through the candidate path) failed ({floor.status}: "
-                f"{floor.reason}); this run has no fairness floor for the problem, so its speedups are not checked against 1.00x"
+                f"{problem}: the null candidate (the problem's own Model through the candidate path) failed ({floor.status}: {floor.reason}); this run has no fairness floor for the problem, so its speedups are not checked against 1.00x"
             )
         else:
             assert floor.speedup is not None

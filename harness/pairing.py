@@ -14,6 +14,7 @@ the reference (in its judge) and the compared model (in its worker) in alternati
 `Pairing` is the parent's side of this: it answers the worker's `ready` and `round` messages,
 asking the judge for the reference's rounds in between.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -68,8 +69,7 @@ def launch_bound_reason(profile: Optional[CallProfile]) -> str:
     if profile.span_ms < LAUNCH_BOUND_MS:
         return f"the reference's profiled call spans {profile.span_ms * 1e3:.0f} us of GPU time in {profile.launches} launches (launch-bound)"
     if profile.kernel_ms < GPU_BUSY_SHARE * profile.span_ms:
-        return (f"the reference's kernels keep the GPU busy for {profile.kernel_ms / profile.span_ms:.0%} of its profiled call's "
-                f"{profile.span_ms:.3g} ms span in {profile.launches} launches (launch-bound)")
+        return f"the reference's kernels keep the GPU busy for {profile.kernel_ms / profile.span_ms:.0%} of its profiled call's {profile.span_ms:.3g} ms span in {profile.launches} launches (launch-bound)"
     return ""
 
 

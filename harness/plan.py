@@ -1,5 +1,6 @@
 """The secret plan of one problem's evaluation: seeds and the ordered forward calls that the
 reference and every compared model make alike. Drawn in the parent, never shown to candidates."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -22,8 +23,8 @@ class Plan:
     randomize_weights: bool = True  # the reference's weights are redrawn before candidates load them
     gradient_seed: int = 0  # the random projection of the outputs whose backward both sides take
     rng_seed: int = 0  # torch's generators are seeded with this plus the call's index before each checked call, on
-                       # both sides: a reference that draws random numbers (train-mode dropout) draws the same ones
-                       # for a candidate that draws as it does. Not derived from the input seeds, which stay secret
+    # both sides: a reference that draws random numbers (train-mode dropout) draws the same ones
+    # for a candidate that draws as it does. Not derived from the input seeds, which stay secret
 
     @property
     def precision_call(self) -> Optional[int]:
@@ -48,4 +49,13 @@ class Plan:
             calls += tuple(Call(other, mode, "given", other_size=True) for mode in cfg.check.modes)
         # Repeats come last: the module's state is final, as it is when the timed calls run.
         calls += tuple(Call(0, "eval", distributions[0], repeat=k) for k in range(1, cfg.check.repeats + 1))
-        return cls(construct_seed=secrets.randbits(62), input_seeds=seeds, distributions=distributions, calls=calls, other_size_trial=other, randomize_weights=cfg.check.randomize_weights, gradient_seed=secrets.randbits(62), rng_seed=secrets.randbits(62))
+        return cls(
+            construct_seed=secrets.randbits(62),
+            input_seeds=seeds,
+            distributions=distributions,
+            calls=calls,
+            other_size_trial=other,
+            randomize_weights=cfg.check.randomize_weights,
+            gradient_seed=secrets.randbits(62),
+            rng_seed=secrets.randbits(62),
+        )

@@ -3,6 +3,7 @@
 Needs matplotlib (`pip install '.[plots]'`); without it no chart is drawn. Figures are drawn with
 the non-interactive Agg canvas, never through pyplot, so no global backend state is touched.
 """
+
 from __future__ import annotations
 
 import math
@@ -127,8 +128,7 @@ def _draw_speedups(speed_ax: Any, names: list[str], eager: list[float], compiled
         speed_ax.barh(positions, widths, left=base, height=thickness, color=color, label=label)
         for pos, v in zip(positions, (v for v in data if v is not None)):
             outward = v >= base or not log
-            speed_ax.annotate(f"{v:.2f}x", (v, pos), xytext=(3 if outward else -3, 0), textcoords="offset points",
-                              ha="left" if outward else "right", va="center", fontsize=8)
+            speed_ax.annotate(f"{v:.2f}x", (v, pos), xytext=(3 if outward else -3, 0), textcoords="offset points", ha="left" if outward else "right", va="center", fontsize=8)
     speed_ax.axvline(1.0, color="0.25", linestyle="--", linewidth=1)
     if log:
         speed_ax.set_xscale("log")
@@ -154,8 +154,7 @@ def _draw_sol(sol_ax: Any, sol: list[Optional[float]]) -> None:
     fractions = [v if v is not None else 0.0 for v in sol]
     sol_ax.barh(list(range(len(sol))), [v * 100 for v in fractions], height=0.6, color=SOL_COLOR)
     for i, v in enumerate(sol):
-        sol_ax.annotate(_percent(v) if v is not None else "n/a", (fractions[i] * 100, i), xytext=(3, 0),
-                        textcoords="offset points", ha="left", va="center", fontsize=8)
+        sol_ax.annotate(_percent(v) if v is not None else "n/a", (fractions[i] * 100, i), xytext=(3, 0), textcoords="offset points", ha="left", va="center", fontsize=8)
     sol_ax.set_xlim(0, max(100.0, max(fractions) * 100) * 1.18)
     sol_ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}%"))
     sol_ax.set_xlabel("speed-of-light (roofline floor / time)", fontsize=9)

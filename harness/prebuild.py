@@ -10,6 +10,7 @@ fails, or that only happens in `__init__`, is simply left to the worker, which r
     python -m harness.prebuild FILE CACHE_DIR ARCH [KEYS_FILE]
         (one build; prints one line; KEYS_FILE gets the JSON list of cache keys it used)
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -110,10 +111,16 @@ class BuildAhead:
         started = time.perf_counter()
         proc = subprocess.Popen(
             [sys.executable, "-m", "harness.prebuild", str(path), str(self.cache_dir), self.arch],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env, start_new_session=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+            env=env,
+            start_new_session=True,
         )
         host.register_background(proc)  # children (ninja, the compilers) inherit its CPUs
         paused_before = host.paused_seconds
+
         def left() -> float:  # the limit moves on by the time the build spent stopped
             return self.timeout + host.paused_seconds - paused_before - (time.perf_counter() - started)
 

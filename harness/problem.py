@@ -3,6 +3,7 @@
 The parent never imports a problem either: it only reads the file and hashes it. The reference
 worker runs it.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -46,8 +47,8 @@ def declared_settings(path: Path) -> dict[str, object]:
     import ast
 
     from harness.config import DISTRIBUTIONS, FlagPolicies
-    from harness.flags import POLICIES
     from harness.errors import UserError
+    from harness.flags import POLICIES
 
     try:
         tree = ast.parse(path.read_text(encoding="utf-8"))
@@ -75,11 +76,7 @@ def declared_settings(path: Path) -> dict[str, object]:
 
 
 def _tolerances_ok(value: dict) -> bool:
-    return all(
-        isinstance(dtype, str) and isinstance(t, dict) and set(t) == {"atol", "rtol"}
-        and all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in t.values())
-        for dtype, t in value.items()
-    )
+    return all(isinstance(dtype, str) and isinstance(t, dict) and set(t) == {"atol", "rtol"} and all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in t.values()) for dtype, t in value.items())
 
 
 def file_hash(path: Path) -> str:

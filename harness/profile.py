@@ -6,6 +6,7 @@ the start of forward and the device synchronise after it) or after forward had r
 by a thread the model left running). A tiny marker kernel launched first names the calling stream.
 The sum of the activities' durations is what the GPU itself says one call costs.
 """
+
 from __future__ import annotations
 
 import json
@@ -69,6 +70,7 @@ def summarize_trace(events: list[dict[str, Any]]) -> list[CallProfile]:
     assigned by when the host launched it: inside a call range (the first launch is the start
     marker), inside the RETURN_RANGE after it (the first launch is the closing marker, any other
     was launched after forward returned), or after the last call."""
+
     def ranges_named(name: str) -> list[tuple[float, float]]:
         return sorted((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))) for e in events if e.get("cat") == "user_annotation" and e.get("name") == name)
 

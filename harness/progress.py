@@ -3,6 +3,7 @@
 Every finished candidate's line ends with the run so far: done of total, failures, the build
 pool's state (built of submitted, when builds run ahead) and an estimate of the time left.
 """
+
 from __future__ import annotations
 
 import sys
@@ -31,11 +32,16 @@ class Progress:
     def __enter__(self) -> "Progress":
         if self.live:
             from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn, TimeElapsedColumn
+            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+            from rich.progress import Progress as RichProgress
 
             self._bar = RichProgress(
-                TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                console=Console(stderr=True), transient=False,
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=Console(stderr=True),
+                transient=False,
             )
             self._bar.__enter__()
         return self
@@ -65,7 +71,7 @@ class Progress:
             self._bar.update(self._task, description=f"{self._problem} [dim]{candidate}[/]")
 
     def overall(self) -> str:
-        """"run 3/40, 2 evaluating, 35 queued, 1 failed, builds 12/40, ETA 4m10s": the whole run at a glance."""
+        """ "run 3/40, 2 evaluating, 35 queued, 1 failed, builds 12/40, ETA 4m10s": the whole run at a glance."""
         parts = [f"run {self.run_done}/{self.run_total}" if self.run_total else f"run {self.run_done}"]
         if self.evaluating > 1:
             parts.append(f"{self.evaluating} evaluating")

@@ -4,6 +4,7 @@ Every message is a frozen dataclass, sent as one JSON line (`encode`) and rebuil
 side (`decode`) with the record machinery, so a field added on one side and not the other is an
 error, not a silent drop. Tensors never travel in a message: only `TensorSpec`s into a region.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -175,7 +176,7 @@ class Step:
     reason: str = ""  # grads: why there are none
     want: Want = Want("none")
     own_weights: bool = False  # same_seed: ModelNew keeps the weights it built under the shared seed (no transplant);
-                               # the judge checks its calls against the reference's initial weights
+    # the judge checks its calls against the reference's initial weights
 
 
 @dataclasses.dataclass(frozen=True)

@@ -20,6 +20,7 @@ job. *Timing* processes are a lane's judge and the worker that was handed a job.
 that never configures one (tests, Ray actors) runs as before. The run calls `close()` on every exit
 path: a background process left stopped would never finish.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -121,10 +122,7 @@ class CpuPlan:
         needed = lanes * per_lane + MIN_BACKGROUND_CPUS
         if len(cpus) < needed:
             asked = "1 lane needs" if lanes == 1 else f"{lanes} lanes need"
-            return cls(note=(
-                f"pinning skipped: {len(cpus)} CPU{'s' if len(cpus) != 1 else ''} available, {asked} {needed} "
-                f"({per_lane} per lane, {MIN_BACKGROUND_CPUS} for builds)"
-            ))
+            return cls(note=(f"pinning skipped: {len(cpus)} CPU{'s' if len(cpus) != 1 else ''} available, {asked} {needed} ({per_lane} per lane, {MIN_BACKGROUND_CPUS} for builds)"))
         end = len(cpus)
         taken = []
         for _ in range(lanes):

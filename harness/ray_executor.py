@@ -14,6 +14,7 @@
 
 Needs the optional extra: `pip install .[ray]`. docs/scale.md has the multi-node set-up.
 """
+
 from __future__ import annotations
 
 import io
@@ -251,7 +252,7 @@ class RayExecutor(QueuedExecutor):
                 continue
             problem = batch[0].problem
             self._announce(problem)
-            self._settle(batch, lambda: self._run_batch(problem, [job.candidate for job in batch]))
+            self._settle(batch, lambda problem=problem, batch=batch: self._run_batch(problem, [job.candidate for job in batch]))
 
     def _run_batch(self, problem: Problem, candidates: list[Candidate]) -> list[CandidateRecord]:
         """Each candidate goes to the next free lane. A lane that fails (its actor dies, a Ray error)

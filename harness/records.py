@@ -3,6 +3,7 @@
 Every summary (leaderboard, CSV, markdown) is a view computed from these records; raw timing
 samples are kept so later statistics can be recomputed.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -280,7 +281,7 @@ class Stricter:
     """The check of ours that failed a candidate KernelBench's own check would have passed (harness/stricter.py)."""
 
     code: str  # a stable code: tolerance | redrawn-inputs | eval-mode | repeat | other-size | redrawn-weights | buffers |
-               # timed-output | mutated-input | flag:<flag code>
+    # timed-output | mutated-input | flag:<flag code>
     detail: str  # one line, with the figures (e.g. the error and KernelBench's tolerance)
 
 
@@ -350,7 +351,7 @@ class CandidateRecord:
     sol_ms: Optional[float] = None  # the floor sol_fraction uses, on this device (sol_floor says which)
     sol_fraction: Optional[float] = None  # sol_ms / timing.median_ms: 1.0 is the speed of light
     sol_floor: str = ""  # "roofline": the reference algorithm's (FLOPs and bytes); "bytes": the fewest bytes only, for a
-                         # candidate faster than the reference's algorithm allows
+    # candidate faster than the reference's algorithm allows
     notes: tuple[str, ...] = ()  # information that is neither a warning nor a flag (a faster algorithm than the reference's)
     profile: Optional[CallProfile] = None  # one profiled call (CUDA)
     custom_kernel_share: Optional[float] = None  # share of the profiled GPU time in the candidate's own kernels

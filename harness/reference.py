@@ -7,6 +7,7 @@ ones and the redrawn ones the plan's calls run with), each trial's inputs made o
 the secret seeds, the reference's forward, its float64 twin (the yardstick of precision) and its
 peak memory. The functions below measure tensors and device memory, for it and for the judge.
 """
+
 from __future__ import annotations
 
 import copy
@@ -18,9 +19,9 @@ from typing import Any, Optional
 import torch
 
 from harness import protocol as P
+from harness.errors import one_line
 from harness.regions import layout
 from harness.status import Status
-from harness.errors import one_line
 from harness.worker.checks import model_gradients
 from harness.worker.device import synchronize
 from harness.worker.failures import WorkerFailure, classify, load_module

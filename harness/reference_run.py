@@ -2,6 +2,7 @@
 through the plan, then, when timing, the torch.compile baselines (or their cached timings), the
 null candidate, and the reference's own timing. Its record is what the candidates are measured
 against; a compile baseline's failure never fails it."""
+
 from __future__ import annotations
 
 import dataclasses

@@ -14,6 +14,7 @@ A region is one allocation of its own, made by the judge and mapped by one worke
 The judge reads only regions it allocated, at offsets it checks against their size, so a worker
 that reports a wrong layout gets a failed check, never a read outside the region.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -93,7 +94,7 @@ def view(region: torch.Tensor, spec: TensorSpec) -> torch.Tensor:
     end = spec.offset + spec.nbytes
     if spec.offset < 0 or spec.offset % ALIGN or end > region.numel():
         raise ValueError(f"a {spec.nbytes}-byte tensor at offset {spec.offset} does not lie in the {region.numel()}-byte region")
-    return region[spec.offset:end].view(dtype).view(spec.shape)
+    return region[spec.offset : end].view(dtype).view(spec.shape)
 
 
 def write(region: torch.Tensor, tensors: list[torch.Tensor], specs: list[TensorSpec]) -> None:
@@ -125,7 +126,7 @@ def past_end(position: int, changed: int, label: str) -> str:
 
 def _guard(region: torch.Tensor, spec: TensorSpec) -> torch.Tensor:
     end = spec.offset + spec.nbytes
-    return region[end:min(end + GUARD, region.numel())]
+    return region[end : min(end + GUARD, region.numel())]
 
 
 class _CudaMemory:

@@ -8,6 +8,7 @@ written) and the matrix-multiply rate for the problem's dtype, measured once and
 per (device, torch, dtype, TF32). The floor is the larger of operations / rate and bytes /
 bandwidth; a time under it means the measurement or the computation is not what it claims.
 """
+
 from __future__ import annotations
 
 import dataclasses

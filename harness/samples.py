@@ -2,6 +2,7 @@
 (what its scripts/eval_from_generations.py reads), each mapped to its problem, `level<L>/<P>_...`
 in the problem tree, as a candidate named `sample_<S>`; and the verdicts written back as its
 eval_results.json, so its analysis scripts read them."""
+
 from __future__ import annotations
 
 import json
@@ -59,21 +60,39 @@ def eval_results(records: Iterable[CandidateRecord], levels: dict[str, str], har
         timing = record.timing if record.status is Status.CORRECT else None
         stats: dict[str, Any] = {}
         if timing is not None:
-            stats = {"mean": timing.mean_ms, "std": timing.std_ms, "min": timing.min_ms, "max": max(timing.samples_ms), "median": timing.median_ms,
-                     "num_trials": timing.n, "hardware": hardware.get(record.problem, ""), "device": record.lane or record.device}
+            stats = {
+                "mean": timing.mean_ms,
+                "std": timing.std_ms,
+                "min": timing.min_ms,
+                "max": max(timing.samples_ms),
+                "median": timing.median_ms,
+                "num_trials": timing.n,
+                "hardware": hardware.get(record.problem, ""),
+                "device": record.lane or record.device,
+            }
         metadata = {
-            "status": record.status.value, "reason": record.reason, "flags": [to_dict(f) for f in record.flags],
-            "gradients": record.gradients, "speedup": record.speedup, "speedups": record.speedups, "reference_ms": record.reference_ms,
-            "sol_fraction": record.sol_fraction, "sol_floor": record.sol_floor, "warnings": list(record.warnings), "harness": f"kernel-harness {record.tool_version}",
+            "status": record.status.value,
+            "reason": record.reason,
+            "flags": [to_dict(f) for f in record.flags],
+            "gradients": record.gradients,
+            "speedup": record.speedup,
+            "speedups": record.speedups,
+            "reference_ms": record.reference_ms,
+            "sol_fraction": record.sol_fraction,
+            "sol_floor": record.sol_floor,
+            "warnings": list(record.warnings),
+            "harness": f"kernel-harness {record.tool_version}",
         }
-        by_level.setdefault(levels.get(record.problem, ""), {}).setdefault(number, []).append({
-            "sample_id": int(sample.group(1)),
-            "compiled": record.status not in NOT_COMPILED,
-            "correctness": record.status is Status.CORRECT,
-            "metadata": metadata,
-            "runtime": timing.mean_ms if timing is not None else -1.0,  # KernelBench's eval reports the mean
-            "runtime_stats": stats,
-        })
+        by_level.setdefault(levels.get(record.problem, ""), {}).setdefault(number, []).append(
+            {
+                "sample_id": int(sample.group(1)),
+                "compiled": record.status not in NOT_COMPILED,
+                "correctness": record.status is Status.CORRECT,
+                "metadata": metadata,
+                "runtime": timing.mean_ms if timing is not None else -1.0,  # KernelBench's eval reports the mean
+                "runtime_stats": stats,
+            }
+        )
     return {level: {k: sorted(v, key=lambda e: e["sample_id"]) for k, v in sorted(found.items(), key=lambda kv: int(kv[0]))} for level, found in by_level.items()}
 
 

@@ -9,6 +9,7 @@ problem's inputs at the other-size trial's sizes, and calls forward once in eval
 allocator is off in the child, so every tensor is an allocation of its own and a write past one
 lands outside any allocation, where memcheck sees it.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -69,10 +70,8 @@ def _run_tool(tool: str, name: str, timeout: float, job_path: Path, env: dict[st
     # memcheck: a padding after every allocation, so a write just past one buffer does not land
     # unseen in its neighbour
     padding = ["--padding", str(PADDING)] if name == "memcheck" else []
-    command = [tool, "--tool", name, *padding, "--error-exitcode", str(ERRORS_EXIT), "--print-limit", "20",
-               sys.executable, "-m", "harness.sanitize", str(job_path)]
-    full_env = {**os.environ, **env, "PYTORCH_NO_CUDA_MEMORY_CACHING": "1", "PYTHONUNBUFFERED": "1",
-                "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    command = [tool, "--tool", name, *padding, "--error-exitcode", str(ERRORS_EXIT), "--print-limit", "20", sys.executable, "-m", "harness.sanitize", str(job_path)]
+    full_env = {**os.environ, **env, "PYTORCH_NO_CUDA_MEMORY_CACHING": "1", "PYTHONUNBUFFERED": "1", "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
     log_path = scratch / f"sanitize-{name}.log"
     started = time.monotonic()
     with open(log_path, "wb") as log:
@@ -104,11 +103,11 @@ def read_report(name: str, code: int, text: str, seconds: float = 0.0) -> Saniti
 
 def first_error(text: str) -> str:
     """The tool's first reported error, with the kernel it happened in: one line."""
-    lines = [line[len(_PREFIX):].strip() for line in text.splitlines() if line.startswith(_PREFIX)]
+    lines = [line[len(_PREFIX) :].strip() for line in text.splitlines() if line.startswith(_PREFIX)]
     for i, line in enumerate(lines):
         if not line or line.startswith(("COMPUTE-SANITIZER", "ERROR SUMMARY", "RACECHECK SUMMARY", "Saved host backtrace", "Host Frame", "Program hit")):
             continue
-        where = next((l for l in lines[i + 1:i + 4] if l.startswith("at ")), "")
+        where = next((later for later in lines[i + 1 : i + 4] if later.startswith("at ")), "")
         return " ".join(f"{line} {where}".split())[:300]
     return "errors reported (no error line found in the tool's output)"
 

@@ -2,6 +2,7 @@
 cheats use. Each finding is an integrity flag (harness/flags.py) with its line; their policies
 default to `flag`, so the runtime checks decide the status.
 """
+
 from __future__ import annotations
 
 import ast
@@ -94,7 +95,7 @@ def _scan_node(node: ast.AST, library: set[str], note: Note) -> None:
         for target in targets:
             dotted = _dotted(target)
             if "." in dotted and dotted.split(".")[0] in library:
-                if dotted.endswith("allow_tf32") or dotted.endswith("allow_fp16_reduced_precision_reduction"):
+                if dotted.endswith(("allow_tf32", "allow_fp16_reduced_precision_reduction")):
                     note(Code.LESS_PRECISE, f"assigns {dotted}: lowers matmul precision for the whole process", node)
                 else:
                     note(Code.TAMPER_SUSPECT, f"assigns {dotted}: replaces a library attribute", node)
@@ -113,7 +114,7 @@ def _scan_call(node: ast.Call, library: set[str], note: Note) -> None:
         note(Code.TAMPER_SUSPECT, f"calls {name}: code that cannot be read before it runs", node)
     elif name == "setattr" and node.args and _dotted(node.args[0]).split(".")[0] in library:
         note(Code.TAMPER_SUSPECT, f"calls setattr on {_dotted(node.args[0])}: replaces a library attribute", node)
-    elif name.endswith("cuda.Stream") or name.endswith("cuda.stream"):
+    elif name.endswith(("cuda.Stream", "cuda.stream")):
         note(Code.SIDE_STREAM, f"uses {name}: work on another stream is only timed when joined or device-synchronised", node)
     elif name.split(".")[-1] == "Thread":
         note(Code.SIDE_STREAM, f"starts a thread ({name})", node)

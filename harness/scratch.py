@@ -9,6 +9,7 @@ that could not (SIGKILL, a power cut) leaves it behind, and the next one to star
 never touched; a folder with no readable marker is removed only once it is an hour old (its owner
 may be between creating it and writing the marker).
 """
+
 from __future__ import annotations
 
 import atexit
@@ -238,10 +239,7 @@ def check_free_disk(paths: Iterable[Path], min_bytes: int) -> None:
     for path in paths:
         free = free_disk_bytes(path)
         if free < min_bytes:
-            raise ResourceError(
-                f"not enough free disk: {free / GIB:.1f} GB free at {_nearest_existing(path)}, "
-                f"the run needs at least {min_bytes / GIB:.1f} GB (limits.min_free_disk_mb)"
-            )
+            raise ResourceError(f"not enough free disk: {free / GIB:.1f} GB free at {_nearest_existing(path)}, the run needs at least {min_bytes / GIB:.1f} GB (limits.min_free_disk_mb)")
 
 
 NO_SPACE_TEXTS = (

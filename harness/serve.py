@@ -13,6 +13,7 @@ is sent: bind it to localhost (the default) or a private network, and set a toke
 Built on the standard library's ThreadingHTTPServer: one thread per request, which blocks on its
 record's future while the session's lanes do the work. Nothing here decides a verdict.
 """
+
 from __future__ import annotations
 
 import hmac

@@ -7,6 +7,7 @@ the outputs of one step. `Stager` owns the sessions and their regions, writes ea
 into a slot, keeps the judge's own copy of what it staged, and checks that the worker left the
 staged inputs, and the guard bands after them, as they were.
 """
+
 from __future__ import annotations
 
 import dataclasses

@@ -1,4 +1,5 @@
 """The closed set of verdicts a candidate can get. Every record carries one of these and a reason."""
+
 from __future__ import annotations
 
 import enum

@@ -3,6 +3,7 @@
 The first line is the run header. Each record is flushed and fsync'ed as soon as its candidate is
 done, so a run that is interrupted or killed keeps every verdict it reached.
 """
+
 from __future__ import annotations
 
 import json

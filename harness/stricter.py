@@ -9,6 +9,7 @@ KernelBench's says "stricter: tolerance, max abs error 4.7e-4" rather than a bar
 
 A pure function of the record's evidence and the plan's calls; `verdict` calls it.
 """
+
 from __future__ import annotations
 
 import enum

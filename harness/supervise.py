@@ -5,6 +5,7 @@ candidate that prints megabytes cannot fill memory or disk. Results arrive only 
 authenticated channel. A phase that runs past its limit, a worker over its memory limit, or a
 forged message ends the worker's whole process group; every ending becomes a status.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -418,8 +419,13 @@ class JudgeClient:
         with open(log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "harness.judge", str(request_read), str(reply_write)],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                pass_fds=(request_read, reply_write), start_new_session=True, cwd=cwd, env=full_env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                pass_fds=(request_read, reply_write),
+                start_new_session=True,
+                cwd=cwd,
+                env=full_env,
             )
         quiet.current().register_timing(self.proc, lane_index)
         os.close(request_read)
@@ -437,7 +443,7 @@ class JudgeClient:
         data = (protocol.dumps(message) + "\n").encode()
         try:
             while data:
-                data = data[os.write(self._request_write, data):]
+                data = data[os.write(self._request_write, data) :]
         except OSError:
             self._end()
             raise JudgeFailed(f"the judge ended (exit {self.proc.poll()})") from None

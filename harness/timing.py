@@ -15,6 +15,7 @@ from every sample (the raw samples stay in the record).
 CPU: `time.perf_counter_ns` around each call, same rotation and stopping rule; the overhead is
 the median of OVERHEAD_REPS empty regions.
 """
+
 from __future__ import annotations
 
 import dataclasses

@@ -10,13 +10,15 @@ is still correct after its integrity findings:
   correct, the timing comparison (`compare`, called only then) and its findings, the log-size
   warning, and which of our checks failed it where KernelBench's would not have (harness.stricter).
 """
+
 from __future__ import annotations
 
 import dataclasses
 from typing import Any, Callable, Mapping, Optional
 
 from harness import integrity
-from harness.flags import Code, Finding, decide as decide_flags
+from harness.flags import Code, Finding
+from harness.flags import decide as decide_flags
 from harness.protocol import Call, ExtensionCalls, Threads
 from harness.records import CallProfile, CheckResult, Flag, PairedSpeedup, ReferenceRecord, Stricter, TimingStats
 from harness.status import Gradients, Status
@@ -150,10 +152,16 @@ def findings(case: Case, status: Status) -> tuple[list[Finding], dict[str, Any]]
         found.append((Code.WRONG_GRADIENTS if gradients[0] == Gradients.MISMATCH else Code.FORWARD_ONLY, gradients[1]))
     found.extend(reported.scanned)
     if precision and precision["candidate"] > max(rules.precision_ratio * precision["reference"], PRECISION_FLOOR):
-        found.append((Code.LESS_PRECISE, (
-            f"relative error {precision['candidate']:.2g} against a float64 reference, "
-            f"where the float32 reference has {precision['reference']:.2g} (over check.precision_ratio={rules.precision_ratio:g}x); "
-            "it passes the tolerance, but look for lower-precision arithmetic (TF32, fp16, bf16)")))
+        found.append(
+            (
+                Code.LESS_PRECISE,
+                (
+                    f"relative error {precision['candidate']:.2g} against a float64 reference, "
+                    f"where the float32 reference has {precision['reference']:.2g} (over check.precision_ratio={rules.precision_ratio:g}x); "
+                    "it passes the tolerance, but look for lower-precision arithmetic (TF32, fp16, bf16)"
+                ),
+            )
+        )
     counted = reported.counted
     extension_calls = dict(counted.checked) if counted is not None else {}
     share, kernels = integrity.own_kernels(profile, case.reference.profile, set(reported.declared), rules.own_share_floor)
@@ -164,9 +172,15 @@ def findings(case: Case, status: Status) -> tuple[list[Finding], dict[str, Any]]
     if compared.unsafe:
         found.append((Code.UNSAFE_MEMORY, compared.unsafe))
     if compared.own_weights and rules.weights == "transplant":
-        found.append((Code.WEIGHTS_BY_SEED, (
-            f"the reference's weights load into ModelNew neither by name nor by position ({reported.weights_why or 'the worker kept its own'}); "
-            "it was checked with the weights it built under the shared seed, at their default initialisation: checked less")[:600]))
+        found.append(
+            (
+                Code.WEIGHTS_BY_SEED,
+                (
+                    f"the reference's weights load into ModelNew neither by name nor by position ({reported.weights_why or 'the worker kept its own'}); "
+                    "it was checked with the weights it built under the shared seed, at their default initialisation: checked less"
+                )[:600],
+            )
+        )
     evidence = {
         "custom_kernel_share": share,
         "extension_calls": extension_calls,

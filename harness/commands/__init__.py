@@ -4,6 +4,7 @@ Every command reads the config one way: `add_config_arguments` gives its parser 
 `--config FILE` and `--set KEY=VALUE` (repeatable), and `load_config(args, ...)` layers them,
 configs/default.yaml < --config < --set < the command's own flags (e.g. --device, --results).
 """
+
 from __future__ import annotations
 
 import argparse

@@ -1,4 +1,5 @@
 """`python run.py baseline save RUN --out FILE`: keep a run's results as a baseline file to commit."""
+
 from __future__ import annotations
 
 import argparse
@@ -8,7 +9,7 @@ from typing import Sequence
 
 from harness.commands import add_config_arguments, load_config
 from harness.errors import UserError
-from harness.records import CandidateRecord, ReferenceRecord, RunHeader, RECORD_KINDS, latest_per_candidate, to_dict
+from harness.records import RECORD_KINDS, CandidateRecord, ReferenceRecord, RunHeader, latest_per_candidate, to_dict
 from harness.store import read_records, resolve_run
 
 

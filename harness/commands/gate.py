@@ -1,4 +1,5 @@
 """`python run.py gate --baseline OLD --current NEW`: fail when a candidate regressed."""
+
 from __future__ import annotations
 
 import argparse

@@ -4,6 +4,7 @@ The raw text is kept beside the candidate (solutions/<problem>/raw/<name>.txt) f
 completion with no code, or whose code is cut off, is refused with the reason; its raw text is
 still kept, so the next run reports it as "extract failed" instead of silently dropping it.
 """
+
 from __future__ import annotations
 
 import argparse

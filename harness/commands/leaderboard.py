@@ -6,6 +6,7 @@ records.jsonl file) are filtered and written as leaderboard.csv, leaderboard.md 
 Combined runs are read in the order given; a later record for the same (problem, candidate)
 replaces an earlier one.
 """
+
 from __future__ import annotations
 
 import argparse

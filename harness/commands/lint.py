@@ -1,4 +1,5 @@
 """`python run.py lint [PROBLEM...]`: check that problems can tell a right kernel from a wrong one."""
+
 from __future__ import annotations
 
 import argparse
@@ -58,8 +59,7 @@ def lint_in_subprocess(problem: Problem, device: str, settings: dict, timeout: f
     """The problem's code runs in a process of its own, never in this one."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
     try:
-        done = subprocess.run([sys.executable, "-m", "harness.lint", str(problem.path), device, json.dumps(settings)],
-                              capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env)
+        done = subprocess.run([sys.executable, "-m", "harness.lint", str(problem.path), device, json.dumps(settings)], capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env)
     except subprocess.TimeoutExpired:
         return [LintCheck("runs", Verdict.FAIL, f"the checks ran past {timeout:g} s")]
     lines = [line for line in done.stdout.splitlines() if line.startswith("[")]

@@ -1,4 +1,5 @@
 """`python run.py [run] --problem X | --solution PATH | --all`: evaluate candidates, write leaderboards."""
+
 from __future__ import annotations
 
 import argparse
@@ -168,7 +169,7 @@ def run(cfg: Config, targets: list[Target], *, run_id: str | None = None, resume
     SIGTERM interrupts it as Ctrl-C does. Too little free disk raises ResourceError first."""
     with sigterm_interrupts():
         for problem, _ in targets:
-            problem.settings  # a malformed HARNESS_* declaration is a usage error before anything runs
+            _ = problem.settings  # a malformed HARNESS_* declaration is a usage error before anything runs
         results_dir = cfg.path(cfg.results_dir)
         if resume and not (results_dir / str(run_id) / "records.jsonl").is_file():
             raise UserError(f"--resume {run_id}: no run with records in {results_dir}")

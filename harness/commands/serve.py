@@ -3,6 +3,7 @@
 The session's lanes, judges and build pool stay warm between requests; records go to a run folder
 as a run's do. See harness/serve.py for the routes and docs/api.md for a client.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -12,8 +13,8 @@ import sys
 from typing import Sequence
 
 from harness.api import Session
-from harness.commands.run import sigterm_interrupts
 from harness.commands import add_config_arguments, load_config
+from harness.commands.run import sigterm_interrupts
 from harness.config import DEVICES
 from harness.errors import ExitCode, UserError
 from harness.serve import Service, make_server

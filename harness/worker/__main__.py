@@ -3,6 +3,7 @@
 The job arrives as one JSON line on stdin: {"job": WorkerJob, "cwd", "result_fd", "key"} (the
 channel's end and key stay out of the job the worker's code holds).
 """
+
 from __future__ import annotations
 
 import json

@@ -1,6 +1,7 @@
 """The baseline role: torch.compile of the reference (the problem's own Model on the reference's
 weights). It compiles, its calls are checked against the reference, then it is timed; it has no
 same-seed, buffers, gradients or timed-output steps."""
+
 from __future__ import annotations
 
 import time
@@ -10,7 +11,7 @@ import torch
 
 from harness import protocol as P
 from harness.status import Status
-from harness.worker.compared import Worker, check_calls, construct, finish, inductor_cache, load, load_reference_weights, start_timing, time_rounds, _delta
+from harness.worker.compared import Worker, _delta, check_calls, construct, finish, inductor_cache, load, load_reference_weights, start_timing, time_rounds
 from harness.worker.device import synchronize
 from harness.worker.failures import classify
 

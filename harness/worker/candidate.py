@@ -1,5 +1,6 @@
 """The candidate role: a candidate's ModelNew (or the null candidate: the problem's own Model
 through the same path), checked step by step against the reference in the judge, then timed."""
+
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -8,7 +9,7 @@ import torch
 
 from harness import protocol as P
 from harness.worker.checks import model_gradients, paired_gradients
-from harness.worker.compared import Worker, check_calls, construct, finish, load, load_reference_weights, reference_pairs, start_timing, time_rounds, _delta
+from harness.worker.compared import Worker, _delta, check_calls, construct, finish, load, load_reference_weights, reference_pairs, start_timing, time_rounds
 
 
 class Candidate(Worker):

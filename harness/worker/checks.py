@@ -1,5 +1,6 @@
 """Training parity and weight pairing, shared by the worker and the judge: the gradients of a
 fixed random projection of a model's outputs, and how one model's state_dict pairs with another's."""
+
 from __future__ import annotations
 
 from typing import Any, Optional

@@ -5,6 +5,7 @@ forward, loading the model and the reference's weights, the checked calls, and t
 A role (harness.worker.candidate, harness.worker.baseline) is a `Worker` with a run sequence of its
 own, made of these steps.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -195,7 +196,8 @@ def load(worker: Worker) -> tuple[type, BuildCache]:
     worker.phase("load")
     worker.device, arch, _ = setup_device(job)
     cache = BuildCache(
-        Path(job.build_cache), arch,
+        Path(job.build_cache),
+        arch,
         around_build=worker._around_build,
         on_event=lambda event: worker.send(P.Built(ExtensionBuild(**event))),
     )

@@ -5,6 +5,7 @@ What every job needs (torch, its extension builder, the build cache, records, ti
 at the top of the worker's modules, so a prestarted worker waits with it loaded; nothing imported
 touches the GPU (no CUDA context before the job names the device).
 """
+
 from __future__ import annotations
 
 import os

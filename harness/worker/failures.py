@@ -1,5 +1,6 @@
 """What model code raised, as a status; loading a model's module; the guard against a model that
 replaces the functions the worker's measurements and reports rely on. Shared with the judge."""
+
 from __future__ import annotations
 
 import sys

@@ -1,6 +1,7 @@
 """What the worker and the judge do with inputs and outputs: the structure a problem's inputs
 guarantee, redraws that keep it, other sizes, weights moved off their defaults, outputs as a list,
 bit-for-bit equality, and which input an output's memory aliases."""
+
 from __future__ import annotations
 
 import types

@@ -1,5 +1,6 @@
 """One side of a paired timing (the worker's model, or the judge's reference): warmed up and
 profiled once, then timed in the rounds the parent asks for."""
+
 from __future__ import annotations
 
 from typing import Any, Callable
