@@ -95,6 +95,7 @@ class Session:
         self._names: dict[tuple[str, str], str] = {}  # (problem, candidate name) -> source hash
         self._problems: dict[str, Problem] = {}
         self._closed = False
+        self._end: RunEnd  # the run's last record, set by the first close()
         try:
             results_dir = self.cfg.path(self.cfg.results_dir)
             scratch.check_free_disk([scratch.default_base(), results_dir], self.cfg.limits.min_free_disk_mb * scratch.MIB)

@@ -150,7 +150,7 @@ class BuildCache:
         reads the counts around the checked and timed calls: an extension built and never called
         is not the candidate's kernel at work). Modules without attributes (is_python_module=False) are left alone."""
         for attribute in dir(module):
-            function = getattr(module, attribute, None)
+            function: Any = getattr(module, attribute, None)  # a builtin function past the check below
             if attribute.startswith("_") or type(function).__name__ != "builtin_function_or_method":
                 continue
             label = f"{name}.{attribute}"

@@ -466,7 +466,7 @@ def build(cls: type, data: Any, prefix: str) -> Any:
 
 
 def _typed(tp: Any, value: Any, key: str) -> Any:
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):  # a dataclass type, never an instance
         return build(tp, value, key + ".")
     origin = typing.get_origin(tp)
     if origin is tuple:

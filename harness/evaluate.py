@@ -120,6 +120,7 @@ class ProblemEvaluation:
             reference = self._restart_judge()
         if not reference.ok:
             return self._finish(self._record(candidate, Status.REFERENCE_FAILED, f"reference failed: {reference.reason}"))
+        assert self.plan is not None  # drawn (or given) before the reference ran, and never dropped
         try:
             record = self._run_candidate(candidate, self.plan, reference)
         except JudgeFailed as exc:  # the judge, not the candidate, failed: the next candidate gets a new one
@@ -243,12 +244,12 @@ def compare_times(timing: TimingStats, paired: PairedSpeedup, profile: Optional[
     reference_ms = paired.reference.median_ms
     measures: dict[str, Any] = {"speedup": paired.speedup, "paired": paired, "reference_ms": reference_ms}
     warnings = timing_warnings(timing, cfg.timing, profile)
-    usable = [b for b in reference.baselines if b.ok and b.timing is not None and b.paired is not None]
-    measures["baseline_ms"] = {b.name: b.timing.median_ms for b in usable}
-    measures["speedups"] = {b.name: paired.speedup / b.paired.speedup for b in usable if b.paired.protocol == paired.protocol}
-    for b in usable:
-        if b.paired.protocol != paired.protocol:
-            warnings.append(f"no speedup over {b.name}: it was timed with {b.paired.protocol}, this candidate needs {paired.protocol}")
+    usable = [(b.name, b.timing, b.paired) for b in reference.baselines if b.ok and b.timing is not None and b.paired is not None]
+    measures["baseline_ms"] = {name: stats.median_ms for name, stats, _ in usable}
+    measures["speedups"] = {name: paired.speedup / theirs.speedup for name, _, theirs in usable if theirs.protocol == paired.protocol}
+    for name, _, theirs in usable:
+        if theirs.protocol != paired.protocol:
+            warnings.append(f"no speedup over {name}: it was timed with {theirs.protocol}, this candidate needs {paired.protocol}")
     if paired.reference.median_ms > 0 and paired.reference.median_ms < LAUNCH_BOUND_MS and timing.mode == "eager" and reference.profile is not None and reference.profile.kernel_ms < 0.8 * paired.reference.median_ms:
         warnings.append(
             f"the reference is launch-bound (GPU work {reference.profile.kernel_ms:.4g} ms of a {paired.reference.median_ms:.4g} ms call): "

@@ -13,7 +13,7 @@ import concurrent.futures
 import dataclasses
 import threading
 import time
-from typing import Callable, Optional, Protocol, Sequence, runtime_checkable
+from typing import Callable, Optional, Protocol, Sequence, TypeVar, runtime_checkable
 
 from harness.candidate import Candidate
 from harness.problem import Problem
@@ -22,6 +22,7 @@ from harness.records import CandidateRecord
 __all__ = ["Executor", "Job", "JobQueue", "QueuedExecutor", "gather", "problem_key"]
 
 Future = concurrent.futures.Future
+_T = TypeVar("_T")  # what a callback takes
 
 
 @runtime_checkable
@@ -148,8 +149,8 @@ class QueuedExecutor:
         self._lock = threading.Lock()  # the callbacks: threads call them one at a time
         self._announcing = threading.Lock()  # the problems announced
 
-        def locked(fn: Callable[[object], None]) -> Callable[[object], None]:
-            def call(value: object) -> None:
+        def locked(fn: Callable[[_T], None]) -> Callable[[_T], None]:
+            def call(value: _T) -> None:
                 with self._lock:
                     fn(value)
 

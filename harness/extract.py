@@ -138,6 +138,7 @@ def _fenced_blocks(text: str) -> list[_Block]:
     def finish(closed: bool, note: str = "") -> None:
         # Dedent undoes a fence indented inside a markdown list.
         code = textwrap.dedent("\n".join(body))
+        assert opening is not None  # called only while inside a block
         fence = opening.group(0).strip()
         blocks.append(_Block(len(blocks) + 1, fence, opening.group(2), code, start + 2, closed, note))
 
@@ -191,6 +192,7 @@ def _cut_off(block: _Block) -> str | None:
     if error:
         return f"does not parse: {error}"
     tree = _parse(block.code)
+    assert tree is not None  # _parse_error found no error, so the code parses
     classes = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == "ModelNew"]
     if not classes:
         return "defines no class ModelNew: cut off before it"

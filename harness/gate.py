@@ -15,7 +15,7 @@ import dataclasses
 import math
 import re
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Optional, TypedDict
 
 from harness import nullfloor
 from harness.config import PROTOCOL_SETTINGS
@@ -78,6 +78,23 @@ class Comparison:
     p_value: Optional[float] = None  # two-sided Mann-Whitney U over the raw samples
     reference_ratio: Optional[float] = None  # the eager reference's own current / baseline median
     regression: Optional[Regression] = None  # how it regressed, when the verdict is REGRESSED
+
+
+class _Statuses(TypedDict):
+    """The statuses part of a Comparison, passed as keywords."""
+
+    baseline_status: str
+    current_status: str
+
+
+class _Times(TypedDict):
+    """The times part of a Comparison, passed as keywords."""
+
+    baseline_ms: float
+    current_ms: float
+    ratio: float
+    p_value: float
+    reference_ratio: Optional[float]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -223,7 +240,7 @@ def compare_one(
         return Comparison(problem, name, NEW, "not in the baseline", current_status=new.status.value)
     if new is None:
         return Comparison(problem, name, MISSING, "in the baseline, not in this run", baseline_status=old.status.value)
-    statuses = {"baseline_status": old.status.value, "current_status": new.status.value}
+    statuses: _Statuses = {"baseline_status": old.status.value, "current_status": new.status.value}
     why = _incomparable(baseline, current, old, new, across_changes)
     if why:
         return Comparison(problem, name, NOT_COMPARABLE, why, **statuses)
@@ -244,7 +261,7 @@ def compare_one(
     ratio = new_ms / old_ms if old_ms > 0 else math.inf
     p = mann_whitney_p(old.timing.corrected_samples(), new.timing.corrected_samples())
     reference_ratio = new.reference_ms / old.reference_ms if old.reference_ms and new.reference_ms else None
-    times = {"baseline_ms": old_ms, "current_ms": new_ms, "ratio": ratio, "p_value": p, "reference_ratio": reference_ratio}
+    times: _Times = {"baseline_ms": old_ms, "current_ms": new_ms, "ratio": ratio, "p_value": p, "reference_ratio": reference_ratio}
     changed = " (source changed)" if old.candidate_hash != new.candidate_hash else ""
     beyond = ratio > 1 + threshold or ratio < 1 / (1 + threshold)
     if beyond and p < alpha:

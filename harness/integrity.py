@@ -28,8 +28,8 @@ def own_kernels(profile: Optional[CallProfile], reference: Optional[CallProfile]
         return share, [(Code.NO_CUSTOM_KERNEL, f"{why}; the profiled call ran only {ran}")]
     found: list[Finding] = []
     if reference is not None and reference.kernels:
-        ran = Counter({k.name: k.count for k in profile.kernels})
-        if all(ran[k.name] >= k.count for k in reference.kernels):
+        counts = Counter({k.name: k.count for k in profile.kernels})
+        if all(counts[k.name] >= k.count for k in reference.kernels):
             found.append(
                 (
                     Code.WRAPS_REFERENCE,

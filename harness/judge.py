@@ -131,7 +131,7 @@ class Checker:
             return P.Verdict()
         if session.own_weights:  # its own parameters pair by name and shape or not at all; the inputs' gradients always do
             grads = paired_gradients(grads, {o.name: tuple(o.tensor.shape) for o in step.outputs if o.tensor is not None})
-        actual = {"status": step.status, "reason": step.reason, "tensors": {}}
+        actual: dict[str, Any] = {"status": step.status, "reason": step.reason, "tensors": {}}
         for output in (o for o in step.outputs if o.name in grads):  # the reference's gradients; others are not compared
             tensor = self._mailbox_tensor(session, output)
             if isinstance(tensor, str):

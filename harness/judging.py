@@ -221,6 +221,7 @@ class ComparedRun:
         if verdict.unsafe and not self.unsafe:
             self.unsafe.append(verdict.unsafe)
         if step.step == "call":
+            assert verdict.check is not None  # the judge answers a call step with a check, or with the failure handled above
             self.calls.append(verdict.check)
             self.precision.update(verdict.precision)
         elif step.step == "grads":

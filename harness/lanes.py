@@ -123,7 +123,11 @@ class LocalExecutor(QueuedExecutor):
                 if job is None:
                     return
                 if self._claim([job]):
-                    self._settle([job], lambda job=job: [self._evaluate(job, lane, warm)])
+
+                    def evaluate(job: Job = job) -> list[CandidateRecord]:
+                        return [self._evaluate(job, lane, warm)]
+
+                    self._settle([job], evaluate)
         finally:
             with self._state:
                 ending = list(warm.values())

@@ -177,7 +177,8 @@ class Pairing:
         self.limit = limit  # seconds for each of the judge's requests
         self.compared_name = compared_name
         self.quiet = quiet
-        self.mode, self.mode_reason = mode if mode is not None else (timing.mode, "")  # resolve_mode's answer
+        resolved: tuple[str, str] = mode if mode is not None else (timing.mode, "")  # resolve_mode's answer
+        self.mode, self.mode_reason = resolved
         self.protocol: Optional[P.TimingProtocol] = None
         self.ready: Optional[P.Ready] = None
         self.reference_ready: Optional[P.Ready] = None

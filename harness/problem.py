@@ -11,6 +11,7 @@ import difflib
 import functools
 import hashlib
 from pathlib import Path
+from typing import Any
 
 from harness.errors import UserError
 
@@ -31,7 +32,7 @@ class Problem:
         return declared_settings(self.path)
 
 
-DECLARABLE = {
+DECLARABLE: dict[str, type[Any]] = {
     "HARNESS_INPUT_DISTRIBUTIONS": list,  # e.g. ["given"] for inputs with a domain (probabilities, indices)
     "HARNESS_RANDOMIZE_WEIGHTS": bool,  # False when parameters must keep their initialisation (e.g. positive scales)
     "HARNESS_EXTRA_SIZES": list,  # e.g. [{"batch_size": 7}] for the other-size trial
@@ -75,7 +76,7 @@ def declared_settings(path: Path) -> dict[str, object]:
     return found
 
 
-def _tolerances_ok(value: dict) -> bool:
+def _tolerances_ok(value: dict[Any, Any]) -> bool:
     return all(isinstance(dtype, str) and isinstance(t, dict) and set(t) == {"atol", "rtol"} and all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in t.values()) for dtype, t in value.items())
 
 

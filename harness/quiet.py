@@ -42,11 +42,14 @@ def cpu_ranges(cpus: Iterable[int]) -> str:
     """`0-13`, `0,2,4-5`: a CPU list the way /proc and taskset write it."""
     parts: list[str] = []
     ordered = sorted(set(cpus))
-    start = previous = None
+    start: int | None = None
+    previous: int | None = None
     for cpu in ordered + [None]:
-        if start is not None and (cpu is None or cpu != previous + 1):
-            parts.append(str(start) if start == previous else f"{start}-{previous}")
-            start = None
+        if start is not None:
+            assert previous is not None  # set together with start
+            if cpu is None or cpu != previous + 1:
+                parts.append(str(start) if start == previous else f"{start}-{previous}")
+                start = None
         if cpu is not None:
             if start is None:
                 start = cpu

@@ -33,7 +33,7 @@ from harness.candidate import Candidate
 from harness.config import ROOT, Config
 from harness.errors import UserError, one_line
 from harness.evaluate import Plan, ProblemEvaluation
-from harness.executor import QueuedExecutor
+from harness.executor import Job, QueuedExecutor
 from harness.lane import Lane
 from harness.problem import Problem
 from harness.records import RECORD_KINDS, CandidateRecord, from_dict, to_dict
@@ -252,7 +252,11 @@ class RayExecutor(QueuedExecutor):
                 continue
             problem = batch[0].problem
             self._announce(problem)
-            self._settle(batch, lambda problem=problem, batch=batch: self._run_batch(problem, [job.candidate for job in batch]))
+
+            def run_batch(problem: Problem = problem, batch: list[Job] = batch) -> list[CandidateRecord]:
+                return self._run_batch(problem, [job.candidate for job in batch])
+
+            self._settle(batch, run_batch)
 
     def _run_batch(self, problem: Problem, candidates: list[Candidate]) -> list[CandidateRecord]:
         """Each candidate goes to the next free lane. A lane that fails (its actor dies, a Ray error)

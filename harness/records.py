@@ -53,7 +53,7 @@ def _convert(tp: Any, value: Any) -> Any:
     if origin is dict:
         key_type, val_type = typing.get_args(tp)
         return {key_type(k): _convert(val_type, v) for k, v in value.items()}
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):  # a dataclass type, never an instance
         hints = typing.get_type_hints(tp)
         known = {f.name for f in dataclasses.fields(tp)}
         unknown = set(value) - known

@@ -154,8 +154,8 @@ class TimingCache:
 
     def __init__(self, cfg: Config, problem_hash: str, device: str, gpu: str = "") -> None:
         timing = dataclasses.asdict(cfg.timing)
-        for key in ("reuse_reference", "unstable_iqr", "null_candidate", "quiet", "null_tolerance"):
-            timing.pop(key)
+        for name in ("reuse_reference", "unstable_iqr", "null_candidate", "quiet", "null_tolerance"):
+            timing.pop(name)
         key = {
             "problem": problem_hash,
             "device": device_identity(device, cfg.timing.cpu_threads, gpu),

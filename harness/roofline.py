@@ -70,7 +70,7 @@ def count_work(model: torch.nn.Module, args: Sequence[Any]) -> Work:
         add(p, True)
     for o in outputs:
         add(o, False)
-    dtype = max(by_dtype, key=by_dtype.get) if by_dtype else torch.float32
+    dtype = max(by_dtype, key=by_dtype.__getitem__) if by_dtype else torch.float32
     return Work(flops=int(counter.get_total_flops()), min_bytes=total, dtype=str(dtype).removeprefix("torch."))
 
 

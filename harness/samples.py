@@ -28,8 +28,8 @@ def sample_targets(folder: Path, problems_dir: Path) -> list[tuple[Problem, list
     for path in folder.iterdir():
         match = SAMPLE.fullmatch(path.name)
         if match and path.is_file():
-            level, problem, sample = (int(g) for g in match.groups())
-            found.setdefault((level, problem), []).append((sample, path))
+            level, number, sample = (int(g) for g in match.groups())
+            found.setdefault((level, number), []).append((sample, path))
     if not found:
         raise UserError(f"--samples {folder}: no file named like level_<L>_problem_<P>_sample_<S>_kernel.py")
     targets = []

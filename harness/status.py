@@ -13,7 +13,8 @@ class Vocabulary(str, enum.Enum):
     def __str__(self) -> str:
         return str(self.value)
 
-    __format__ = str.__format__
+    def __format__(self, format_spec: str) -> str:
+        return str.__format__(self, format_spec)
 
 
 class Status(str, enum.Enum):

@@ -85,7 +85,7 @@ class Timer:
         self.device, self.cfg = device, cfg
         self.input_sets = len(arg_sets)
         self.fn, self.arg_sets = fn, arg_sets
-        self.eager: list[Callable[[], Any]] = [(lambda a=args: fn(*a)) for args in arg_sets]
+        self.eager: list[Callable[[], Any]] = [_bound(fn, args) for args in arg_sets]
         self.graphs: Optional[list[Callable[[], Any]]] = None
         self.warmup_calls = 0
         self.flush = flush_buffer(device) if device.type == "cuda" and cfg.flush_l2 else None
@@ -119,15 +119,20 @@ class Timer:
 
     def sample(self, mode: str, sync: str, cfg: Any, warm: bool = False, clocks: bool = True, min_s: float = 0.0) -> TimingStats:
         """Sample `mode` calls under `cfg`'s stopping rule, for at least `min_s` seconds."""
-        if mode == "graph" and self.graphs is None:
-            raise ValueError("graph mode needs graphs captured by prepare(graph=True)")
         calls = self.graphs if mode == "graph" else self.eager
+        if calls is None:
+            raise ValueError("graph mode needs graphs captured by prepare(graph=True)")
         warmup = _warm_up(calls, cfg.warmup_ms, self._sync) if warm else 0
         if self.device.type == "cuda":
             stats = _sample_cuda(calls, self.device, cfg, sync, self.flush, clocks, min_s)
         else:
             stats = _sample_cpu(calls, cfg, min_s)
         return dataclasses.replace(stats, warmup_calls=warmup, mode=mode, input_sets=self.input_sets)
+
+
+def _bound(fn: Callable[..., Any], args: Sequence[Any]) -> Callable[[], Any]:
+    """`fn` called on `args`, as a call that takes none."""
+    return lambda: fn(*args)
 
 
 ROUND_WARMUP_SHARE = 4  # a round's warm-up is 1/this of timing.warmup_ms (the first warm-up is whole)

@@ -40,7 +40,7 @@ def run_from_args(args: argparse.Namespace, argv: Sequence[str]) -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out, "w", encoding="utf-8") as f:
-        for record in ([header] if header else []) + list(references.values()) + list(candidates.values()):
-            f.write(json.dumps({"kind": kinds[type(record)], **to_dict(record)}) + "\n")
+        for row in ([header] if header else []) + list(references.values()) + list(candidates.values()):
+            f.write(json.dumps({"kind": kinds[type(row)], **to_dict(row)}) + "\n")
     print(f"wrote {out}: {len(candidates)} candidate(s) of {len({p for p, _ in candidates})} problem(s) from {path}")
     return 0

@@ -44,6 +44,7 @@ def run_from_args(args: argparse.Namespace, argv: Sequence[str]) -> int:
         except OSError as exc:
             raise UserError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
         host, port = server.server_address[:2]
+        assert isinstance(host, str)  # an internet (TCP) server's address, never a socket path in bytes
         print(f"serving on http://{host}:{port} (device {session.device}, records in {session.store.dir}); Ctrl-C stops", file=sys.stderr, flush=True)
         try:
             server.serve_forever(poll_interval=0.2)

@@ -33,11 +33,11 @@ class Baseline(Worker):
             staged = check_calls(self, model, runner, self.session.first)
         checked = _delta(cache.calls, before_checks)
         timing = self.job.timing is not None
-        staged = self._ask("timing") if timing else staged
+        timing_staged = self._ask("timing") if timing else staged
         self.end_phase()
         before_timing = dict(cache.calls)
         if timing:
-            time_rounds(self, runner, start_timing(self, staged), profiled=False)
+            time_rounds(self, runner, start_timing(self, timing_staged), profiled=False)
             self.end_phase()
         finish(self, cache, checked, before_timing)
 

@@ -244,7 +244,10 @@ def check_calls(worker: Worker, model: Any, runner: Any, staged: P.Staged) -> P.
         torch.manual_seed(worker.job.rng_seed + index)  # as the judge seeds its reference call
         out = worker._call(runner, args, f"call_{index}")
         last = index + 1 == len(calls)
-        staged = worker._step("call", index, out, args, want=("none", 0) if last else ("call", index + 1))
+        reply = worker._step("call", index, out, args, want=("none", 0) if last else ("call", index + 1))
+        # The judge stages what a passing call asks for; a failing one ends the worker instead.
+        assert reply is not None
+        staged = reply
         del out
     return staged
 
