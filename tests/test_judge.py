@@ -98,7 +98,7 @@ def test_on_a_gpu_writes_to_the_shared_inputs_fail_the_writer_and_the_judge_keep
     evaluation, candidates = _evaluation(tmp_path, make_config, ["scribbles_over_its_region", "writes_its_input", "segfaults", "writes_past_its_input", "honest"], device="cuda")
     try:
         records = [evaluation.evaluate(c) for c in candidates]
-        plane = evaluation._reference.record.data_plane
+        plane = evaluation._reference.data_plane
     finally:
         evaluation.close()
     scribbler, writer, crashed, past, honest = records
