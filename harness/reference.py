@@ -40,7 +40,7 @@ class Reference:
         self.init_args: list[Any] = []
         self.initial: dict[str, Any] = {}  # the state constructed under the construct seed
         self.randomized: dict[str, Any] = {}  # the state the plan's calls run with (redrawn when the job asks)
-        self.structures: Optional[list[tuple[str, ...]]] = None  # per input: what get_inputs() guarantees (worker.structure)
+        self.structures: Optional[list[tuple[str, ...]]] = None  # per input: what get_inputs() guarantees (worker.inputs.structure)
         self.other: dict[str, Any] = {}
         self.other_note = ""
         self.float64_note = ""
