@@ -25,7 +25,7 @@ from harness.plan import Plan
 from harness.problem import Problem
 from harness.protocol import Call
 from harness.records import CallProfile, CandidateRecord, PairedSpeedup, ReferenceRecord, SanitizerRun, TimingStats
-from harness.reference_run import ReferenceRun, Stopped, now
+from harness.reference_run import ReferenceRun, Stopped
 from harness.sanitize import LaneSanitizer
 from harness.scan import declared_kernels, scan_source
 from harness.status import Status
@@ -202,18 +202,13 @@ class ProblemEvaluation:
     def _record(self, candidate: Candidate, status: Status, reason: str, **fields: Any) -> CandidateRecord:
         log = self.store.log_path(self.problem.name, candidate.name)
         return CandidateRecord(
-            run_id=self.store.run_id,
-            problem=self.problem.name,
-            problem_hash=self.problem_hash,
+            **self.setting.record_fields(),
             candidate=candidate.name,
             candidate_path=str(candidate.path),
             candidate_hash=candidate.hash,
-            device=self.device,
             status=status,
             reason=flat(reason),
             log_path=str(log.relative_to(self.store.dir)) if log.exists() else "",
-            finished_at=now(),
-            lane=self.lane.label,
             **fields,
         )
 

@@ -7,6 +7,7 @@ worker is timed in turns with the reference). Only typed messages pass here, nev
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import shutil
 from pathlib import Path
 from typing import Any, Optional
@@ -38,6 +39,11 @@ class Setting:
     lane: Lane  # the GPU (or the CPU) and its worker launcher
     memory_limit: int  # bytes of host memory a worker may hold
     problem_hash: str  # the problem file's hash, read once when the evaluation began
+
+    def record_fields(self) -> dict[str, Any]:
+        """The fields every record of this problem on this lane starts with, finished now."""
+        finished = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        return {"run_id": self.store.run_id, "problem": self.problem.name, "problem_hash": self.problem_hash, "device": self.device, "lane": self.lane.label, "finished_at": finished}
 
 
 class LaneJudge:

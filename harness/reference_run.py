@@ -30,10 +30,6 @@ class Stopped(Exception):
     """A stopped run's evaluation ended without a record (ProblemEvaluation.stop)."""
 
 
-def now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-
-
 class ReferenceRun:
     """Runs the reference once for a lane (`run`), and with it fixes the problem's timing mode."""
 
@@ -88,11 +84,8 @@ class ReferenceRun:
             f"speed-of-light not measured: {report.speed_of_light_error}" if report.speed_of_light_error else "",
         )
         return ReferenceRecord(
-            run_id=setting.store.run_id,
-            problem=problem.name,
-            problem_hash=setting.problem_hash,
+            **setting.record_fields(),
             problem_path=str(problem.path),
-            device=setting.device,
             device_name=report.device_name,
             ok=report.ok,
             reason=report.reason,
@@ -101,8 +94,6 @@ class ReferenceRun:
             other_size=report.other_size,
             other_size_note=report.other_size_note,
             wall_seconds=wall_seconds,
-            finished_at=now(),
-            lane=setting.lane.label,
             declared=dict(problem.settings),
             data_plane=report.data_plane,
             peak_bytes=report.peak_bytes,
