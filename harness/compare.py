@@ -12,7 +12,7 @@ import torch
 
 from harness.config import DEFAULT_TOLERANCE, Tolerance
 from harness.records import CheckResult
-from harness.status import Gradients
+from harness.status import Backward, Gradients
 
 TINY_OUTPUT_RELATIVE = 1e-2  # an output smaller than atol: the error's rms may be at most this fraction of the output's
 KERNELBENCH_TOLERANCE = 1e-2  # KernelBench's allclose, atol = rtol (its v0 and v0.1 eval; its main branch now takes 1e-4 for float32)
@@ -204,7 +204,7 @@ def compare_gradients(expected: dict[str, Any], actual: dict[str, Any], toleranc
     """Gradients saved by reference and candidate workers ({"status", "reason", "tensors", ...}):
     (Gradients, why). Tolerances are the outputs' times `factor`."""
     wanted, got = expected["tensors"], actual["tensors"]
-    if actual["status"] != "ok":
+    if actual["status"] != Backward.RAN:
         return Gradients.FORWARD_ONLY, actual["reason"]
     if wanted and not got:
         return Gradients.FORWARD_ONLY, "no gradient reaches its inputs or parameters"

@@ -47,7 +47,7 @@ from harness.reference import Reference, device_memory, release, structure_notes
 from harness.regions import device_sharing, dtype_of, view
 from harness.roofline import count_work, device_peaks, floor
 from harness.staging import Footprint, Session, Stager
-from harness.status import Status
+from harness.status import Backward, Status
 from harness.timing import flush_buffer
 from harness.worker.checks import model_gradients, paired_gradients
 from harness.worker.device import setup_device, synchronize
@@ -127,7 +127,7 @@ class Checker:
         if self.reference.gradients_note:
             return P.Verdict()
         status, reason, grads = model_gradients(self.reference.model, self.stager.staged_inputs(session, 0), self.job.gradient_seed)
-        if status != "ok" or not grads:  # the reference's own backward failed here (memory): no verdict
+        if status is not Backward.RAN or not grads:  # the reference's own backward failed here (memory): no verdict
             return P.Verdict()
         if session.own_weights:  # its own parameters pair by name and shape or not at all; the inputs' gradients always do
             grads = paired_gradients(grads, {o.name: tuple(o.tensor.shape) for o in step.outputs if o.tensor is not None})

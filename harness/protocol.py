@@ -14,7 +14,7 @@ from typing import Any, Optional
 from harness.config import TimerSettings
 from harness.records import CallProfile, CheckResult, ExtensionBuild, SpeedOfLight, TimingStats, from_dict, to_dict
 from harness.regions import RegionHandle, TensorSpec
-from harness.status import Status, Vocabulary
+from harness.status import Backward, Status, Vocabulary
 
 
 class Role(Vocabulary):
@@ -172,7 +172,7 @@ class Step:
     step: str  # "same_seed" | "call" | "buffers" | "grads" | "timed"
     index: int = 0  # the call's index for step "call"
     outputs: tuple[Output, ...] = ()
-    status: str = "ok"  # grads: "ok" or "forward only"
+    status: Backward = Backward.RAN  # grads: whether its backward ran
     reason: str = ""  # grads: why there are none
     want: Want = Want("none")
     own_weights: bool = False  # same_seed: ModelNew keeps the weights it built under the shared seed (no transplant);

@@ -21,7 +21,7 @@ import torch
 from harness import protocol as P
 from harness.errors import one_line
 from harness.regions import layout
-from harness.status import Status
+from harness.status import Backward, Status
 from harness.worker.checks import model_gradients
 from harness.worker.device import synchronize
 from harness.worker.failures import WorkerFailure, classify, load_module
@@ -110,7 +110,7 @@ class Reference:
                 sizes.append(output_bytes(list(grads.values())))
                 del grads
                 release(self.device)
-                if status != "ok":  # e.g. its backward does not fit: no verdict rather than a wrong one
+                if status is not Backward.RAN:  # e.g. its backward does not fit: no verdict rather than a wrong one
                     self.gradients_note = f"the gradient check is skipped: the reference's own backward fails ({reason})"
         except WorkerFailure:
             raise

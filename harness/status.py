@@ -55,6 +55,13 @@ class Status(str, enum.Enum):
         return self not in (Status.CORRECT, Status.NEEDS_CUDA, Status.REFERENCE_FAILED, Status.HARNESS_ERROR)
 
 
+class Backward(Vocabulary):
+    """Whether a model's backward ran in the gradient check (what a worker reports with its gradients)."""
+
+    RAN = "ok"  # its outputs carried a graph and backward returned: gradients follow
+    FORWARD_ONLY = "forward only"  # no graph on its outputs, or backward raised
+
+
 class Gradients(Vocabulary):
     """Training parity, as the judge found it (a record's `gradients`; "" there when not checked)."""
 

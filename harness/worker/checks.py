@@ -8,13 +8,13 @@ from typing import Any, Optional
 import torch
 
 from harness.errors import one_line
-from harness.status import Status
+from harness.status import Backward, Status
 from harness.worker.device import synchronize
 from harness.worker.failures import Guard, classify
 from harness.worker.inputs import as_outputs
 
 
-def model_gradients(model: Any, args: list[Any], seed: int, guard: Optional[Guard] = None) -> tuple[str, str, dict[str, Any]]:
+def model_gradients(model: Any, args: list[Any], seed: int, guard: Optional[Guard] = None) -> tuple[Backward, str, dict[str, Any]]:
     """Training parity: a train-mode forward on `args` (cloned), then a backward of a fixed random
     projection of the floating outputs. Returns (status, reason, {name: gradient}) for the
     floating inputs ("input i") and every parameter ("parameter NAME"); the module's state is then
@@ -24,14 +24,14 @@ def model_gradients(model: Any, args: list[Any], seed: int, guard: Optional[Guar
     inputs = [a.detach().clone().requires_grad_(a.is_floating_point()) if isinstance(a, torch.Tensor) else a for a in args]
     model.train()
     model.zero_grad(set_to_none=True)
-    status, reason = "ok", ""
+    status, reason = Backward.RAN, ""
     try:
         with torch.enable_grad():
             torch.manual_seed(seed)  # both sides: a train-mode forward that draws (dropout) draws the same
             out = model(*inputs)
             outputs = [o for o in as_outputs(out) if isinstance(o, torch.Tensor) and o.is_floating_point()]
             if not any(o.requires_grad for o in outputs):
-                status, reason = "forward only", "its outputs carry no autograd graph (the kernel has no backward)"
+                status, reason = Backward.FORWARD_ONLY, "its outputs carry no autograd graph (the kernel has no backward)"
             else:
                 loss = sum((o.float() * projection(o, seed + k)).sum() for k, o in enumerate(outputs))
                 loss.backward()
@@ -43,7 +43,7 @@ def model_gradients(model: Any, args: list[Any], seed: int, guard: Optional[Guar
             synchronize(device)
         except BaseException:
             raise classify(exc, Status.RUNTIME_ERROR) from None  # a device fault, not a missing backward
-        status, reason = "forward only", f"backward raised {one_line(exc, 200)}"
+        status, reason = Backward.FORWARD_ONLY, f"backward raised {one_line(exc, 200)}"
     grads = {f"input {i}": a.grad.detach() for i, a in enumerate(inputs) if isinstance(a, torch.Tensor) and a.requires_grad and a.grad is not None}
     grads.update({f"parameter {name}": p.grad.detach() for name, p in model.named_parameters() if p.grad is not None})
     model.load_state_dict(snapshot)

@@ -25,7 +25,7 @@ from harness.channel import ChannelWriter
 from harness.errors import one_line
 from harness.records import ExtensionBuild, from_dict
 from harness.regions import GUARD, POISON, Region, band_changes, layout, past_end, view, write
-from harness.status import Status
+from harness.status import Backward, Status
 from harness.worker.checks import _counter, weight_pairs, weights_problems
 from harness.worker.device import setup_device, synchronize
 from harness.worker.failures import Guard, WorkerFailure, classify, load_module
@@ -129,7 +129,9 @@ class Worker:
                     self._unsafe_reported = True
                     self.send(P.Unsafe(past_end(position, changed, label)))
 
-    def _step(self, step: str, index: int, outputs: list[Any], inputs: list[Any], *, want: tuple[str, int], names: Optional[list[str]] = None, status: str = "ok", reason: str = "", own_weights: bool = False) -> Optional[P.Staged]:
+    def _step(
+        self, step: str, index: int, outputs: list[Any], inputs: list[Any], *, want: tuple[str, int], names: Optional[list[str]] = None, status: Backward = Backward.RAN, reason: str = "", own_weights: bool = False
+    ) -> Optional[P.Staged]:
         """Put `outputs` in the mailbox, report the step, and wait for the parent's go-ahead; the
         inputs the judge staged for the next step come with it."""
         if step in ("same_seed", "call"):
