@@ -64,11 +64,10 @@ class ProblemEvaluation:
         self.builds = builds  # a harness.prebuild.BuildAhead already building these candidates, or None
         self.lane: Lane = lane if lane is not None else Lane.single(cfg, device)
         self._owns_lane = lane is None  # then its prestarted worker is ours to end
-        self.problem_hash = problem.hash
-        self.memory_limit = cfg.limits.memory_mb << 20 if cfg.limits.memory_mb else default_memory_limit()
+        memory_limit = cfg.limits.memory_mb << 20 if cfg.limits.memory_mb else default_memory_limit()
         self.plan: Optional[Plan] = plan  # the secret seeds and calls; None: a fresh one is drawn for the first candidate
         self._reference: Optional[ReferenceRecord] = None  # the reference's record, once its pass ran on this lane
-        self.setting = Setting(problem, self.cfg, device, store, self.lane, self.memory_limit, self.problem_hash)
+        self.setting = Setting(problem, self.cfg, device, store, self.lane, memory_limit, problem.hash)
         self.judge = LaneJudge(self.setting)  # the lane's judge for this problem, started with the first candidate
         self.reference_run = ReferenceRun(self.setting, self.judge, lambda: self._stopped)
         self._stopped = False  # stop() was called: nothing more is written
@@ -157,7 +156,7 @@ class ProblemEvaluation:
         return self._reference
 
     def _run_candidate(self, candidate: Candidate, plan: Plan, reference: ReferenceRecord) -> CandidateRecord:
-        compared = self.reference_run.compare(Subject(P.Role.CANDIDATE, candidate.path, candidate.name), plan)
+        compared = self.judge.compare(plan, self.reference_run.timing_mode, Subject(P.Role.CANDIDATE, candidate.path, candidate.name))
         outcome, checks, same_seed, gradients = compared.outcome, compared.checks, compared.same_seed, compared.gradients
         builds = tuple(m.build for m in outcome.every(P.Built))
         timing = compared.timing

@@ -121,6 +121,11 @@ class LaneJudge:
         note, self.restart_note = self.restart_note, ""
         return note
 
+    def compare(self, plan: Plan, timing_mode: tuple[str, str], subject: "Subject") -> Compared:
+        """Run one compared worker against this judge (`ComparedRun`), timed under `timing_mode`."""
+        assert self.client is not None
+        return ComparedRun(self.setting, self.client, plan, timing_mode, subject).run()
+
     def end(self) -> None:
         if self.client is not None:
             self.client.close()

@@ -17,13 +17,12 @@ from harness import protocol as P
 from harness.config import Config
 from harness.environment import device_identity
 from harness.errors import flat
-from harness.judging import ComparedRun, LaneJudge, Setting, Subject
+from harness.judging import LaneJudge, Setting, Subject
 from harness.pairing import resolve_mode
 from harness.plan import Plan
 from harness.records import Baseline, NullFloor, ReferenceRecord, from_dict, to_dict
 from harness.status import Status
 from harness.supervise import JudgeFailed
-from harness.verdict import Compared
 
 
 class Stopped(Exception):
@@ -37,11 +36,6 @@ class ReferenceRun:
         self.setting, self.judge, self.stopped = setting, judge, stopped
         cfg = setting.cfg
         self.timing_mode: tuple[str, str] = (cfg.timing.mode if cfg.timing.mode != "auto" else "eager", "")  # (mode, why), once the reference is profiled
-
-    def compare(self, subject: Subject, plan: Plan) -> Compared:
-        """Run one compared worker against the lane's judge (harness.judging)."""
-        assert self.judge.client is not None
-        return ComparedRun(self.setting, self.judge.client, plan, self.timing_mode, subject).run()
 
     def run(self, plan: Plan) -> ReferenceRecord:
         """The reference's record, written to the store (a stopped run raises Stopped instead)."""
@@ -108,7 +102,7 @@ class ReferenceRun:
         """The null candidate: the problem's own Model through the candidate path (every check, then
         timed in turns with the reference). Identical code: its speedup is this run's 1.00x."""
         try:
-            compared = self.compare(Subject(P.Role.CANDIDATE, self.setting.problem.path, "_null", class_name="Model", name="the null candidate"), plan)
+            compared = self.judge.compare(plan, self.timing_mode, Subject(P.Role.CANDIDATE, self.setting.problem.path, "_null", class_name="Model", name="the null candidate"))
         except JudgeFailed as exc:
             self.judge.failed(str(exc))
             return NullFloor(Status.HARNESS_ERROR.value, flat(f"the lane's judge failed: {exc}"))
@@ -123,7 +117,7 @@ class ReferenceRun:
         candidate, then timed in turns with the eager reference. Its failure never fails the reference."""
         name = f"torch.compile({mode})"
         try:
-            compared = self.compare(Subject(P.Role.BASELINE, self.setting.problem.path, f"_compile-{mode}", compile_mode=mode, name=name), plan)
+            compared = self.judge.compare(plan, self.timing_mode, Subject(P.Role.BASELINE, self.setting.problem.path, f"_compile-{mode}", compile_mode=mode, name=name))
         except JudgeFailed as exc:
             self.judge.failed(str(exc))
             return Baseline(name, False, flat(f"the lane's judge failed: {exc}"))
