@@ -5,8 +5,9 @@ needs no full extra copy of it."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Any
+from typing import Any, Mapping, Optional
 
 import torch
 
@@ -15,6 +16,8 @@ from harness.records import CheckResult
 from harness.status import Backward, Gradients
 
 TINY_OUTPUT_RELATIVE = 1e-2  # an output smaller than atol: the error's rms may be at most this fraction of the output's
+NOISE_RATIO = 1e-3  # an output whose float64 value's rms is under this fraction of its float32 rms is rounding noise
+NOISE_FACTOR = 1e3  # on an output that is rounding noise, the error's rms may be at most this many times the noise's
 KERNELBENCH_TOLERANCE = 1e-2  # KernelBench's allclose, atol = rtol (its v0 and v0.1 eval; its main branch now takes 1e-4 for float32)
 CHUNK = 1 << 24  # elements compared at a time on a GPU (few launches per GB)
 CPU_CHUNK = 1 << 20  # on the CPU: a chunk's temporaries stay in cache across the passes over it
@@ -37,12 +40,16 @@ def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     return all(torch.equal(flat_a[s : s + step], flat_b[s : s + step].to(flat_a.device)) for s in range(0, flat_a.numel(), step))
 
 
-def compare_outputs(name: str, expected: dict[str, Any], actual: dict[str, Any], tolerances: dict[str, Tolerance]) -> CheckResult:
-    """Compare saved outputs ({"types": [...], "tensors": [...]}) of reference and candidate."""
+def compare_outputs(name: str, expected: dict[str, Any], actual: dict[str, Any], tolerances: dict[str, Tolerance], noise: Optional[Mapping[int, float]] = None) -> CheckResult:
+    """Compare saved outputs ({"types": [...], "tensors": [...]}) of reference and candidate.
+    `noise`: the outputs (by index) that are rounding noise around zero on every call of the plan
+    (`rounding_noise`), each with its level, the largest rms of the reference's output: they are
+    judged against that level, not against their own size, and the result carries a note."""
     exp, act = expected["tensors"], actual["tensors"]
     if len(exp) != len(act):
         return CheckResult(name, False, f"returned {len(act)} outputs, the reference returns {len(exp)}")
     worst: CheckResult | None = None
+    notes: list[str] = []
     for index, (e, a, kind) in enumerate(zip(exp, act, actual["types"])):
         label = f"output {index}" if len(exp) > 1 else "output"
         if kind != "Tensor":
@@ -50,12 +57,13 @@ def compare_outputs(name: str, expected: dict[str, Any], actual: dict[str, Any],
         problem = _form(index, label, expected, actual)
         if problem:
             return CheckResult(name, False, problem)
-        result = _compare_tensor(name, label, e, a, tolerances)
+        result = _compare_tensor(name, label, e, a, tolerances, noise=(noise or {}).get(index, 0.0))
         if not result.passed:
             return result
+        notes += [result.note] if result.note else []
         if worst is None or (result.max_abs_error or 0.0) > (worst.max_abs_error or 0.0):
             worst = result
-    return worst or CheckResult(name, True, "ok (no outputs)")
+    return dataclasses.replace(worst, note="; ".join(notes)) if worst is not None else CheckResult(name, True, "ok (no outputs)")
 
 
 def _form(index: int, label: str, expected: dict[str, Any], actual: dict[str, Any]) -> str:
@@ -87,7 +95,7 @@ def rms(flat: torch.Tensor) -> float:
     return math.sqrt(total / count) if count else 0.0
 
 
-def _compare_tensor(name: str, label: str, e: torch.Tensor, a: torch.Tensor, tolerances: dict[str, Tolerance], *, outputs: bool = True) -> CheckResult:
+def _compare_tensor(name: str, label: str, e: torch.Tensor, a: torch.Tensor, tolerances: dict[str, Tolerance], *, outputs: bool = True, noise: float = 0.0) -> CheckResult:
     if tuple(a.shape) != tuple(e.shape):
         return CheckResult(name, False, f"{label} has shape {tuple(a.shape)}, expected {tuple(e.shape)}")
     if a.dtype != e.dtype:
@@ -100,14 +108,7 @@ def _compare_tensor(name: str, label: str, e: torch.Tensor, a: torch.Tensor, tol
     tol = tolerances.get(str(e.dtype).removeprefix("torch."), DEFAULT_TOLERANCE)
     flat_e, flat_a = e.reshape(-1), a.reshape(-1)
     scale = rms(flat_e) if tol.norm else 0.0
-    # Outputs smaller than atol (a softmax over 393216 columns is ~2.5e-6): atol alone would pass any
-    # answer of that size, zeros too. There the norm-wise rule also bounds the error's rms by a
-    # fraction of the output's: rounding is relative, so honest float32 sits orders below it. Only
-    # for a forward output of one sign (probabilities, norms, losses): rounding noise around a value
-    # that is zero in exact arithmetic (a Linear's bias gradient before a BatchNorm) has both signs,
-    # and is not judged against itself.
-    tiny = outputs and tol.norm > 0 and 0 < scale < tol.atol and one_sign(flat_e)
-    tally = _Tally(atol=tol.atol + tol.norm * scale, rtol=tol.rtol, tiny=tiny)  # the absolute term: the tolerance's own, plus the norm-wise one
+    tally = _tally(tol, scale, flat_e, outputs, noise)
     compute = torch.float64 if e.dtype == torch.float64 else torch.float32
     step = chunk(e)
     for start in range(0, flat_e.numel(), step):
@@ -122,15 +123,36 @@ def _compare_tensor(name: str, label: str, e: torch.Tensor, a: torch.Tensor, tol
     return tally.result(name, label, tol, scale, flat_e.numel())
 
 
+def _tally(tol: Tolerance, scale: float, flat_e: torch.Tensor, outputs: bool, noise: float) -> "_Tally":
+    """The bounds of one floating comparison. The absolute term is the tolerance's own plus the
+    norm-wise one. Where the dtype's rule has a norm-wise term (KernelBench's has none), one of two
+    rules also bounds the error's rms:
+    - an output that is rounding noise around zero on every call of the plan (`noise` is its level;
+      a defect of the problem) is judged against that level: within NOISE_FACTOR times it, in rms
+      and (beyond atol) elementwise. Another noise, or exact zeros, pass; a wrong value above the
+      noise does not. The rule below would judge the noise against itself, and fail honest kernels.
+    - else, an output smaller than atol (a softmax over 393216 columns is ~2.5e-6), where atol alone
+      would pass any answer of that size, zeros too: the error's rms at most TINY_OUTPUT_RELATIVE of
+      the output's (rounding is relative, so honest float32 sits orders below it). Only for a forward
+      output of one sign (probabilities, norms, losses): noise around a value that is zero in exact
+      arithmetic (a Linear's bias gradient before a BatchNorm) has both signs; it is left to atol."""
+    if noise > 0:
+        return _Tally(tol.atol + tol.norm * scale + NOISE_FACTOR * noise, tol.rtol, limit=NOISE_FACTOR * noise if tol.norm > 0 else 0.0, noise=noise)
+    tiny = outputs and tol.norm > 0 and 0 < scale < tol.atol and one_sign(flat_e)
+    return _Tally(tol.atol + tol.norm * scale, tol.rtol, limit=TINY_OUTPUT_RELATIVE * scale if tiny else 0.0)
+
+
 class _Tally:
     """What the chunks of one floating comparison add up to: the largest errors, the elements
     outside the tolerance (and outside KernelBench's), the worst element, the squared error."""
 
-    def __init__(self, atol: float, rtol: float, tiny: bool) -> None:
-        self.atol, self.rtol, self.tiny = atol, rtol, tiny
+    def __init__(self, atol: float, rtol: float, limit: float = 0.0, noise: float = 0.0) -> None:
+        self.atol, self.rtol = atol, rtol
+        self.limit = limit  # the largest rms the error may have (0: no limit; `_tally` says when there is one)
+        self.noise = noise  # the output is rounding noise around zero at this level (0: it is not)
         self.max_abs = self.max_rel = 0.0
         self.outside = self.loose = 0  # elements outside the tolerance; of those, outside KernelBench's too
-        self.squares = 0.0  # sum of squared differences over finite elements, kept for a tiny output only
+        self.squares = 0.0  # sum of squared differences over finite elements, kept under a limit only
         self.worst: tuple[float, float, float] | None = None  # (excess over the bound, got, expected)
 
     def _worst(self, excess: torch.Tensor, ca: torch.Tensor, ce: torch.Tensor) -> None:
@@ -148,7 +170,7 @@ class _Tally:
         magnitude = ce.abs()
         self.max_abs = max(self.max_abs, largest)
         self.max_rel = max(self.max_rel, float(torch.div(diff, magnitude).nan_to_num_(0.0, 0.0, 0.0).max()))
-        self.squares += float(diff.square().sum()) if self.tiny else 0.0
+        self.squares += float(diff.square().sum()) if self.limit else 0.0
         bound = magnitude.mul_(self.rtol).add_(self.atol)
         outside = int(torch.gt(diff, bound).sum())
         if outside:
@@ -176,7 +198,7 @@ class _Tally:
         self.loose += int((diff > KERNELBENCH_TOLERANCE * (1 + magnitude)).sum())
         self.max_abs = max(self.max_abs, float(diff.max()))
         self.max_rel = max(self.max_rel, float(torch.where(magnitude > 0, diff / magnitude, 0.0).max()))
-        self.squares += float(diff.square().sum()) if self.tiny else 0.0
+        self.squares += float(diff.square().sum()) if self.limit else 0.0
         self.outside += int((excess > 0).sum())
         self._worst(excess, ca, ce)
         return ""
@@ -190,14 +212,23 @@ class _Tally:
                 f"max abs error {self.max_abs:.3g} (worst: got {self.worst[1]:.6g}, expected {self.worst[2]:.6g})"
             )
             return CheckResult(name, False, reason, self.max_abs, self.max_rel, mismatch, within_kernelbench=self.loose == 0)
-        relative = math.sqrt(self.squares / max(count, 1)) / scale if self.tiny else 0.0
-        if relative > TINY_OUTPUT_RELATIVE:
-            reason = (
-                f"{label}: every element is within atol={tol.atol:g} of an output whose rms is {scale:.3g}, smaller than atol, "
-                f"but the error's rms is {relative:.3g} of the output's (over {TINY_OUTPUT_RELATIVE:g}); max abs error {self.max_abs:.3g}"
-            )
-            return CheckResult(name, False, reason, self.max_abs, self.max_rel, 0.0, within_kernelbench=True)
-        return CheckResult(name, True, "ok", self.max_abs, self.max_rel, 0.0)
+        error = math.sqrt(self.squares / max(count, 1)) if self.limit else 0.0
+        if error > self.limit:
+            return CheckResult(name, False, self._over_limit(label, tol, scale, error), self.max_abs, self.max_rel, 0.0, within_kernelbench=self.loose == 0)
+        note = (
+            f"{label} is rounding noise around zero (on every call the reference's float64 value is under {NOISE_RATIO:g} of its float32 rms): "
+            f"a defect of the problem; it was judged against {NOISE_FACTOR:g}x the noise's rms, not against its own size"
+        )
+        return CheckResult(name, True, "ok", self.max_abs, self.max_rel, 0.0, note=note if self.noise else "")
+
+    def _over_limit(self, label: str, tol: Tolerance, scale: float, error: float) -> str:
+        """Why a comparison whose every element is inside the bound fails on its error's rms (`error`)."""
+        if self.noise:
+            return f"{label}: the reference's output is rounding noise around zero (rms at most {self.noise:.3g}: a defect of the problem), but the error's rms is {error:.3g}, over {NOISE_FACTOR:g}x that; max abs error {self.max_abs:.3g}"
+        return (
+            f"{label}: every element is within atol={tol.atol:g} of an output whose rms is {scale:.3g}, smaller than atol, "
+            f"but the error's rms is {error / scale:.3g} of the output's (over {TINY_OUTPUT_RELATIVE:g}); max abs error {self.max_abs:.3g}"
+        )
 
 
 def compare_gradients(expected: dict[str, Any], actual: dict[str, Any], tolerances: dict[str, Tolerance], factor: float) -> tuple[Gradients, str]:
@@ -254,3 +285,23 @@ def relative_error(outputs: list[Any], wide: list[Any]) -> float:
             num += float(((g - e)[finite] ** 2).sum())
             den += float((e[finite] ** 2).sum())
     return (num / den) ** 0.5 if den > 0 else float("nan")
+
+
+def output_rms(outputs: list[Any]) -> list[float]:
+    """Each output's rms over its finite elements (nan for one that is not a floating tensor)."""
+    return [rms(o.reshape(-1)) if isinstance(o, torch.Tensor) and o.is_floating_point() else float("nan") for o in outputs]
+
+
+def rounding_noise(outputs: list[Any], exact: list[float]) -> dict[int, float]:
+    """The floating outputs of one call that are rounding noise around zero, by index, each with its
+    rms: the float64 twin's output (`exact`: the rms of each, `output_rms`) is under NOISE_RATIO of
+    the output's, which is not zero. A mean of group-normalised values is zero in exact arithmetic:
+    ~1e-9 of both signs in float32, ~1e-17 in float64. A real output, however small, has a float64
+    value of its own size; exact zeros are no noise."""
+    found: dict[int, float] = {}
+    for index, (out, wide) in enumerate(zip(outputs, exact)):
+        if isinstance(out, torch.Tensor) and out.is_floating_point() and out.dtype != torch.float64:
+            level = rms(out.reshape(-1))
+            if level > 0 and wide <= NOISE_RATIO * level:
+                found[index] = level
+    return found

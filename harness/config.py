@@ -98,7 +98,8 @@ class FlagPolicies:
     tamper_suspect: str  # source that reaches into the process or device settings; a persisting-L2 limit found set
     fallback: str  # forward catches exceptions
     less_precise: str  # more error against float64 than the reference's own, within the tolerance
-    implausible_time: str  # below the speed-of-light floor, the call's own profiled GPU time, or max_plausible_speedup
+    implausible_time: str  # below the bytes floor, also when re-timed eagerly with device sync
+    suspect_time: str  # below the call's own profiled GPU time, or over max_plausible_speedup
     unsafe_memory: str  # a write into an input's guard bands, or a compute-sanitizer finding
     weights_by_seed: str = "flag"  # the reference's weights pair with ModelNew's neither by name nor by position: checked with its own same-seed weights
 

@@ -20,7 +20,7 @@ from harness.errors import flat
 from harness.flags import Finding
 from harness.judging import LaneJudge, Setting, Subject
 from harness.lane import Lane
-from harness.pairing import LAUNCH_BOUND_MS
+from harness.pairing import launch_bound
 from harness.plan import Plan
 from harness.problem import Problem
 from harness.protocol import Call
@@ -168,6 +168,8 @@ class ProblemEvaluation:
             sanitized, unsafe = self.sanitizer.run(candidate.path, candidate.hash, candidate.name, plan.construct_seed, reference.other_size)
         decided = verdict.settle(case, first, unsafe, lambda timed, paired: compare_times(timed, paired, compared.profile, reference, self.cfg))
         status, mapping = decided.status, case.reported.mapping
+        measures = dict(decided.measures)
+        notes = decided.notes + tuple(measures.pop("notes", ()))  # its checks' notes, then the timing's
         return self._record(
             candidate,
             status,
@@ -187,7 +189,8 @@ class ProblemEvaluation:
             phase_seconds=outcome.done.phase_seconds if outcome.done is not None else {},
             wall_seconds=round(outcome.wall_seconds, 3),
             warnings=decided.warnings,
-            **decided.measures,
+            notes=notes,
+            **measures,
         )
 
     def _reported(self, candidate: Candidate, outcome: WorkerOutcome) -> Reported:
@@ -244,11 +247,8 @@ def compare_times(timing: TimingStats, paired: PairedSpeedup, profile: Optional[
     for name, _, theirs in usable:
         if theirs.protocol != paired.protocol:
             warnings.append(f"no speedup over {name}: it was timed with {theirs.protocol}, this candidate needs {paired.protocol}")
-    if paired.reference.median_ms > 0 and paired.reference.median_ms < LAUNCH_BOUND_MS and timing.mode == "eager" and reference.profile is not None and reference.profile.kernel_ms < 0.8 * paired.reference.median_ms:
-        warnings.append(
-            f"the reference is launch-bound (GPU work {reference.profile.kernel_ms:.4g} ms of a {paired.reference.median_ms:.4g} ms call): "
-            "this speedup measures host launch overhead as much as GPU work; timing.mode=graph times both sides without it"
-        )
+    if timing.mode == "eager" and reference.profile is not None and launch_bound(reference.profile)[0]:
+        warnings.append(f"the reference is launch-bound ({launch_bound(reference.profile)[1]}): this speedup measures host launch overhead as much as GPU work; timing.mode=graph times both sides without it")
     sol = reference.speed_of_light
     if sol is not None and sol.floor_ms > 0:
         measures.update(sol_measures(sol, median))
@@ -303,6 +303,6 @@ def timing_warnings(timing: TimingStats, cfg: Any, profile: Optional[CallProfile
         warnings.append(timing.fallback)
     if timing.sync_reason:
         warnings.append(f"timed with a device-wide synchronise because {timing.sync_reason}")
-    if profile is not None and timing.mode == "eager" and timing.median_ms > 0 and profile.kernel_ms < 0.8 * timing.median_ms and timing.median_ms < LAUNCH_BOUND_MS:
-        warnings.append(f"launch-bound: GPU work is {profile.kernel_ms:.4g} ms of a {timing.median_ms:.4g} ms call; the rest is host overhead between launches; timing.mode=graph times it without the launch gaps")
+    if profile is not None and timing.mode == "eager" and launch_bound(profile)[0]:
+        warnings.append(f"launch-bound: its kernels keep the GPU busy for {profile.kernel_ms / profile.span_ms:.0%} of its call's GPU span; the rest is host overhead between launches; timing.mode=graph times it without the launch gaps")
     return warnings

@@ -26,7 +26,8 @@ class Code(str, enum.Enum):
     TAMPER_SUSPECT = "tamper-suspect"  # code that reaches into the process or the device's settings
     FALLBACK = "fallback"  # forward catches exceptions: a failing kernel may fall back to PyTorch
     LESS_PRECISE = "less-precise"  # passes the tolerance, but with more error than the reference's precision
-    IMPLAUSIBLE_TIME = "implausible-time"  # a timing the work cannot fit in
+    IMPLAUSIBLE_TIME = "implausible-time"  # a time below the bytes floor, also when re-timed eagerly with device sync: not a result
+    SUSPECT_TIME = "suspect-time"  # a time to look at: over check.max_plausible_speedup, or below its own profiled GPU time
     WRONG_GRADIENTS = "wrong-gradients"  # forward matches, backward gives other gradients
     FORWARD_ONLY = "forward-only"  # forward matches, no gradients flow
     UNSAFE_MEMORY = "unsafe-memory"  # an access outside its buffers (guard bands, compute-sanitizer)

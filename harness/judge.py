@@ -39,6 +39,7 @@ from harness import protocol as P
 from harness.buildcache import BuildCache
 from harness.compare import compare_gradients, compare_outputs, relative_error
 from harness.config import Tolerance
+from harness.degenerate import NOISE_THEN, InertBuffers, judge_buffers
 from harness.errors import one_line
 from harness.pairing import device_sync_reason
 from harness.profile import profile_call
@@ -66,6 +67,7 @@ class Checker:
         self.stager = stager
         self.device = reference.device
         self.tolerances = tolerances
+        self.inert = InertBuffers(reference.model, reference.randomized, lambda: [reference.inputs(0), reference.inputs(min(1, len(job.input_seeds) - 1))], job.rng_seed)
 
     def check(self, number: int, step: P.Step) -> P.Verdict:
         """The verdict on one step of session `number`, with what it asks for next staged."""
@@ -109,7 +111,7 @@ class Checker:
             return P.Verdict()
         if step.step == "buffers":
             buffers = dict(self.reference.model.named_buffers())
-            if session.own_weights and not set(buffers) <= {o.name for o in step.outputs}:
+            if session.own_weights and not all(self.inert(k) for k in sorted(set(buffers) - {o.name for o in step.outputs})):
                 return P.Verdict()  # its own state under other names: nothing to pair them by (the verdict is flagged)
             return P.Verdict(check=self._compare_named(P.BUFFERS_CHECK, buffers, session, step))
         if step.step == "grads":
@@ -118,7 +120,8 @@ class Checker:
             return self._same_seed(session, step)
         if step.step == "timed":
             self.reference.model.eval()
-            return P.Verdict(check=self._compare(P.TIMED_CHECK, self.reference.forward(self.reference.inputs(0), aliases=True), session, step))
+            expected = self.reference.forward(self.reference.inputs(0), aliases=True)
+            return P.Verdict(check=self._compare(P.TIMED_CHECK, expected, session, step, self.reference.noise.levels))
         return self._call(session, step)
 
     def _gradients(self, session: Session, step: P.Step) -> P.Verdict:
@@ -152,7 +155,8 @@ class Checker:
         session.own_weights = step.own_weights
         if not step.own_weights:  # its calls run with the weights it is given: the redrawn ones
             reference.load(reference.randomized)
-        return changed or P.Verdict(check=self._compare("same-seed construction (eval)", expected, session, step), unsafe=unsafe)
+        check = self._compare("same-seed construction (eval)", expected, session, step, reference.same_seed_noise.levels)
+        return changed or P.Verdict(check=check, unsafe=unsafe)
 
     def _call(self, session: Session, step: P.Step) -> P.Verdict:
         """One planned call: the worker must leave its inputs alone, and its outputs must match the
@@ -171,7 +175,7 @@ class Checker:
         torch.manual_seed(self.job.rng_seed + step.index)  # the worker seeds its call the same way
         expected = reference.forward(args, aliases=True)
         session.last_args, session.last_trial = args, call.input
-        check = self._compare(call.label, expected, session, step)
+        check = self._compare(call.label, expected, session, step, reference.noise.levels)
         precision: dict[str, float] = {}
         if wide is not None and check.passed:
             precision = self._precision(session, step, expected, wide)
@@ -181,11 +185,14 @@ class Checker:
         return P.Verdict(check=check, precision=precision, unsafe=unsafe)
 
     def _precision(self, session: Session, step: P.Step, expected: dict[str, Any], wide: list[Any]) -> dict[str, float]:
-        """The worker's and the reference's relative errors against the float64 twin's outputs ({}
-        when the worker's cannot be read, or an error is not a number)."""
-        got = [self._mailbox_tensor(session, o) for o in step.outputs]
+        """The worker's and the reference's relative errors against the float64 twin's outputs,
+        those that are rounding noise aside ({} when the worker's cannot be read, or an error is
+        not a number)."""
+        kept = [i for i in range(len(wide)) if i not in (self.reference.noise.levels or {})]
+        got = [self._mailbox_tensor(session, step.outputs[i]) for i in kept]
         if not any(isinstance(g, str) for g in got):
-            candidate, reference = relative_error(got, wide), relative_error(expected["tensors"], wide)
+            wide, ours = [wide[i] for i in kept], [expected["tensors"][i] for i in kept]
+            candidate, reference = relative_error(got, wide), relative_error(ours, wide)
             if candidate == candidate and reference == reference:
                 return {"candidate": candidate, "reference": reference}
         return {}
@@ -199,8 +206,9 @@ class Checker:
         except ValueError as exc:
             return f"its outputs are not where it said ({exc})"
 
-    def _compare(self, name: str, expected: dict[str, Any], session: Session, step: P.Step) -> CheckResult:
-        """The step's outputs, read in place in the mailbox, against the reference's."""
+    def _compare(self, name: str, expected: dict[str, Any], session: Session, step: P.Step, noise: Optional[dict[int, float]] = None) -> CheckResult:
+        """The step's outputs, read in place in the mailbox, against the reference's (`noise`: those
+        that are rounding noise around zero, with their levels: harness.degenerate)."""
         tensors: list[Any] = []
         for output, want in zip(step.outputs, expected["tensors"]):
             spec = output.tensor
@@ -220,26 +228,17 @@ class Checker:
             "devices": [o.device for o in step.outputs],
             "aliases": [o.alias for o in step.outputs],
         }
-        return compare_outputs(name, expected, actual, self.tolerances)
+        return compare_outputs(name, expected, actual, self.tolerances, noise)
 
     def _compare_named(self, name: str, expected: dict[str, Any], session: Session, step: P.Step) -> Optional[CheckResult]:
         """Module state after every planned call (BatchNorm running statistics and the like)
-        against the reference's, by name. None when the reference has none."""
+        against the reference's, by name; a buffer no output depends on (harness.degenerate) that
+        is missing or differs is a note, not a failure. None when the reference has none."""
         if not expected:
             return None
         got = {o.name: o for o in step.outputs}
-        missing = [k for k in expected if k not in got]
-        if missing:
-            return CheckResult(name, False, f"buffer {missing[0]} is missing")
-        worst: Optional[CheckResult] = None
-        for key, value in expected.items():
-            single = P.Step(step.step, outputs=(got[key],))
-            result = self._compare(name, {"types": ["Tensor"], "tensors": [value]}, session, single)
-            if not result.passed:
-                return dataclasses.replace(result, reason=f"buffer {key} differs from the reference's: {result.reason.removeprefix('output: ').removeprefix('output ')}")
-            if worst is None or (result.max_abs_error or 0.0) >= (worst.max_abs_error or 0.0):
-                worst = result
-        return worst
+        results = {key: self._compare(name, {"types": ["Tensor"], "tensors": [value]}, session, P.Step(step.step, outputs=(got[key],))) if key in got else None for key, value in expected.items()}
+        return judge_buffers(name, results, self.inert)
 
 
 class ReferenceTiming:
@@ -300,7 +299,7 @@ class ReferenceTiming:
         settings = dataclasses.replace(self.job.timing, mode="graph" if graph else "eager")
         with self._threads():
             session.timer, ready, _ = prepare_timer(self.reference.model, sets, self.device, settings, profiled=False)
-        return dataclasses.replace(ready, needs_device=device_sync_reason(self.profile))
+        return dataclasses.replace(ready, needs_device="; ".join(r for r in (ready.needs_device, device_sync_reason(self.profile)) if r))
 
     def time_round(self, ask: P.TimeRound) -> P.RoundTimed:
         """One round of the reference's side of a prepared session's paired timing."""
@@ -390,6 +389,7 @@ class Judge:
             peak_bytes=reference.forward_peak,
             float64_note="; ".join(n for n in (reference.float64_note, reference.gradients_note) if n),
             input_structure=structure_notes(reference.structures),
+            degenerate=reference.noise.notes("every call of the plan", NOISE_THEN) or reference.same_seed_noise.notes("the same-seed call (the initial weights)", NOISE_THEN),
         )
         self.reference, self.stager = reference, Stager(job, reference, footprint)
         self.checker = Checker(job, reference, self.stager, self.tolerances)

@@ -16,7 +16,7 @@ from harness import protocol as P
 from harness import quiet
 from harness.config import Config
 from harness.lane import Lane
-from harness.pairing import Pairing
+from harness.pairing import Pairing, ProblemTiming
 from harness.plan import Plan
 from harness.problem import Problem
 from harness.protocol import Call
@@ -121,7 +121,7 @@ class LaneJudge:
         note, self.restart_note = self.restart_note, ""
         return note
 
-    def compare(self, plan: Plan, timing_mode: tuple[str, str], subject: "Subject") -> Compared:
+    def compare(self, plan: Plan, timing_mode: ProblemTiming, subject: "Subject") -> Compared:
         """Run one compared worker against this judge (`ComparedRun`), timed under `timing_mode`."""
         assert self.client is not None
         return ComparedRun(self.setting, self.client, plan, timing_mode, subject).run()
@@ -162,7 +162,7 @@ class ComparedRun:
     may go on (a wrong output stops it); then it is timed in turns with the reference
     (harness.pairing). `run()` returns what it came to."""
 
-    def __init__(self, setting: Setting, judge: JudgeClient, plan: Plan, timing_mode: tuple[str, str], subject: Subject) -> None:
+    def __init__(self, setting: Setting, judge: JudgeClient, plan: Plan, timing_mode: ProblemTiming, subject: Subject) -> None:
         self.setting, self.judge, self.plan, self.subject = setting, judge, plan, subject
         self.timing_mode = timing_mode
         self.calls: list[CheckResult] = []
@@ -207,7 +207,7 @@ class ComparedRun:
             build_cache=str(cfg.path(cfg.build_cache_dir)),
             construct_seed=plan.construct_seed,
             calls=planned_calls(subject.role, plan, cfg.check.modes),
-            timing=P.TimerSettings.from_config(cfg.timing, self.timing_mode[0]) if cfg.timing.enabled else None,
+            timing=P.TimerSettings.from_config(cfg.timing, self.timing_mode.mode) if cfg.timing.enabled else None,
             allow_tf32=cfg.check.allow_tf32,
             gradients=cfg.check.gradients != "off",
             gradient_seed=plan.gradient_seed,

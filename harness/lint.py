@@ -3,9 +3,10 @@
     python -m harness.lint PROBLEM_FILE DEVICE SETTINGS_JSON     (prints one JSON line)
 
 For one problem: the reference is deterministic; an all-zeros, a constant and an input-independent
-output would all fail the tolerance; outputs depend on the inputs and on the weights; on CUDA, the
-eager reference is not launch-bound and its time is in the suite's range; its memory fits the
-device the suite targets. Each check is pass, fail, warn or skip, with the numbers behind it.
+output would all fail the tolerance; no output is rounding noise around zero; outputs depend on
+the inputs and on the weights; on CUDA, the eager reference is not launch-bound and its time is in
+the suite's range; its memory fits the device the suite targets. Each check is pass, fail, warn or
+skip, with the numbers behind it.
 """
 
 from __future__ import annotations
@@ -99,10 +100,10 @@ def lint(path: Path, device_name: str, settings: dict[str, Any]) -> list[LintChe
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     with torch.no_grad():
-        first_inputs = inputs(11)
+        first_inputs, other_inputs = inputs(11), inputs(12)
         first = _compared(as_outputs(model(*first_inputs)))
         again = _compared(as_outputs(model(*first_inputs)))
-        other = _compared(as_outputs(model(*inputs(12))))
+        other = _compared(as_outputs(model(*other_inputs)))
         if not first:
             return [LintCheck("compared outputs", Verdict.FAIL, "the reference returns no floating or integer tensor: nothing to compare")]
         same = _share_within(again, first, 0.0, 0.0)
@@ -110,6 +111,7 @@ def lint(path: Path, device_name: str, settings: dict[str, Any]) -> list[LintChe
         checks.append(LintCheck("deterministic", Verdict.PASS if close == 1.0 else Verdict.FAIL, f"the same inputs twice: {same:.2%} of elements bit-identical, {close:.2%} within tolerance"))
         zeros = _share_within([torch.zeros_like(o) for o in first], first, atol, rtol, norm)
         checks.append(LintCheck("zeros fail", _by_share(zeros), f"an all-zeros output matches {zeros:.2%} of elements"))
+        checks.append(_rounding_noise(model, [first_inputs, other_inputs]))
         if all(o.numel() <= 1 for o in first):  # a loss: a constant equal to it is the output itself
             checks.append(LintCheck("constant fails", Verdict.SKIP, "every output has one element: its own mean is itself; 'depends on inputs' judges it"))
         else:
@@ -125,6 +127,32 @@ def lint(path: Path, device_name: str, settings: dict[str, Any]) -> list[LintChe
         else:
             checks.append(LintCheck("depends on weights", Verdict.SKIP, "the model has no parameters or buffers"))
     return checks + _memory_and_launches(model, first_inputs, first, device, settings)
+
+
+def _rounding_noise(model: Any, sets: list[list[Any]]) -> LintCheck:
+    """Fails when an output is rounding noise around zero on every input set: its float64 value
+    (the model's float64 copy's) is under NOISE_RATIO of its float32 rms (a mean of
+    group-normalised values is zero in exact arithmetic). No kernel's answer to it can be judged:
+    the harness judges it against the noise's level, with a note, but the problem has a defect."""
+    import copy
+
+    import torch
+
+    from harness.compare import NOISE_RATIO, output_rms
+    from harness.degenerate import NoiseScan
+    from harness.worker.inputs import as_outputs
+
+    scan = NoiseScan()
+    try:
+        twin = copy.deepcopy(model).double()
+        for args in sets:
+            wide = as_outputs(twin(*[a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]))
+            scan.observe(as_outputs(model(*args)), output_rms(wide))
+    except Exception as exc:
+        return LintCheck("not rounding noise", Verdict.SKIP, f"the float64 copy of the model does not run: {one_line(exc)}")
+    if not scan.levels:
+        return LintCheck("not rounding noise", Verdict.PASS, f"every floating output's float64 value is at least {NOISE_RATIO:g} of its float32 rms (or both are zero), on {len(sets)} input sets")
+    return LintCheck("not rounding noise", Verdict.FAIL, "; ".join(scan.notes(f"{len(sets)} input sets", ": no kernel's answer to it can be judged")))
 
 
 def _memory_and_launches(model: Any, args: list[Any], outputs: list[Any], device: Any, settings: dict[str, Any]) -> list[LintCheck]:

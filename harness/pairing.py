@@ -18,12 +18,14 @@ asking the judge for the reference's rounds in between.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import random
 import statistics
 from typing import Any, Optional
 
 from harness import protocol as P
+from harness.graphs import OUTSIDE_CAPTURE
 from harness.records import CallProfile, PairedSpeedup, TimingStats
 
 BOOTSTRAP_RESAMPLES = 2000
@@ -55,31 +57,43 @@ def device_sync_reason(profile: Optional[CallProfile]) -> str:
     return "; ".join(why)
 
 
-LAUNCH_BOUND_MS = 1.0  # a reference whose profiled call spans less GPU time than this is launch-bound
-GPU_BUSY_SHARE = 0.8  # ... and so is one whose kernels keep the GPU busy for less than this share of their span
+GPU_BUSY_SHARE = 0.8  # a reference whose kernels keep the GPU busy for less than this share of their span is launch-bound
 
 
-def launch_bound_reason(profile: Optional[CallProfile]) -> str:
-    """Why the reference's call is launch-bound ("" when it is not, or nothing is known): its GPU
-    work spans under LAUNCH_BOUND_MS, or its kernels leave the GPU idle for more than a fifth of
-    their span (waiting for the host to launch the next one). Either way the host's launch
-    overhead is a large share of an eager call, and an eager timing measures the host as much as the GPU."""
+def launch_bound(profile: Optional[CallProfile]) -> tuple[bool, str]:
+    """Whether the reference's call is launch-bound, and the measurement that says so (or not).
+
+    Measured on its profiled call, run alone on an idle GPU: the span of its GPU work (first start
+    to last end) against the time its kernels keep the GPU busy. The rest of the span is the GPU
+    waiting for the host to launch the next kernel. When that idle share is over a fifth, an eager
+    timing measures the host's launch overhead as much as the GPU's work, and CUDA graphs time
+    the GPU alone. A single kernel, however short, leaves no gap: the timer queues it behind the
+    L2 flush, so eager timing sees the kernel itself. (False, "") when nothing was measured."""
     if profile is None or not profile.launches or profile.span_ms <= 0:
-        return ""
-    if profile.span_ms < LAUNCH_BOUND_MS:
-        return f"the reference's profiled call spans {profile.span_ms * 1e3:.0f} us of GPU time in {profile.launches} launches (launch-bound)"
-    if profile.kernel_ms < GPU_BUSY_SHARE * profile.span_ms:
-        return f"the reference's kernels keep the GPU busy for {profile.kernel_ms / profile.span_ms:.0%} of its profiled call's {profile.span_ms:.3g} ms span in {profile.launches} launches (launch-bound)"
-    return ""
+        return False, ""
+    busy = min(profile.kernel_ms / profile.span_ms, 1.0)
+    seen = f"the reference's kernels keep the GPU busy for {busy:.0%} of its profiled call's {profile.span_ms * 1e3:.0f} us span in {profile.launches} launches"
+    if profile.launches > 1 and busy < GPU_BUSY_SHARE:
+        return True, f"{seen} (launch-bound: the host launches slower than the GPU runs)"
+    return False, f"{seen} (not launch-bound)"
+
+
+@dataclasses.dataclass(frozen=True)
+class ProblemTiming:
+    """How a problem's compared models are timed, decided once from the reference's pass."""
+
+    mode: str  # eager or graph (timing.mode resolved: `resolve_mode`)
+    reason: str = ""  # the measurement that chose it under timing.mode auto
+    floor_ms: float = 0.0  # the hard floor: a median below it is re-timed eagerly with device sync (0: none known)
 
 
 def resolve_mode(mode: str, reference_profile: Optional[CallProfile]) -> tuple[str, str]:
     """The timing mode for a problem from timing.mode: eager, graph, or auto (graph when the
-    reference is launch-bound, else eager); and why, when auto chose graph."""
+    reference is launch-bound, `launch_bound`, else eager); and, for auto, the measurement that chose it."""
     if mode != "auto":
         return mode, ""
-    why = launch_bound_reason(reference_profile)
-    return ("graph", why) if why else ("eager", "")
+    bound, why = launch_bound(reference_profile)
+    return ("graph" if bound else "eager"), why
 
 
 def choose_protocol(mode: str, sync: str, reference: P.Ready, compared: P.Ready, compared_name: str = "the candidate", mode_reason: str = "") -> P.TimingProtocol:
@@ -95,10 +109,17 @@ def choose_protocol(mode: str, sync: str, reference: P.Ready, compared: P.Ready,
     if mode == "graph":
         failed = [f"{name}: {ready.graph_error}" for name, ready in sides if ready.graph_error]
         if failed:
-            why_mode = "graph capture failed, both sides timed eagerly (" + "; ".join(failed) + ")"
+            why_mode = graph_failure(failed)
         else:
             chosen_mode, why_mode = "graph", f"CUDA graphs for both sides because {mode_reason}" if mode_reason else ""
     return P.TimingProtocol(chosen_mode, chosen_sync, sync_reason, why_mode)
+
+
+def graph_failure(failed: list[str]) -> str:
+    """Why both sides are timed eagerly: a capture that failed, or a graph that leaves out the call's work."""
+    if any(OUTSIDE_CAPTURE in why for why in failed):
+        return f"{OUTSIDE_CAPTURE} with device sync, both sides (" + "; ".join(failed) + ")"
+    return "graph capture failed, both sides timed eagerly (" + "; ".join(failed) + ")"
 
 
 def paired_speedup(reference: list[TimingStats], compared: list[TimingStats], protocol: P.TimingProtocol, seed: int = 0) -> PairedSpeedup:
@@ -170,15 +191,15 @@ class Pairing:
     rounds are asked for directly, the worker's are the replies to its messages. While rounds run,
     the host is kept quiet (harness.quiet)."""
 
-    def __init__(self, judge: Any, session: int, timing: Any, limit: float, compared_name: str = "the candidate", quiet: Any = None, mode: Optional[tuple[str, str]] = None) -> None:
+    def __init__(self, judge: Any, session: int, timing: Any, limit: float, compared_name: str = "the candidate", quiet: Any = None, plan: Optional[ProblemTiming] = None) -> None:
         self.judge = judge  # a JudgeClient
         self.session = session
         self.timing = timing  # the run's TimingConfig
         self.limit = limit  # seconds for each of the judge's requests
         self.compared_name = compared_name
         self.quiet = quiet
-        resolved: tuple[str, str] = mode if mode is not None else (timing.mode, "")  # resolve_mode's answer
-        self.mode, self.mode_reason = resolved
+        self.plan = plan if plan is not None else ProblemTiming(timing.mode)
+        self.mode, self.mode_reason = self.plan.mode, self.plan.reason
         self.protocol: Optional[P.TimingProtocol] = None
         self.ready: Optional[P.Ready] = None
         self.reference_ready: Optional[P.Ready] = None
@@ -186,6 +207,7 @@ class Pairing:
         self._order = schedule(timing.rounds)
         self._next = 0
         self._held = contextlib.ExitStack()
+        self.first_protocol: Optional[P.TimingProtocol] = None  # the protocol whose median fell below the floor, when the rounds were re-timed
 
     def on_ready(self, ready: P.Ready) -> dict[str, Any]:
         """The worker is ready: prepare the reference, choose the protocol, run up to the worker's first round."""
@@ -206,19 +228,43 @@ class Pairing:
 
     def _advance(self) -> dict[str, Any]:
         assert self.protocol is not None
-        rounds = self.timing.rounds
-        while self._next < len(self._order) or self._wants_more():
-            if self._next == len(self._order):
-                self._order += schedule(2, start=len(self.rounds[COMPARED]))
-            side, k = self._order[self._next]
-            self._next += 1
-            ask = P.TimeRound(self.session, k, rounds, self.protocol)
-            if side == COMPARED:
-                return {"round": P.encode(ask)}
-            timed: P.RoundTimed = self.judge.request(ask, self.limit)
-            self.rounds[REFERENCE].append(timed.stats)
+        while True:
+            while self._next < len(self._order) or self._wants_more():
+                if self._next == len(self._order):
+                    self._order += schedule(2, start=len(self.rounds[COMPARED]))
+                side, k = self._order[self._next]
+                self._next += 1
+                ask = P.TimeRound(self.session, k, self.timing.rounds, self.protocol)
+                if side == COMPARED:
+                    return {"round": P.encode(ask)}
+                timed: P.RoundTimed = self.judge.request(ask, self.limit)
+                self.rounds[REFERENCE].append(timed.stats)
+            if not self._below_floor():
+                break
+            self._retime()
         self.close()
         return {"round": None}
+
+    def _below_floor(self) -> bool:
+        """Whether the finished rounds put the compared model below the hard floor, under a
+        protocol other than eager with device sync (which times everything, the legacy stream too)."""
+        assert self.protocol is not None
+        if self.first_protocol is not None or self.plan.floor_ms <= 0 or (self.protocol.mode, self.protocol.sync) == ("eager", "device"):
+            return False
+        done = self.result()
+        return done is not None and done[0].median_ms < self.plan.floor_ms
+
+    def _retime(self) -> None:
+        """A time below the hard floor is not a result: both sides are timed again, once, eagerly
+        with device sync; the record says why, and a median still below the floor is implausible-time."""
+        assert self.protocol is not None
+        done = self.result()
+        assert done is not None
+        why = f"re-timed eagerly with device sync: under {self.protocol.describe()} its median {done[0].median_ms:.4g} ms was below the bytes floor {self.plan.floor_ms:.4g} ms"
+        self.first_protocol = self.protocol
+        self.protocol = P.TimingProtocol("eager", "device", "its time was below the bytes floor", why)
+        self.rounds = {REFERENCE: [], COMPARED: []}
+        self._order, self._next = schedule(self.timing.rounds), 0
 
     def _wants_more(self) -> bool:
         """Two more rounds each while the speedup's interval is wider than ± timing.interval

@@ -37,23 +37,34 @@ def profile_calls(fn: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], dev
     (and flushes) are queued back to back, as the timer queues them, and told apart by when the
     host launched their work. After each call returns, a closing marker goes on the calling
     stream: work on other streams that ends after it started was left running by forward."""
+    thunks = [_bound(fn, arg_sets[index % len(arg_sets)]) for index in range(calls)]
+    return profile_thunks(thunks, device, flush, tail_s, isolated)
+
+
+def _bound(fn: Callable[..., Any], args: Sequence[Any]) -> Callable[[], Any]:
+    return lambda: fn(*args)
+
+
+def profile_thunks(thunks: Sequence[Callable[[], Any]], device: torch.device, flush: Optional[torch.Tensor] = None, tail_s: float = 0.05, isolated: bool = True) -> list[CallProfile]:
+    """One CallProfile per call of `thunks` (calls taking no arguments: a forward on its inputs,
+    a graph's replay), in one profiler session, as `profile_calls` describes."""
     from torch.profiler import ProfilerActivity, profile, record_function
 
     marker = torch.zeros(1, device=device)
     closing = torch.zeros(1, device=device)
     torch.cuda.synchronize(device)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for index in range(calls):
+        for index, thunk in enumerate(thunks):
             if flush is not None:
                 flush.zero_()
             if isolated:
                 torch.cuda.synchronize(device)
             with record_function(CALL_RANGE):
                 marker.zero_()
-                fn(*arg_sets[index % len(arg_sets)])
+                thunk()
             with record_function(RETURN_RANGE):
                 closing.zero_()
-                if isolated or index == calls - 1:
+                if isolated or index == len(thunks) - 1:
                     torch.cuda.synchronize(device)
         with record_function(AFTER_RANGE):
             time.sleep(tail_s)

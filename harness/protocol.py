@@ -227,6 +227,7 @@ class ReferenceReport:
     peak_bytes: int = 0  # the reference's peak device (or host) memory through the plan
     float64_note: str = ""  # why the float64 twin is not available, when it is not
     input_structure: tuple[str, ...] = ()  # per input: what its redraws keep ("input 0: upper-triangular, non-negative")
+    degenerate: tuple[str, ...] = ()  # per output that is rounding noise around zero on every call: the note (harness.degenerate)
     data_plane: str = ""  # where workers' regions live: "cuda" (device memory, IPC) or "host" (shared memory)
     phase_seconds: dict[str, float] = dataclasses.field(default_factory=dict)
 

@@ -274,6 +274,7 @@ class CheckResult:
     max_rel_error: Optional[float] = None  # max |candidate - reference| / |reference| (reference != 0)
     mismatch_fraction: Optional[float] = None  # fraction of elements outside atol + rtol*|reference|
     within_kernelbench: Optional[bool] = None  # a failed value comparison that allclose(atol = rtol = 1e-2), KernelBench's, passes
+    note: str = ""  # what a reader should know of a comparison that did not fail on it: an output that is rounding noise, an inert buffer that differs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -423,6 +424,8 @@ class ReferenceRecord:
     peak_bytes: int = 0  # the reference's peak device memory (host RSS on the CPU) through the plan
     notes: tuple[str, ...] = ()  # what the judge could not do (float64 twin) and judge restarts on this lane
     null_floor: Optional[NullFloor] = None  # the built-in null candidate's speedup: this run's 1.00x (timing.null_candidate)
+    timing_mode: str = ""  # the problem's timing mode, eager or graph (timing.mode resolved once per problem)
+    timing_mode_reason: str = ""  # the measurement that chose it under timing.mode auto (the reference's GPU busy share)
     schema_version: int = SCHEMA_VERSION  # record layout version
     tool_version: str = __version__  # harness version that wrote the record
 

@@ -19,6 +19,8 @@ from typing import Any, Optional
 import torch
 
 from harness import protocol as P
+from harness.compare import output_rms
+from harness.degenerate import NoiseScan
 from harness.errors import one_line
 from harness.regions import layout
 from harness.status import Backward, Status
@@ -44,6 +46,8 @@ class Reference:
         self.other: dict[str, Any] = {}
         self.other_note = ""
         self.float64_note = ""
+        self.noise = NoiseScan()  # the outputs that are rounding noise on every planned call (the float64 twin's finding)
+        self.same_seed_noise = NoiseScan()  # the same on the same-seed call (the initial weights)
         self.gradients_note = ""  # why the gradient check is skipped, when it is
         self.set_bytes = 0  # the largest input set of the plan
         self.forward_peak = 0  # the reference alone at its peak: what must fit beside a worker
@@ -89,20 +93,15 @@ class Reference:
         try:
             with torch.no_grad():
                 self.model.eval()
-                sizes.append(output_bytes(self.forward(self.inputs(0))))
+                self.load(self.initial)  # the same-seed call's state
+                sizes.append(output_bytes(self.forward(self.inputs(0))))  # also what the float64 twin's outputs will need
+                scanned(self, self.same_seed_noise, self.inputs(0), probe=False)
                 self.load(self.randomized)
                 for index, call in enumerate(job.calls):
                     self.model.train(call.mode == "train")
                     args = self.inputs(call.input)
                     self.set_bytes = max(self.set_bytes, layout(tensors_of(args))[1])
-                    if index == job.precision_call:
-                        # The twin is optional (skipped where it would not fit): its memory is not the reference's.
-                        before = self.peak()
-                        self.float64_probe(args)
-                        self.peak_floor = before
-                        if self.device.type == "cuda":
-                            torch.cuda.reset_peak_memory_stats(self.device)
-                    sizes.append(output_bytes(self.forward(args)))
+                    sizes.append(output_bytes(scanned(self, self.noise, args, probe=index == job.precision_call)))
                 sizes.append(output_bytes([b for _, b in self.model.named_buffers()]))
             self.forward_peak = self.peak()  # the reference alone: what must fit beside a worker
             if job.gradients:
@@ -137,13 +136,6 @@ class Reference:
             synchronize(self.device)
             self.other_note = f"the reference fails at {self.other} ({one_line(exc)})"
             self.other = {}
-
-    def float64_probe(self, args: list[Any]) -> None:
-        """Whether the float64 twin runs at all (why not, in float64_note)."""
-        try:
-            self.float64(args)
-        except Exception as exc:
-            self.float64_note = f"the float64 twin cannot run: {one_line(exc)}"
 
     def float64(self, args: list[Any]) -> Optional[list[Any]]:
         """The reference's call in float64 (a copy of the model in its current state): the
@@ -216,6 +208,29 @@ class Reference:
         if self.device.type == "cuda":
             return max(self.peak_floor, int(torch.cuda.max_memory_allocated(self.device)))
         return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def scanned(reference: Reference, scan: NoiseScan, args: list[Any], probe: bool) -> dict[str, Any]:
+    """The reference's forward on `args`. Before it, while `scan` is open (or to `probe` whether the
+    twin runs at all: why not, in float64_note), the float64 twin on the same state and inputs,
+    whose outputs' sizes `scan` observes. The twin is optional (skipped where it would not fit):
+    its memory is not the reference's."""
+    exact: Optional[list[float]] = None
+    if scan.open or probe:
+        before = reference.peak()
+        try:
+            wide = reference.float64(args)
+            exact = output_rms(wide) if wide is not None else None
+            del wide
+        except Exception as exc:
+            reference.float64_note = f"the float64 twin cannot run: {one_line(exc)}"
+        reference.peak_floor = before
+        if reference.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(reference.device)
+    out = reference.forward(args)
+    if scan.open:
+        scan.observe(out["tensors"], exact)
+    return out
 
 
 def structure_notes(structures: Optional[list[tuple[str, ...]]]) -> tuple[str, ...]:

@@ -18,7 +18,7 @@ from harness.config import Config
 from harness.environment import device_identity
 from harness.errors import flat
 from harness.judging import LaneJudge, Setting, Subject
-from harness.pairing import resolve_mode
+from harness.pairing import ProblemTiming, resolve_mode
 from harness.plan import Plan
 from harness.records import Baseline, NullFloor, ReferenceRecord, from_dict, to_dict
 from harness.status import Status
@@ -35,7 +35,7 @@ class ReferenceRun:
     def __init__(self, setting: Setting, judge: LaneJudge, stopped: Callable[[], bool]) -> None:
         self.setting, self.judge, self.stopped = setting, judge, stopped
         cfg = setting.cfg
-        self.timing_mode: tuple[str, str] = (cfg.timing.mode if cfg.timing.mode != "auto" else "eager", "")  # (mode, why), once the reference is profiled
+        self.timing_mode = ProblemTiming(cfg.timing.mode if cfg.timing.mode != "auto" else "eager")  # resolved once the reference is profiled
 
     def run(self, plan: Plan) -> ReferenceRecord:
         """The reference's record, written to the store (a stopped run raises Stopped instead)."""
@@ -45,8 +45,11 @@ class ReferenceRun:
         started = datetime.datetime.now()
         report = self.judge.start(plan, measure=cached is None or cached.speed_of_light is None)
         # One timing mode for the problem (timing.mode auto: graph when the reference is launch-bound)
-        self.timing_mode = resolve_mode(cfg.timing.mode, report.profile)
+        sol = report.speed_of_light if cached is None or cached.speed_of_light is None else cached.speed_of_light
+        self.timing_mode = ProblemTiming(*resolve_mode(cfg.timing.mode, report.profile), floor_ms=sol.bytes_ms * cfg.speed_of_light.impossible_below if sol is not None else 0.0)
         record = self.record(report, round((datetime.datetime.now() - started).total_seconds(), 3))
+        if cfg.timing.enabled and setting.device == "cuda":
+            record = dataclasses.replace(record, timing_mode=self.timing_mode.mode, timing_mode_reason=self.timing_mode.reason)
         if record.ok and cached is not None:
             # Reused: the torch.compile baselines' paired timings and the speed-of-light (the eager
             # reference itself is timed with every candidate, so nothing of its own is reused).
@@ -91,7 +94,7 @@ class ReferenceRun:
             declared=dict(problem.settings),
             data_plane=report.data_plane,
             peak_bytes=report.peak_bytes,
-            notes=tuple(n for n in notes if n) + report.input_structure,
+            notes=tuple(n for n in notes if n) + report.input_structure + report.degenerate,
         )
 
     def wants_null(self) -> bool:

@@ -26,7 +26,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 
 from harness.cuda_driver import persisting_l2, reset_persisting_l2
-from harness.errors import one_line
+from harness.graphs import OUTSIDE_CAPTURE, GraphCaptureError, capture_graphs, replay_mismatch
 from harness.records import TimingStats, minus_overhead, relative_standard_error_of_median
 
 OVERHEAD_REPS = 100  # CPU: empty regions timed to estimate the fixed cost of one timed region
@@ -34,12 +34,11 @@ BATCH = 10  # CUDA regions queued back to back between two reads of the events (
 # between them; the stopping rule is checked once per batch)
 
 
+NO_GRAPHS_ON_CPU = "CUDA graphs need a CUDA device; timed eagerly"
+
+
 def _nothing() -> None:
     return None
-
-
-class GraphCaptureError(RuntimeError):
-    """The call could not be captured in a CUDA graph (it synchronises, allocates on the host, ...)."""
 
 
 def _stop_reason(samples: list[float], started: float, cfg: Any, overhead: float, min_s: float = 0.0) -> Optional[str]:
@@ -68,9 +67,7 @@ def time_forward(fn: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], devi
     timer = Timer(fn, arg_sets, device, cfg)
     error = timer.prepare(graph=cfg.mode == "graph")
     mode = "graph" if timer.graphs is not None else "eager"
-    fallback = f"graph capture failed, timed eagerly: {error}" if error else ""
-    if cfg.mode == "graph" and device.type != "cuda":
-        fallback = "CUDA graphs need a CUDA device; timed eagerly"
+    fallback = (error if error.startswith((OUTSIDE_CAPTURE, NO_GRAPHS_ON_CPU)) else f"graph capture failed, timed eagerly: {error}") if error else ""
     stats = timer.sample(mode, sync, cfg)
     return dataclasses.replace(stats, warmup_calls=timer.warmup_calls + stats.warmup_calls, fallback=fallback)
 
@@ -85,27 +82,56 @@ class Timer:
         self.device, self.cfg = device, cfg
         self.input_sets = len(arg_sets)
         self.fn, self.arg_sets = fn, arg_sets
-        self.eager: list[Callable[[], Any]] = [_bound(fn, args) for args in arg_sets]
+        self._latest: list[Any] = []  # the output of the latest eager timed call on the first set
+        self.eager: list[Callable[[], Any]] = [self._keeping(fn, arg_sets[0])] + [_bound(fn, args) for args in arg_sets[1:]]
         self.graphs: Optional[list[Callable[[], Any]]] = None
+        self._graph_first: Any = None  # the first set's graph's static outputs (each replay rewrites them)
         self.warmup_calls = 0
+        self.last_mode = "eager"  # the mode of the latest sampling: whose output is the latest timed one
         self.flush = flush_buffer(device) if device.type == "cuda" and cfg.flush_l2 else None
+
+    def _keeping(self, fn: Callable[..., Any], args: Sequence[Any]) -> Callable[[], Any]:
+        def call() -> Any:
+            out = fn(*args)
+            self._latest[:] = [out]
+            return out
+
+        return call
+
+    def latest_output(self) -> Any:
+        """The output of the latest timed call on the first input set: the first graph's static
+        outputs when graphs are timed, else the latest eager call's (None before any call)."""
+        if self.graphs is not None and self.last_mode == "graph":
+            return self._graph_first
+        return self._latest[0] if self._latest else None
 
     def _sync(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
     def prepare(self, graph: bool) -> str:
-        """Warm up for `cfg.warmup_ms`; with `graph` on CUDA, capture one graph per input set.
-        Returns why capture failed ("" when it worked or was not asked)."""
+        """Warm up for `cfg.warmup_ms`; with `graph` on CUDA, capture one graph per input set and
+        keep them only if each replay gives its set's eager output (harness.graphs). Returns why
+        graphs are not used ("" when they are, or were not asked for)."""
         self.warmup_calls = _warm_up(self.eager, self.cfg.warmup_ms, self._sync)
-        if not graph or self.device.type != "cuda":
+        if not graph:
             return ""
+        if self.device.type != "cuda":
+            return NO_GRAPHS_ON_CPU
         try:
-            self.graphs = capture_graphs(self.fn, self.arg_sets, self.device)
+            captured = capture_graphs(self.fn, self.arg_sets, self.device)
+            why = replay_mismatch(self.fn, self.arg_sets, captured, self.device)
         except GraphCaptureError as exc:
             return str(exc)
+        if why:
+            return why
+        self.graphs, self._graph_first = [replay for replay, _ in captured], captured[0][1]
         _warm_up(self.graphs, self.cfg.warmup_ms, self._sync)
         return ""
+
+    def drop_graphs(self) -> None:
+        """Time eagerly from now on (the graphs were shown to leave out work)."""
+        self.graphs, self._graph_first = None, None
 
     def round(self, mode: str, sync: str, rounds: int, last: bool = False) -> TimingStats:
         """One of `rounds` rounds: a short warm-up (the other side ran in between), then sampling
@@ -122,6 +148,7 @@ class Timer:
         calls = self.graphs if mode == "graph" else self.eager
         if calls is None:
             raise ValueError("graph mode needs graphs captured by prepare(graph=True)")
+        self.last_mode = mode
         warmup = _warm_up(calls, cfg.warmup_ms, self._sync) if warm else 0
         if self.device.type == "cuda":
             stats = _sample_cuda(calls, self.device, cfg, sync, self.flush, clocks, min_s)
@@ -164,33 +191,6 @@ def _warm_up(calls: Sequence[Callable[[], Any]], warmup_ms: float, sync: Callabl
         sync()
         count += 1
     return count
-
-
-def capture_graphs(fn: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], device: torch.device) -> list[Callable[[], Any]]:
-    """One CUDA graph per input set (a capture fixes its addresses), sharing one memory pool."""
-    try:
-        side = torch.cuda.Stream(device)
-        side.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(side):  # warm-up on a side stream, as capture requires
-            for args in arg_sets:
-                fn(*args)
-        torch.cuda.current_stream(device).wait_stream(side)
-        torch.cuda.synchronize(device)
-        pool = torch.cuda.graph_pool_handle()
-        graphs = []
-        for args in arg_sets:
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=pool):
-                fn(*args)
-            graphs.append(graph)
-        torch.cuda.synchronize(device)
-    except Exception as exc:
-        try:
-            torch.cuda.synchronize(device)
-        except Exception:
-            raise exc from None  # the device itself failed: not a capture problem
-        raise GraphCaptureError(one_line(exc)) from None
-    return [graph.replay for graph in graphs]
 
 
 def _sample_cuda(calls: Sequence[Callable[[], Any]], device: torch.device, cfg: Any, sync: str, flush: Optional[torch.Tensor], clocks: bool = True, min_s: float = 0.0) -> TimingStats:

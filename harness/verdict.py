@@ -107,6 +107,7 @@ class Verdict:
     measures: dict[str, Any] = dataclasses.field(default_factory=dict)  # the timing comparison's record fields ({} unless correct and timed)
     stricter: Optional[Stricter] = None  # the check of ours that failed it where KernelBench's would not have
     evidence: dict[str, Any] = dataclasses.field(default_factory=dict)  # the record fields that hold the findings' evidence
+    notes: tuple[str, ...] = ()  # what its checks noted without failing it (an inert buffer, an output that is rounding noise)
 
 
 def checked(case: Case) -> tuple[Status, str]:
@@ -196,7 +197,9 @@ def decide(case: Case) -> Verdict:
     warnings = first_warnings(case)
     found, evidence = findings(case, status)
     status, reason, flags = decide_flags(status, reason, found, case.rules.policies)
-    return Verdict(status, reason, flags, tuple(warnings), {}, None, evidence)
+    checks = [*case.compared.checks, case.compared.same_seed]
+    notes = tuple(dict.fromkeys(c.note for c in checks if c is not None and c.note))
+    return Verdict(status, reason, flags, tuple(warnings), {}, None, evidence, notes)
 
 
 def settle(case: Case, first: Verdict, unsafe: list[Finding], compare: Callable[[TimingStats, PairedSpeedup], Comparison]) -> Verdict:
@@ -220,4 +223,4 @@ def settle(case: Case, first: Verdict, unsafe: list[Finding], compare: Callable[
     log_bytes, log_kib = compared.outcome.log_bytes, case.rules.log_kib
     if log_bytes > log_kib << 10:
         warnings.append(f"printed {log_bytes} bytes; the log keeps the first and last {log_kib // 2} KiB")
-    return Verdict(status, reason, flags, tuple(warnings), measures, stricter, first.evidence)
+    return Verdict(status, reason, flags, tuple(warnings), measures, stricter, first.evidence, first.notes)

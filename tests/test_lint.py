@@ -59,8 +59,8 @@ def test_a_sound_problem_passes_every_check(problems_dir, tmp_path):
     code, verdicts, _ = lint(problems_dir, tmp_path, "good")
     assert code == ExitCode.OK
     assert {k[1]: v for k, v in verdicts.items()} == {
-        "deterministic": "pass", "zeros fail": "pass", "constant fails": "pass", "depends on inputs": "pass",
-        "depends on weights": "pass", "fits in memory": "pass", "not launch-bound": "skip",
+        "deterministic": "pass", "zeros fail": "pass", "not rounding noise": "pass", "constant fails": "pass",
+        "depends on inputs": "pass", "depends on weights": "pass", "fits in memory": "pass", "not launch-bound": "skip",
     }
 
 
@@ -136,6 +136,47 @@ def test_a_kernelbench_style_problem_with_a_constant_output_is_caught(tmp_path):
     name = "83_Conv_GroupNorm_Min_Clamp"
     assert verdicts[(name, "zeros fail")] == "**fail**" and verdicts[(name, "constant fails")] == "**fail**"
     assert verdicts[(name, "depends on inputs")] == "**fail**" and verdicts[(name, "depends on weights")] == "**fail**"
+
+
+ROUNDING_NOISE = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    \"\"\"KernelBench level2/41's shape: Gemm, GroupNorm, mean over the features, ReLU. The mean of a
+    normalised group is zero in exact arithmetic: every output is float32 rounding noise (~1e-9).\"\"\"
+    def __init__(self, in_features, out_features, num_groups):
+        super().__init__()
+        self.gemm = nn.Linear(in_features, out_features)
+        self.group_norm = nn.GroupNorm(num_groups, out_features)
+
+    def forward(self, x):
+        return torch.relu(self.group_norm(self.gemm(x)).mean(dim=1, keepdim=True))
+
+
+def get_inputs():
+    return [torch.randn(64, 32)]
+
+
+def get_init_inputs():
+    return [32, 128, 8]
+"""
+
+
+def test_an_output_that_is_rounding_noise_for_every_input_is_a_degenerate_output_finding(tmp_path):
+    """Small outputs are not the finding (near_zero is small and real): an output whose float64
+    value is ~0 next to its float32 one is, and the row says so, beside the zeros it lets pass."""
+    folder = tmp_path / "problems" / "level2"
+    folder.mkdir(parents=True)
+    (folder / "41_Gemm_GroupNorm_Mean_ReLU.py").write_text(ROUNDING_NOISE)
+    (folder / "near_zero.py").write_text(TEMPLATE.format(body=PROBLEMS["near_zero"]))
+    code, verdicts, text = lint(tmp_path / "problems", tmp_path, "41", "near_zero")
+    assert code == ExitCode.CANDIDATES_FAILED
+    name = "41_Gemm_GroupNorm_Mean_ReLU"
+    assert verdicts[(name, "not rounding noise")] == "**fail**" and verdicts[(name, "zeros fail")] == "**fail**"
+    assert "output 0 is rounding noise around zero on 2 input sets" in text and "a defect of the problem" in text
+    assert verdicts[("near_zero", "not rounding noise")] == "pass"
 
 
 def test_our_whole_suite_passes_lint_on_the_cpu(tmp_path):

@@ -86,12 +86,12 @@ def test_power_or_thermal_capping_after_timing_is_reported():
     assert timing_warnings(stats([1.0] * 5, clock_event_reasons="0x0000000000000001"), cfg) == []  # idle is not a slowdown
 
 
-def test_time_below_the_calls_own_profiled_gpu_time_is_flagged():
+def test_time_below_the_calls_own_profiled_gpu_time_is_suspect_time():
     from harness.integrity import implausible_time
 
     profile = CallProfile(kernel_ms=2.0, span_ms=2.1, launches=3, streams=1, after_return=0)
     (found,) = implausible_time(stats([1.0] * 5), 2.0, 2.0, profile, None, 50, 0.95)
-    assert found[0].value == "implausible-time" and "below the GPU time of its own profiled call" in found[1]
+    assert found[0].value == "suspect-time" and "below the GPU time of its own profiled call" in found[1]
     assert implausible_time(stats([2.05] * 5), 1.0, 2.0, profile, None, 50, 0.95) == []
 
 
@@ -247,3 +247,16 @@ def test_baselines_are_reused_only_when_asked_and_say_from_which_run(make_config
     assert second_record.paired is not None and second_record.paired.reference != first_record.paired.reference
     _, fresh = _evaluate(make_config(*compiled), "fresh")
     assert fresh.timing_reused_from == "" and fresh.baselines != first.baselines
+
+
+def test_paired_graph_mode_on_cpu_times_both_sides_eagerly_and_says_why():
+    from harness import protocol as P
+    from harness.pairing import choose_protocol
+    from harness.timing import NO_GRAPHS_ON_CPU, Timer
+
+    timer = Timer(lambda: None, [[]], CPU, timing_cfg(mode="graph"))
+    why = timer.prepare(graph=True)
+    assert why == NO_GRAPHS_ON_CPU and timer.graphs is None
+    chosen = choose_protocol("graph", "auto", P.Ready(graph_error=why), P.Ready(graph_error=why))
+    assert chosen.mode == "eager" and "CUDA graphs need a CUDA device" in chosen.mode_reason
+    assert timer.round(chosen.mode, chosen.sync, 4).mode == "eager"

@@ -10,7 +10,7 @@ import pytest
 from harness import protocol as P
 from harness.candidate import Candidate
 from harness.evaluate import ProblemEvaluation
-from harness.pairing import COMPARED, REFERENCE, Pairing, choose_protocol, device_sync_reason, paired_speedup, resolve_mode, schedule
+from harness.pairing import COMPARED, REFERENCE, Pairing, ProblemTiming, choose_protocol, device_sync_reason, paired_speedup, resolve_mode, schedule
 from harness.problem import resolve_problem
 from harness.quiet import QuietHost
 from harness.records import CallProfile, ReferenceRecord, TimingStats
@@ -77,18 +77,33 @@ def test_graph_mode_only_when_both_sides_were_captured():
 
 
 def test_auto_mode_times_a_launch_bound_reference_in_graphs_for_both_sides():
-    tiny = CallProfile(kernel_ms=0.02, span_ms=0.05, launches=4, streams=1, after_return=0)
-    big = CallProfile(kernel_ms=5.0, span_ms=5.1, launches=4, streams=1, after_return=0)
-    mode, why = resolve_mode("auto", tiny)
-    assert mode == "graph" and "50 us of GPU time in 4 launches" in why
-    gappy = CallProfile(kernel_ms=1.0, span_ms=2.5, launches=60, streams=1, after_return=0)  # the GPU waits on the host
-    assert resolve_mode("auto", gappy)[0] == "graph" and "busy for 40%" in resolve_mode("auto", gappy)[1]
-    assert resolve_mode("auto", big) == ("eager", "") and resolve_mode("auto", None) == ("eager", "")
-    assert resolve_mode("eager", tiny) == ("eager", "") and resolve_mode("graph", big) == ("graph", "")
+    gappy = CallProfile(kernel_ms=0.02, span_ms=0.05, launches=4, streams=1, after_return=0)  # the GPU waits on the host
+    mode, why = resolve_mode("auto", gappy)
+    assert mode == "graph" and "busy for 40% of its profiled call's 50 us span in 4 launches (launch-bound" in why
+    assert resolve_mode("eager", gappy) == ("eager", "")
     chosen = choose_protocol(mode, "auto", P.Ready(), P.Ready(), mode_reason=why)
-    assert chosen.mode == "graph" and "CUDA graphs for both sides because the reference's profiled call spans 50 us" in chosen.reason
+    assert chosen.mode == "graph" and "CUDA graphs for both sides because the reference's kernels keep the GPU busy for 40%" in chosen.reason
     # a side that cannot be captured takes both back to eager, and says so
     assert choose_protocol(mode, "auto", P.Ready(), P.Ready(graph_error="x"), mode_reason=why).mode == "eager"
+
+
+@pytest.mark.parametrize("profile", [
+    CallProfile(kernel_ms=0.3, span_ms=0.3, launches=1, streams=1, after_return=0),  # one 0.3 ms GEMM: short, and not launch-bound
+    CallProfile(kernel_ms=0.004, span_ms=0.004, launches=1, streams=1, after_return=0),  # one tiny kernel: queued behind the flush, no gap
+    CallProfile(kernel_ms=5.0, span_ms=5.1, launches=4, streams=1, after_return=0),  # long kernels back to back
+], ids=["short-gemm", "one-tiny-kernel", "busy-gpu"])
+def test_auto_mode_times_eagerly_where_the_gpu_never_waits_for_the_host_and_says_what_it_measured(profile):
+    mode, why = resolve_mode("auto", profile)
+    assert mode == "eager" and why.endswith("(not launch-bound)") and f"in {profile.launches} launches" in why
+    assert resolve_mode("auto", None) == ("eager", "") and resolve_mode("graph", profile) == ("graph", "")
+
+
+def test_a_failed_graph_check_times_both_sides_eagerly_with_device_sync_and_says_why():
+    missed = P.Ready(graph_error="launches outside the capturing stream: timed eagerly (its graph replays 1 GPU activities, its eager call ran 2)", needs_device="its CUDA graph left out work launched outside the capturing stream")
+    chosen = choose_protocol("graph", "auto", P.Ready(), missed, mode_reason="launch-bound")
+    assert (chosen.mode, chosen.sync) == ("eager", "device")
+    assert chosen.mode_reason.startswith("launches outside the capturing stream: timed eagerly with device sync, both sides (the candidate: ")
+    assert "the candidate: its CUDA graph left out work" in chosen.sync_reason
 
 
 def test_work_after_return_or_outliving_the_stream_needs_device_sync():
@@ -213,6 +228,41 @@ def test_steady_rounds_stop_at_the_configured_count():
     timing = types.SimpleNamespace(rounds=4, max_rounds=16, interval=0.02, mode="eager", sync="auto")
     pairing = Pairing(FakeJudge(), 1, timing, 30.0)
     assert len(_drive(pairing)) == 4 and pairing.result()[1].rounds == 4
+
+
+def _drive_timed(pairing, times):
+    """Play a worker whose rounds read times[protocol.mode, protocol.sync] ms."""
+    reply = pairing.on_ready(P.Ready())
+    played = []
+    while reply["round"] is not None:
+        ask = P.decode(reply["round"])
+        played.append((ask.round, ask.protocol.mode, ask.protocol.sync))
+        reply = pairing.on_round(P.RoundTimed(ask.round, stats([times[ask.protocol.mode, ask.protocol.sync]] * 4)))
+    return played
+
+
+GRAPH_TIMING = types.SimpleNamespace(rounds=2, max_rounds=2, interval=0.02, mode="graph", sync="auto")
+
+
+def test_a_time_below_the_bytes_floor_is_re_timed_once_eagerly_with_device_sync_on_both_sides():
+    judge = FakeJudge()
+    pairing = Pairing(judge, 1, GRAPH_TIMING, 30.0, plan=ProblemTiming("graph", "launch-bound", floor_ms=0.5))
+    played = _drive_timed(pairing, {("graph", "stream"): 0.001, ("eager", "device"): 1.0})  # an empty replay, then the real call
+    assert played == [(0, "graph", "stream"), (1, "graph", "stream"), (0, "eager", "device"), (1, "eager", "device")]
+    assert [(a[1], a[2].mode, a[2].sync) for a in judge.asked if a[0] == "round"] == [(0, "graph", "stream"), (1, "graph", "stream"), (0, "eager", "device"), (1, "eager", "device")]
+    timing, speedup = pairing.result()
+    assert timing.median_ms == pytest.approx(1.0) and speedup.speedup == pytest.approx(2.0) and speedup.protocol == "eager, device sync"
+    assert timing.fallback.startswith("re-timed eagerly with device sync: under graph, stream sync its median 0.001 ms was below the bytes floor 0.5 ms")
+
+
+@pytest.mark.parametrize("plan, times, rounds", [
+    (ProblemTiming("graph", floor_ms=0.5), {("graph", "stream"): 1.0}, 2),  # above the floor: timed once
+    (ProblemTiming("graph", floor_ms=0.0), {("graph", "stream"): 0.001}, 2),  # no floor known: nothing to compare
+    (ProblemTiming("graph", floor_ms=0.5), {("graph", "stream"): 0.001, ("eager", "device"): 0.001}, 4),  # still below: re-timed once, not again
+], ids=["above-the-floor", "no-floor", "still-below"])
+def test_the_floor_re_time_happens_at_most_once_and_only_below_the_floor(plan, times, rounds):
+    pairing = Pairing(FakeJudge(), 1, GRAPH_TIMING, 30.0, plan=plan)
+    assert len(_drive_timed(pairing, times)) == rounds and pairing.result() is not None
 
 
 def test_a_round_reported_out_of_turn_is_refused():

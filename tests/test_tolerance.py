@@ -3,7 +3,7 @@ mathematics or precision fails (the numbers behind the rule: benchmarks/toleranc
 import pytest
 import torch
 
-from harness.compare import compare_outputs
+from harness.compare import compare_outputs, output_rms, rms, rounding_noise
 from harness.config import Tolerance, load_config
 
 
@@ -11,8 +11,8 @@ def outputs(t):
     return {"types": ["Tensor"], "tensors": [t], "layouts": ["torch.strided"], "devices": ["cpu"], "aliases": [-1]}
 
 
-def check(got, expected, tolerances=None):
-    return compare_outputs("trial 1 (eval)", outputs(expected), outputs(got), tolerances or load_config().check.tolerances)
+def check(got, expected, tolerances=None, noise=None):
+    return compare_outputs("trial 1 (eval)", outputs(expected), outputs(got), tolerances or load_config().check.tolerances, noise)
 
 
 def blocked(a, b, block):
@@ -112,3 +112,41 @@ def test_rounding_noise_around_an_exact_zero_is_not_judged_against_itself():
     torch.manual_seed(4)
     noise = torch.randn(4096) * 1e-6
     assert check(torch.randn(4096) * 1e-6, noise).passed
+
+
+def test_an_output_that_is_rounding_noise_is_judged_against_the_noise_not_its_own_size():
+    """A mean of group-normalised values is zero in exact arithmetic: in float32 it is rounding noise
+    (~6e-9, one-signed after a ReLU). The small-output rule judged it against itself and failed an
+    honest kernel; judged against the noise (the level the judge finds from the float64 twin),
+    another noise and exact zeros pass with a note, and a wrong value above the noise fails."""
+    torch.manual_seed(5)
+    reference = torch.relu(torch.randn(4096) * 6e-9)
+    other = torch.relu(torch.randn(4096) * 6e-9)  # another summation order: another noise
+    assert not check(other, reference).passed  # the small-output rule alone
+    level = {0: rms(reference)}
+    for got in (other, torch.zeros_like(reference)):
+        result = check(got, reference, noise=level)
+        assert result.passed and result.note.startswith("output is rounding noise around zero") and "a defect of the problem" in result.note
+    wrong = check(torch.full_like(reference, 1e-5), reference, noise=level)  # inside atol, far above the noise
+    assert not wrong.passed and "rounding noise around zero" in wrong.reason and "over 1000x that" in wrong.reason
+    assert not check(reference + 0.5, reference, noise=level).passed
+    kernelbench = {"float32": Tolerance(atol=1e-2, rtol=1e-2, norm=0.0)}  # no norm-wise term: left to atol, as KernelBench does, with the note
+    loose = check(torch.full_like(reference, 1e-5), reference, kernelbench, noise=level)
+    assert loose.passed and "rounding noise" in loose.note
+
+
+def test_the_small_output_rule_still_fails_a_weightless_kernel_on_a_scalar_loss():
+    """A scalar loss below atol is small, not noise (its float64 value is its own size): a kernel
+    that drops the weights is off by ~10% and still fails, an exactly rounded one passes."""
+    torch.manual_seed(6)
+    x, w = torch.rand(4096), torch.rand(4096) + 0.5
+
+    def loss(x, w):
+        return torch.mean((x * w) ** 2) * 1e-5
+
+    reference = loss(x, w)
+    noise = rounding_noise([reference], output_rms([loss(x.double(), w.double())]))
+    assert noise == {}
+    weightless = check(loss(x, torch.ones_like(w)), reference, noise=noise)
+    assert not weightless.passed and "smaller than atol" in weightless.reason
+    assert check(loss(x.double(), w.double()).float(), reference, noise=noise).passed

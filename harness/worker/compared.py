@@ -25,6 +25,7 @@ from harness.channel import ChannelWriter
 from harness.errors import one_line
 from harness.records import ExtensionBuild, from_dict
 from harness.regions import GUARD, POISON, Region, band_changes, layout, past_end, view, write
+from harness.scan import declared_kernels
 from harness.status import Backward, Status
 from harness.worker.checks import _counter, weight_pairs, weights_problems
 from harness.worker.device import setup_device, synchronize
@@ -297,7 +298,8 @@ def time_rounds(worker: Worker, runner: Any, sets: list[list[Any]], *, profiled:
     rounds the parent asks for (in turns with the reference in the judge). Returns the output of
     the last timed call on the first set, when there is one."""
     assert worker.job.timing is not None
-    timer, ready, last = prepare_timer(runner, sets, worker.device, worker.job.timing, profiled=profiled)
+    own = declared_kernels(Path(worker.job.source)) if profiled else set()  # the kernels a graph must not leave out
+    timer, ready, last = prepare_timer(runner, sets, worker.device, worker.job.timing, profiled=profiled, own=own)
     worker.guard.check("timing")
     worker.phase_seconds["prepare"] = round(time.perf_counter() - worker._phase_started, 4)
     reply = worker._exchange(ready)

@@ -3,14 +3,15 @@ profiled once, then timed in the rounds the parent asks for."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Collection
 
 import torch
 
 from harness import protocol as P
 from harness.errors import one_line
+from harness.graphs import GRAPH_MISSED_WORK, OUTSIDE_CAPTURE, missing_from_graph
 from harness.pairing import device_sync_reason
-from harness.profile import profile_call
+from harness.profile import profile_call, profile_thunks
 from harness.status import Status
 from harness.timing import Timer
 from harness.worker.device import synchronize
@@ -18,38 +19,49 @@ from harness.worker.failures import classify
 from harness.worker.inputs import as_outputs
 
 
-def prepare_timer(runner: Any, sets: list[list[Any]], device: Any, settings: P.TimerSettings, *, profiled: bool) -> tuple[Timer, P.Ready, Callable[[], Any]]:
+def prepare_timer(runner: Any, sets: list[list[Any]], device: Any, settings: P.TimerSettings, *, profiled: bool, own: Collection[str] = ()) -> tuple[Timer, P.Ready, Callable[[], Any]]:
     """One side of a paired timing, ready for its rounds: warmed up (CUDA graphs captured when
-    `settings.mode` is graph) and, on CUDA when `profiled`, one call profiled. Returns the timer, the
-    `Ready` message, and a function giving the output of the latest timed call on sets[0]."""
+    `settings.mode` is graph, and kept only when they do the call's work: harness.graphs) and,
+    on CUDA when `profiled`, one call profiled (with a replay of a kept graph, which must run
+    every kernel of `own`, the model's own kernels, that the eager call ran). Returns the timer, the `Ready` message, and a
+    function giving the output of the latest timed call on sets[0] (so the judge can check that
+    the calls being timed still compute the answer the checked calls did)."""
     runner.eval()
-    first = sets[0]
-    last_output: list[Any] = []
-
-    def timed(*args: Any) -> Any:
-        # Keeps the output of the latest timed call on the first input set, so the judge can
-        # check that the calls being timed still compute the answer the checked calls did.
-        out = runner(*args)
-        if len(args) == len(first) and all(a is b for a, b in zip(args, first)):
-            last_output[:] = [out]
-        return out
-
     profile, profile_error = None, ""
     try:
         with torch.no_grad():
-            timer = Timer(timed, sets, device, settings)
+            timer = Timer(runner, sets, device, settings)
             graph_error = timer.prepare(graph=settings.mode == "graph")
             if device.type == "cuda" and profiled:
                 try:
-                    profile = profile_call(runner, first, device, timer.flush)
+                    profile, graph_error = _profile(runner, sets[0], timer, graph_error, own)
                 except Exception as exc:
                     torch.cuda.synchronize(device)  # a device fault is the model's; anything else is the profiler's
                     profile_error = one_line(exc)
             synchronize(device)
     except BaseException as exc:
         raise classify(exc, Status.RUNTIME_ERROR) from None
-    ready = P.Ready(graph_error=graph_error, needs_device=device_sync_reason(profile), profile=profile, profile_error=profile_error)
-    return timer, ready, lambda: as_outputs(last_output[0]) if last_output else None
+    outside = GRAPH_MISSED_WORK if graph_error.startswith(OUTSIDE_CAPTURE) else ""
+    needs_device = "; ".join(r for r in (device_sync_reason(profile), outside) if r)
+    ready = P.Ready(graph_error=graph_error, needs_device=needs_device, profile=profile, profile_error=profile_error)
+    return timer, ready, lambda: _outputs(timer.latest_output())
+
+
+def _profile(runner: Any, first: list[Any], timer: Timer, graph_error: str, own: Collection[str]) -> tuple[Any, str]:
+    """One eager call profiled, and, when graphs were kept, one replay of the first set's graph in
+    the same session: a graph that leaves out a kernel of the eager call is dropped (the call is
+    then timed eagerly). Returns the eager call's profile and why graphs are not used."""
+    if timer.graphs is None or not own:
+        return profile_call(runner, first, timer.device, timer.flush), graph_error
+    replayed, profile = profile_thunks([timer.graphs[0], lambda: runner(*first)], timer.device, timer.flush)
+    missing = missing_from_graph(profile, replayed, own)
+    if missing:
+        timer.drop_graphs()
+    return profile, missing
+
+
+def _outputs(out: Any) -> Any:
+    return None if out is None else as_outputs(out)
 
 
 def time_round(timer: Timer, ask: P.TimeRound) -> Any:

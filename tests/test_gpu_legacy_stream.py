@@ -1,0 +1,104 @@
+"""Timing never changes a verdict: kernels launched `<<<grid, block>>>` with no stream (the legacy
+default stream, as nearly every LLM-written kernel does), on a launch-bound problem, in every timing
+mode (skipped without a GPU)."""
+
+import pytest
+
+from harness.candidate import Candidate
+from harness.evaluate import ProblemEvaluation
+from harness.graphs import OUTSIDE_CAPTURE
+from harness.problem import resolve_problem
+from harness.status import Status
+from harness.store import RunStore
+
+pytestmark = [pytest.mark.gpu, pytest.mark.slow]
+
+LEGACY = r'''
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+cuda_source = r"""
+#include <torch/extension.h>
+__device__ unsigned long long now_ns() { unsigned long long t; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); return t; }
+__global__ void k(const float* x, const float* b, float* out, float s, long n, long cols, long spin_ns) {
+    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (spin_ns > 0) { unsigned long long t0 = now_ns(); while (now_ns() - t0 < (unsigned long long)spin_ns) { __nanosleep(1000); } }
+    if (i < n) { float v = x[i] * s + b[i % cols]; out[i] = v > 0.f ? v : 0.f; }
+}
+torch::Tensor f(torch::Tensor x, torch::Tensor b, double s, int64_t spin_ns) {
+    auto xc = x.contiguous();
+    auto out = torch::zeros_like(xc);
+    long n = xc.numel(); int threads = 256;
+    k<<<(n + threads - 1) / threads, threads>>>(xc.data_ptr<float>(), b.data_ptr<float>(), out.data_ptr<float>(), (float)s, n, xc.size(1), spin_ns);
+    return out;
+}
+"""
+ext = load_inline(name="NAME", cpp_sources="torch::Tensor f(torch::Tensor x, torch::Tensor b, double s, int64_t spin_ns);",
+                  cuda_sources=cuda_source, functions=["f"])
+
+class ModelNew(nn.Module):
+    def __init__(self, features, scale):
+        super().__init__()
+        self.bias = nn.Parameter(torch.randn(features))
+        self.scale = scale
+    def forward(self, x):
+        BODY
+'''
+
+SPIN_NS = 200_000  # the spinning kernel waits 200 us before it writes
+
+CANDIDATES = {
+    # torch::zeros then a <<<>>> launch: a capture records only the zeros' memset
+    "legacy_zeros": "return ext.f(x, self.bias, self.scale, 0)",
+    # the same, spinning for 200 us first: every mode must time at least that
+    "legacy_spin": f"return ext.f(x, self.bias, self.scale, {SPIN_NS})",
+    # its timed calls really compute something else: right while checked, zeros once timed
+    "zeros_when_timed": """self._calls = getattr(self, "_calls", 0) + 1
+        return ext.f(x, self.bias, self.scale, 0) if self._calls <= 30 else torch.zeros_like(x)""",
+}
+
+
+def _evaluate(root, build_cache, mode):
+    from harness.config import load_config
+
+    candidates = []
+    for name, body in CANDIDATES.items():
+        (root / f"{name}.py").write_text(LEGACY.replace("NAME", "legacy_stream_test").replace("BODY", body))
+        candidates.append(Candidate(name, root / f"{name}.py"))
+    cfg = load_config(overrides=[f"results_dir={root / 'results'}", f"build_cache_dir={build_cache}", "timing.budget_s=1", "timing.rounds=4", "baselines.compile_modes=[]", "timing.null_candidate=off", "sanitizer.enabled=off", f"timing.mode={mode}"])
+    problem = resolve_problem("1_Scale_Bias_ReLU", cfg.path(cfg.problems_dir))
+    store = RunStore(cfg.path(cfg.results_dir), f"legacy-{mode}")
+    return {r.candidate: r for r in ProblemEvaluation(problem, candidates, cfg, "cuda", store).run()}
+
+
+@pytest.fixture(scope="module", params=["auto", "graph", "eager"])
+def by_mode(request, tmp_path_factory, build_cache):
+    return request.param, _evaluate(tmp_path_factory.mktemp(f"legacy-{request.param}"), build_cache, request.param)
+
+
+def test_a_legacy_stream_kernel_is_correct_and_timed_whole_in_every_mode(by_mode):
+    mode, records = by_mode
+    for name in ("legacy_zeros", "legacy_spin"):
+        record = records[name]
+        assert record.status is Status.CORRECT, (mode, name, record.reason)
+        assert record.timing is not None and record.paired is not None
+    spin = records["legacy_spin"]
+    assert spin.timing.median_ms >= SPIN_NS / 1e6, (mode, spin.timing.median_ms, spin.paired.protocol)
+
+
+def test_a_graph_that_left_out_a_legacy_stream_launch_is_not_timed_and_the_record_says_why(by_mode):
+    mode, records = by_mode
+    record = records["legacy_zeros"]
+    if record.timing.mode == "eager" and mode != "eager":  # graphs were asked for (graph, or auto on this launch-bound problem)
+        assert record.paired.protocol == "eager, device sync", record.paired.protocol
+        assert record.timing.fallback.startswith(OUTSIDE_CAPTURE), record.timing.fallback
+        assert any(OUTSIDE_CAPTURE in w for w in record.warnings)
+    if mode == "graph":
+        assert record.timing.mode == "eager" and OUTSIDE_CAPTURE in record.timing.fallback
+
+
+def test_a_kernel_whose_timed_calls_compute_something_else_still_fails_at_the_last_timed_call(by_mode):
+    mode, records = by_mode
+    record = records["zeros_when_timed"]
+    assert record.status is Status.INCORRECT and record.reason.startswith("last timed call on trial 1 (eval)"), (mode, record.reason)
