@@ -2,7 +2,7 @@
 # One part of the corpus (benchmarks/kbcorpus.py) under the default profile and under timing.mode graph and eager,
 # the three runs side by side on one GPU (statuses are what they compare; speedups from runs that shared the GPU
 # are not published), with the loop profile's timing, compile baselines and the null candidate off:
-#   PART=K/N [NULLS="problem files"] OUT=DIR bash benchmarks/kbcorpus_modes_gpu.sh
+#   PART=K/N [NULLS="problem files"] OUT=DIR bash benchmarks/kbcorpus_modes_gpu.sh [kbcorpus.py arguments, e.g. --retry "no record"]
 # State per profile in .cache/kb/<profile>.jsonl (carry .cache/kb and .kbcorpus); $OUT gets states.jsonl (all three),
 # logs.tgz, and, with NULLS, the null floors of those problems (benchmarks/fairness.py) measured alone first.
 set -o pipefail; export PYTHONUNBUFFERED=1
@@ -12,7 +12,7 @@ if [ -n "${NULLS:-}" ]; then
 fi
 C="--fraction ${FRACTION:-0.5} --seed ${SEED:-1} --set baselines.compile_modes=[] --set timing.null_candidate=off --set timing.budget_s=1.5 --set timing.rounds=3 --set timing.max_rounds=6 --set timing.warmup_ms=10"
 for p in default graph eager; do
-  OUT=$OUT/$p BUDGET=${BUDGET:-300} bash benchmarks/kbcorpus_gpu.sh ".cache/kb/$p.jsonl" "$PART" --profiles $p $C > /dev/null 2>&1 &
+  OUT=$OUT/$p BUDGET=${BUDGET:-300} bash benchmarks/kbcorpus_gpu.sh ".cache/kb/$p.jsonl" "$PART" --profiles $p $C "$@" > /dev/null 2>&1 &
 done
 wait
 cat "$OUT"/default/state.jsonl "$OUT"/graph/state.jsonl "$OUT"/eager/state.jsonl > "$OUT/states.jsonl" 2>/dev/null

@@ -9,8 +9,9 @@ replay's. A graph is therefore used only after two checks:
   (`replay_mismatch`);
 - every kernel the eager call launched, as its profile lists them, is among the graph's replayed
   work (`missing_from_graph`).
-Where either fails, the call is timed eagerly (with a device-wide synchronise, which covers the
-legacy default stream), and the record says why.
+Where either fails, both sides are timed eagerly, and the record says why. Eager calls run on
+PyTorch's default stream, which is the legacy default stream, so the events around a call include
+its `<<<>>>` launches (work on other streams still gets a device-wide synchronise, from the profile).
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from harness.records import CallProfile
 
 REPLAY_TOLERANCE = 1e-3  # a replay's output may differ from the eager one's by this share of its norm (atomics, split-K)
 OUTSIDE_CAPTURE = "launches outside the capturing stream: timed eagerly"  # the start of every failed check's reason
-GRAPH_MISSED_WORK = "its CUDA graph left out work launched outside the capturing stream"  # why such a side asks for device sync
 LEGACY_HINT = "a kernel launched with <<<grid, block>>> and no stream goes to the legacy default stream, which a capture does not record"
 
 

@@ -98,12 +98,11 @@ def test_auto_mode_times_eagerly_where_the_gpu_never_waits_for_the_host_and_says
     assert resolve_mode("auto", None) == ("eager", "") and resolve_mode("graph", profile) == ("graph", "")
 
 
-def test_a_failed_graph_check_times_both_sides_eagerly_with_device_sync_and_says_why():
-    missed = P.Ready(graph_error="launches outside the capturing stream: timed eagerly (its graph replays 1 GPU activities, its eager call ran 2)", needs_device="its CUDA graph left out work launched outside the capturing stream")
+def test_a_failed_graph_check_times_both_sides_eagerly_and_says_why():
+    missed = P.Ready(graph_error="launches outside the capturing stream: timed eagerly (its eager call ran k x1; its graph's replay ran 0 of them)")
     chosen = choose_protocol("graph", "auto", P.Ready(), missed, mode_reason="launch-bound")
-    assert (chosen.mode, chosen.sync) == ("eager", "device")
-    assert chosen.mode_reason.startswith("launches outside the capturing stream: timed eagerly with device sync, both sides (the candidate: ")
-    assert "the candidate: its CUDA graph left out work" in chosen.sync_reason
+    assert (chosen.mode, chosen.sync) == ("eager", "stream")  # the calling stream is the legacy default stream: <<<>>> launches are inside
+    assert chosen.mode_reason.startswith("launches outside the capturing stream: timed eagerly, both sides (the candidate: ")
 
 
 def test_work_after_return_or_outliving_the_stream_needs_device_sync():
@@ -244,21 +243,29 @@ def _drive_timed(pairing, times):
 GRAPH_TIMING = types.SimpleNamespace(rounds=2, max_rounds=2, interval=0.02, mode="graph", sync="auto")
 
 
-def test_a_time_below_the_bytes_floor_is_re_timed_once_eagerly_with_device_sync_on_both_sides():
+def test_a_time_below_the_bytes_floor_is_re_timed_once_eagerly_on_both_sides():
     judge = FakeJudge()
     pairing = Pairing(judge, 1, GRAPH_TIMING, 30.0, plan=ProblemTiming("graph", "launch-bound", floor_ms=0.5))
-    played = _drive_timed(pairing, {("graph", "stream"): 0.001, ("eager", "device"): 1.0})  # an empty replay, then the real call
-    assert played == [(0, "graph", "stream"), (1, "graph", "stream"), (0, "eager", "device"), (1, "eager", "device")]
-    assert [(a[1], a[2].mode, a[2].sync) for a in judge.asked if a[0] == "round"] == [(0, "graph", "stream"), (1, "graph", "stream"), (0, "eager", "device"), (1, "eager", "device")]
+    played = _drive_timed(pairing, {("graph", "stream"): 0.001, ("eager", "stream"): 1.0})  # an empty replay, then the real call
+    assert played == [(0, "graph", "stream"), (1, "graph", "stream"), (0, "eager", "stream"), (1, "eager", "stream")]
+    assert [(a[1], a[2].mode, a[2].sync) for a in judge.asked if a[0] == "round"] == [(0, "graph", "stream"), (1, "graph", "stream"), (0, "eager", "stream"), (1, "eager", "stream")]
     timing, speedup = pairing.result()
-    assert timing.median_ms == pytest.approx(1.0) and speedup.speedup == pytest.approx(2.0) and speedup.protocol == "eager, device sync"
-    assert timing.fallback.startswith("re-timed eagerly with device sync: under graph, stream sync its median 0.001 ms was below the bytes floor 0.5 ms")
+    assert timing.median_ms == pytest.approx(1.0) and speedup.speedup == pytest.approx(2.0) and speedup.protocol == "eager, stream sync"
+    assert timing.fallback.startswith("re-timed eagerly: under graph, stream sync its median 0.001 ms was below the bytes floor 0.5 ms")
+
+
+def test_an_eager_time_below_the_bytes_floor_is_re_timed_with_device_sync():
+    eager = types.SimpleNamespace(rounds=2, max_rounds=2, interval=0.02, mode="eager", sync="auto")
+    pairing = Pairing(FakeJudge(), 1, eager, 30.0, plan=ProblemTiming("eager", floor_ms=0.5))
+    played = _drive_timed(pairing, {("eager", "stream"): 0.001, ("eager", "device"): 1.0})  # work that escaped the calling stream
+    assert [p[1:] for p in played] == [("eager", "stream")] * 2 + [("eager", "device")] * 2
+    assert pairing.result()[0].fallback.startswith("re-timed eagerly with device sync: under eager, stream sync")
 
 
 @pytest.mark.parametrize("plan, times, rounds", [
     (ProblemTiming("graph", floor_ms=0.5), {("graph", "stream"): 1.0}, 2),  # above the floor: timed once
     (ProblemTiming("graph", floor_ms=0.0), {("graph", "stream"): 0.001}, 2),  # no floor known: nothing to compare
-    (ProblemTiming("graph", floor_ms=0.5), {("graph", "stream"): 0.001, ("eager", "device"): 0.001}, 4),  # still below: re-timed once, not again
+    (ProblemTiming("graph", floor_ms=0.5), {("graph", "stream"): 0.001, ("eager", "stream"): 0.001}, 4),  # still below: re-timed once, not again
 ], ids=["above-the-floor", "no-floor", "still-below"])
 def test_the_floor_re_time_happens_at_most_once_and_only_below_the_floor(plan, times, rounds):
     pairing = Pairing(FakeJudge(), 1, GRAPH_TIMING, 30.0, plan=plan)

@@ -9,7 +9,7 @@ import torch
 
 from harness import protocol as P
 from harness.errors import one_line
-from harness.graphs import GRAPH_MISSED_WORK, OUTSIDE_CAPTURE, missing_from_graph
+from harness.graphs import missing_from_graph
 from harness.pairing import device_sync_reason
 from harness.profile import profile_call, profile_thunks
 from harness.status import Status
@@ -41,9 +41,7 @@ def prepare_timer(runner: Any, sets: list[list[Any]], device: Any, settings: P.T
             synchronize(device)
     except BaseException as exc:
         raise classify(exc, Status.RUNTIME_ERROR) from None
-    outside = GRAPH_MISSED_WORK if graph_error.startswith(OUTSIDE_CAPTURE) else ""
-    needs_device = "; ".join(r for r in (device_sync_reason(profile), outside) if r)
-    ready = P.Ready(graph_error=graph_error, needs_device=needs_device, profile=profile, profile_error=profile_error)
+    ready = P.Ready(graph_error=graph_error, needs_device=device_sync_reason(profile), profile=profile, profile_error=profile_error)
     return timer, ready, lambda: _outputs(timer.latest_output())
 
 
