@@ -73,7 +73,7 @@ from typing import Any, Iterable, Optional
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from kernelbench_levels import Finished, read_text, run_bounded, tail  # noqa: E402
+from kernelbench_levels import Finished, append_line, read_text, run_bounded, tail  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFECTS = ROOT / "benchmarks" / "kbcorpus_defects.yaml"
@@ -195,19 +195,10 @@ def read_state(path: Path) -> dict[tuple[str, str], dict[str, Any]]:
 
 
 def append_lines(path: Path, lines: list[dict[str, Any]]) -> None:
-    """Append JSON lines, flushed and fsync'ed; a half-written last line (a killed writer) is cut first."""
-    if not lines:
-        return
+    """Append JSON lines, each flushed and fsync'ed (kernelbench_levels.append_line cuts a half-written last line first)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    if path.is_file():
-        data = path.read_bytes()
-        if data and not data.endswith(b"\n"):
-            with open(path, "r+b") as f:
-                f.truncate(data.rfind(b"\n") + 1)
-    with open(path, "a", encoding="utf-8") as f:
-        f.write("".join(json.dumps(line) + "\n" for line in lines))
-        f.flush()
-        os.fsync(f.fileno())
+    for line in lines:
+        append_line(path, line)
 
 
 def pending(kernels: list[Kernel], state: dict[tuple[str, str], dict[str, Any]], profile: str, retry: Iterable[str] = ()) -> list[Kernel]:

@@ -247,8 +247,9 @@ def compare_times(timing: TimingStats, paired: PairedSpeedup, profile: Optional[
     for name, _, theirs in usable:
         if theirs.protocol != paired.protocol:
             warnings.append(f"no speedup over {name}: it was timed with {theirs.protocol}, this candidate needs {paired.protocol}")
-    if timing.mode == "eager" and reference.profile is not None and launch_bound(reference.profile)[0]:
-        warnings.append(f"the reference is launch-bound ({launch_bound(reference.profile)[1]}): this speedup measures host launch overhead as much as GPU work; timing.mode=graph times both sides without it")
+    bound, measured = launch_bound(reference.profile)
+    if timing.mode == "eager" and bound:
+        warnings.append(f"the reference is launch-bound ({measured}): this speedup measures host launch overhead as much as GPU work; timing.mode=graph times both sides without it")
     sol = reference.speed_of_light
     if sol is not None and sol.floor_ms > 0:
         measures.update(sol_measures(sol, median))
