@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Optional
 
 from harness.extract import extract_code
-from harness.problem import file_hash
+from harness.problem import file_hash, natural_key
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,7 +24,7 @@ class Candidate:
 
 
 def discover_candidates(folder: Path) -> list[Candidate]:
-    """Every candidate of one problem, in name order."""
+    """Every candidate of one problem, in natural name order (sample_2 before sample_10)."""
     if not folder.is_dir():
         return []
     candidates = {p.stem: Candidate(p.stem, p) for p in folder.glob("*.py") if not p.name.startswith("_")}
@@ -36,7 +36,7 @@ def discover_candidates(folder: Path) -> list[Candidate]:
             extraction = extract_code(raw.read_text(encoding="utf-8", errors="replace"))
             reason = extraction.reason if extraction.code is None else "raw completion was never ingested (run `python run.py ingest`)"
             candidates[raw.stem] = Candidate(raw.stem, raw, extraction_failure=reason)
-    return [candidates[name] for name in sorted(candidates)]
+    return [candidates[name] for name in sorted(candidates, key=natural_key)]
 
 
 def needs_cuda_statically(path: Path) -> Optional[str]:

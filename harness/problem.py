@@ -10,6 +10,7 @@ import dataclasses
 import difflib
 import functools
 import hashlib
+import re
 from pathlib import Path
 from typing import Any
 
@@ -80,13 +81,20 @@ def _tolerances_ok(value: dict[Any, Any]) -> bool:
     return all(isinstance(dtype, str) and isinstance(t, dict) and set(t) == {"atol", "rtol"} and all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in t.values()) for dtype, t in value.items())
 
 
+def natural_key(name: str) -> tuple[Any, ...]:
+    """Sort key that orders the numbers inside a name by value: `l1_p2` before `l1_p10`,
+    `level1/9_X` before `level1/10_Y`. Case is ignored, then used to break ties."""
+    parts = re.split(r"(\d+)", name)
+    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p.lower()) for p in parts if p) + (name,)
+
+
 def file_hash(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def discover_problems(problems_dir: Path) -> list[Problem]:
     found = []
-    for path in sorted(problems_dir.rglob("*.py")):
+    for path in sorted(problems_dir.rglob("*.py"), key=lambda p: natural_key(p.relative_to(problems_dir).as_posix())):
         if path.name.startswith("_"):
             continue
         level = path.parent.name if path.parent != problems_dir else ""
@@ -130,6 +138,49 @@ def _resolve(query: str, problems_dir: Path) -> Problem:
     if len(matches) > 1:
         names = ", ".join(f"{p.level}/{p.name}" for p in matches[:8])
         raise UserError(f"problem {query!r} is ambiguous: it matches {names} (give more of the name)")
-    close = difflib.get_close_matches(query, [p.name for p in problems], n=5, cutoff=0.4)
+    close = close_matches(query, [f"{p.level}/{p.name}" if "/" in query else p.name for p in problems])
     hint = f"; close matches: {', '.join(close)}" if close else f"; see {problems_dir} for the list"
     raise UserError(f"no problem named {query!r}{hint}")
+
+
+def close_matches(query: str, names: list[str], n: int = 5) -> list[str]:
+    """Names a mistyped `query` may have meant: those that contain it, in any case (`relu` finds
+    `1_Scale_Bias_ReLU`), then those spelt alike, in any case; at most `n`, each once."""
+    lowered = {name.lower(): name for name in names}
+    within = [name for name in sorted(names, key=natural_key) if query.lower() in name.lower()]
+    alike = [lowered[m] for m in difflib.get_close_matches(query.lower(), list(lowered), n=n, cutoff=0.4)]
+    return list(dict.fromkeys(within + alike))[:n]
+
+
+def resolve_named_problem(query: str, problems_dir: Path, allow_dir: Path | None = None) -> Problem:
+    """A problem for a caller that may only name one (the HTTP service): the problem is the trusted
+    reference, so a client never brings its own. A name is what `resolve_problem` takes (`19_ReLU`,
+    a unique prefix, `level1/19_ReLU`, `level1/19`, with or without `.py`): at most a level and a
+    stem of letters, digits, `_`, `.` and `-`, so it is never read as a path; the file it finds
+    must lie inside `problems_dir` once symlinks are resolved. Anything else (an absolute path,
+    `..`, a link out of the tree) is refused, unless `allow_dir` is given: then a `.py` file inside
+    that one directory, symlinks resolved, is taken too (a relative path is read from `allow_dir`)."""
+    shown = repr(query[:200])
+    name = query.removesuffix(".py")
+    parts = name.split("/")
+    named = len(parts) <= 2 and all(re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,199}", part) for part in parts) and Path(name).suffix != ".py"
+    refusal = UserError(f"problem {shown} is not a problem name: problems are named as in the problem tree ({problems_dir}), e.g. level1/19_ReLU, and files are not taken")
+    if named:
+        try:
+            problem = resolve_problem(name, problems_dir)  # no ".py" suffix left: never opened as a path
+        except UserError as exc:
+            refusal = exc
+        else:
+            if problem.path.resolve().is_relative_to(problems_dir.resolve()):
+                return problem
+            refusal = UserError(f"problem {shown} links out of the problem tree ({problems_dir}): refused")
+    if allow_dir is None or "\0" in query:
+        raise refusal
+    root = allow_dir.resolve()
+    path = (root / query).resolve()  # an absolute query replaces root; resolving follows every link
+    if path.suffix != ".py" or not path.is_relative_to(root) or not path.is_file():
+        raise refusal if named else UserError(f"problem {shown} is neither a problem name nor a .py file inside {allow_dir} (the directory problem files are allowed from)")
+    level = path.parent.name if path.parent != root else ""
+    if level in UNSUPPORTED_LEVELS:
+        raise UserError(f"{level}/{path.stem}: {UNSUPPORTED_LEVELS[level]}")
+    return Problem(name=path.stem, level=level, path=path)

@@ -43,6 +43,9 @@ def sample_targets(folder: Path, problems_dir: Path) -> list[tuple[Problem, list
 
 
 NOT_COMPILED = {Status.EXTRACT_FAILED, Status.SYNTAX_ERROR, Status.IMPORT_ERROR, Status.INTERFACE_ERROR, Status.BUILD_FAILED}
+# Samples never judged (skipped for want of CUDA, or stopped by the reference or the harness): left
+# out of eval_results.json, since KernelBench's analysis counts every entry as a kernel judged.
+NOT_JUDGED = {Status.NEEDS_CUDA, Status.REFERENCE_FAILED, Status.HARNESS_ERROR}
 
 
 def eval_results(records: Iterable[CandidateRecord], levels: dict[str, str], hardware: dict[str, str]) -> dict[str, dict[str, list[dict[str, Any]]]]:
@@ -50,12 +53,13 @@ def eval_results(records: Iterable[CandidateRecord], levels: dict[str, str], har
     {"<problem id>": [{"sample_id", "compiled", "correctness", "metadata", "runtime",
     "runtime_stats"}]}, runtimes in milliseconds (-1.0 when not timed). `correctness` is this
     harness's verdict (a failing flag makes it false); the verdict's details go in `metadata`.
+    Samples never judged (NOT_JUDGED: `needs CUDA`, `reference failed`, `harness error`) are left out.
     `levels`: problem name -> its level ("level1"); `hardware`: problem name -> device name."""
     by_level: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for record in records:
         sample = re.fullmatch(r"sample_(\d+)", record.candidate)
         number = record.problem.split("_", 1)[0]
-        if sample is None or not number.isdigit():
+        if sample is None or not number.isdigit() or record.status in NOT_JUDGED:
             continue
         timing = record.timing if record.status is Status.CORRECT else None
         stats: dict[str, Any] = {}

@@ -130,7 +130,7 @@ def first_warnings(case: Case) -> list[str]:
     same_seed, mapping = case.compared.same_seed, case.reported.mapping
     warnings: list[str] = []
     if same_seed is not None and not same_seed.passed and not case.rules.require_same_seed:
-        warnings.append(f"same-seed construction differs from the reference ({same_seed.reason}); weights are created differently")
+        warnings.append(f"same-seed construction differs from the reference ({same_seed.reason}){_same_seed_cause(case.compared)}")
     if case.restart_note:
         warnings.append(case.restart_note)
     if case.reference.other_size_note:
@@ -141,6 +141,16 @@ def first_warnings(case: Case) -> list[str]:
     if case.compared.profile_error:
         warnings.append(f"profiling the candidate failed: {case.compared.profile_error}")
     return warnings
+
+
+def _same_seed_cause(compared: Compared) -> str:
+    """Why a same-seed construction differs, said only when the checks show it: every call on the
+    reference's weights (transplanted) matched, so the model computes the same thing from the same
+    state, and what differs is the state it builds. A wrong kernel differs for its own reason."""
+    transplanted = not compared.own_weights and compared.outcome.failure is None
+    if transplanted and compared.checks and all(c.passed for c in compared.checks):
+        return "; its calls on the reference's weights match, so it builds other weights or buffers under the same seed"
+    return ""
 
 
 def findings(case: Case, status: Status) -> tuple[list[Finding], dict[str, Any]]:

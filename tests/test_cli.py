@@ -26,7 +26,9 @@ SEED_PROBLEMS = {
         ([], "say what to evaluate"),
         (["--problem", "no_such_problem"], "no problem named 'no_such_problem'"),
         (["--problem", "3"], "ambiguous"),
-        (["--solution", "missing.py"], "not a Python file"),
+        (["--problem", "relu"], "no problem named 'relu'; close matches: 1_Scale_Bias_ReLU"),
+        (["--solution", "missing.py"], "--solution missing.py: no such file"),
+        (["--solution", "README.md"], "--solution README.md: not a Python file"),
         (["--all", "--set", "check.trails=2"], "unknown config key 'check.trails'"),
         (["ingest", "missing.txt", "--problem", "37"], "no such file"),
     ],
@@ -37,6 +39,22 @@ def test_usage_errors_exit_1_with_one_line(argv, message, capsys):
     assert err.startswith("error: ") and message in err and "\n" not in err
 
 
+def test_a_solution_outside_solutions_asks_for_its_problem(tmp_path, capsys):
+    candidate = tmp_path / "elsewhere" / "mine.py"
+    candidate.parent.mkdir()
+    candidate.write_text("class ModelNew: pass\n")
+    assert main(["--solution", str(candidate)]) == ExitCode.USAGE
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "its folder 'elsewhere' names no problem" in err and "--problem NAME" in err and "\n" not in err
+
+
+def test_several_problems_run_together_each_once(make_config):
+    cfg = make_config()
+    targets = run.select_targets(cfg, problem=["3_Linear", "1_Scale", "3_Linear_BatchNorm"], solution=None, everything=False)
+    assert [p.name for p, _ in targets] == ["3_Linear_BatchNorm", "1_Scale_Bias_ReLU"]
+    assert all(candidates for _, candidates in targets)
+
+
 def test_unknown_flag_exits_1(capsys):
     assert main(["--problem", "37", "--bogus"]) == ExitCode.USAGE
 
@@ -45,10 +63,21 @@ def test_five_seeds_ingest_and_each_gets_a_precise_verdict(make_config, tmp_path
     cfg = make_config(f"solutions_dir={tmp_path / 'solutions'}")
     codes = [ingest.run(cfg, [SEEDS / f"{seed}.txt"], problem) for seed, (problem, _) in SEED_PROBLEMS.items()]
     out = capsys.readouterr().out
-    assert codes.count(ExitCode.CANDIDATES_FAILED) == 2 and out.count("refused") == 2 and out.count("ingested") == 3
-    for seed, (problem, _) in SEED_PROBLEMS.items():
-        assert (tmp_path / "solutions" / problem / "raw" / f"{seed}.txt").read_text() == (SEEDS / f"{seed}.txt").read_text()
+    lines = out.splitlines()
+    assert codes.count(ExitCode.CANDIDATES_FAILED) == 2 and sum(line.startswith("refused ") for line in lines) == 2 and sum(line.startswith("ingested ") for line in lines) == 3
+    for seed, (problem, status) in SEED_PROBLEMS.items():
+        kept = tmp_path / "solutions" / problem / "raw" / ("refused/" if status is Status.EXTRACT_FAILED else "") / f"{seed}.txt"
+        assert kept.read_text() == (SEEDS / f"{seed}.txt").read_text()
 
+    targets = run.select_targets(cfg, problem=None, solution=None, everything=True)
+    assert run.run(cfg, targets, run_id="ingested", quiet=True) == ExitCode.OK  # a refusal is not judged again by every later run
+    judged = {r.candidate for r in candidate_records(read_records(cfg.path(cfg.results_dir) / "ingested"))}
+    assert judged == {seed for seed, (_, status) in SEED_PROBLEMS.items() if status is not Status.EXTRACT_FAILED}
+
+    for seed, (problem, _) in SEED_PROBLEMS.items():  # raw text put straight into raw/ is judged, extraction failures too
+        refused = tmp_path / "solutions" / problem / "raw" / "refused" / f"{seed}.txt"
+        if refused.exists():
+            refused.rename(refused.parent.parent / refused.name)
     targets = run.select_targets(cfg, problem=None, solution=None, everything=True)
     code = run.run(cfg, targets, run_id="seeds", quiet=True)
     records = {r.candidate: r for r in candidate_records(read_records(cfg.path(cfg.results_dir) / "seeds"))}
@@ -121,3 +150,13 @@ def test_every_command_takes_config_and_set(command):
             "baseline": ["baseline", "save", "r", "--out", "o"], "leaderboard": ["leaderboard", "r"], "lint": ["lint"], "serve": ["serve"]}[command]
     args = parser().parse_args([*argv, "--config", "c.yaml", "--set", "a=1", "--set", "b=2"])
     assert args.config == "c.yaml" and args.set == ["a=1", "b=2"]
+
+
+def test_a_later_completion_that_extracts_replaces_a_refused_one(make_config, tmp_path, capsys):
+    cfg = make_config(f"solutions_dir={tmp_path / 'solutions'}")
+    raw = tmp_path / "solutions" / "88_Gemm_GroupNorm_Swish_Multiply_Swish" / "raw"
+    assert ingest.run(cfg, [SEEDS / "000_ede69be24d22c528.txt"], "88", name="x") == ExitCode.CANDIDATES_FAILED
+    assert (raw / "refused" / "x.txt").is_file() and not (raw / "x.txt").exists()
+    assert ingest.run(cfg, [SEEDS / "004_f8fff41f0c416267.txt"], "88", name="x") == ExitCode.OK
+    assert (raw / "x.txt").is_file() and not (raw / "refused" / "x.txt").exists()
+    assert (raw.parent / "x.py").is_file()

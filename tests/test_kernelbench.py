@@ -133,7 +133,7 @@ def test_a_sample_folder_runs_against_the_kernelbench_tree_as_it_is(tree, tmp_pa
     assert wrong["metadata"]["status"] == "incorrect" and wrong["metadata"]["reason"].startswith("trial")
 
 
-def test_one_level_writes_eval_results_json_and_a_build_failure_is_not_compiled(tmp_path):
+def test_one_level_writes_eval_results_json_a_build_failure_is_not_compiled_and_a_never_judged_sample_is_left_out(tmp_path):
     from harness.records import CandidateRecord
     from harness.samples import write_eval_results
     from harness.status import Status
@@ -143,7 +143,9 @@ def test_one_level_writes_eval_results_json_and_a_build_failure_is_not_compiled(
                                candidate_hash="x", device="cuda", status=status, reason="why")
 
     records = [record("sample_2", Status.BUILD_FAILED), record("sample_0", Status.FLAGGED), record("not_a_sample", Status.CORRECT)]
-    (path,) = write_eval_results(tmp_path, records, {"19_ReLU": "level1"}, {})
+    never_judged = [record("sample_3", Status.NEEDS_CUDA), record("sample_4", Status.HARNESS_ERROR), record("sample_5", Status.REFERENCE_FAILED)]
+    (path,) = write_eval_results(tmp_path, records + never_judged, {"19_ReLU": "level1"}, {})
     assert path.name == "eval_results.json"
     entries = json.loads(path.read_text())["19"]
+    # a sample skipped for want of CUDA was never built: it is no failed kernel to KernelBench's analysis
     assert [(e["sample_id"], e["compiled"], e["correctness"]) for e in entries] == [(0, True, False), (2, False, False)]

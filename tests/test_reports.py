@@ -134,6 +134,19 @@ def test_leaderboard_command_filters_by_problem_and_status(tmp_path):
     assert [line.split(",")[2] for line in (out / "leaderboard.csv").read_text().splitlines()[1:]] == ["fast", "side", "slow"]
 
 
+def test_a_filtered_leaderboard_goes_beside_the_runs_own_never_over_it(tmp_path, capsys):
+    run_dir = store_run(tmp_path / "results", "run-a", RECORDS)
+    original = {name: (run_dir / name).read_text() for name in ("leaderboard.md", "leaderboard.csv")}
+    assert main(["leaderboard", str(run_dir), "--status", "correct", "--no-plots"]) == ExitCode.OK
+    assert {name: (run_dir / name).read_text() for name in original} == original
+    view = run_dir / "views" / "status-correct"
+    assert {line.split(",")[3] for line in (view / "leaderboard.csv").read_text().splitlines()[1:]} == {"correct"}
+    assert str(view / "leaderboard.md") in capsys.readouterr().err
+    assert main(["leaderboard", str(run_dir), "--problem", "p1", "--status", "build failed", "--no-plots"]) == ExitCode.OK
+    assert (run_dir / "views" / "problem-p1_status-build-failed" / "leaderboard.md").is_file()
+    assert {name: (run_dir / name).read_text() for name in original} == original
+
+
 def test_combined_runs_later_record_wins_and_run_filter_keeps_one_run(tmp_path):
     results = tmp_path / "results"
     first = store_run(results, "run-a", RECORDS)

@@ -160,6 +160,9 @@ def test_no_timing_comparison_unless_correct_and_timed(given, unsafe):
         assert decided.stricter is not None and decided.stricter.code == "flag:unsafe-memory"
 
 
+LOOSE = CheckResult("trial 1 (train)", False, "output: 1% of elements outside", 4.7e-4, 3e-3, 0.01, within_kernelbench=True)
+
+
 @pytest.mark.parametrize("given, expected", [
     (case(), ()),
     (case(restart_note="the lane's judge was restarted before this candidate (the one before: ended)"), ("the lane's judge was restarted before this candidate (the one before: ended)",)),
@@ -170,14 +173,16 @@ def test_no_timing_comparison_unless_correct_and_timed(given, unsafe):
     (case(log_bytes=256 << 10), ()),  # at the limit: kept whole
     (case(log_bytes=(256 << 10) + 1), ("printed 262145 bytes; the log keeps the first and last 128 KiB",)),
     (case(same_seed=SAME_SEED_DIFFERS, restart_note="restarted", reference=[("other_size_note", "fixed shapes")], log_bytes=1 << 20),
-     ("same-seed construction differs from the reference (output: 40% of elements outside); weights are created differently", "restarted",
+     ("same-seed construction differs from the reference (output: 40% of elements outside); its calls on the reference's weights match, "
+      "so it builds other weights or buffers under the same seed", "restarted",
       "the other-size trial ran at the problem's own size: fixed shapes", "printed 1048576 bytes; the log keeps the first and last 128 KiB")),
-], ids=["none", "restart-note", "other-size-note", "mapping", "profile-error", "log-at-limit", "log-over-limit", "in-order"])
+    # a wrong kernel's same-seed output differs for the kernel's reason: no claim about its weights
+    (case(same_seed=SAME_SEED_DIFFERS, failure=(Status.INCORRECT, "trial 1 (train): differs"), checks=[LOOSE]),
+     ("same-seed construction differs from the reference (output: 40% of elements outside)",)),
+    (case(same_seed=SAME_SEED_DIFFERS, own_weights=True, rules=[("weights", "seed")]), ("same-seed construction differs from the reference (output: 40% of elements outside)",)),
+], ids=["none", "restart-note", "other-size-note", "mapping", "profile-error", "log-at-limit", "log-over-limit", "in-order", "wrong-kernel", "own-weights"])
 def test_warnings(given, expected):
     assert verdict(given).warnings == expected
-
-
-LOOSE = CheckResult("trial 1 (train)", False, "output: 1% of elements outside", 4.7e-4, 3e-3, 0.01, within_kernelbench=True)
 
 
 @pytest.mark.parametrize("given, code", [

@@ -1,8 +1,11 @@
 """`python run.py ingest FILE... --problem X`: raw LLM completions -> candidate files.
 
 The raw text is kept beside the candidate (solutions/<problem>/raw/<name>.txt) for provenance. A
-completion with no code, or whose code is cut off, is refused with the reason; its raw text is
-still kept, so the next run reports it as "extract failed" instead of silently dropping it.
+completion with no code, or whose code is cut off, is refused with the reason and exit code 2; its
+raw text is kept apart, in solutions/<problem>/raw/refused/, where runs do not look: the refusal is
+the verdict, given once, and later runs judge only what was ingested. (A raw text put straight into
+raw/ with no candidate beside it is still judged by every run, as `extract failed` when it has no
+usable code.)
 """
 
 from __future__ import annotations
@@ -47,14 +50,16 @@ def run(cfg: Config, files: list[Path], problem_query: str, *, name: str | None 
         target = folder / f"{stem}.py"
         if extraction.code is not None and target.exists() and target.read_text() != extraction.code and not force:
             raise UserError(f"{target} exists with other code (use --force to replace it, or --name to pick another name)")
-        raw = folder / "raw" / f"{stem}.txt"
-        raw.parent.mkdir(parents=True, exist_ok=True)
-        raw.write_text(text, encoding="utf-8")
+        raw, refused_raw = folder / "raw" / f"{stem}.txt", folder / "raw" / "refused" / f"{stem}.txt"
+        kept = raw if extraction.code is not None else refused_raw
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        kept.write_text(text, encoding="utf-8")
+        (refused_raw if kept is raw else raw).unlink(missing_ok=True)  # one raw text per name: the latest
         if extraction.code is None:
             refused += 1
             if target.exists() and force:
                 target.unlink()
-            print(f"refused {path}: {extraction.kind}: {extraction.reason} (raw kept at {raw})")
+            print(f"refused {path}: {extraction.kind}: {extraction.reason} (raw kept at {kept}, where runs do not judge it)")
             continue
         target.write_text(extraction.code, encoding="utf-8")
         print(f"ingested {path} -> {target} ({extraction.reason})")

@@ -10,7 +10,7 @@ replaces an earlier one.
 from __future__ import annotations
 
 import argparse
-import difflib
+import re
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -19,6 +19,7 @@ from harness import kbtiming
 from harness.commands import add_config_arguments, load_config
 from harness.errors import ExitCode, UserError
 from harness.leaderboard import candidate_frame, print_leaderboard, write_leaderboards
+from harness.problem import close_matches
 from harness.records import CandidateRecord, ReferenceRecord, RunHeader, latest_per_candidate
 from harness.status import Status
 from harness.store import read_records, resolve_run
@@ -29,7 +30,7 @@ def setup_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--problem", metavar="NAME", action="append", default=[], help="keep this problem (exact name or prefix; repeatable)")
     parser.add_argument("--status", metavar="STATUS", action="append", default=[], help="keep candidates with this status, e.g. correct or 'build failed' (repeatable)")
     parser.add_argument("--run", metavar="ID", action="append", default=[], help="keep only records of this run id (repeatable)")
-    parser.add_argument("--out", metavar="DIR", help="where leaderboard.csv, leaderboard.md and plots/ go (default: the run's folder; needed for several runs)")
+    parser.add_argument("--out", metavar="DIR", help="where leaderboard.csv, leaderboard.md and plots/ go (default: the run's folder, or RUN/views/<filters>/ when filtered; needed for several runs)")
     add_config_arguments(parser, example="leaderboard.fast_p=[0,1,1.5]")
     parser.add_argument("--results", metavar="DIR", help="results folder that run ids are looked up in (config results_dir)")
     parser.add_argument("--no-plots", action="store_true", help="write no charts")
@@ -83,11 +84,21 @@ def match_problems(queries: Sequence[str], names: list[str]) -> set[str]:
     for query in queries:
         matches = [n for n in names if n == query] or [n for n in names if n.startswith(query) or n.split("_", 1)[-1].startswith(query)]
         if not matches:
-            close = difflib.get_close_matches(query, names, n=5, cutoff=0.4)
+            close = close_matches(query, names)
             listed = close or names[:8]
             raise UserError(f"--problem {query!r}: no records for such a problem; {'close matches' if close else 'problems in these records'}: {', '.join(listed)}")
         chosen.update(matches)
     return chosen
+
+
+def view_folder(run_dir: Path, problems: Sequence[str], statuses: Sequence[Status], run_ids: Sequence[str]) -> Path:
+    """Where a run's leaderboard goes by default: the run's own folder when nothing is filtered
+    out (the same files, rebuilt), else a view beside them, views/<filters>/, so a filtered table
+    never takes the place of the run's own (whose summary means something else)."""
+    filters = [f"problem-{p}" for p in problems] + [f"status-{s.value}" for s in statuses] + [f"run-{r}" for r in run_ids]
+    if not filters:
+        return run_dir
+    return run_dir / "views" / re.sub(r"[^A-Za-z0-9._-]+", "-", "_".join(filters)).strip("-")[:120]
 
 
 def run_fast_p(headers: list[RunHeader], default: Sequence[float]) -> tuple[float, ...]:
@@ -113,7 +124,7 @@ def run(
     if out is None:
         if len(records_files) > 1:
             raise UserError(f"{len(records_files)} runs are combined: say where the leaderboard goes with --out DIR")
-        out = records_files[0].parent
+        out = view_folder(records_files[0].parent, problems, statuses, run_ids)
     loaded = [record for path in records_files for record in read_records(path)]
     candidates = [r for r in loaded if isinstance(r, CandidateRecord)]
     if not candidates:

@@ -33,7 +33,7 @@ def setup_arguments(parser: argparse.ArgumentParser) -> None:
     what.add_argument("--all", action="store_true", help="every problem that has candidates")
     what.add_argument("--solution", metavar="PATH", help="evaluate one candidate file")
     what.add_argument("--samples", metavar="DIR", help="a KernelBench sample folder (level_<L>_problem_<P>_sample_<S>_kernel.py), each file against its problem")
-    parser.add_argument("--problem", metavar="NAME", help="problem name, unique prefix or path; KernelBench's level1/19_ReLU and level1/19 work too")
+    parser.add_argument("--problem", metavar="NAME", action="append", help="problem name, unique prefix or path (repeatable); KernelBench's level1/19_ReLU and level1/19 work too")
     parser.add_argument("--problems-dir", metavar="DIR", help="the problem tree (config problems_dir), e.g. KernelBench's KernelBench/ folder as it is")
     add_config_arguments(parser, example="check.trials=3")
     parser.add_argument("--device", choices=DEVICES, help="where to run (default: config, auto)")
@@ -86,34 +86,56 @@ def run_from_args(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return run_gate(cfg, baseline, rules, str(folder), args.across_changes, folder / "gate.md", echo=not args.json)
 
 
-def select_targets(cfg: Config, *, problem: str | None, solution: str | None, everything: bool, samples: str | None = None) -> list[Target]:
+def select_targets(cfg: Config, *, problem: str | Sequence[str] | None, solution: str | None, everything: bool, samples: str | None = None) -> list[Target]:
+    """What a run evaluates: one candidate file (`solution`, against `problem` or its folder's
+    name), a KernelBench sample folder, every problem with candidates, or each named problem's
+    candidates (`problem`: one name or several, in the order given, each once)."""
     problems_dir = cfg.path(cfg.problems_dir)
     solutions_dir = cfg.path(cfg.solutions_dir)
+    queries = [problem] if isinstance(problem, str) else list(problem or [])
     if samples:
-        if problem:
+        if queries:
             raise UserError("--samples maps each file to its problem; leave out --problem")
         from harness.samples import sample_targets
 
         return sample_targets(Path(samples), problems_dir)
     if solution:
-        path = Path(solution)
-        if not path.is_file() or path.suffix != ".py":
-            raise UserError(f"--solution {solution}: not a Python file")
-        chosen = resolve_problem(problem or path.resolve().parent.name, problems_dir)
-        return [(chosen, [Candidate(path.stem, path.resolve())])]
+        return [solution_target(Path(solution), queries, problems_dir)]
     if everything:
         targets = [(p, discover_candidates(solutions_dir / p.name)) for p in discover_problems(problems_dir)]
         targets = [(p, c) for p, c in targets if c]
         if not targets:
             raise UserError(f"no problem has candidates under {solutions_dir}")
         return targets
-    if not problem:
+    if not queries:
         raise UserError("say what to evaluate: --problem NAME, --solution PATH, --samples DIR or --all")
-    chosen = resolve_problem(problem, problems_dir)
-    candidates = discover_candidates(solutions_dir / chosen.name)
-    if not candidates:
-        raise UserError(f"no candidates in {solutions_dir / chosen.name} (add ModelNew files there, or use `python run.py ingest FILE --problem {chosen.name}`)")
-    return [(chosen, candidates)]
+    chosen = list({p.path: p for p in (resolve_problem(q, problems_dir) for q in queries)}.values())
+    targets = []
+    for each in chosen:
+        candidates = discover_candidates(solutions_dir / each.name)
+        if not candidates:
+            raise UserError(f"no candidates in {solutions_dir / each.name} (add ModelNew files there, or use `python run.py ingest FILE --problem {each.name}`)")
+        targets.append((each, candidates))
+    return targets
+
+
+def solution_target(path: Path, queries: list[str], problems_dir: Path) -> Target:
+    """One candidate file and its problem: the one named, else the one its folder is named after
+    (solutions/<problem>/<candidate>.py)."""
+    if not path.exists():
+        raise UserError(f"--solution {path}: no such file")
+    if not path.is_file() or path.suffix != ".py":
+        raise UserError(f"--solution {path}: not a Python file")
+    if len(queries) > 1:
+        raise UserError("--solution is judged against one problem; give one --problem")
+    if queries:
+        return resolve_problem(queries[0], problems_dir), [Candidate(path.stem, path.resolve())]
+    folder = path.resolve().parent.name
+    try:
+        chosen = resolve_problem(folder, problems_dir)
+    except UserError:
+        raise UserError(f"--solution {path}: its folder {folder!r} names no problem in {problems_dir}; say which problem it solves with --problem NAME") from None
+    return chosen, [Candidate(path.stem, path.resolve())]
 
 
 def resume_targets(store: RunStore, targets: list[Target]) -> tuple[list[Target], list[CandidateRecord]]:
