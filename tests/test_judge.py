@@ -217,7 +217,9 @@ def _peak_rss(pid: int) -> int:
     return 0
 
 
-LARGE_LIMIT_S = 240  # on a 2-core machine this run takes about 60 s
+# A guard against a hang, not a time limit on the run: about 60 s alone on a 2-core machine, and
+# several times that while the rest of the suite loads the same two cores.
+LARGE_HANG_GUARD_S = 900
 
 
 def test_a_gigabyte_problem_completes_with_a_small_parent_and_no_scratch_left(tmp_path):
@@ -239,14 +241,15 @@ def test_a_gigabyte_problem_completes_with_a_small_parent_and_no_scratch_left(tm
     started = time.monotonic()
     proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     peak = 0
-    while proc.poll() is None and time.monotonic() - started < LARGE_LIMIT_S:
+    while proc.poll() is None and time.monotonic() - started < LARGE_HANG_GUARD_S:
         peak = max(peak, _peak_rss(proc.pid))
         time.sleep(0.2)
-    if proc.poll() is None:
+    hung = proc.poll() is None
+    if hung:
         proc.kill()
     output = proc.communicate()[0].decode(errors="replace")
+    assert not hung, f"still running after {LARGE_HANG_GUARD_S} s: {output[-2000:]}"
     assert proc.returncode == 0, output[-2000:]
-    assert time.monotonic() - started < LARGE_LIMIT_S
     assert peak < 2 << 30, f"the parent peaked at {peak >> 20} MiB"
     left = [p for p in scratch.rglob("*") if p.is_file()]
     assert not left, left[:5]

@@ -55,6 +55,16 @@ def lint(problems_dir, tmp_path, *names):
     return code, {(r[0].lstrip("| "), r[1]): r[2] for r in rows}, out.read_text()
 
 
+def test_the_report_goes_to_the_results_folder_and_each_problem_shows_its_progress(problems_dir, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    results = tmp_path / "results"
+    assert main(["lint", "good", "constant", "--device", "cpu", "--set", f"problems_dir={problems_dir}", "--set", f"results_dir={results}"]) == ExitCode.CANDIDATES_FAILED
+    assert (results / "lint.md").is_file() and not (tmp_path / "lint.md").exists()
+    err = capsys.readouterr().err
+    assert "[1/2] good: linting on cpu" in err and "[1/2] good: ok" in err
+    assert "[2/2] constant: linting on cpu" in err and "[2/2] constant: FAIL (constant fails" in err
+
+
 def test_a_sound_problem_passes_every_check(problems_dir, tmp_path):
     code, verdicts, _ = lint(problems_dir, tmp_path, "good")
     assert code == ExitCode.OK

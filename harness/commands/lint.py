@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Sequence
 
@@ -24,7 +25,7 @@ LINT_TIMING_BUDGET_S = 2.0  # the timing config's budget, capped: the lint needs
 def setup_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("problems", nargs="*", metavar="PROBLEM", help="problem names or unique prefixes (default: every problem)")
     parser.add_argument("--device", choices=DEVICES, help="where to run the references (default: config device)")
-    parser.add_argument("--out", metavar="FILE", default="lint.md", help="the markdown report (default: lint.md)")
+    parser.add_argument("--out", metavar="FILE", help="the markdown report (default: lint.md in the results folder, config results_dir)")
     add_config_arguments(parser, section="the lint section", example="lint.memory_gb=80")
 
 
@@ -39,15 +40,17 @@ def run_from_args(args: argparse.Namespace, argv: Sequence[str]) -> int:
         raise UserError(f"no problems in {problems_dir}")
     timing = to_dict(dataclasses.replace(TimerSettings.from_config(cfg.timing), budget_s=min(cfg.timing.budget_s, LINT_TIMING_BUDGET_S)))
     results: list[tuple[Problem, list[LintCheck]]] = []
-    for problem in problems:
+    started = time.monotonic()
+    for number, problem in enumerate(problems, 1):
+        print(f"[{number}/{len(problems)}] {problem.name}: linting on {device} ({time.monotonic() - started:.0f} s so far)", file=sys.stderr, flush=True)
         tolerance = cfg.for_problem(problem.settings).check.tolerances.get("float32", DEFAULT_TOLERANCE)  # what its candidates will face
         settings = {"atol": tolerance.atol, "rtol": tolerance.rtol, "norm": tolerance.norm, "memory_gb": cfg.lint.memory_gb, "time_ms": list(cfg.lint.time_ms), "timing": timing}
         checks = lint_in_subprocess(problem, "cuda" if device == "cuda" else "cpu", settings, cfg.lint.timeout_s)
         results.append((problem, checks))
         failed = [c.name for c in checks if c.verdict is Verdict.FAIL]
-        print(f"{problem.name}: {'FAIL (' + ', '.join(failed) + ')' if failed else 'ok'}", file=sys.stderr, flush=True)
+        print(f"[{number}/{len(problems)}] {problem.name}: {'FAIL (' + ', '.join(failed) + ')' if failed else 'ok'}", file=sys.stderr, flush=True)
     text = report(results, device)
-    out = Path(args.out)
+    out = Path(args.out) if args.out else cfg.path(cfg.results_dir) / "lint.md"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
     print(text)
