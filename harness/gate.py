@@ -1,12 +1,15 @@
 """The regression gate: compare a current run with a baseline, candidate by candidate.
 
-A candidate regresses when it was correct and is not now, or when its median is slower by more
+A candidate regresses when it was correct and is not now, whatever changed between the runs (its
+source, the problem's, the device or the timing protocol), or when its median is slower by more
 than the threshold **and** the raw samples differ significantly (two-sided Mann-Whitney U at a
-strict p). Improvements are found the same way. Results are "not comparable" (reported, never
-compared) when the problem's or the candidate's source, the device, or the timing protocol
-differ; their times are not compared when a run's null floor for the problem (the problem's own
-Model timed as a candidate) lies outside 1.00 +/- timing.null_tolerance, or moved by more than that
-between the runs. The verdict follows the `--fail-on` rules; the markdown report is always written.
+strict p). Improvements are found the same way. "Not comparable" applies to times only: they are
+not compared when the problem's source, the device or the timing protocol differ (or the
+candidate's source, with across_changes off), or when a run's null floor for the problem (the
+problem's own Model timed as a candidate) lies outside 1.00 +/- timing.null_tolerance, or moved by
+more than that between the runs. A candidate skipped on one side (`needs CUDA`) is not comparable:
+a skip is no verdict on the kernel. The verdict follows the `--fail-on` rules; the markdown report
+is always written.
 """
 
 from __future__ import annotations
@@ -185,21 +188,47 @@ def mann_whitney_p(a: list[float], b: list[float]) -> float:
     return float(mannwhitneyu(a, b, alternative="two-sided").pvalue)
 
 
-def _incomparable(baseline: Side, current: Side, old: CandidateRecord, new: CandidateRecord, across_changes: bool) -> str:
+CANDIDATE_CHANGED = "the candidate file changed"  # a change that the times are compared across, unless across_changes is off
+
+
+def _changes(baseline: Side, current: Side, old: CandidateRecord, new: CandidateRecord) -> list[str]:
+    """What differs between the runs for this candidate, each a short clause, in the order they
+    are named; empty when nothing does."""
+    found: list[str] = []
     if old.problem_hash != new.problem_hash:
-        return "the problem file changed"
-    if old.candidate_hash != new.candidate_hash and not across_changes:
-        return "the candidate file changed (compare anyway with --across-changes)"
+        found.append("the problem file changed")
+    if old.candidate_hash != new.candidate_hash:
+        found.append(CANDIDATE_CHANGED)
     if old.device != new.device:
-        return f"device {old.device} then, {new.device} now"
+        found.append(f"device {old.device} then, {new.device} now")
     old_ref, new_ref = baseline.references.get(old.problem), current.references.get(new.problem)
     if old_ref is not None and new_ref is not None and old_ref.device_name and new_ref.device_name and old_ref.device_name != new_ref.device_name:
-        return f"{old_ref.device_name} then, {new_ref.device_name} now"
+        found.append(f"{old_ref.device_name} then, {new_ref.device_name} now")
     for key in PROTOCOL_KEYS:
         then, now = _setting(baseline.header, key), _setting(current.header, key)
         if then is not None and now is not None and then != now:
-            return f"{key} was {then!r}, is {now!r}"
+            found.append(f"{key} was {then!r}, is {now!r}")
+    return found
+
+
+def _incomparable(changes: list[str], across_changes: bool) -> str:
+    """Why the times cannot be compared, from the runs' `changes`; "" when they can."""
+    for change in changes:
+        if change != CANDIDATE_CHANGED:
+            return change
+        if not across_changes:
+            return f"{CANDIDATE_CHANGED} (compare anyway with --across-changes)"
     return ""
+
+
+def _skipped(old: CandidateRecord, new: CandidateRecord) -> str:
+    """Why a candidate skipped (`needs CUDA`) on one side only is not comparable; "" when it was
+    evaluated on both sides or skipped on both."""
+    if (old.status is Status.NEEDS_CUDA) == (new.status is Status.NEEDS_CUDA):
+        return ""
+    if new.status is Status.NEEDS_CUDA:
+        return f"was {old.status.value}, skipped now (needs CUDA): this run could not evaluate it"
+    return f"not evaluated in the baseline (needs CUDA), now {new.status.value}"
 
 
 def null_tolerance_of(current: Side) -> float:
@@ -230,7 +259,7 @@ def compare_one(
     key: tuple[str, str],
     threshold: float,
     alpha: float,
-    across_changes: bool = False,
+    across_changes: bool = True,
     null_tolerance: float = nullfloor.DEFAULT_TOLERANCE,
 ) -> Comparison:
     problem, name = key
@@ -241,17 +270,17 @@ def compare_one(
     if new is None:
         return Comparison(problem, name, MISSING, "in the baseline, not in this run", baseline_status=old.status.value)
     statuses: _Statuses = {"baseline_status": old.status.value, "current_status": new.status.value}
-    why = _incomparable(baseline, current, old, new, across_changes)
+    skipped = _skipped(old, new)
+    if skipped:  # a skip is no verdict on the kernel: nothing to compare it with
+        return Comparison(problem, name, NOT_COMPARABLE, skipped, **statuses)
+    changes = _changes(baseline, current, old, new)
+    status_change = _status_change(old, new, "; ".join(changes))
+    if status_change is not None:  # correctness is compared whatever changed between the runs
+        verdict, reason = status_change
+        return Comparison(problem, name, verdict, reason, **statuses, regression=Regression.STATUS if verdict == REGRESSED else None)
+    why = _incomparable(changes, across_changes)
     if why:
         return Comparison(problem, name, NOT_COMPARABLE, why, **statuses)
-    was, now = old.status is Status.CORRECT, new.status is Status.CORRECT
-    if was and not now:
-        return Comparison(problem, name, REGRESSED, f"was correct, now {new.status.value}: {new.reason}", **statuses, regression=Regression.STATUS)
-    if now and not was:
-        return Comparison(problem, name, IMPROVED, f"was {old.status.value}, now correct", **statuses)
-    if not now:
-        same = "" if old.status is new.status else f" (was {old.status.value})"
-        return Comparison(problem, name, UNCHANGED, f"still not correct{same}", **statuses)
     if old.timing is None or new.timing is None:
         return Comparison(problem, name, UNCHANGED, "correct; not timed on both sides", **statuses)
     floor = _floor_reason(baseline, current, problem, null_tolerance)
@@ -273,7 +302,25 @@ def compare_one(
     return Comparison(problem, name, UNCHANGED, f"{_percent(ratio)}, within {threshold:.0%}{changed}", **statuses, **times)
 
 
-def gate(baseline: Side, current: Side, rules: Rules, alpha: float, across_changes: bool = False) -> GateResult:
+def _status_change(old: CandidateRecord, new: CandidateRecord, changed: str) -> Optional[tuple[Verdict, str]]:
+    """The verdict and reason when the candidate is not correct on both sides; None when it is.
+    `changed` names what differs between the runs (its source, the problem's, the device, the
+    protocol), for the reason: none of it keeps correctness from being compared."""
+    was, now = old.status is Status.CORRECT, new.status is Status.CORRECT
+    if was and now:
+        return None
+    note = f" ({changed})" if changed else ""
+    if was:
+        return REGRESSED, f"was correct, now {new.status.value}{note}: {new.reason}"
+    if now:
+        return IMPROVED, f"was {old.status.value}, now correct{note}"
+    if old.status is Status.NEEDS_CUDA:
+        return UNCHANGED, "not evaluated on either side (needs CUDA)"
+    same = "" if old.status is new.status else f" (was {old.status.value})"
+    return UNCHANGED, f"still not correct{same}"
+
+
+def gate(baseline: Side, current: Side, rules: Rules, alpha: float, across_changes: bool = True) -> GateResult:
     threshold = rules.median if rules.median is not None else 0.10
     tolerance = null_tolerance_of(current)
     keys = sorted(set(baseline.candidates) | set(current.candidates))

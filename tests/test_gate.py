@@ -1,7 +1,9 @@
-"""The regression gate, from synthetic records: real slowdowns fail, noise passes, changes are not compared."""
+"""The regression gate, from synthetic records: real slowdowns fail, noise passes, a kernel that broke fails
+whatever changed, and times are compared only where they can be."""
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +13,7 @@ import pytest
 from harness.cli import main
 from harness.config import ROOT
 from harness.errors import ExitCode, UserError
-from harness.gate import NOT_COMPARABLE, REGRESSED, Rules, gate, load_side
+from harness.gate import IMPROVED, NOT_COMPARABLE, REGRESSED, UNCHANGED, Regression, Rules, gate, load_side
 from harness.records import CandidateRecord, NullFloor, PairedSpeedup, ReferenceRecord, RunHeader, TimingStats
 from harness.status import Status
 from harness.store import RunStore
@@ -25,11 +27,11 @@ def samples(median, spread, n=60, seed=0):
     return [median * (1 + rng.uniform(-spread, spread)) for _ in range(n)]
 
 
-def candidate(name, status=Status.CORRECT, ms=None, problem="p1", problem_hash="ph", candidate_hash=None, reference_ms=2.0, run_id="run"):
+def candidate(name, status=Status.CORRECT, ms=None, problem="p1", problem_hash="ph", candidate_hash=None, reference_ms=2.0, run_id="run", device="cuda"):
     timing = TimingStats.from_samples(ms, timer="cuda_events", warmup_calls=1, stopped_by="target_rse") if ms else None
     return CandidateRecord(
         run_id=run_id, problem=problem, problem_hash=problem_hash, candidate=name, candidate_path=f"{name}.py",
-        candidate_hash=candidate_hash or f"hash-{name}", device="cuda", status=status, reason="why" if status is not Status.CORRECT else "matched",
+        candidate_hash=candidate_hash or f"hash-{name}", device=device, status=status, reason="why" if status is not Status.CORRECT else "matched",
         timing=timing, reference_ms=reference_ms,
     )
 
@@ -92,24 +94,100 @@ def test_faster_is_an_improvement_and_passes(tmp_path):
     assert "## Improvements" in (now / "gate.md").read_text()
 
 
-@pytest.mark.parametrize("change, why", [
-    ({"problem_hash": "changed"}, "the problem file changed"),
-    ({"candidate_hash": "changed"}, "the candidate file changed"),
-])
-def test_changed_sources_are_not_comparable(tmp_path, change, why):
+def test_a_changed_problem_files_times_are_not_comparable(tmp_path):
     base = write_run(tmp_path / "base", [candidate("k", ms=samples(1.0, 0.01))])
-    now = write_run(tmp_path / "now", [candidate("k", ms=samples(2.0, 0.01), **change)])
+    now = write_run(tmp_path / "now", [candidate("k", ms=samples(2.0, 0.01), problem_hash="changed")])
     assert gate_cli(base, now) == ExitCode.OK  # reported, never compared
     report = (now / "gate.md").read_text()
-    assert "## Not comparable" in report and why in report
+    assert "## Not comparable" in report and "the problem file changed" in report
     assert gate_cli(base, now, "--fail-on", "incomparable") == ExitCode.REGRESSION
 
 
-def test_a_changed_candidate_is_compared_with_across_changes(tmp_path):
+def test_an_edited_candidates_slowdown_fails_by_default(tmp_path):
     base = write_run(tmp_path / "base", [candidate("k", ms=samples(1.0, 0.01))])
     now = write_run(tmp_path / "now", [candidate("k", ms=samples(2.0, 0.01), candidate_hash="changed")])
-    assert gate_cli(base, now, "--across-changes") == ExitCode.REGRESSION
-    assert "(source changed)" in (now / "gate.md").read_text()
+    assert gate_cli(base, now) == ExitCode.REGRESSION
+    report = (now / "gate.md").read_text()
+    assert "## Regressions" in report and "(source changed)" in report
+    assert gate_cli(base, now, "--across-changes") == ExitCode.REGRESSION  # the default, spelled out
+
+
+def test_no_across_changes_reports_an_edited_candidates_times_as_not_comparable(tmp_path):
+    base = write_run(tmp_path / "base", [candidate("k", ms=samples(1.0, 0.01))])
+    now = write_run(tmp_path / "now", [candidate("k", ms=samples(2.0, 0.01), candidate_hash="changed")])
+    assert gate_cli(base, now, "--no-across-changes") == ExitCode.OK
+    report = (now / "gate.md").read_text()
+    assert "## Not comparable" in report and "the candidate file changed (compare anyway with --across-changes)" in report
+    assert gate_cli(base, now, "--no-across-changes", "--fail-on", "incomparable") == ExitCode.REGRESSION
+
+
+def test_an_edited_candidate_that_is_now_incorrect_fails_with_the_default_rules(tmp_path):
+    base = write_run(tmp_path / "base", [candidate("k", ms=samples(1.0, 0.01))])
+    now = write_run(tmp_path / "now", [candidate("k", Status.INCORRECT, candidate_hash="edited")])
+    result = gate(load_side(str(base), tmp_path), load_side(str(now), tmp_path), Rules.parse("default", 0.10), alpha=0.001)
+    (comparison,) = result.comparisons
+    assert comparison.verdict == REGRESSED and comparison.regression is Regression.STATUS
+    assert comparison.reason == "was correct, now incorrect (the candidate file changed): why"
+    assert not result.passed and result.failures == ("1 candidate(s) no longer correct",)
+    for extra in ((), ("--no-across-changes",)):  # correctness is compared across the change either way
+        assert gate_cli(base, now, *extra) == ExitCode.REGRESSION
+        report = (now / "gate.md").read_text()
+        assert "**FAIL**: 1 candidate(s) no longer correct" in report and "## Not comparable" not in report
+        assert "| p1 | k | was correct, now incorrect (the candidate file changed): why |" in report and "| correct → incorrect |" in report
+
+
+@pytest.mark.parametrize("change, protocol, device_name, why", [
+    ({"problem_hash": "changed"}, PROTOCOL, "NVIDIA H100 80GB HBM3", "the problem file changed"),
+    ({"device": "cpu"}, PROTOCOL, "NVIDIA H100 80GB HBM3", "device cuda then, cpu now"),
+    ({}, PROTOCOL, "NVIDIA H200", "NVIDIA H100 80GB HBM3 then, NVIDIA H200 now"),
+    ({}, {**PROTOCOL, "timing": {**PROTOCOL["timing"], "mode": "graph"}}, "NVIDIA H100 80GB HBM3", "timing.mode was 'eager', is 'graph'"),
+    ({"candidate_hash": "edited", "problem_hash": "changed"}, PROTOCOL, "NVIDIA H100 80GB HBM3", "the problem file changed; the candidate file changed"),
+])
+def test_a_kernel_that_broke_fails_whatever_changed_between_the_runs(tmp_path, change, protocol, device_name, why):
+    base = write_run(tmp_path / "base", [candidate("k", ms=samples(1.0, 0.01))])
+    now = write_run(tmp_path / "now", [candidate("k", Status.RUNTIME_ERROR, **change)], protocol=protocol, device_name=device_name)
+    (comparison,) = gate(load_side(str(base), tmp_path), load_side(str(now), tmp_path), Rules(), alpha=0.001).comparisons
+    assert comparison.verdict == REGRESSED and comparison.regression is Regression.STATUS
+    assert comparison.reason == f"was correct, now runtime error ({why}): why"
+    assert gate_cli(base, now) == ExitCode.REGRESSION
+    assert gate_cli(base, now, "--fail-on", "none") == ExitCode.OK  # none still fails nothing
+
+
+def test_an_edited_candidate_that_stays_correct_does_not_fail(tmp_path):
+    base = write_run(tmp_path / "base", [candidate("k", ms=samples(1.0, 0.01, seed=1))])
+    now = write_run(tmp_path / "now", [candidate("k", ms=samples(1.0, 0.01, seed=2), candidate_hash="edited")])
+    (comparison,) = gate(load_side(str(base), tmp_path), load_side(str(now), tmp_path), Rules(), alpha=0.001).comparisons
+    assert comparison.verdict == UNCHANGED and comparison.reason.endswith("within 10% (source changed)")
+    assert gate_cli(base, now) == ExitCode.OK
+    assert "**PASS**" in (now / "gate.md").read_text()
+
+
+def test_an_edited_candidate_that_was_wrong_and_is_now_correct_is_an_improvement(tmp_path):
+    base = write_run(tmp_path / "base", [candidate("k", Status.INCORRECT)])
+    now = write_run(tmp_path / "now", [candidate("k", ms=samples(1.0, 0.01), candidate_hash="fixed")])
+    (comparison,) = gate(load_side(str(base), tmp_path), load_side(str(now), tmp_path), Rules(), alpha=0.001).comparisons
+    assert comparison.verdict == IMPROVED and comparison.reason == "was incorrect, now correct (the candidate file changed)"
+
+
+def test_a_candidate_skipped_for_needs_cuda_on_one_side_is_not_comparable_not_a_regression(tmp_path):
+    """A GPU baseline gated by a CPU run: the CUDA kernel was not evaluated, which says nothing about it."""
+    base = write_run(tmp_path / "base", [candidate("gpu", ms=samples(1.0, 0.01)), candidate("later", Status.NEEDS_CUDA, device="cpu")])
+    now = write_run(tmp_path / "now", [candidate("gpu", Status.NEEDS_CUDA, device="cpu"), candidate("later", Status.INCORRECT)])
+    skipped, later = gate(load_side(str(base), tmp_path), load_side(str(now), tmp_path), Rules(), alpha=0.001).comparisons
+    assert later.verdict == NOT_COMPARABLE and later.reason == "not evaluated in the baseline (needs CUDA), now incorrect"
+    assert skipped.verdict == NOT_COMPARABLE and skipped.regression is None
+    assert skipped.reason == "was correct, skipped now (needs CUDA): this run could not evaluate it"
+    assert gate_cli(base, now) == ExitCode.OK
+    report = (now / "gate.md").read_text()
+    assert "## Not comparable" in report and "| correct → needs CUDA |" in report
+    assert gate_cli(base, now, "--fail-on", "incomparable") == ExitCode.REGRESSION
+
+
+def test_a_candidate_skipped_on_both_sides_is_unchanged(tmp_path):
+    base = write_run(tmp_path / "base", [candidate("k", Status.NEEDS_CUDA, device="cpu")])
+    now = write_run(tmp_path / "now", [candidate("k", Status.NEEDS_CUDA, device="cpu", candidate_hash="edited")])
+    (comparison,) = gate(load_side(str(base), tmp_path), load_side(str(now), tmp_path), Rules(), alpha=0.001).comparisons
+    assert comparison.verdict == UNCHANGED and comparison.reason == "not evaluated on either side (needs CUDA)"
 
 
 def test_another_device_or_timing_protocol_is_not_comparable(tmp_path):
@@ -177,7 +255,8 @@ def test_report_matches_golden(tmp_path):
         candidate("slower", ms=samples(1.25, 0.01, seed=5), reference_ms=2.02), candidate("steady", ms=samples(1.0, 0.01, seed=6)),
         candidate("broke", Status.RUNTIME_ERROR), candidate("edited", ms=samples(1.0, 0.01, seed=7), candidate_hash="new"),
     ])
-    assert gate_cli(base, now, "--report", str(tmp_path / "gate.md")) == ExitCode.REGRESSION
+    # --no-across-changes: the edited candidate's times fill the "Not comparable" section
+    assert gate_cli(base, now, "--no-across-changes", "--report", str(tmp_path / "gate.md")) == ExitCode.REGRESSION
     text = (tmp_path / "gate.md").read_text().replace(str(tmp_path), "TMP")
     if os.environ.get("UPDATE_GOLDEN"):
         (GOLDEN / "gate.md").write_text(text)
@@ -213,11 +292,52 @@ def test_baseline_save_then_run_with_gate_end_to_end(tmp_path):
     assert again.returncode == 0, again.stderr
     assert "**PASS**" in (tmp_path / "results" / "again" / "gate.md").read_text()
     (solutions / "plain.py").write_text(good.replace("self.bias)", "self.bias) + 1"))
-    broken = call("--run-id", "broken", "--gate", str(baseline), "--across-changes")
+    broken = call("--run-id", "broken", "--gate", str(baseline))
     assert broken.returncode == ExitCode.REGRESSION, broken.stderr
     assert "was correct, now incorrect" in (tmp_path / "results" / "broken" / "gate.md").read_text()
     missing = call("--run-id", "never", "--gate", str(tmp_path / "nothing.jsonl"))
     assert missing.returncode == ExitCode.USAGE and not (tmp_path / "results" / "never").exists()
+
+
+@pytest.mark.slow
+def test_a_pull_request_that_breaks_a_cpp_kernel_fails_the_ci_gate_end_to_end(tmp_path, build_cache, measurement_cache):
+    """The CI example's mode through the real CLI: `run.py --all --gate BASELINE` on a project tree in tmp,
+    after the shipped C++ kernel is edited to add the bias with the wrong sign. The run alone exits 2; the
+    gate must not turn that into a pass."""
+    problems = tmp_path / "problems" / "level0"
+    problems.mkdir(parents=True)
+    shutil.copy(ROOT / "problems" / "level0" / "1_Scale_Bias_ReLU.py", problems)
+    solutions = tmp_path / "solutions" / "1_Scale_Bias_ReLU"
+    solutions.mkdir(parents=True)
+    kernel = solutions / "cpp_fused.py"
+    shutil.copy(ROOT / "solutions" / "1_Scale_Bias_ReLU" / "cpp_fused.py", kernel)
+    results = tmp_path / "results"
+    quick = ["baselines.compile_modes=[]", "timing.budget_s=0.3", "timing.warmup_ms=10", "timing.min_reps=3", "timing.rounds=4", "timing.max_rounds=6"]
+    settings = [f"solutions_dir={tmp_path / 'solutions'}", f"build_cache_dir={build_cache}", f"measurement_cache_dir={measurement_cache}", *quick]
+    common = [sys.executable, "run.py", "--all", "--device", "cpu", "--quiet", "--trials", "2", "--problems-dir", str(tmp_path / "problems"), "--results", str(results)]
+    common += [arg for setting in settings for arg in ("--set", setting)]
+
+    def call(*args):
+        return subprocess.run([*common, *args], capture_output=True, text=True, cwd=ROOT, timeout=600)
+
+    main_run = call("--run-id", "main")  # timed, as a baseline taken on main is
+    assert main_run.returncode == ExitCode.OK, main_run.stderr
+    baseline = tmp_path / "main.jsonl"
+    saved = subprocess.run([sys.executable, "run.py", "baseline", "save", "main", "--out", str(baseline), "--set", f"results_dir={results}"],
+                           capture_output=True, text=True, cwd=ROOT)
+    assert saved.returncode == 0, saved.stderr
+    (record,) = [row for row in map(json.loads, baseline.read_text().splitlines()) if row["kind"] == "candidate"]
+    assert record["candidate"] == "cpp_fused" and record["status"] == "correct" and record["timing"] is not None
+
+    source = kernel.read_text()
+    assert source.count("* s + bp[c]") == 1
+    kernel.write_text(source.replace("* s + bp[c]", "* s - bp[c]"))
+    broken = call("--run-id", "pr", "--no-timing", "--gate", str(baseline))
+    assert broken.returncode == ExitCode.REGRESSION, broken.stderr
+    report = (results / "pr" / "gate.md").read_text()
+    assert "**FAIL**: 1 candidate(s) no longer correct" in report and "## Regressions" in report
+    assert "| 1_Scale_Bias_ReLU | cpp_fused | was correct, now incorrect (the candidate file changed): " in report
+    assert "| correct → incorrect |" in report and "## Not comparable" not in report
 
 
 def floor(speedup, spread=0.01):

@@ -24,7 +24,12 @@ def setup_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_gate_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fail-on", metavar="RULES", help="what fails the gate: e.g. median:5%%,geomean:3%%,missing,incomparable, or none (default: config gate.fail_on; correctness always counts unless none)")
-    parser.add_argument("--across-changes", action="store_true", help="compare a candidate whose source changed instead of calling it not comparable")
+    parser.add_argument(
+        "--across-changes",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="compare the times of a candidate whose source changed, so that an edit that makes it slower fails (default); --no-across-changes reports those times as not comparable (correctness is compared either way)",
+    )
 
 
 def run_from_args(args: argparse.Namespace, argv: Sequence[str]) -> int:
