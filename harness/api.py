@@ -3,9 +3,9 @@ command line and the HTTP service (`python run.py serve`) are built on.
 
     from harness import api
 
-    record = api.evaluate("19_ReLU", source)              # one candidate, a session of its own
+    record = api.evaluate("1_Scale_Bias_ReLU", source)    # one candidate, a session of its own
     with api.Session() as session:                         # many: lanes, judges and builds stay warm
-        futures = [session.submit("19_ReLU", s) for s in sources]
+        futures = [session.submit("1_Scale_Bias_ReLU", s) for s in sources]
         records = [f.result() for f in futures]
 
 A record is the same `CandidateRecord` a `python run.py` run writes, from the same isolation and

@@ -164,22 +164,30 @@ def resolve_named_problem(query: str, problems_dir: Path, allow_dir: Path | None
     name = query.removesuffix(".py")
     parts = name.split("/")
     named = len(parts) <= 2 and all(re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,199}", part) for part in parts) and Path(name).suffix != ".py"
-    refusal = UserError(f"problem {shown} is not a problem name: problems are named as in the problem tree ({problems_dir}), e.g. level1/19_ReLU, and files are not taken")
+    refusal = UserError(f"problem {shown} is not a problem name: problems are named as in the problem tree ({problems_dir}), e.g. level1/7_GELU, and files are not taken")
     if named:
         try:
             problem = resolve_problem(name, problems_dir)  # no ".py" suffix left: never opened as a path
         except UserError as exc:
             refusal = exc
         else:
-            if problem.path.resolve().is_relative_to(problems_dir.resolve()):
+            try:
+                inside = problem.path.resolve().is_relative_to(problems_dir.resolve())
+            except (OSError, RuntimeError):  # a link loop
+                inside = False
+            if inside:
                 return problem
             refusal = UserError(f"problem {shown} links out of the problem tree ({problems_dir}): refused")
     if allow_dir is None or "\0" in query:
         raise refusal
     root = allow_dir.resolve()
-    path = (root / query).resolve()  # an absolute query replaces root; resolving follows every link
+    try:
+        path = (root / query).resolve()  # an absolute query replaces root; resolving follows every link
+    except (OSError, RuntimeError):  # a link loop
+        path = root
     if path.suffix != ".py" or not path.is_relative_to(root) or not path.is_file():
-        raise refusal if named else UserError(f"problem {shown} is neither a problem name nor a .py file inside {allow_dir} (the directory problem files are allowed from)")
+        taken = f"a .py file inside {allow_dir}, the directory problem files are taken from"
+        raise UserError(f"{refusal}; nor is it {taken}" if named else f"problem {shown} is neither a problem name nor {taken}")
     level = path.parent.name if path.parent != root else ""
     if level in UNSUPPORTED_LEVELS:
         raise UserError(f"{level}/{path.stem}: {UNSUPPORTED_LEVELS[level]}")
