@@ -7,7 +7,9 @@ Every file in benchmarks/cheats/<problem>/ states what it must get on its second
 (`correct + side-stream`), or alternatives joined by ` or `. The script runs the whole folder
 against benchmarks/problems/<problem>.py with the real CLI (builds, lanes, judge, sanitizer), writes
 the records and a table (verdicts.md) under --out, and exits 1 when any verdict differs, or when a
-candidate that must fail is ranked. GPU only: on the CPU the CUDA candidates are skipped.
+candidate that must fail is ranked. The folders named after a problems/level0 problem hold CPU decoys
+and run with device=cpu; the others need a GPU (on the CPU their CUDA candidates are skipped). With no
+folder named: the GPU folders on a machine with CUDA, the CPU ones on a machine without.
 """
 from __future__ import annotations
 
@@ -22,6 +24,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 CATALOG = ROOT / "benchmarks" / "cheats"
 PROBLEMS = ROOT / "benchmarks" / "problems"
+LEVEL0 = ROOT / "problems" / "level0"
+
+
+def cpu_folder(problem: str) -> bool:
+    """A folder of CPU decoys: one named after a problems/level0 problem."""
+    return (LEVEL0 / f"{problem}.py").is_file()
+
+
+def default_folders() -> list[str]:
+    """The folders this machine runs when none is named: the GPU ones with CUDA, else the CPU ones."""
+    import torch
+
+    gpu = torch.cuda.is_available()
+    return [p.name for p in sorted(CATALOG.iterdir()) if p.is_dir() and cpu_folder(p.name) != gpu]
 
 
 def expectations(folder: Path, key: str = "Expect") -> dict[str, list[tuple[str, str]]]:
@@ -85,13 +101,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / ".cache" / "cheats")
     parser.add_argument("--set", action="append", default=[], help="a config override for the run")
-    parser.add_argument("problems", nargs="*", default=[p.name for p in sorted(CATALOG.iterdir()) if p.is_dir()])
+    parser.add_argument("problems", nargs="*")
     args = parser.parse_args()
+    args.problems = args.problems or default_folders()
     args.out.mkdir(parents=True, exist_ok=True)
     failed = 0
     for problem in args.problems:
         expected = expectations(CATALOG / problem)
-        records, seconds = run_catalog(problem, args.out, args.set)
+        records, seconds = run_catalog(problem, args.out, args.set + (["device=cpu"] if cpu_folder(problem) else []))
         text, wrong = table(records, expected)
         summary = f"## {problem}: {len(expected) - wrong} of {len(expected)} verdicts as expected, {seconds:.0f} s"
         (args.out / f"{problem}.md").write_text(summary + "\n\n" + text + "\n")

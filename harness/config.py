@@ -92,7 +92,7 @@ class FlagPolicies:
     (wrong-gradients, forward-only) take check.gradients."""
 
     no_custom_kernel: str  # none of its own kernels ran: a torch pass-through
-    wraps_reference: str  # every kernel of the reference's call ran too; its own kernels only add to it
+    wraps_reference: str  # every kernel (CPU: ATen compute operator) of the reference's call ran too; its own kernels only add to it
     own_share_low: str  # its own kernels are under check.own_share_floor of the GPU time
     side_stream: str  # work on other streams or threads, or still running when forward returned
     tamper_suspect: str  # source that reaches into the process or device settings; a persisting-L2 limit found set

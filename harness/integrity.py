@@ -1,17 +1,29 @@
 """The integrity findings on one candidate, from what its worker reported: pure functions from
-evidence (profiles, extension call counts, timings) to (flag code, one-line reason) pairs.
+evidence (profiles, extension call counts, the ATen operators of a CPU forward, timings) to (flag
+code, one-line reason) pairs.
 harness/flags.py applies the policies; evaluate.py gathers the evidence."""
 
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 from harness.flags import Code, Finding
-from harness.records import CallProfile, SpeedOfLight, TimingStats
+from harness.records import CallProfile, ForwardOps, SpeedOfLight, TimingStats
 from harness.scan import custom_share
 
 PROFILE_FLOOR = 0.8  # a median under this fraction of the profiled call's own GPU time is flagged
+
+# ATen operators that do none of a problem's arithmetic (is_compute), named without "aten::" and
+# without an in-place "_": allocations and fills, copies and dtype or layout changes, views and
+# shape queries, conjugate and negative bits, scalar reads.
+ALLOCATIONS = "empty empty_like empty_strided new_empty new_empty_strided zeros zeros_like new_zeros ones ones_like new_ones full full_like new_full scalar_tensor zero fill resize resize_as set lift lift_fresh lift_fresh_copy"
+COPIES = "copy clone contiguous to _to_copy _copy_from _copy_from_and_resize type_as detach alias resolve_conj resolve_neg _conj conj item _local_scalar_dense"
+VIEWS = (
+    "view view_as _unsafe_view reshape reshape_as _reshape_alias as_strided t transpose permute expand expand_as squeeze unsqueeze select slice narrow unflatten flatten "
+    "split split_with_sizes chunk unbind diagonal movedim moveaxis swapaxes swapdims numpy_T mT unfold size sym_size stride sym_stride numel sym_numel dim result_type"
+)
+NON_COMPUTE = frozenset(f"{ALLOCATIONS} {COPIES} {VIEWS}".split())
 
 
 def own_kernels(profile: Optional[CallProfile], reference: Optional[CallProfile], names: set[str], floor: float) -> tuple[Optional[float], list[Finding]]:
@@ -50,6 +62,51 @@ def extension_use(counted: Optional[dict[str, int]]) -> list[Finding]:
     if counted:
         return [(Code.NO_CUSTOM_KERNEL, f"none of its extensions' functions ({', '.join(sorted(counted)[:4])}) was called in its checked forward calls")]
     return [(Code.NO_CUSTOM_KERNEL, "it builds no extension of its own (load_inline); its forward is torch's")]
+
+
+def is_compute(name: str) -> bool:
+    """An ATen operator that can do a problem's arithmetic (matmul, addmm, convolutions, norms,
+    activations, elementwise and reductions): any `aten::` operator outside NON_COMPUTE, and not a
+    query (`is_contiguous`, `_has_compatible_shallow_copy_type`, `_nnpack_available`). An
+    in-place variant is its operator (`aten::relu_` is `aten::relu`)."""
+    base = _base(name)
+    return name.startswith("aten::") and base not in NON_COMPUTE and not base.startswith(("is_", "_has_")) and not base.endswith("_available")
+
+
+def _base(name: str) -> str:
+    """`aten::clamp_min_` -> `clamp_min`: the operator without its namespace or in-place mark."""
+    base = name.removeprefix("aten::")
+    return base[:-1] if base.endswith("_") and not base.endswith("__") else base
+
+
+def reference_ops(candidate: Optional[ForwardOps], reference: Optional[ForwardOps], called: Mapping[str, int]) -> list[Finding]:
+    """CPU evidence beside the extension counts: the ATen compute operators of the candidate's
+    observed forward against the reference's on the same call. When its extension functions ran
+    (`called`) and every compute operator of the reference ran in its forward too, as often, torch
+    did the reference's work: `no-custom-kernel` when all of those ran inside its extension
+    functions (C++ that only calls ATen), else `wraps-reference` (its functions only add to torch's
+    work). Nothing without both observations, or when the reference runs no compute operator."""
+    if candidate is None or reference is None or candidate.error or reference.error or not any(n > 0 for n in called.values()):
+        return []
+    wanted, ran, inside = Counter[str](), Counter[str](), Counter[str]()
+    for op in reference.compute:
+        wanted[_base(op.name)] += op.count
+    for op in candidate.compute:
+        ran[_base(op.name)] += op.count
+        inside[_base(op.name)] += op.inside
+    if not wanted or any(ran[name] < n for name, n in wanted.items()):
+        return []
+    listed = ", ".join(f"aten::{name} x{n}" for name, n in sorted(wanted.items())[:6]) + (", ..." if len(wanted) > 6 else "")
+    functions = ", ".join(sorted(name for name, n in called.items() if n > 0)[:4])
+    if all(inside[name] >= n for name, n in wanted.items()):
+        return [(Code.NO_CUSTOM_KERNEL, f"its extension functions ({functions}) call torch's operators for the reference's work: every compute operator of the reference's forward ({listed}) ran inside them")]
+    outside = sum(min(ran[name] - inside[name], n) for name, n in wanted.items())
+    return [
+        (
+            Code.WRAPS_REFERENCE,
+            f"every compute operator of the reference's forward ({listed}) ran in its forward too, as often ({outside} of them outside its extension functions); its extension functions ({functions}) only add to torch's work",
+        )
+    ]
 
 
 def side_work(profile: Optional[CallProfile], threads: Any) -> list[Finding]:

@@ -41,9 +41,10 @@ from harness.compare import compare_gradients, compare_outputs, relative_error
 from harness.config import Tolerance
 from harness.degenerate import NOISE_THEN, InertBuffers, judge_buffers
 from harness.errors import one_line
+from harness.integrity import is_compute
 from harness.pairing import device_sync_reason
-from harness.profile import profile_call
-from harness.records import CallProfile, CheckResult
+from harness.profile import observe_ops, observed_call, profile_call
+from harness.records import CallProfile, CheckResult, ForwardOps
 from harness.reference import Reference, device_memory, release, structure_notes
 from harness.regions import device_sharing, dtype_of, view
 from harness.roofline import count_work, device_peaks, floor
@@ -320,6 +321,23 @@ class ReferenceTiming:
             torch.set_num_threads(self.check_threads)
 
 
+def reference_ops(reference: Reference, calls: tuple[P.Call, ...]) -> ForwardOps:
+    """The ATen operators of the reference's forward on the call a candidate's worker observes on
+    the CPU (harness.profile.observed_call), with the plan's weights: what wraps-reference compares a
+    candidate's with (harness.integrity.reference_ops). The model's state is put back after."""
+    if not calls:
+        return ForwardOps(error="the plan has no call")
+    index = observed_call(calls)
+    call = calls[index]
+    reference.load(reference.randomized)
+    reference.model.train(call.mode == "train")
+    args = reference.inputs(call.input)
+    with torch.no_grad():
+        _, ops = observe_ops(lambda: reference.forward(args), is_compute, call=index)
+    reference.load(reference.randomized)
+    return ops
+
+
 class Judge:
     """The requests serve() dispatches: Start runs the reference once through the plan; Open,
     Check, PrepareTiming, TimeRound and Close then serve compared workers' sessions, through the
@@ -391,6 +409,8 @@ class Judge:
             input_structure=structure_notes(reference.structures),
             degenerate=reference.noise.notes("every call of the plan", NOISE_THEN) or reference.same_seed_noise.notes("the same-seed call (the initial weights)", NOISE_THEN),
         )
+        if reference.device.type == "cpu":
+            report = dataclasses.replace(report, forward_ops=reference_ops(reference, job.calls))
         self.reference, self.stager = reference, Stager(job, reference, footprint)
         self.checker = Checker(job, reference, self.stager, self.tolerances)
         self.timing = ReferenceTiming(job, reference, self.stager, check_threads)

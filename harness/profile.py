@@ -5,19 +5,25 @@ profiler's correlation id, and classified by when that launch happened: during t
 the start of forward and the device synchronise after it) or after forward had returned (launched
 by a thread the model left running). A tiny marker kernel launched first names the calling stream.
 The sum of the activities' durations is what the GPU itself says one call costs.
+
+On the CPU, which has no kernels to name, one checked forward is observed for the ATen operators
+it runs (`observe_ops`): those the model's Python calls and those its C++ extension functions call
+through the dispatcher alike, each told apart by the Python call it ran under.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Collection, Iterable, Optional, Sequence
 
 import torch
 
-from harness.records import CallProfile, KernelTime
+from harness.errors import one_line
+from harness.records import CallProfile, ForwardOps, KernelTime, OpCount
 
 GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 CALL_RANGE = "harness::call"
@@ -143,3 +149,85 @@ def _summarize_call(during: list[tuple[float, dict[str, Any]]], after: int, clos
         busy_after_return=busy,
         kernels=tuple(kernels[:20]),
     )
+
+
+# -- the CPU: the ATen operators of one forward ------------------------------------------------------
+
+EXTENSION_CALL = re.compile(r"^<built-in (?:method|function) (\w+) of (?:pybind11|PyCapsule)")  # a traced call of a C++ extension's function
+
+
+def observed_call(calls: Sequence[Any]) -> int:
+    """The planned call (harness.protocol.Call) whose ATen operators are observed on the CPU, the
+    candidate's in its worker and the reference's in the judge: the first in eval mode at the
+    problem's own size (a warm call: the same-seed call came first), else the first."""
+    return next((index for index, call in enumerate(calls) if call.mode == "eval" and not call.other_size), 0)
+
+
+def observe_ops(thunk: Callable[[], Any], compute: Callable[[str], bool], functions: Collection[str] = (), call: int = -1) -> tuple[Any, ForwardOps]:
+    """`thunk()` (one forward on the CPU) under torch's profiler: its result, and the ATen operators
+    it ran (`summarize_ops`, with `compute` and the extension's `functions`). With `functions`, the
+    profiler also traces Python calls, so that operators dispatched from inside them are told
+    apart. The thunk's exceptions are its own; the profiler's are data (`ForwardOps.error`), and a
+    profiler that will not start leaves the thunk to run unobserved."""
+    from torch.autograd.profiler import profile
+
+    try:
+        observer = profile(use_kineto=False, with_stack=bool(functions))
+        observer.__enter__()
+    except Exception as exc:
+        return thunk(), ForwardOps(call=call, error=f"the profiler did not start: {one_line(exc)}")
+    try:
+        result = thunk()
+    finally:
+        stopped = _stop(observer)
+    if stopped:
+        return result, ForwardOps(call=call, error=stopped)
+    try:
+        return result, summarize_ops(observer.function_events, compute, functions, call)
+    except Exception as exc:
+        return result, ForwardOps(call=call, error=f"the profile could not be read: {one_line(exc)}")
+
+
+def _stop(observer: Any) -> str:
+    """Stop the profiler: "" when it stopped, else why not."""
+    try:
+        observer.__exit__(None, None, None)
+    except Exception as exc:
+        return f"the profiler did not stop: {one_line(exc)}"
+    return ""
+
+
+def summarize_ops(events: Iterable[Any], compute: Callable[[str], bool], functions: Collection[str] = (), call: int = -1) -> ForwardOps:
+    """The ATen operators among profiler `events` (each with `name` and `cpu_parent`, the call it
+    ran under). An operator counts as compute where `compute(name)` holds and no operator it called
+    does (so `aten::linear` is counted as its `aten::addmm`, `aten::relu` as its
+    `aten::clamp_min`), with how many of its runs were dispatched from inside a traced call of one
+    of `functions` (a C++ extension's). Every other ATen operator is counted in `other`."""
+    events = list(events)
+    computing = [e for e in events if e.name.startswith("aten::") and compute(e.name)]
+    above: set[int] = set()  # the events a compute operator ran under
+    for event in computing:
+        parent = event.cpu_parent
+        while parent is not None and id(parent) not in above:
+            above.add(id(parent))
+            parent = parent.cpu_parent
+    tally: dict[str, list[int]] = {}
+    for event in computing:
+        if id(event) not in above:
+            counts = tally.setdefault(event.name, [0, 0])
+            counts[0] += 1
+            counts[1] += _inside(event, functions)
+    ops = tuple(OpCount(name, count, inside) for name, (count, inside) in sorted(tally.items()))
+    aten = sum(1 for e in events if e.name.startswith("aten::"))
+    return ForwardOps(ops, aten - sum(op.count for op in ops), call)
+
+
+def _inside(event: Any, functions: Collection[str]) -> bool:
+    """Whether `event` ran inside a traced call of one of `functions`."""
+    parent = event.cpu_parent
+    while parent is not None:
+        match = EXTENSION_CALL.match(parent.name)
+        if match is not None and match.group(1) in functions:
+            return True
+        parent = parent.cpu_parent
+    return False

@@ -12,7 +12,7 @@ import json
 from typing import Any, Optional
 
 from harness.config import TimerSettings
-from harness.records import CallProfile, CheckResult, ExtensionBuild, SpeedOfLight, TimingStats, from_dict, to_dict
+from harness.records import CallProfile, CheckResult, ExtensionBuild, ForwardOps, SpeedOfLight, TimingStats, from_dict, to_dict
 from harness.regions import RegionHandle, TensorSpec
 from harness.status import Backward, Status, Vocabulary
 
@@ -220,6 +220,7 @@ class ReferenceReport:
     device_name: str = ""
     profile: Optional[CallProfile] = None  # one profiled call (CUDA, when timing is on)
     profile_error: str = ""  # why profiling failed, when it did
+    forward_ops: Optional[ForwardOps] = None  # the ATen operators of its forward on the call workers observe (CPU)
     speed_of_light: Optional[SpeedOfLight] = None
     speed_of_light_error: str = ""
     other_size: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -358,6 +359,7 @@ class ExtensionCalls:
 
     checked: dict[str, int]
     timed: dict[str, int]
+    forward_ops: Optional[ForwardOps] = None  # the ATen operators of its observed checked call (a candidate on the CPU)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -192,6 +192,26 @@ class CallProfile:
 
 
 @dataclasses.dataclass(frozen=True)
+class OpCount:
+    """One ATen compute operator of an observed forward, by name (harness.profile.observe_ops)."""
+
+    name: str  # as the profiler names it, e.g. "aten::addmm"
+    count: int  # runs in the call
+    inside: int = 0  # of those, dispatched from inside a call of one of the model's extension functions
+
+
+@dataclasses.dataclass(frozen=True)
+class ForwardOps:
+    """The ATen operators one forward ran on the CPU (torch's profiler), where CUDA has the kernel
+    profile: the compute operators (innermost, not views, copies or allocations: harness.integrity.is_compute)."""
+
+    compute: tuple[OpCount, ...] = ()  # by name
+    other: int = 0  # the other ATen operators it ran: views, copies, allocations, and those that only called compute ones
+    call: int = -1  # the planned call observed (harness.profile.observed_call)
+    error: str = ""  # why the forward could not be observed ("" when it was)
+
+
+@dataclasses.dataclass(frozen=True)
 class PairedSpeedup:
     """A speedup from rounds timed in turns under one protocol: the reference (by the lane's judge)
     and a compared model (by its worker), so drift in clocks, power and host load cancels."""
@@ -356,6 +376,7 @@ class CandidateRecord:
     notes: tuple[str, ...] = ()  # information that is neither a warning nor a flag (a faster algorithm than the reference's)
     profile: Optional[CallProfile] = None  # one profiled call (CUDA)
     custom_kernel_share: Optional[float] = None  # share of the profiled GPU time in the candidate's own kernels
+    forward_ops: Optional[ForwardOps] = None  # the ATen operators of one checked forward (CPU), against the reference's
     flags: tuple[Flag, ...] = ()  # integrity findings with the policy applied to each (harness/flags.py)
     sanitizer: tuple[SanitizerRun, ...] = ()  # compute-sanitizer runs over one small forward (CUDA, correct candidates)
     weight_mapping: tuple[tuple[str, str], ...] = ()  # (ModelNew's name, the reference's) where the transplant paired renamed weights by position
@@ -413,6 +434,7 @@ class ReferenceRecord:
     baselines: tuple[Baseline, ...] = ()  # torch.compile modes, timed in the same worker
     speed_of_light: Optional[SpeedOfLight] = None  # the problem's roofline floor on this device
     profile: Optional[CallProfile] = None  # one profiled call (CUDA)
+    forward_ops: Optional[ForwardOps] = None  # the ATen operators of its forward on the call workers observe (CPU)
     timing_reused_from: str = ""  # run id whose cached timings were reused (timing.reuse_reference)
     other_size: dict[str, Any] = dataclasses.field(default_factory=dict)  # module constants of the other-size trial
     other_size_note: str = ""  # why the other-size trial ran at the problem's own size, when it did

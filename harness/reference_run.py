@@ -79,6 +79,7 @@ class ReferenceRun:
             report.float64_note,
             f"profiling the reference failed: {report.profile_error}" if report.profile_error else "",
             f"speed-of-light not measured: {report.speed_of_light_error}" if report.speed_of_light_error else "",
+            f"its ATen operators were not observed: {report.forward_ops.error}" if report.forward_ops is not None and report.forward_ops.error else "",
         )
         return ReferenceRecord(
             **setting.record_fields(),
@@ -88,6 +89,7 @@ class ReferenceRun:
             reason=report.reason,
             speed_of_light=report.speed_of_light,
             profile=report.profile,
+            forward_ops=report.forward_ops,
             other_size=report.other_size,
             other_size_note=report.other_size_note,
             wall_seconds=wall_seconds,

@@ -140,6 +140,9 @@ def first_warnings(case: Case) -> list[str]:
         warnings.append(f"weights mapped by position (ModelNew renames them): {shown}")
     if case.compared.profile_error:
         warnings.append(f"profiling the candidate failed: {case.compared.profile_error}")
+    observed = case.reported.counted.forward_ops if case.reported.counted is not None else None
+    if observed is not None and observed.error:
+        warnings.append(f"observing the candidate's ATen operators failed: {observed.error}")
     return warnings
 
 
@@ -177,8 +180,9 @@ def findings(case: Case, status: Status) -> tuple[list[Finding], dict[str, Any]]
     extension_calls = dict(counted.checked) if counted is not None else {}
     share, kernels = integrity.own_kernels(profile, case.reference.profile, set(reported.declared), rules.own_share_floor)
     found.extend(kernels)
-    if case.device == "cpu" and status is Status.CORRECT:  # no profile on the CPU: the extensions' counted calls are the evidence
-        found.extend(integrity.extension_use(extension_calls if counted is not None else None))
+    if case.device == "cpu" and status is Status.CORRECT:  # no profile on the CPU: the extensions' counted calls and the ATen operators are the evidence
+        uncalled = integrity.extension_use(extension_calls if counted is not None else None)
+        found.extend(uncalled or integrity.reference_ops(counted.forward_ops if counted is not None else None, case.reference.forward_ops, extension_calls))
     found.extend(integrity.side_work(profile, reported.threads))
     if compared.unsafe:
         found.append((Code.UNSAFE_MEMORY, compared.unsafe))
@@ -196,6 +200,7 @@ def findings(case: Case, status: Status) -> tuple[list[Finding], dict[str, Any]]
         "custom_kernel_share": share,
         "extension_calls": extension_calls,
         "timed_extension_calls": dict(counted.timed) if counted is not None else {},
+        "forward_ops": counted.forward_ops if counted is not None else None,
     }
     return found, evidence
 

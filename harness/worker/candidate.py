@@ -27,7 +27,7 @@ class Candidate(Worker):
         with torch.no_grad():
             model.eval()
             staged, own = self._same_seed(model)
-            staged = check_calls(self, model, model, staged)
+            staged = check_calls(self, model, model, staged, cache)
         checked = _delta(cache.calls, before_checks)
         timing = self.job.timing is not None
         after_buffers = ("trial", 0) if self.job.gradients else ("timing", 0) if timing else ("none", 0)

@@ -23,7 +23,9 @@ from harness import protocol as P
 from harness.buildcache import BuildCache
 from harness.channel import ChannelWriter
 from harness.errors import one_line
-from harness.records import ExtensionBuild, from_dict
+from harness.integrity import is_compute
+from harness.profile import observe_ops, observed_call
+from harness.records import ExtensionBuild, ForwardOps, from_dict
 from harness.regions import GUARD, POISON, Region, band_changes, layout, past_end, view, write
 from harness.scan import declared_kernels
 from harness.status import Backward, Status
@@ -59,6 +61,7 @@ class Worker:
         self._views: dict[Any, Any] = {}
         self._bands: dict[int, Any] = {}  # id of a device copy -> the guard band after it
         self._unsafe_reported = False
+        self.forward_ops: Optional[ForwardOps] = None  # the ATen operators of the observed checked call (a candidate on the CPU)
 
     def run(self) -> None:
         raise NotImplementedError
@@ -169,6 +172,14 @@ class Worker:
         """Ask for inputs without reporting outputs (a step with none)."""
         return self._step("stage", 0, [], [], want=(kind, 0))
 
+    def _observed(self, model: Any, args: list[Any], label: str, index: int, cache: BuildCache) -> list[Any]:
+        """A checked forward (`_call`) with the ATen operators it runs recorded, those its extension
+        functions call told apart (harness.profile.observe_ops): the CPU's evidence where CUDA has
+        the kernel profile, against the reference's on the same call."""
+        functions = {name.rsplit(".", 1)[-1] for name in cache.calls}
+        out, self.forward_ops = observe_ops(lambda: self._call(model, args, label), is_compute, functions, index)
+        return out
+
     def _call(self, model: Any, args: list[Any], label: str) -> list[Any]:
         """One checked forward: its outputs (tensors only), after the guard's check and a look for threads it left running."""
         threads_before = set(threading.enumerate())
@@ -235,17 +246,19 @@ def construct(worker: Worker, model_class: type) -> Any:
     return model
 
 
-def check_calls(worker: Worker, model: Any, runner: Any, staged: P.Staged) -> P.Staged:
+def check_calls(worker: Worker, model: Any, runner: Any, staged: P.Staged, cache: Optional[BuildCache] = None) -> P.Staged:
     """Every planned call of `runner` (`model`, or its compiled form) on the inputs the judge staged,
-    each reported as a step; returns what the judge staged after the last."""
+    each reported as a step; returns what the judge staged after the last. With `cache` (a
+    candidate's) on the CPU, the ATen operators of one call are observed (`Worker._observed`)."""
     calls = worker.job.calls
+    observed = observed_call(calls) if cache is not None and worker.device.type == "cpu" else -1
     for index, call in enumerate(calls):
         model.train(call.mode == "train")
         # The inputs of every call are written by the judge into the same memory: an answer
         # memoised by input identity or address comes back stale and fails the comparison.
         args = worker._set(staged.sets[0], staged.fresh)
         torch.manual_seed(worker.job.rng_seed + index)  # as the judge seeds its reference call
-        out = worker._call(runner, args, f"call_{index}")
+        out = worker._observed(runner, args, f"call_{index}", index, cache) if index == observed and cache is not None else worker._call(runner, args, f"call_{index}")
         last = index + 1 == len(calls)
         reply = worker._step("call", index, out, args, want=("none", 0) if last else ("call", index + 1))
         # The judge stages what a passing call asks for; a failing one ends the worker instead.
@@ -321,8 +334,9 @@ def start_timing(worker: Worker, staged: Optional[P.Staged]) -> list[list[Any]]:
 
 
 def finish(worker: Worker, cache: BuildCache, checked: dict[str, int], before_timing: dict[str, int]) -> None:
-    """The extension calls counted while checked and while timed, then the last message."""
-    worker.send(P.ExtensionCalls(checked, _delta(cache.calls, before_timing)))
+    """The extension calls counted while checked and while timed (with the observed call's ATen
+    operators, when there are some), then the last message."""
+    worker.send(P.ExtensionCalls(checked, _delta(cache.calls, before_timing), worker.forward_ops))
     worker.send(P.Done(worker.phase_seconds))
 
 
