@@ -16,6 +16,7 @@ from harness import __version__
 from harness.commands import baseline, gate, ingest, leaderboard, lint, run, serve
 from harness.errors import ExitCode, ResourceError, UserError
 from harness.scratch import no_space
+from harness.text import visible
 
 COMMANDS = {"run": run, "ingest": ingest, "gate": gate, "baseline": baseline, "leaderboard": leaderboard, "lint": lint, "serve": serve}
 
@@ -45,10 +46,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return COMMANDS[args.command].run_from_args(args, argv)
     except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {visible(str(exc))}", file=sys.stderr)
         return int(ExitCode.USAGE)
     except ResourceError as exc:
-        print(f"harness error: {exc}", file=sys.stderr)
+        print(f"harness error: {visible(str(exc))}", file=sys.stderr)
         return int(ExitCode.RESOURCES)
     except KeyboardInterrupt as exc:  # one that arrived outside a run's evaluation loop (which handles its own)
         print(f"{exc or 'interrupted'}", file=sys.stderr)
@@ -57,5 +58,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = no_space(exc)
         if message is None:
             raise
-        print(f"harness error: {message}", file=sys.stderr)
+        print(f"harness error: {visible(message)}", file=sys.stderr)
         return int(ExitCode.RESOURCES)

@@ -23,9 +23,11 @@ from typing import Any, Iterable, Optional, TypedDict
 from harness import nullfloor
 from harness.config import PROTOCOL_SETTINGS
 from harness.errors import UserError
+from harness.problem import natural_key
 from harness.records import CandidateRecord, NullFloor, ReferenceRecord, RunHeader, latest_per_candidate
 from harness.status import Status, Vocabulary
 from harness.store import read_records, resolve_run
+from harness.text import markdown_code, markdown_text
 
 # Settings of the timing protocol that change what a median means; a baseline taken under other
 # values is not comparable (harness.config.PROTOCOL_SETTINGS).
@@ -354,13 +356,14 @@ def _ms(value: Optional[float]) -> str:
 
 
 def _table(rows: Iterable[Comparison]) -> list[str]:
+    """One row per comparison, in natural order (`l1_p2` before `l1_p10`); names and reasons as literal text."""
     lines = ["| problem | candidate | change | baseline ms | current ms | ratio | p | reference moved | statuses |", "|---|---|---|---:|---:|---:|---:|---:|---|"]
-    for c in rows:
+    for c in sorted(rows, key=lambda c: (natural_key(c.problem), natural_key(c.candidate))):
         ratio = f"{c.ratio:.3f}x" if c.ratio is not None else ""
         p = f"{c.p_value:.1e}" if c.p_value is not None else ""
         moved = _percent(c.reference_ratio) if c.reference_ratio is not None else ""
         states = c.current_status if c.baseline_status == c.current_status else f"{c.baseline_status or '-'} → {c.current_status or '-'}"
-        lines.append(f"| {c.problem} | {c.candidate} | {c.reason.replace('|', '/')} | {_ms(c.baseline_ms)} | {_ms(c.current_ms)} | {ratio} | {p} | {moved} | {states} |")
+        lines.append(f"| {markdown_text(c.problem)} | {markdown_text(c.candidate)} | {markdown_text(c.reason)} | {_ms(c.baseline_ms)} | {_ms(c.current_ms)} | {ratio} | {p} | {moved} | {states} |")
     return lines
 
 
@@ -372,7 +375,7 @@ def report(result: GateResult) -> str:
         "",
         f"{verdict}",
         "",
-        f"Baseline `{result.baseline}`, current `{result.current}`. Fails on: `{result.rules.describe()}`; a change in time counts when Mann-Whitney U gives p < {result.alpha:g}.",
+        f"Baseline {markdown_code(result.baseline)}, current {markdown_code(result.current)}. Fails on: `{result.rules.describe()}`; a change in time counts when Mann-Whitney U gives p < {result.alpha:g}.",
         "",
         "| " + " | ".join(VERDICTS) + " | geomean ratio |",
         "|" + "---:|" * (len(VERDICTS) + 1),

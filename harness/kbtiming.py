@@ -24,9 +24,11 @@ from typing import Any, Iterable, Optional, Sequence
 import pandas as pd
 
 from harness.errors import UserError
-from harness.leaderboard import _cell, markdown_table
+from harness.leaderboard import _cell, markdown_table, natural_order
 from harness.records import CandidateRecord, ReferenceRecord, latest_per_candidate
 from harness.status import Status
+from harness.terminal import Column, fitted_table, notes
+from harness.text import markdown_code, markdown_text, terminal_text
 
 STATISTIC = "mean"  # the baseline entry's field KernelBench's scoring divides by the candidate's mean
 LEVEL = re.compile(r"level\d+")
@@ -159,7 +161,7 @@ def fast_p_against(
     references = list(references)
     levels = {r.problem: level_of(r.problem_path) for r in references}
     rows = []
-    for problem in sorted({p for p, _ in latest}):
+    for problem in natural_order(p for p, _ in latest):
         candidates = [r for (p, _), r in latest.items() if p == problem and r.status is not Status.NEEDS_CUDA]
         level = levels.get(problem, "")
         found = baseline.find(problem, level)
@@ -232,9 +234,9 @@ def render_markdown(table: FastPAgainstBaseline, title: str) -> str:
     shown = frame(table)
     hardware = table.baseline.hardware or "hardware not given"
     lines = [
-        f"# {title}",
+        f"# {markdown_text(title)}",
         "",
-        f"Baseline: `{table.baseline.source}` ({hardware}), its `{STATISTIC}`; this run: {', '.join(table.devices) or 'no reference records'}.",
+        f"Baseline: {markdown_code(table.baseline.source)} ({markdown_text(hardware)}), its `{STATISTIC}`; this run: {markdown_text(', '.join(table.devices) or 'no reference records')}.",
         f"Speedup here: KernelBench's {STATISTIC} / the candidate's {STATISTIC} time. `reference_vs_kb`: this run's reference / KernelBench's.",
         "",
         f"Note: {HONEST_NOTE} (docs/kernelbench.md).",
@@ -254,17 +256,19 @@ def write_report(out: Path, table: FastPAgainstBaseline, title: str) -> tuple[Pa
 
 
 def print_report(table: FastPAgainstBaseline, console: Any) -> None:
-    """A short table for the terminal (fast_p, the ratio of the references, what is missing) and the note."""
-    from rich.table import Table
-
+    """A table that fits the terminal (fast_p, the ratio of the references), why a problem has no
+    baseline time as notes under it, and the note."""
     shown = frame(table)
     if not len(shown):
         return
-    shown = shown[["problem"] + [c for c in shown.columns if c.startswith("fast_")] + ["reference_vs_kb", "missing"]]
-    rich_table = Table(title=f"fast_p against KernelBench's {table.baseline.source}", title_justify="left")
-    for column in shown.columns:
-        rich_table.add_column(column, overflow="fold", max_width=60 if column == "missing" else None)
-    for cells in _cells(shown):
-        rich_table.add_row(*cells)
+    missing: dict[str, list[str]] = {}
+    for problem, why in zip(shown["problem"], shown["missing"]):
+        if why:
+            missing.setdefault(why, []).append(problem)
+    shown = shown[["problem"] + [c for c in shown.columns if c.startswith("fast_")] + ["reference_vs_kb"]]
+    columns = [Column(c.replace("_", " ") if c == "reference_vs_kb" else c, numeric=c != "problem") for c in shown.columns]
+    rich_table, _ = fitted_table(f"fast_p against KernelBench's {table.baseline.source}", columns, _cells(shown), console.width)
     console.print(rich_table)
-    console.print(f"note: {HONEST_NOTE}", markup=False, highlight=False)
+    if missing:
+        console.print(notes("no baseline time", missing))
+    console.print(terminal_text(f"note: {HONEST_NOTE}"))

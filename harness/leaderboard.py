@@ -1,6 +1,8 @@
 """Leaderboards are views of records: per-problem rankings and a cross-problem summary.
 
-Written as CSV and GitHub-flavoured markdown, and shown as a rich table on the terminal.
+Written as CSV and GitHub-flavoured markdown, and shown as tables that fit the terminal, each
+problem's reasons as notes under its table. Record text is shown literally everywhere
+(harness.text); problems and candidates are in natural order (`l1_p2` before `l1_p10`).
 """
 
 from __future__ import annotations
@@ -8,18 +10,25 @@ from __future__ import annotations
 import math
 import urllib.parse
 from pathlib import Path
-from typing import Iterable, Mapping, Optional, Sequence
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
 import pandas as pd
 
 from harness import nullfloor
 from harness.flags import column as flag_column
+from harness.problem import natural_key
 from harness.records import CandidateRecord, NullFloor, ReferenceRecord, latest_per_candidate
 from harness.status import Status
+from harness.terminal import Column, fitted_table, left_out, notes
+from harness.text import markdown_text
 
 PROBLEM_COLUMNS = ["rank", "candidate", "status", "flags", "reason", "speedup", "vs_compile", "sol_pct", "sol_floor", "own_share", "gradients", "candidate_ms", "reference_ms", "compile_ms", "max_abs_error"]
 NUMERIC = {"speedup", "vs_compile", "sol_pct", "own_share", "candidate_ms", "reference_ms", "compile_ms", "max_abs_error", "geomean_speedup", "geomean_vs_compile", "null_floor"}
 COMPILE_BASELINE = "torch.compile(default)"
+# The terminal's view: headers with spaces (they wrap between words), and the order in which
+# columns are left out when a table does not fit (highest first; 0: always shown).
+TERMINAL_DROP = {"max_abs_error": 9, "sol_floor": 8, "compile_ms": 7, "reference_ms": 6, "own_share": 5, "gradients": 4, "candidate_ms": 3, "sol_pct": 2, "vs_compile": 1}
+SUMMARY_DROP = {"candidates": 3, "geomean_vs_compile": 2, "evaluated": 1}
 
 
 def _compile_name(names: Iterable[str]) -> str | None:
@@ -90,12 +99,18 @@ def problem_table(frame: pd.DataFrame, problem: str) -> pd.DataFrame:
     rows = frame[frame["problem"] == problem].copy()
     rows["_speed"] = rows["speedup"].fillna(-math.inf).where(rows["correct"], -math.inf)
     rows["_status"] = rows["status"].map(_STATUS_ORDER)
-    rows = rows.sort_values(["correct", "_speed", "_status", "candidate"], ascending=[False, False, True, True])
+    rows["_name"] = rows["candidate"].map({name: i for i, name in enumerate(natural_order(rows["candidate"]))})
+    rows = rows.sort_values(["correct", "_speed", "_status", "_name"], ascending=[False, False, True, True])
     ranks = []
     for position, correct in enumerate(rows["correct"], start=1):
         ranks.append(str(position) if correct else "-")
     rows.insert(0, "rank", ranks)
     return rows[PROBLEM_COLUMNS].reset_index(drop=True)
+
+
+def natural_order(names: Iterable[str]) -> list[str]:
+    """The distinct names (problems, or candidates) in natural order: `l1_p2` before `l1_p10`."""
+    return sorted(set(names), key=natural_key)
 
 
 def null_floors(frame: pd.DataFrame, references: Optional[Iterable[ReferenceRecord]]) -> dict[str, NullFloor]:
@@ -114,7 +129,8 @@ def summary_table(frame: pd.DataFrame, fast_p: Sequence[float], references: Opti
     it was not timed or where the null candidate failed."""
     floors = null_floors(frame, references)
     rows = []
-    for problem, group in frame.groupby("problem", sort=True):
+    for problem in natural_order(frame["problem"]):
+        group = frame[frame["problem"] == problem]
         evaluated = group[group["evaluated"]]
         n = len(evaluated)
         row = {"problem": problem, "candidates": len(group), "evaluated": n, "correct": int(evaluated["correct"].sum())}
@@ -163,15 +179,16 @@ def summary_cells(summary: pd.DataFrame, floors: Mapping[str, NullFloor]) -> lis
 
 
 def markdown_table(table: pd.DataFrame, cells: Sequence[Sequence[str]] | None = None) -> str:
-    """A GitHub-flavoured markdown table (pipes in cells escaped); `cells`: the rows as shown, when
-    not `_cell` of each value."""
+    """A GitHub-flavoured markdown table, each cell literal text (harness.text.markdown_text: one
+    row per row, nothing in it read as a link, HTML or a cell break); `cells`: the rows as shown,
+    when not `_cell` of each value."""
     header = "| " + " | ".join(table.columns) + " |"
     rule = "|" + "|".join("---:" if c in NUMERIC or c.startswith("fast_") else "---" for c in table.columns) + "|"
     lines = [header, rule]
     if cells is None:
         cells = [[_cell(v, c) for v, c in zip(row, table.columns)] for row in table.itertuples(index=False)]
     for row_cells in cells:
-        lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in row_cells) + " |")
+        lines.append("| " + " | ".join(markdown_text(cell) for cell in row_cells) + " |")
     return "\n".join(lines)
 
 
@@ -188,11 +205,11 @@ def render_markdown(
     references = list(references) if references is not None else None
     summary = summary_table(frame, fast_p, references)
     summary_md = markdown_table(summary, summary_cells(summary, null_floors(frame, references)))
-    parts = [f"# {title}", ""] + ([note, ""] if note else []) + ["## Summary", "", summary_md, ""]
-    for problem in sorted(frame["problem"].unique()):
-        parts += [f"## {problem}", ""]
+    parts = [f"# {markdown_text(title)}", ""] + ([note, ""] if note else []) + ["## Summary", "", summary_md, ""]
+    for problem in natural_order(frame["problem"]):
+        parts += [f"## {markdown_text(problem)}", ""]
         if charts and problem in charts:
-            parts += [f"![{problem}: speedups]({charts[problem]})", ""]
+            parts += [f"![{markdown_text(problem, brackets=True)}: speedups]({charts[problem]})", ""]
         parts += [markdown_table(problem_table(frame, problem)), ""]
     return "\n".join(parts)
 
@@ -211,8 +228,8 @@ def write_leaderboards(
     frame = candidate_frame(records)
     csv_path = run_dir / "leaderboard.csv"
     md_path = run_dir / "leaderboard.md"
-    problems = sorted(frame["problem"].unique())
-    tables = [problem_table(frame, p).assign(problem=p) for p in problems]
+    names = natural_order(frame["problem"])
+    tables = [problem_table(frame, p).assign(problem=p) for p in names]
     combined = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame(columns=PROBLEM_COLUMNS + ["problem"])
     combined = combined[["problem"] + PROBLEM_COLUMNS]
     combined.to_csv(csv_path, index=False, float_format="%.6g")
@@ -222,7 +239,7 @@ def write_leaderboards(
         from harness import plots as plotting
 
         if plotting.available():
-            written = plotting.write_plots(run_dir, {p: problem_table(frame, p) for p in problems})
+            written = plotting.write_plots(run_dir, {p: problem_table(frame, p) for p in names})
             charts = {p: "plots/" + urllib.parse.quote(path.name) for p, path in written.items()}
         else:
             note = f"Charts need matplotlib: `{plotting.INSTALL_HINT}`."
@@ -230,26 +247,43 @@ def write_leaderboards(
     return csv_path, md_path
 
 
-def print_leaderboard(frame: pd.DataFrame, fast_p: Sequence[float], console: object, references: Optional[Iterable[ReferenceRecord]] = None) -> None:
-    """Rich tables for the terminal; `references` add the null floor to the summary."""
-    from rich.table import Table
-
-    status_style = {Status.CORRECT.value: "green", Status.NEEDS_CUDA.value: "yellow"}
-    for problem in sorted(frame["problem"].unique()):
-        table = Table(title=problem, title_justify="left")
-        shown = problem_table(frame, problem)
-        for column in shown.columns:
-            table.add_column(column, justify="right" if column in NUMERIC else "left", overflow="fold", max_width=60 if column == "reason" else None)
-        for row in shown.itertuples(index=False):
-            cells = [_cell(v, c) for v, c in zip(row, shown.columns)]
-            style = "yellow" if row.status == Status.CORRECT.value and row.flags else status_style.get(row.status, "red")
-            table.add_row(*cells, style=style)
-        console.print(table)  # type: ignore[attr-defined]
+def print_leaderboard(frame: pd.DataFrame, fast_p: Sequence[float], console: Any, references: Optional[Iterable[ReferenceRecord]] = None) -> None:
+    """Tables that fit `console`'s width: per problem, its ranking with the reasons as notes under
+    it, then the summary (with the null floors of `references`). Every text is shown literally."""
+    for problem in natural_order(frame["problem"]):
+        _print_problem(problem_table(frame, problem), problem, console)
     references = list(references) if references is not None else None
     summary = summary_table(frame, fast_p, references)
-    table = Table(title="summary", title_justify="left")
-    for column in summary.columns:
-        table.add_column(column)
-    for cells in summary_cells(summary, null_floors(frame, references)):
-        table.add_row(*cells)
-    console.print(table)  # type: ignore[attr-defined]
+    columns = [Column(_header(c), numeric=c not in ("problem", "null_floor"), drop=SUMMARY_DROP.get(c, 0)) for c in summary.columns]
+    table, dropped = fitted_table("summary", columns, summary_cells(summary, null_floors(frame, references)), console.width)
+    console.print(table)
+    if dropped:
+        console.print(left_out(dropped, console.width, "leaderboard.md"))
+
+
+def _header(column: str) -> str:
+    """A column's header on the terminal: its words apart, so that it wraps between them (fast_p's
+    thresholds keep their name)."""
+    return column if column.startswith("fast_") else column.replace("_", " ")
+
+
+def _print_problem(shown: pd.DataFrame, problem: str, console: Any) -> None:
+    """One problem's table (no reason column) and its reasons under it, grouped by text."""
+    status_style = {Status.CORRECT.value: "green", Status.NEEDS_CUDA.value: "yellow"}
+    names = [c for c in shown.columns if c != "reason"]
+    columns = [Column(_header(c), numeric=c in NUMERIC, drop=TERMINAL_DROP.get(c, 0)) for c in names]
+    rows: list[list[str]] = []
+    styles: list[str] = []
+    reasons: dict[str, list[str]] = {}
+    for row in shown.to_dict("records"):
+        rows.append([_cell(row[c], c) for c in names])
+        styles.append("yellow" if row["status"] == Status.CORRECT.value and row["flags"] else status_style.get(row["status"], "red"))
+        if row["reason"]:
+            reasons.setdefault(str(row["reason"]), []).append(str(row["candidate"]))
+    table, dropped = fitted_table(problem, columns, rows, console.width, styles)
+    console.print(table)
+    if reasons:
+        console.print(notes("reasons", reasons))
+    if dropped:
+        console.print(left_out(dropped, console.width, "leaderboard.md"))
+    console.print()

@@ -2,6 +2,8 @@
 
 Needs matplotlib (`pip install '.[plots]'`); without it no chart is drawn. Figures are drawn with
 the non-interactive Agg canvas, never through pyplot, so no global backend state is touched.
+Names from records (problem, candidates, flags) are drawn as they are: never read as mathtext
+(`$...$`), their control characters written as escapes (harness.text.visible).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any, Optional
 import pandas as pd
 
 from harness.status import Status
+from harness.text import visible
 
 INSTALL_HINT = "pip install '.[plots]'"
 MAX_BARS = 40  # candidates drawn per chart; the rest are counted in the note
@@ -43,6 +46,7 @@ def _value(v: object) -> float | None:
 
 
 def _label(name: str) -> str:
+    name = visible(name)
     return name if len(name) <= LABEL_CHARS else name[: LABEL_CHARS - 1] + "…"
 
 
@@ -82,7 +86,7 @@ def plot_problem(table: pd.DataFrame, problem: str, path: Path) -> bool:
     if shown.empty:
         return False
     flagged = shown["flags"] if "flags" in shown else [""] * len(shown)
-    names = [_label(str(n)) + (f"\n[{f}]" if isinstance(f, str) and f else "") for n, f in zip(shown["candidate"], flagged)]
+    names = [_label(str(n)) + (f"\n[{visible(f)}]" if isinstance(f, str) and f else "") for n, f in zip(shown["candidate"], flagged)]
     eager = [float(v) for v in shown["speedup"]]
     compiled = [_value(v) for v in shown["vs_compile"]]
     sol = [_value(v) for v in shown["sol_pct"]]
@@ -100,10 +104,10 @@ def plot_problem(table: pd.DataFrame, problem: str, path: Path) -> bool:
     _draw_speedups(speed_ax, names, eager, compiled if has_compile else None)
     if sol_ax is not None:
         _draw_sol(sol_ax, sol)
-    fig.suptitle(problem, fontsize=11, fontweight="bold")
+    fig.suptitle(visible(problem), fontsize=11, fontweight="bold", parse_math=False)
     note = caption(table, len(shown), len(timed))
     if note:
-        fig.supxlabel(note, fontsize=8, color="0.35", ha="left", x=0.01)
+        fig.supxlabel(note, fontsize=8, color="0.35", ha="left", x=0.01, parse_math=False)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, format="png")
     return True
@@ -138,7 +142,7 @@ def _draw_speedups(speed_ax: Any, names: list[str], eager: list[float], compiled
     else:
         speed_ax.set_xlim(0, max(values + [1.0]) * 1.18)
     speed_ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
-    speed_ax.set_yticks(list(range(rows)), names, fontsize=9)
+    speed_ax.set_yticks(list(range(rows)), names, fontsize=9, parse_math=False)
     speed_ax.set_ylim(rows - 0.5, -0.5)  # fastest on top
     speed_ax.set_xlabel("speedup, higher is faster (dashed: 1x" + (", log scale)" if log else ")"), fontsize=9)
     speed_ax.tick_params(axis="x", labelsize=8)

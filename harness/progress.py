@@ -2,6 +2,8 @@
 
 Every finished candidate's line ends with the run so far: done of total, failures, the build
 pool's state (built of submitted, when builds run ahead) and an estimate of the time left.
+Names and reasons are shown literally: never read as rich markup, their control characters
+written as escapes (harness.text.visible).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import time
 from typing import Any, Callable, Optional
 
 from harness.records import CandidateRecord
+from harness.text import terminal_text, visible
 
 
 class Progress:
@@ -31,16 +34,18 @@ class Progress:
 
     def __enter__(self) -> "Progress":
         if self.live:
-            from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
             from rich.progress import Progress as RichProgress
 
+            from harness.terminal import terminal_console
+
             self._bar = RichProgress(
-                TextColumn("{task.description}"),
+                TextColumn("{task.description}", markup=False),
+                TextColumn("{task.fields[candidate]}", markup=False, style="dim"),
                 BarColumn(),
                 MofNCompleteColumn(),
                 TimeElapsedColumn(),
-                console=Console(stderr=True),
+                console=terminal_console(stderr=True),
                 transient=False,
             )
             self._bar.__enter__()
@@ -51,24 +56,25 @@ class Progress:
             self._bar.__exit__(*exc)
 
     def message(self, text: str) -> None:
+        """A line on stderr, shown literally (its line breaks kept, other control characters escaped)."""
         if self.quiet:
             return
         if self._bar is not None:
-            self._bar.console.print(text)
+            self._bar.console.print(terminal_text(text, keep_newlines=True))
         else:
-            print(text, file=sys.stderr, flush=True)
+            print(visible(text, keep_newlines=True), file=sys.stderr, flush=True)
 
     def problem(self, name: str, total: int) -> None:
-        self._done, self._total, self._problem = 0, total, name
+        self._done, self._total, self._problem = 0, total, visible(name)
         if self._bar is not None:
-            self._task = self._bar.add_task(name, total=total)
+            self._task = self._bar.add_task(self._problem, total=total, candidate="")
         else:
-            self.message(f"{name}: {total} candidate(s)")
+            self.message(f"{self._problem}: {total} candidate(s)")
 
     def started(self, candidate: str) -> None:
         self.evaluating += 1
         if self._bar is not None and self._task is not None:
-            self._bar.update(self._task, description=f"{self._problem} [dim]{candidate}[/]")
+            self._bar.update(self._task, candidate=visible(candidate))
 
     def overall(self) -> str:
         """ "run 3/40, 2 evaluating, 35 queued, 1 failed, builds 12/40, ETA 4m10s": the whole run at a glance."""
@@ -94,10 +100,8 @@ class Progress:
         self.run_done += 1
         self.failed += record.status.is_failure
         speed = f", {record.speedup:.2f}x" if record.speedup else ""
-        line = f"  [{self._done}/{self._total}] {record.candidate}: {record.status.value}{speed} - {record.reason} ({self.overall()})"
+        line = f"  [{self._done}/{self._total}] {visible(record.candidate)}: {record.status.value}{speed} - {visible(record.reason)} ({self.overall()})"
         if self._bar is not None and self._task is not None:
             self._bar.advance(self._task)
-            self._bar.update(self._task, description=self._problem)
-            self._bar.console.print(line, markup=False, highlight=False)
-        else:
-            self.message(line)
+            self._bar.update(self._task, candidate="")
+        self.message(line)

@@ -91,7 +91,7 @@ DESCRIPTIONS: dict[Status, str] = {
     Status.EXITED_EARLY: "the worker process exited cleanly before reporting a result",
     Status.FORGED_RESULT: "the result channel carried a message the harness did not write",
     Status.TAMPERED: "the model replaced a timer, synchronisation, serialisation or harness function",
-    Status.NO_CUSTOM_KERNEL: "correct, but none of its own kernels ran: in the profiled call on CUDA; on the CPU, no extension call was counted, or its extension functions only ran the reference's ATen operators (flags.no_custom_kernel: fail)",
+    Status.NO_CUSTOM_KERNEL: "correct, but none of its own kernels ran (CUDA: in the profiled call; CPU: no extension call, or only the reference's ATen operators)",
     Status.FLAGGED: "correct, but an integrity flag whose policy is fail was raised (the reason names it; see the flags column)",
     Status.WRONG_GRADIENTS: "forward matched, but a backward of the same loss gave other gradients (check.gradients: fail)",
     Status.FORWARD_ONLY: "forward matched, but no gradients flow through it to its inputs or parameters (check.gradients: fail)",

@@ -100,7 +100,7 @@ def test_an_unreadable_file_is_a_user_error(tmp_path):
 
 def test_fast_p_against_the_baseline_counts_correct_candidates_by_mean_over_mean(tmp_path):
     table = fast_p_against(RECORDS, REFERENCES, load_baseline(write_baseline(tmp_path)), (0.0, 1.0, 2.0, 5.0))
-    relu, mine = table.problems
+    mine, relu = table.problems  # natural order: 7 before 19
     assert relu.problem == "19_ReLU" and relu.level == "level1" and relu.evaluated == 3 and relu.correct == 2
     assert relu.fast_p == pytest.approx({0.0: 2 / 3, 1.0: 1 / 3, 2.0: 1 / 3, 5.0: 0.0})  # only "fast" beats 1x; "wrong_fast" never counts
     assert relu.baseline_ms == 2.0 and relu.reference_ms == pytest.approx(2.0)  # the median over the two lanes' means
@@ -146,7 +146,7 @@ def test_the_leaderboard_command_writes_fast_p_against_the_baseline(tmp_path, ca
     assert "| 7_Mine | level1 | 1 | 1 |  |  |  | 1 |  | level1/7_Mine.py is not in H100_Modal/baseline_time_torch.json |" in markdown
     csv = (run_dir / "fast_p_kernelbench.csv").read_text().splitlines()
     assert csv[0] == "problem,level,evaluated,correct,fast_0,fast_1,kb_mean_ms,reference_mean_ms,reference_vs_kb,missing"
-    assert csv[1].startswith("19_ReLU,level1,3,2,0.666667,0.333333,2,2,1,")
+    assert csv[2].startswith("19_ReLU,level1,3,2,0.666667,0.333333,2,2,1,")  # after 7_Mine
     out = capsys.readouterr()
     assert "fast_p against KernelBench's H100_Modal/baseline_time_torch.json" in out.out
     assert "note: fast_p against KernelBench's published timings" in out.out and "fast_p_kernelbench.md" in out.err

@@ -126,7 +126,7 @@ def test_leaderboard_command_filters_by_problem_and_status(tmp_path):
     assert main(["leaderboard", str(run_dir), "--out", str(out), "--problem", "p1", "--no-plots"]) == ExitCode.OK
     assert sections((out / "leaderboard.md").read_text()) == ["p1"]  # an exact name is not a prefix
     assert main(["leaderboard", str(run_dir), "--out", str(out), "--problem", "p", "--no-plots"]) == ExitCode.OK
-    assert sections((out / "leaderboard.md").read_text()) == ["p1", "p10", "p2"]
+    assert sections((out / "leaderboard.md").read_text()) == ["p1", "p2", "p10"]  # natural order
     assert main(["leaderboard", str(run_dir), "--out", str(out), "--status", "build failed", "--status", "INCORRECT", "--no-plots"]) == ExitCode.OK
     csv = (out / "leaderboard.csv").read_text().splitlines()
     assert sorted(line.split(",")[2] for line in csv[1:]) == ["broken", "wrong"]

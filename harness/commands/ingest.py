@@ -19,6 +19,7 @@ from harness.config import Config
 from harness.errors import ExitCode, UserError
 from harness.extract import extract_code
 from harness.problem import resolve_problem
+from harness.text import visible
 
 
 def setup_arguments(parser: argparse.ArgumentParser) -> None:
@@ -59,8 +60,8 @@ def run(cfg: Config, files: list[Path], problem_query: str, *, name: str | None 
             refused += 1
             if target.exists() and force:
                 target.unlink()
-            print(f"refused {path}: {extraction.kind}: {extraction.reason} (raw kept at {kept}, where runs do not judge it)")
+            print(visible(f"refused {path}: {extraction.kind}: {extraction.reason} (raw kept at {kept}, where runs do not judge it)"))
             continue
         target.write_text(extraction.code, encoding="utf-8")
-        print(f"ingested {path} -> {target} ({extraction.reason})")
+        print(visible(f"ingested {path} -> {target} ({extraction.reason})"))
     return int(ExitCode.CANDIDATES_FAILED if refused else ExitCode.OK)

@@ -140,9 +140,9 @@ def run(
     out.mkdir(parents=True, exist_ok=True)
     csv_path, md_path = write_leaderboards(out, chosen, fast_p, plots=plots, references=references)
     if console is None:
-        from rich.console import Console
+        from harness.terminal import terminal_console
 
-        console = Console(soft_wrap=False, width=200 if not sys.stdout.isatty() else None)
+        console = terminal_console()
     print_leaderboard(candidate_frame(chosen), fast_p, console, references)
     charts = out / "plots"
     written = f"{csv_path}, {md_path}" + (f", {charts}/" if plots and any(charts.glob("*.png")) else "")

@@ -18,6 +18,7 @@ from harness.errors import ExitCode, UserError
 from harness.lint import LintCheck, Verdict
 from harness.problem import Problem, discover_problems, resolve_problem
 from harness.records import to_dict
+from harness.text import markdown_text
 
 LINT_TIMING_BUDGET_S = 2.0  # the timing config's budget, capped: the lint needs a median, not a fine one
 
@@ -73,11 +74,12 @@ def lint_in_subprocess(problem: Problem, device: str, settings: dict, timeout: f
 
 
 def report(results: list[tuple[Problem, list[LintCheck]]], device: str) -> str:
-    failing = [p.name for p, checks in results if any(c.verdict is Verdict.FAIL for c in checks)]
+    """The markdown report; names and details (a problem's own error messages among them) as literal text."""
+    failing = [markdown_text(p.name) for p, checks in results if any(c.verdict is Verdict.FAIL for c in checks)]
     lines = ["# Problem lint", "", f"{len(results)} problem(s) on {device}; {len(failing)} fail" + (f": {', '.join(failing)}" if failing else "") + ".", ""]
     lines += ["| problem | check | verdict | detail |", "|---|---|---|---|"]
     for problem, checks in results:
         for check in checks:
             mark = "**fail**" if check.verdict is Verdict.FAIL else check.verdict.value
-            lines.append(f"| {problem.name} | {check.name} | {mark} | {check.detail.replace('|', '/')} |")
+            lines.append(f"| {markdown_text(problem.name)} | {markdown_text(check.name)} | {mark} | {markdown_text(check.detail)} |")
     return "\n".join(lines) + "\n"

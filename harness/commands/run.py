@@ -24,6 +24,7 @@ from harness.progress import Progress
 from harness.records import CandidateRecord, ReferenceRecord, RunEnd, latest_per_candidate, to_dict
 from harness.status import Status
 from harness.store import RunStore, new_run_id, read_records
+from harness.text import visible
 
 Target = tuple[Problem, list[Candidate]]
 
@@ -222,7 +223,7 @@ def _run(cfg: Config, targets: list[Target], results_dir: Path, *, run_id: str |
         records, interrupted, end = _evaluate(session, targets, progress)
     records = previous + records
     for warning in end.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
+        print(f"warning: {visible(warning)}", file=sys.stderr)
     written = read_records(store.records_path)
     references = [r for r in written if isinstance(r, ReferenceRecord)]
     if records:
@@ -236,9 +237,9 @@ def _run(cfg: Config, targets: list[Target], results_dir: Path, *, run_id: str |
         for record in records:
             print(json.dumps(to_dict(record)))
     elif records:
-        from rich.console import Console
+        from harness.terminal import terminal_console
 
-        print_leaderboard(candidate_frame(records), cfg.leaderboard.fast_p, Console(soft_wrap=False, width=200 if not sys.stdout.isatty() else None), references)
+        print_leaderboard(candidate_frame(records), cfg.leaderboard.fast_p, terminal_console(), references)
     if not quiet:
         paths = f"{store.records_path}" + (f", {csv_path}, {md_path}" if records else "") + "".join(f", {p}" for p in extra)
         print(f"wrote {paths}", file=sys.stderr)

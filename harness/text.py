@@ -1,0 +1,84 @@
+"""Text from records (reasons, candidate and problem names, flags, compiler output) made safe to show.
+
+Such text comes from candidates, and is shown, never interpreted: not as rich markup on the
+terminal, not as markdown or HTML in the reports, and its control characters (ANSI escape
+sequences, bidirectional overrides, line breaks) never reach a screen raw.
+
+- `visible`: control characters written as escapes (`\\x1b`, `\\n`, `\\u202e`); plain text as it is.
+- `terminal_text`: a rich `Text` of it, shown literally whatever the console's markup setting.
+- `markdown_text`: safe inside a GitHub-flavoured markdown table cell, heading or paragraph.
+- `markdown_code`: an inline code span of it (not for table cells: a `|` there still splits them).
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.text import Text
+
+# Categories whose characters do something other than show a glyph: controls (C0, DEL, C1: ESC,
+# CSI...), formats (bidirectional overrides, zero-width characters), lone surrogates, line and
+# paragraph separators.
+HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+NAMED_ESCAPES = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
+MARKDOWN_ESCAPES = {"\\": "\\\\", "|": "\\|", "`": "\\`", "[": "\\[", "]": "\\]", "<": "&lt;", ">": "&gt;", "&": "&amp;"}
+# What markdown_text escapes: a bracket only where it would close a link or image (`](`, `][`);
+# with brackets=True (inside a link's own text), every bracket.
+MARKDOWN_SPECIAL = re.compile(r"[\\|`<>&]|\](?=[(\[])")
+MARKDOWN_SPECIAL_BRACKETS = re.compile(r"[\\|`<>&\[\]]")
+MARKDOWN_LINE_BREAK = "<br>"
+
+
+def _escape(char: str) -> str:
+    if char in NAMED_ESCAPES:
+        return NAMED_ESCAPES[char]
+    code = ord(char)
+    if code <= 0xFF:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+
+def visible(text: object, *, keep_newlines: bool = False) -> str:
+    """`text` (str() of it) with every control character written as a visible escape, as Python's
+    repr writes it: ESC becomes `\\x1b`, a newline `\\n` (kept as a line break with `keep_newlines`),
+    U+202E `\\u202e`. Printable text, other languages' letters included, is unchanged."""
+    text = str(text)
+    if text.isprintable():
+        return text
+    return "".join(_escape(c) if unicodedata.category(c) in HIDDEN_CATEGORIES and not (keep_newlines and c == "\n") else c for c in text)
+
+
+def terminal_text(text: object, style: str = "", *, keep_newlines: bool = False) -> "Text":
+    """A rich Text of `visible(text)`: rich prints it as it is (no markup, no emoji codes, no
+    highlighting), on any console."""
+    from rich.text import Text
+
+    return Text(visible(text, keep_newlines=keep_newlines), style=style)
+
+
+def markdown_text(text: object, *, brackets: bool = False) -> str:
+    """`text` as literal markdown, fit for a table cell: `|`, backslashes and backticks escaped (no
+    cell split, no code span), `<`, `>` and `&` as entities (no HTML tag, no entity), a `]` that
+    would close a link or image escaped (every bracket with `brackets`, for text inside a link's
+    brackets), each line break as `<br>` (one row stays one row) and control characters as `visible`
+    writes them."""
+    special = MARKDOWN_SPECIAL_BRACKETS if brackets else MARKDOWN_SPECIAL
+    lines = str(text).splitlines()
+    return MARKDOWN_LINE_BREAK.join(visible(special.sub(lambda m: MARKDOWN_ESCAPES[m.group()], line)) for line in lines)
+
+
+def markdown_code(text: object) -> str:
+    """`text` as an inline code span (shown literally, markdown and HTML alike): fenced by more
+    backticks than any run of them inside, line breaks as spaces, control characters as `visible`
+    writes them."""
+    flat = visible(" ".join(str(text).splitlines()))
+    longest, run = 0, 0
+    for char in flat:
+        run = run + 1 if char == "`" else 0
+        longest = max(longest, run)
+    fence = "`" * (longest + 1)
+    pad = " " if longest or flat.startswith(" ") or flat.endswith(" ") else ""
+    return f"{fence}{pad}{flat}{pad}{fence}"
