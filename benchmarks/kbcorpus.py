@@ -83,6 +83,9 @@ PROFILES: dict[str, list[str]] = {  # extra run.py arguments of each profile, af
     "auto": ["--set", "timing.mode=auto"],
     "graph": ["--set", "timing.mode=graph"],
     "eager": ["--set", "timing.mode=eager"],
+    # what loops run (issue targets on verdicts per GPU-hour): configs/loop.yaml with memcheck on, no
+    # compile baseline and no null candidate
+    "loop": ["--config", str(ROOT / "configs" / "loop.yaml"), "--set", "sanitizer.enabled=auto", "--set", "baselines.compile_modes=[]", "--set", "timing.null_candidate=off"],
 }
 TIMING_PROFILES = ("default", "auto", "graph", "eager")  # the same checks, another timing protocol: statuses must not move
 LEVEL_COST = {1: 1.0, 2: 1.5, 3: 3.0}  # a kernel's weight when parts are balanced
@@ -241,6 +244,10 @@ def state_line(profile: str, kernel: Kernel, record: dict[str, Any], reference: 
         "device_name": (reference or {}).get("device_name", ""),
         "run_id": run_id or record.get("run_id", ""),
         "wall_s": record.get("wall_seconds"),
+        "phase_s": record.get("phase_seconds") or {},
+        "build_s": round(sum(b.get("seconds") or 0.0 for b in record.get("builds") or [] if not b.get("cached")), 3),
+        "reference_wall_s": (reference or {}).get("wall_seconds"),
+        "reference_phase_s": (reference or {}).get("phase_seconds") or {},
         "finished_at": record.get("finished_at") or now(),
     }
     if line["status"] not in ("correct", "needs CUDA") and log_tail:
@@ -361,6 +368,8 @@ def run_profile(profile: str, todo: list[Kernel], args: argparse.Namespace, limi
     finally:  # an interrupt of this script stops the run (run_bounded) and keeps what it finished
         reason = missing_reason(done, args.timeout_s) if done is not None else None  # interrupted: no line for the rest
         lines = harvest(folder, profile, todo, reason)
+        for line in lines if done is not None else []:  # the run's own wall time, for verdicts per hour (benchmarks/verdict_rate.py)
+            line.update(run_wall_s=round(done.wall_s, 1), run_kernels=len(todo))
         append_lines(args.state, lines)
     counts: dict[str, int] = {}
     for line in lines:

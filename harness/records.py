@@ -438,7 +438,8 @@ class ReferenceRecord:
     timing_reused_from: str = ""  # run id whose cached timings were reused (timing.reuse_reference)
     other_size: dict[str, Any] = dataclasses.field(default_factory=dict)  # module constants of the other-size trial
     other_size_note: str = ""  # why the other-size trial ran at the problem's own size, when it did
-    wall_seconds: float = 0.0  # wall time of the reference worker
+    wall_seconds: float = 0.0  # wall time of the reference's run in its judge (start-up included; baselines and null candidate not)
+    phase_seconds: dict[str, float] = dataclasses.field(default_factory=dict)  # where the reference pass's time went: the judge's start-up and phases, the baselines, the null candidate
     finished_at: str = ""  # ISO-8601
     lane: str = ""  # the lane (GPU) this reference ran and was timed on; its candidates compare to it
     declared: dict[str, Any] = dataclasses.field(default_factory=dict)  # the problem's HARNESS_* declarations, which override the config

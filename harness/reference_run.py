@@ -9,6 +9,7 @@ import dataclasses
 import datetime
 import hashlib
 import json
+import time
 from typing import Callable, Optional
 
 import torch
@@ -43,7 +44,9 @@ class ReferenceRun:
         cache = TimingCache(cfg, setting.problem_hash, setting.device, setting.lane.gpu)
         cached = cache.load() if cfg.timing.reuse_reference and cfg.timing.enabled else None
         started = datetime.datetime.now()
+        clock = PhaseClock()
         report = self.judge.start(plan, measure=cached is None or cached.speed_of_light is None)
+        clock.lap("judge", inner=report.phase_seconds)
         # One timing mode for the problem (timing.mode auto: graph when the reference is launch-bound)
         sol = report.speed_of_light if cached is None or cached.speed_of_light is None else cached.speed_of_light
         self.timing_mode = ProblemTiming(*resolve_mode(cfg.timing.mode, report.profile), floor_ms=sol.bytes_ms * cfg.speed_of_light.impossible_below if sol is not None else 0.0)
@@ -56,11 +59,13 @@ class ReferenceRun:
             record = dataclasses.replace(record, baselines=cached.baselines, speed_of_light=cached.speed_of_light or record.speed_of_light, timing_reused_from=cached.timing_reused_from or cached.run_id)
         elif record.ok and cfg.timing.enabled:
             baselines = tuple(self.baseline(mode, plan) for mode in cfg.baselines.compile_modes)
+            clock.lap("baselines")
             record = dataclasses.replace(record, baselines=baselines)
             if cfg.timing.reuse_reference and all(b.ok for b in baselines):
                 cache.save(record)
         if record.ok and cfg.timing.enabled and self.wants_null():
             record = dataclasses.replace(record, null_floor=self.null(plan))
+            clock.lap("null candidate")
         if record.ok and cfg.timing.enabled:
             # The reference's own timing, for the record: its rounds paired with the null candidate,
             # else with the first baseline (each candidate's speedup uses the rounds paired with it).
@@ -68,6 +73,7 @@ class ReferenceRun:
             record = dataclasses.replace(record, timing=next((p.reference for p in sides if p is not None), None))
         if self.stopped():
             raise Stopped(f"{setting.problem.name}: the run was stopped during its reference")
+        record = dataclasses.replace(record, phase_seconds=clock.seconds)
         setting.store.append(record)
         return record
 
@@ -135,6 +141,24 @@ class ReferenceRun:
         if compared.timing is None:
             return Baseline(name, False, "compiled and matched, but no timing arrived", compile_seconds=seconds, max_abs_error=worst)
         return Baseline(name, True, "ok", timing=compared.timing, compile_seconds=seconds, max_abs_error=worst, paired=compared.paired)
+
+
+class PhaseClock:
+    """Where a reference pass's wall time goes, lap by lap: `seconds` maps each lap's name to its
+    seconds; a lap with `inner` phases (the judge's own: load, construct, check, time) is split
+    into them, and what they leave over (process start, imports, messages) is "<name> start-up"."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def lap(self, name: str, inner: Optional[dict[str, float]] = None) -> None:
+        now = time.perf_counter()
+        spent, self._last = now - self._last, now
+        inner = inner or {}
+        for phase, seconds in inner.items():
+            self.seconds[f"{name} {phase}"] = round(seconds, 3)
+        self.seconds[f"{name} start-up" if inner else name] = round(max(spent - sum(inner.values()), 0.0), 3)
 
 
 class TimingCache:

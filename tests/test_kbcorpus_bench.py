@@ -286,3 +286,26 @@ def test_list_runs_nothing(corpus: Path, tmp_path: Path, capsys: pytest.CaptureF
     printed = capsys.readouterr().out
     assert printed.count("part ") == 3 and "  l" in printed
     assert not (tmp_path / "out").exists()
+
+
+def test_verdict_rate_counts_runs_once_references_per_problem_and_leaves_unjudged_out(tmp_path):
+    spec = importlib.util.spec_from_file_location("verdict_rate", ROOT / "benchmarks" / "verdict_rate.py")
+    rate = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rate)
+
+    def line(kernel, problem, run, status="correct", wall=2.0):
+        return {"profile": "loop", "kernel": kernel, "problem": problem, "status": status, "run_id": run, "run_wall_s": 90.0 if run == "a" else 30.0,
+                "wall_s": wall, "build_s": 10.0, "phase_s": {"check": 1.0, "time": 0.5}, "reference_wall_s": 12.0 if problem == "p1" else 4.0,
+                "reference_phase_s": {"judge start-up": 3.0, "judge check": 1.0}}
+
+    lines = [line("p1/a", "p1", "a"), line("p1/b", "p1", "a", wall=4.0), line("p2/a", "p2", "a", status="no record"), line("p3/a", "p3", "b", status="incorrect")]
+    state = tmp_path / "state.jsonl"
+    state.write_text("".join(json.dumps(x) + "\n" for x in lines) + json.dumps({**lines[0], "profile": "default"}) + "\n{half")
+    found = rate.summary(rate.read_lines(state, "loop"))
+    assert found["judged"] == 3 and found["runs"] == 2 and found["run_wall_s"] == 120.0
+    assert found["verdicts_per_gpu_hour"] == 90.0  # 3 verdicts in 120 s
+    assert found["reference_passes"] == 2 and found["reference_wall"] == (2, 8.0, 16.0)  # p1 once, p3 once; p2 has no verdict
+    assert found["candidate_wall"] == (3, 2.0, 8.0)
+    assert ("judge start-up", 2, 3.0, 6.0) in found["reference_phases"]
+    text = rate.render(found, "loop", "state.jsonl")
+    assert "**90.0 verdicts per GPU-hour**" in text and "| reference: judge start-up | 2 | 3.00 | 6.0 |" in text

@@ -1,0 +1,125 @@
+"""Verdicts per GPU-hour, and where the seconds go: a corpus state (benchmarks/kbcorpus.py) read back.
+
+    python3 benchmarks/verdict_rate.py STATE [--profile loop] [--out FILE.md]
+
+The state's lines of one profile (the `loop` profile: configs/loop.yaml, memcheck on, no compile
+baseline, no null candidate) hold each kernel's status, its worker's phases, its builds and its wall
+time, its problem's reference pass (wall time and phases) and the wall time of the run.py run it
+came from. Printed (and written with --out):
+
+- verdicts per GPU-hour: kernels with a verdict over the runs' summed wall time (a run is one
+  run.py process on one GPU, start-up and reference passes included);
+- the reference pass per problem: median and total seconds of each phase (the judge's start-up,
+  load, construct, check, time; the baselines and the null candidate when the profile has them);
+- the candidate: median and total of its wall time as the parent saw it, of its builds (cold
+  builds only) and of each worker phase.
+
+Hold a change against it: run the same selection and part before and after, and compare the tables.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any, Iterable
+
+NOT_JUDGED = ("no record", "needs CUDA")
+
+
+def read_lines(path: Path, profile: str) -> list[dict[str, Any]]:
+    """The last line per kernel of `profile` (a half-written line is skipped)."""
+    latest: dict[str, dict[str, Any]] = {}
+    for raw in path.read_text(encoding="utf-8").splitlines():
+        try:
+            line = json.loads(raw)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(line, dict) and line.get("profile") == profile and line.get("kernel"):
+            latest[line["kernel"]] = line
+    return list(latest.values())
+
+
+def spread(values: Iterable[float]) -> tuple[int, float, float]:
+    """(count, median, total) of `values`."""
+    found = [float(v) for v in values if v is not None]
+    return len(found), statistics.median(found) if found else 0.0, sum(found)
+
+
+def phase_rows(dicts: list[dict[str, float]]) -> list[tuple[str, int, float, float]]:
+    """Each phase named in `dicts`: (name, count, median, total), in the order first seen."""
+    names: dict[str, None] = {}
+    for d in dicts:
+        names.update(dict.fromkeys(d))
+    return [(name, *spread(d[name] for d in dicts if name in d)) for name in names]
+
+
+def summary(lines: list[dict[str, Any]]) -> dict[str, Any]:
+    judged = [line for line in lines if line.get("status") not in NOT_JUDGED]
+    runs = {line["run_id"]: (line.get("run_wall_s"), line.get("run_kernels")) for line in lines if line.get("run_wall_s") is not None}
+    wall = sum(w for w, _ in runs.values())
+    judged_in_timed = [line for line in judged if line.get("run_id") in runs]
+    references = {(line["run_id"], line["problem"]): line for line in judged if line.get("reference_wall_s") is not None}
+    return {
+        "kernels": len(lines),
+        "judged": len(judged),
+        "runs": len(runs),
+        "run_wall_s": round(wall, 1),
+        "verdicts_per_gpu_hour": round(len(judged_in_timed) / wall * 3600, 1) if wall else None,
+        "reference_passes": len(references),
+        "reference_wall": spread(r["reference_wall_s"] for r in references.values()),
+        "reference_phases": phase_rows([r.get("reference_phase_s") or {} for r in references.values()]),
+        "candidate_wall": spread(line.get("wall_s") for line in judged),
+        "candidate_builds": spread(line.get("build_s") for line in judged if line.get("build_s")),
+        "candidate_phases": phase_rows([line.get("phase_s") or {} for line in judged]),
+    }
+
+
+def render(found: dict[str, Any], profile: str, source: str) -> str:
+    rate = found["verdicts_per_gpu_hour"]
+    out = [
+        f"# Verdicts per GPU-hour: profile {profile} ({source})",
+        "",
+        f"{found['judged']} of {found['kernels']} kernels judged in {found['runs']} run(s) of {found['run_wall_s']} s in all: "
+        + (f"**{rate} verdicts per GPU-hour**." if rate is not None else "no run wall time recorded."),
+        "",
+        "| part | n | median s | total s |",
+        "|---|---:|---:|---:|",
+    ]
+
+    def row(name: str, n: int, median: float, total: float) -> None:
+        out.append(f"| {name} | {n} | {median:.2f} | {total:.1f} |")
+
+    row("**reference pass** (wall)", *found["reference_wall"])
+    for name, *numbers in found["reference_phases"]:
+        row(f"reference: {name}", *numbers)
+    row("**candidate** (wall, seen by the parent)", *found["candidate_wall"])
+    row("candidate: cold builds", *found["candidate_builds"])
+    for name, *numbers in found["candidate_phases"]:
+        row(f"candidate worker: {name}", *numbers)
+    return "\n".join(out) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("state", type=Path)
+    parser.add_argument("--profile", default="loop")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args(argv)
+    if not args.state.is_file():
+        print(f"error: no state file {args.state}", file=sys.stderr)
+        return 1
+    lines = read_lines(args.state, args.profile)
+    if not lines:
+        print(f"error: {args.state} has no lines of profile {args.profile!r}", file=sys.stderr)
+        return 1
+    text = render(summary(lines), args.profile, args.state.name)
+    print(text, end="")
+    if args.out:
+        args.out.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
