@@ -175,6 +175,7 @@ class TimingConfig(TimerSettings):
     sync: str  # auto | stream | device: where the end of a timed CUDA call is taken
     unstable_iqr: float  # warn when the interquartile range exceeds this fraction of the median
     reuse_reference: bool  # reuse cached baseline timings (paired with the reference) and speed-of-light
+    reuse_profile: bool  # reuse the reference's profiled call and speed-of-light from the reference cache (same problem file, GPU model, driver, torch)
     rounds: int  # paired rounds per side: reference and compared model timed in turns, this many each
     max_rounds: int  # more rounds, two at a time, up to this many while the speedup's interval is wider than `interval`
     interval: float  # the half-width (relative) of the speedup's 95% interval that ends the rounds early

@@ -20,7 +20,7 @@ from harness.pairing import Pairing, ProblemTiming
 from harness.plan import Plan
 from harness.problem import Problem
 from harness.protocol import Call
-from harness.records import CheckResult, to_dict
+from harness.records import CallProfile, CheckResult, to_dict
 from harness.scratch import current as current_scratch
 from harness.status import Status
 from harness.store import RunStore
@@ -55,9 +55,11 @@ class LaneJudge:
         self._dir: Optional[Path] = None  # its working folder in the run's scratch
         self.failures: list[str] = []  # why earlier judges of this lane ended (each restart is reported)
         self.restart_note = ""  # a warning for the next record: its judge is a restarted one
+        self.profile: Optional[CallProfile] = None  # the reference's profiled call, once a judge has it
 
-    def job(self, plan: Plan, measure: bool) -> P.JudgeJob:
-        """The judge's job; with `measure`, it also measures the problem's speed-of-light at start."""
+    def job(self, plan: Plan, measure: bool, profile: Optional[CallProfile] = None) -> P.JudgeJob:
+        """The judge's job; with `measure`, it also measures the problem's speed-of-light at start;
+        with `profile` (the reference cache's), it does not profile the reference again."""
         cfg = self.setting.cfg
         return P.JudgeJob(
             source=str(self.setting.problem.path.resolve()),
@@ -81,9 +83,10 @@ class LaneJudge:
             timing=P.TimerSettings.from_config(cfg.timing) if cfg.timing.enabled else None,
             speed_of_light_cache=str(cfg.path(cfg.measurement_cache_dir)) if measure and cfg.timing.enabled and cfg.speed_of_light.enabled else "",
             guard_bands=cfg.check.guard_bands,
+            profile=profile,
         )
 
-    def start(self, plan: Plan, measure: bool) -> P.ReferenceReport:
+    def start(self, plan: Plan, measure: bool, profile: Optional[CallProfile] = None) -> P.ReferenceReport:
         """A new judge for this lane, run once through the plan."""
         setting = self.setting
         self.end()
@@ -91,18 +94,20 @@ class LaneJudge:
         log = setting.store.log_path(setting.problem.name, "_reference")
         self.client = JudgeClient(log_path=log, cwd=self._dir, env=setting.lane.launcher.env, lane_index=setting.lane.index)
         try:
-            report = self.client.request(P.Start(self.job(plan, measure)), setting.cfg.timeouts.load, setting.cfg.timeouts)
+            report = self.client.request(P.Start(self.job(plan, measure, profile)), setting.cfg.timeouts.load, setting.cfg.timeouts)
         except JudgeFailed as exc:
             self.end()
             return P.ReferenceReport(False, f"{Status.CRASHED.value}: {exc}")
         if not report.ok:
             self.end()
+        elif report.profile is not None:
+            self.profile = report.profile  # a restarted judge is handed it
         return report
 
     def restart(self, plan: Plan) -> P.ReferenceReport:
-        """After a judge failed, the next candidate gets a new one (its speed-of-light is not
-        measured again: the record keeps the first judge's)."""
-        report = self.start(plan, measure=False)
+        """After a judge failed, the next candidate gets a new one (its speed-of-light and profile
+        are not measured again: the record keeps the first judge's)."""
+        report = self.start(plan, measure=False, profile=self.profile)
         self.restart_note = f"the lane's judge was restarted before this candidate (the one before: {self.failures[-1] if self.failures else 'ended'})"
         return report
 

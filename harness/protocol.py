@@ -74,6 +74,7 @@ class JudgeJob:
     slot_fraction: float = 0.125  # the timed input sets a worker gets may fill at most this fraction
     guard_bands: bool = True  # check the poisoned bands after the worker's inputs after each call
     rng_seed: int = 0  # torch is seeded with this plus the call's index before each checked reference call
+    profile: Optional[CallProfile] = None  # the reference's profiled call, from the reference cache: not profiled again
 
 
 @dataclasses.dataclass(frozen=True)

@@ -436,6 +436,7 @@ class ReferenceRecord:
     profile: Optional[CallProfile] = None  # one profiled call (CUDA)
     forward_ops: Optional[ForwardOps] = None  # the ATen operators of its forward on the call workers observe (CPU)
     timing_reused_from: str = ""  # run id whose cached timings were reused (timing.reuse_reference)
+    profile_reused_from: str = ""  # run id whose profiled call and speed-of-light the reference cache gave (timing.reuse_profile)
     other_size: dict[str, Any] = dataclasses.field(default_factory=dict)  # module constants of the other-size trial
     other_size_note: str = ""  # why the other-size trial ran at the problem's own size, when it did
     wall_seconds: float = 0.0  # wall time of the reference's run in its judge (start-up included; baselines and null candidate not)

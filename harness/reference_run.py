@@ -9,6 +9,7 @@ import dataclasses
 import datetime
 import hashlib
 import json
+import os
 import time
 from typing import Callable, Optional
 
@@ -16,12 +17,12 @@ import torch
 
 from harness import protocol as P
 from harness.config import Config
-from harness.environment import device_identity
+from harness.environment import device_identity, query_gpu
 from harness.errors import flat
 from harness.judging import LaneJudge, Setting, Subject
 from harness.pairing import ProblemTiming, resolve_mode
 from harness.plan import Plan
-from harness.records import Baseline, NullFloor, ReferenceRecord, from_dict, to_dict
+from harness.records import Baseline, CallProfile, NullFloor, ReferenceRecord, SpeedOfLight, from_dict, to_dict
 from harness.status import Status
 from harness.supervise import JudgeFailed
 
@@ -43,14 +44,21 @@ class ReferenceRun:
         setting, cfg = self.setting, self.setting.cfg
         cache = TimingCache(cfg, setting.problem_hash, setting.device, setting.lane.gpu)
         cached = cache.load() if cfg.timing.reuse_reference and cfg.timing.enabled else None
+        learned = ProfileCache(cfg, setting.problem_hash, setting.lane.gpu) if cfg.timing.reuse_profile and cfg.timing.enabled and setting.device == "cuda" else None
+        known = learned.load() if learned is not None else None
+        known_sol = (cached.speed_of_light if cached is not None else None) or (known.speed_of_light if known is not None else None)
         started = datetime.datetime.now()
         clock = PhaseClock()
-        report = self.judge.start(plan, measure=cached is None or cached.speed_of_light is None)
+        report = self.judge.start(plan, measure=known_sol is None, profile=known.profile if known is not None else None)
         clock.lap("judge", inner=report.phase_seconds)
         # One timing mode for the problem (timing.mode auto: graph when the reference is launch-bound)
-        sol = report.speed_of_light if cached is None or cached.speed_of_light is None else cached.speed_of_light
+        sol = known_sol or report.speed_of_light
         self.timing_mode = ProblemTiming(*resolve_mode(cfg.timing.mode, report.profile), floor_ms=sol.bytes_ms * cfg.speed_of_light.impossible_below if sol is not None else 0.0)
         record = self.record(report, round((datetime.datetime.now() - started).total_seconds(), 3))
+        if record.ok and known is not None:
+            record = dataclasses.replace(record, speed_of_light=record.speed_of_light or known.speed_of_light, profile_reused_from=known.run_id)
+        elif record.ok and learned is not None and record.profile is not None:
+            learned.save(record)
         if cfg.timing.enabled and setting.device == "cuda":
             record = dataclasses.replace(record, timing_mode=self.timing_mode.mode, timing_mode_reason=self.timing_mode.reason)
         if record.ok and cached is not None:
@@ -161,6 +169,54 @@ class PhaseClock:
         self.seconds[f"{name} start-up" if inner else name] = round(max(spent - sum(inner.values()), 0.0), 3)
 
 
+@dataclasses.dataclass(frozen=True)
+class Learned:
+    """What a reference pass measured that a later pass of the same key can reuse."""
+
+    run_id: str  # the run that measured it
+    profile: CallProfile  # the reference's profiled call
+    speed_of_light: Optional[SpeedOfLight]  # its roofline floor (None: not measured)
+
+
+class ProfileCache:
+    """The reference cache: the reference's profiled call and speed-of-light, per (problem file,
+    GPU model, driver, torch, CUDA, the settings that change which kernels run), reused across runs
+    and sessions when timing.reuse_profile is set. Tensors and timings are never cached. An entry
+    holds its full key and is read only when that key equals this pass's: a miss recomputes."""
+
+    VERSION = 1
+
+    def __init__(self, cfg: Config, problem_hash: str, gpu: str = "") -> None:
+        self.key = {
+            "version": self.VERSION,
+            "problem": problem_hash,
+            "gpu": query_gpu(["name", "driver_version"], ["-i", gpu] if gpu else None) or ["unknown GPU"],
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda,
+            "allow_tf32": cfg.check.allow_tf32,
+            "flush_l2": cfg.timing.flush_l2,
+            "speed_of_light": cfg.speed_of_light.enabled,
+        }
+        digest = hashlib.sha256(json.dumps(self.key, sort_keys=True).encode()).hexdigest()[:24]
+        self.path = cfg.path(cfg.measurement_cache_dir) / "reference" / f"{digest}.json"
+
+    def load(self) -> Optional[Learned]:
+        try:
+            data = json.loads(self.path.read_text())
+            if data.get("key") != json.loads(json.dumps(self.key)):
+                return None
+            return Learned(str(data["run_id"]), from_dict(CallProfile, data["profile"]), from_dict(SpeedOfLight, data["speed_of_light"]) if data.get("speed_of_light") else None)
+        except (OSError, ValueError, TypeError, KeyError, AttributeError):
+            return None
+
+    def save(self, record: ReferenceRecord) -> None:
+        data = {"key": self.key, "run_id": record.run_id, "profile": to_dict(record.profile), "speed_of_light": to_dict(record.speed_of_light) if record.speed_of_light else None}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data))
+        tmp.replace(self.path)
+
+
 class TimingCache:
     """The torch.compile baselines (each timed in turns with the eager reference) and the
     speed-of-light, per (problem hash, device, torch version, timing config), reused across runs
@@ -168,7 +224,7 @@ class TimingCache:
 
     def __init__(self, cfg: Config, problem_hash: str, device: str, gpu: str = "") -> None:
         timing = dataclasses.asdict(cfg.timing)
-        for name in ("reuse_reference", "unstable_iqr", "null_candidate", "quiet", "null_tolerance"):
+        for name in ("reuse_reference", "reuse_profile", "unstable_iqr", "null_candidate", "quiet", "null_tolerance"):
             timing.pop(name)
         key = {
             "problem": problem_hash,

@@ -299,3 +299,19 @@ def test_every_visible_gpu_is_a_lane_with_its_own_reference(make_config, tmp_pat
     assert len({r.lane for r in records}) >= 2
     for record in records:
         assert record.paired is not None and record.reference_ms == record.paired.reference.median_ms
+
+
+def test_a_second_pass_reuses_the_reference_profile_and_gives_the_same_verdicts(tmp_path_factory, build_cache):
+    from harness.records import ReferenceRecord
+    from harness.store import read_records
+
+    measurements = tmp_path_factory.mktemp("reference-cache")
+    first = _evaluate(tmp_path_factory.mktemp("cache-cold"), build_cache, ["plain", "extra_on_side_stream"], f"measurement_cache_dir={measurements}")
+    second = _evaluate(tmp_path_factory.mktemp("cache-warm"), build_cache, ["plain", "extra_on_side_stream"], f"measurement_cache_dir={measurements}")
+    (cold,) = [r for r in read_records(_records_path(first["plain"])) if isinstance(r, ReferenceRecord)]
+    (warm,) = [r for r in read_records(_records_path(second["plain"])) if isinstance(r, ReferenceRecord)]
+    assert cold.profile_reused_from == "" and warm.profile_reused_from == cold.run_id
+    assert warm.profile == cold.profile and warm.speed_of_light == cold.speed_of_light and warm.timing_mode == cold.timing_mode
+    for name in first:  # the cache never changes a verdict
+        a, b = first[name], second[name]
+        assert (a.status, [f.code for f in a.flags], a.reason.split(";")[0]) == (b.status, [f.code for f in b.flags], b.reason.split(";")[0])
