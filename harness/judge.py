@@ -52,7 +52,7 @@ from harness.staging import Footprint, Session, Stager
 from harness.status import Backward, Status
 from harness.timing import flush_buffer
 from harness.worker.checks import model_gradients, paired_gradients
-from harness.worker.device import setup_device, synchronize
+from harness.worker.device import PREWARM, prewarm_cuda, setup_device, synchronize
 from harness.worker.failures import WorkerFailure, classify
 from harness.worker.timed import prepare_timer, time_round
 
@@ -536,6 +536,8 @@ def main() -> None:
     request_fd, reply_fd = int(sys.argv[1]), int(sys.argv[2])
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
+    if os.environ.get(PREWARM) == "cuda":  # a prestarted judge readies the device while it waits for its problem
+        prewarm_cuda()
 
     def send(message: Any) -> None:
         data = (P.dumps(message) + "\n").encode()

@@ -90,9 +90,8 @@ class LaneJudge:
         """A new judge for this lane, run once through the plan."""
         setting = self.setting
         self.end()
-        self._dir = current_scratch().make(f"judge-{setting.problem.name[:20]}-")
         log = setting.store.log_path(setting.problem.name, "_reference")
-        self.client = JudgeClient(log_path=log, cwd=self._dir, env=setting.lane.launcher.env, lane_index=setting.lane.index)
+        self.client, self._dir = setting.lane.launcher.take_judge(log, current_scratch().make)
         try:
             report = self.client.request(P.Start(self.job(plan, measure, profile)), setting.cfg.timeouts.load, setting.cfg.timeouts)
         except JudgeFailed as exc:

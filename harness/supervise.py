@@ -12,6 +12,7 @@ import dataclasses
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -150,6 +151,8 @@ class Launcher:
         self.lane_index = lane_index
         self.active: set[subprocess.Popen[bytes]] = set()  # handed out, not yet ended
         self._spares: list[Started] = []  # oldest (most likely ready) first
+        self._judge_spare: Optional[tuple[JudgeClient, Path]] = None  # a prestarted judge and its working folder
+        self._judges_started = 0
         self._closed = False
 
     @property
@@ -173,10 +176,39 @@ class Launcher:
         self.active.discard(proc)
         quiet.current().unregister(proc)
 
+    def take_judge(self, log_path: Path, make_dir: Callable[[str], Path]) -> tuple[JudgeClient, Path]:
+        """A judge for the next problem of this lane, and its working folder (`make_dir(prefix)`
+        makes one in the run's scratch). With `prestart`, the judge prestarted after the last one
+        was taken, when it is still alive: its interpreter, torch and (prewarm "cuda") its CUDA
+        context and CUPTI are ready, so a problem's reference pass no longer waits for them. It
+        has run no problem code: every problem still gets a judge process of its own. Then the
+        next one is prestarted, with a log beside `log_path`'s folder that it is renamed from."""
+        spare, self._judge_spare = self._judge_spare, None
+        taken: Optional[tuple[JudgeClient, Path]] = None
+        if spare is not None and spare[0].running() and not log_path.exists():
+            try:
+                spare[0].adopt(log_path, self.lane_index)
+                taken = spare
+            except OSError:
+                pass
+        if taken is None:
+            if spare is not None:
+                self._discard_judge(spare)
+            folder = make_dir("judge-")
+            taken = (JudgeClient(log_path=log_path, cwd=folder, env=self.env, lane_index=self.lane_index), folder)
+        if self.prestart and not self._closed:
+            self._judges_started += 1
+            spare_log = log_path.parent.parent / f".judge-spare-{self.lane_index}-{self._judges_started}.log"
+            env = {**self.env, "HARNESS_PREWARM": self.prewarm} if self.prewarm else self.env
+            folder = make_dir("judge-spare-")
+            self._judge_spare = (JudgeClient(log_path=spare_log, cwd=folder, env=env, lane_index=self.lane_index, spare=True), folder)
+        return taken
+
     def kill_all(self) -> None:
         """End the spares and every worker handed out and still running (an interrupted run)."""
         self._closed = True
         self._discard()
+        self._discard_judge()
         for proc in list(self.active):
             _kill_group(proc)
             quiet.current().unregister(proc)
@@ -184,6 +216,19 @@ class Launcher:
     def close(self) -> None:
         self._closed = True
         self._discard()
+        self._discard_judge()
+
+    def _discard_judge(self, spare: Optional[tuple[JudgeClient, Path]] = None) -> None:
+        """End a prestarted judge (the lane's, when none is named) and remove its folder and log."""
+        if spare is None:
+            spare, self._judge_spare = self._judge_spare, None
+        if spare is None:
+            return
+        client, folder = spare
+        client.kill()
+        client.close()
+        shutil.rmtree(folder, ignore_errors=True)
+        client.log_path.unlink(missing_ok=True)
 
     def _discard(self) -> None:
         while self._spares:
@@ -407,7 +452,7 @@ class JudgeClient:
     past a limit or ends is killed with its process group and reported as JudgeFailed. It is a
     timing process of lane `lane_index` for the quiet host (harness.quiet): pinned to its CPUs."""
 
-    def __init__(self, *, log_path: Path, cwd: Path, env: Optional[dict[str, str]] = None, lane_index: int = 0) -> None:
+    def __init__(self, *, log_path: Path, cwd: Path, env: Optional[dict[str, str]] = None, lane_index: int = 0, spare: bool = False) -> None:
         request_read, self._request_write = os.pipe()
         self._reply_read, reply_write = os.pipe()
         full_env = dict(os.environ)
@@ -427,11 +472,23 @@ class JudgeClient:
                 cwd=cwd,
                 env=full_env,
             )
-        quiet.current().register_timing(self.proc, lane_index)
+        if spare:  # prestarted: background work while it waits (harness.supervise.Launcher.take_judge)
+            quiet.current().register_background(self.proc)
+        else:
+            quiet.current().register_timing(self.proc, lane_index)
         os.close(request_read)
         os.close(reply_write)
         self._buffer = b""
         self.alive = True
+
+    def adopt(self, log_path: Path, lane_index: int) -> None:
+        """A prestarted judge taken for a problem: its log becomes `log_path` (renamed, so what it
+        printed while it waited is kept, and what it prints next goes there too), and it becomes a
+        timing process of lane `lane_index`. OSError when the log cannot be moved there."""
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(self.log_path, log_path)
+        self.log_path = log_path
+        quiet.current().register_timing(self.proc, lane_index)
 
     def request(self, message: Any, limit: float, phase_limits: Any = None) -> Any:
         """Send `message`; return the judge's reply. `Phase` replies on the way (the judge's

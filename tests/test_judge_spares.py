@@ -1,0 +1,64 @@
+"""A lane prestarts the next problem's judge (harness.supervise.Launcher.take_judge): the judge a
+problem gets has its interpreter and torch ready, still has run no problem code, and logs where
+that problem's judge logs; nothing of a spare is left when the lane closes."""
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from harness import protocol as P
+from harness.supervise import JudgeFailed, Launcher
+
+pytestmark = pytest.mark.slow  # real judge processes (each imports torch)
+
+
+def folders(tmp_path):
+    return lambda prefix: Path(tempfile.mkdtemp(prefix=prefix, dir=tmp_path))
+
+
+def test_the_next_problem_gets_the_prestarted_judge_under_its_own_log(tmp_path):
+    launcher = Launcher(prestart=True)
+    logs = tmp_path / "logs"
+    first, first_dir = launcher.take_judge(logs / "p1" / "_reference.log", folders(tmp_path))
+    spare, spare_dir = launcher._judge_spare
+    assert spare.running() and spare.log_path.parent == logs and spare.log_path.name.startswith(".judge-spare-")
+    second, second_dir = launcher.take_judge(logs / "p2" / "_reference.log", folders(tmp_path))
+    assert second is spare and second_dir == spare_dir and second.running()
+    assert second.log_path == logs / "p2" / "_reference.log" and second.log_path.exists()
+    assert [p for p in logs.iterdir() if p.name.startswith(".judge-spare-")] == [launcher._judge_spare[0].log_path]  # only the next spare's
+    with pytest.raises(JudgeFailed, match="before Start"):  # it has run no problem code: it is a judge not started yet
+        second.request(P.Open(P.Role.CANDIDATE), 60)
+    for client, folder in ((first, first_dir), (second, second_dir)):  # as the problem's LaneJudge ends them
+        client.close()
+        shutil.rmtree(folder)
+    launcher.close()
+    assert launcher._judge_spare is None
+    assert not [p for p in logs.iterdir() if p.name.startswith(".judge-spare-")]  # the last spare's log is gone
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("judge-spare-")]  # and its folder
+
+
+def test_a_restarted_judge_or_a_dead_spare_gets_a_fresh_judge(tmp_path):
+    launcher = Launcher(prestart=True)
+    log = tmp_path / "logs" / "p1" / "_reference.log"
+    first, _ = launcher.take_judge(log, folders(tmp_path))
+    first.close()
+    spare, _ = launcher._judge_spare
+    again, _ = launcher.take_judge(log, folders(tmp_path))  # the problem's log exists: a restart appends to it
+    assert again is not spare and not spare.running()
+    again.close()
+    dead = launcher._judge_spare[0]
+    dead.kill()  # a spare that died while it waited
+    dead.proc.wait()
+    fresh, _ = launcher.take_judge(tmp_path / "logs" / "p2" / "_reference.log", folders(tmp_path))
+    assert fresh is not dead and fresh.running()
+    fresh.close()
+    launcher.close()
+
+
+def test_without_prestart_no_judge_waits(tmp_path):
+    launcher = Launcher(prestart=False)
+    client, _ = launcher.take_judge(tmp_path / "logs" / "p1" / "_reference.log", folders(tmp_path))
+    assert launcher._judge_spare is None
+    client.close()
+    launcher.close()
