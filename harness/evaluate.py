@@ -71,7 +71,7 @@ class ProblemEvaluation:
         self.judge = LaneJudge(self.setting)  # the lane's judge for this problem, started with the first candidate
         self.reference_run = ReferenceRun(self.setting, self.judge, lambda: self._stopped)
         self._stopped = False  # stop() was called: nothing more is written
-        self.sanitizer = LaneSanitizer(self.cfg, problem.path, device, self.lane.launcher.env)
+        self.sanitizer = LaneSanitizer(self.cfg, problem.path, device, self.lane.launcher.env, prestart=self.lane.launcher.prestart)
 
     def screen(self) -> tuple[list[CandidateRecord], list[Candidate]]:
         """Records for candidates that cannot run here (written now), and the runnable rest."""
@@ -112,6 +112,7 @@ class ProblemEvaluation:
             self.plan = self.plan or Plan.fresh(self.cfg)
             self._reference = self.reference_run.run(self.plan)
         self.on_start(candidate)
+        self.sanitizer.prestart()  # memcheck's start-up under the tool overlaps this candidate's checks
         if self.builds is not None:
             self.builds.wait(candidate.path)  # the worker then loads the finished build
         reference = self._reference
@@ -132,6 +133,7 @@ class ProblemEvaluation:
 
     def close(self) -> None:
         self.judge.end()
+        self.sanitizer.close()
         self._reference = None
         if self._owns_lane:
             self.lane.launcher.close()
@@ -219,6 +221,7 @@ class ProblemEvaluation:
         they were doing writes no record: the candidate in flight raises Stopped instead."""
         self._stopped = True
         self.judge.kill()
+        self.sanitizer.close()
         self.lane.launcher.kill_all()
 
     def _finish(self, record: CandidateRecord) -> CandidateRecord:

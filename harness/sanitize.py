@@ -50,43 +50,108 @@ def find_tool(path: str) -> Optional[str]:
     return None
 
 
-def sanitize(tool: Optional[str], tools: tuple[str, ...], timeout: float, job: dict[str, Any], env: dict[str, str], scratch: Path) -> tuple[tuple[SanitizerRun, ...], list[Finding]]:
-    """Run each of `tools` over one forward of the candidate `job` describes. Returns the runs and
-    the unsafe-memory findings (the first error line of each tool that found any)."""
+def sanitize(tool: Optional[str], tools: tuple[str, ...], timeout: float, job: dict[str, Any], env: dict[str, str], scratch: Path, spare: Optional["Prestarted"] = None) -> tuple[tuple[SanitizerRun, ...], list[Finding]]:
+    """Run each of `tools` over one forward of the candidate `job` describes (the first tool's
+    run on `spare` when it is that tool's and still alive). Returns the runs and the unsafe-memory
+    findings (the first error line of each tool that found any)."""
     if tool is None:
         return tuple(SanitizerRun(t, SanitizerOutcome.SKIPPED, "compute-sanitizer was not found (sanitizer.path, PATH, $CUDA_HOME/bin, /usr/local/cuda/bin)") for t in tools), []
     job_path = scratch / "sanitize-job.json"
     job_path.write_text(json.dumps(job))
     runs, found = [], []
-    for name in tools:
-        run = _run_tool(tool, name, timeout, job_path, env, scratch)
+    for index, name in enumerate(tools):
+        ready = spare is not None and index == 0 and spare.name == name and spare.proc.poll() is None
+        run = spare.run(job, timeout) if ready and spare is not None else _run_tool(tool, name, timeout, job_path, env, scratch)
         runs.append(run)
         if run.outcome is SanitizerOutcome.ERRORS:
             found.append((Code.UNSAFE_MEMORY, f"compute-sanitizer {name}: {run.detail}"))
     return tuple(runs), found
 
 
-def _run_tool(tool: str, name: str, timeout: float, job_path: Path, env: dict[str, str], scratch: Path) -> SanitizerRun:
+def _start_tool(tool: str, name: str, job: str, env: dict[str, str], scratch: Path) -> tuple[subprocess.Popen[bytes], Path]:
+    """`compute-sanitizer --tool name` over the child (`main`), its output to a log in `scratch`.
+    `job`: the job file's path, or "-": the child readies torch and the device under the tool,
+    then reads its job from stdin (a prestarted run, `Prestarted`)."""
     # memcheck: a padding after every allocation, so a write just past one buffer does not land
     # unseen in its neighbour
     padding = ["--padding", str(PADDING)] if name == "memcheck" else []
-    command = [tool, "--tool", name, *padding, "--error-exitcode", str(ERRORS_EXIT), "--print-limit", "20", sys.executable, "-m", "harness.sanitize", str(job_path)]
+    command = [tool, "--tool", name, *padding, "--error-exitcode", str(ERRORS_EXIT), "--print-limit", "20", sys.executable, "-m", "harness.sanitize", job]
     full_env = {**os.environ, **env, "PYTORCH_NO_CUDA_MEMORY_CACHING": "1", "PYTHONUNBUFFERED": "1", "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
     log_path = scratch / f"sanitize-{name}.log"
-    started = time.monotonic()
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=scratch, env=full_env, start_new_session=True)
-        try:
-            code = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            _kill(proc)
-            return SanitizerRun(name, SanitizerOutcome.TIMEOUT, f"no verdict within sanitizer.timeout={timeout:g} s", round(time.monotonic() - started, 2))
-        except BaseException:
-            _kill(proc)
-            raise
+        stdin = subprocess.PIPE if job == "-" else subprocess.DEVNULL
+        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=stdin, cwd=scratch, env=full_env, start_new_session=True)
+    return proc, log_path
+
+
+def _finish_tool(name: str, proc: subprocess.Popen[bytes], log_path: Path, timeout: float, started: float) -> SanitizerRun:
+    """Wait for a tool run (its job already given) up to `timeout`, and read its report."""
+    try:
+        code = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill(proc)
+        return SanitizerRun(name, SanitizerOutcome.TIMEOUT, f"no verdict within sanitizer.timeout={timeout:g} s", round(time.monotonic() - started, 2))
+    except BaseException:
+        _kill(proc)
+        raise
     seconds = round(time.monotonic() - started, 2)
-    text = log_path.read_text(errors="replace")
-    return read_report(name, code, text, seconds)
+    return read_report(name, code, log_path.read_text(errors="replace"), seconds)
+
+
+def _run_tool(tool: str, name: str, timeout: float, job_path: Path, env: dict[str, str], scratch: Path) -> SanitizerRun:
+    started = time.monotonic()
+    proc, log_path = _start_tool(tool, name, str(job_path), env, scratch)
+    return _finish_tool(name, proc, log_path, timeout, started)
+
+
+@dataclasses.dataclass
+class Prestarted:
+    """A run of the first tool started before its candidate: the tool, Python, torch and the CUDA
+    context come up under it while the lane does other work (background for the quiet host), and
+    the candidate's job goes to its stdin when a candidate passes its checks. It has run no
+    candidate code, and serves one job."""
+
+    name: str  # the tool
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+    scratch: Path  # its working folder, removed with it
+
+    @classmethod
+    def start(cls, tool: str, name: str, env: dict[str, str]) -> "Prestarted":
+        from harness import quiet
+
+        scratch = current_scratch().make(f"sanitize-spare-{name}-")
+        proc, log_path = _start_tool(tool, name, "-", env, scratch)
+        quiet.current().register_background(proc)
+        return cls(name, proc, log_path, scratch)
+
+    def run(self, job: dict[str, Any], timeout: float) -> SanitizerRun:
+        """Hand it `job` and wait for its report (the limit counts from now)."""
+        from harness import quiet
+
+        quiet.current().unregister(self.proc)
+        if self.proc.stdin is None:
+            raise RuntimeError("a prestarted sanitizer run has no stdin")
+        started = time.monotonic()
+        try:
+            self.proc.stdin.write(json.dumps(job).encode() + b"\n")
+            self.proc.stdin.close()
+        except OSError:  # it ended while it waited: read what it said
+            pass
+        try:
+            return _finish_tool(self.name, self.proc, self.log_path, timeout, started)
+        finally:
+            self.discard()
+
+    def discard(self) -> None:
+        if self.proc.poll() is None:
+            _kill(self.proc)
+        if self.proc.stdin is not None and not self.proc.stdin.closed:
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass
+        shutil.rmtree(self.scratch, ignore_errors=True)
 
 
 def read_report(name: str, code: int, text: str, seconds: float = 0.0) -> SanitizerRun:
@@ -125,9 +190,27 @@ class LaneSanitizer:
     tool, at the other-size trial's sizes; a source run again on the same inputs (a resubmission)
     gets the earlier runs, since the tools would say the same."""
 
-    def __init__(self, cfg: Any, problem_path: Path, device: str, env: dict[str, str]) -> None:
+    def __init__(self, cfg: Any, problem_path: Path, device: str, env: dict[str, str], prestart: bool = False) -> None:
         self.cfg, self.problem_path, self.device, self.env = cfg, problem_path, device, env  # cfg: the problem's harness.config.Config
         self.runs: dict[tuple[Any, ...], tuple[tuple[SanitizerRun, ...], list[Finding]]] = {}  # a source's sanitizer runs, for a resubmission
+        self.prestart_runs = prestart  # keep the first tool's next run started ahead (workers.prestart)
+        self._spare: Optional[Prestarted] = None
+
+    def prestart(self) -> None:
+        """Start the first tool's next run ahead, when prestarting and none is waiting (a CUDA lane
+        with the sanitizer on and the tool found)."""
+        cfg = self.cfg.sanitizer
+        if not self.prestart_runs or self._spare is not None or self.device != "cuda" or not self.wanted() or not cfg.tools:
+            return
+        tool = find_tool(cfg.path)
+        if tool is not None:
+            self._spare = Prestarted.start(tool, cfg.tools[0], self.env)
+
+    def close(self) -> None:
+        """End a run started ahead and never used."""
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            spare.discard()
 
     def wanted(self) -> bool:
         setting = self.cfg.sanitizer.enabled
@@ -151,10 +234,14 @@ class LaneSanitizer:
             runs, found = self.runs[key]
             return tuple(dataclasses.replace(r, detail=f"{r.detail} (the same source's run earlier on this lane)", seconds=0.0) for r in runs), found
         cwd = current_scratch().make(f"sanitize-{name[:20]}-")
+        spare, self._spare = self._spare, None
         try:
-            result = sanitize(find_tool(cfg.path), cfg.tools, cfg.timeout, job, self.env, cwd)
+            result = sanitize(find_tool(cfg.path), cfg.tools, cfg.timeout, job, self.env, cwd, spare)
         finally:
             shutil.rmtree(cwd, ignore_errors=True)
+            if spare is not None:
+                spare.discard()
+            self.prestart()  # the next candidate's
         if all(r.outcome in (SanitizerOutcome.CLEAN, SanitizerOutcome.ERRORS) for r in result[0]):  # a timeout or a failed run is tried again
             self.runs[key] = result
         return result
@@ -168,8 +255,13 @@ def main() -> None:
     from harness.worker.failures import load_module
     from harness.worker.inputs import as_outputs
 
-    job = json.loads(Path(sys.argv[1]).read_text())
     device = torch.device("cuda", 0)
+    if sys.argv[1] == "-":  # prestarted: the device readied under the tool, then the job from stdin
+        torch.cuda.set_device(device)
+        torch.empty(1, device=device)
+        job = json.loads(sys.stdin.readline())
+    else:
+        job = json.loads(Path(sys.argv[1]).read_text())
     torch.cuda.set_device(device)
     major, minor = torch.cuda.get_device_capability(device)
     os.environ["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}"

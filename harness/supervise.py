@@ -198,7 +198,7 @@ class Launcher:
             taken = (JudgeClient(log_path=log_path, cwd=folder, env=self.env, lane_index=self.lane_index), folder)
         if self.prestart and not self._closed:
             self._judges_started += 1
-            spare_log = log_path.parent.parent / f".judge-spare-{self.lane_index}-{self._judges_started}.log"
+            spare_log = log_path.parent.parent / f".judge-spare-{self.lane_index}-{self._judges_started}.out"  # not *.log: no worker's log until adopted
             env = {**self.env, "HARNESS_PREWARM": self.prewarm} if self.prewarm else self.env
             folder = make_dir("judge-spare-")
             self._judge_spare = (JudgeClient(log_path=spare_log, cwd=folder, env=env, lane_index=self.lane_index, spare=True), folder)

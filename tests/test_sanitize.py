@@ -68,3 +68,60 @@ def test_a_missing_tool_is_a_note_not_a_finding(tmp_path, monkeypatch):
     runs, found = sanitize(None, ("memcheck", "racecheck"), 30, {}, {}, tmp_path)
     assert [r.outcome for r in runs] == ["skipped", "skipped"] and found == []
     assert "not found" in runs[0].detail
+
+
+def _stdin_tool(tmp_path):
+    """A stand-in for compute-sanitizer: notes its arguments, and with the job "-" reads the job
+    from stdin (as a prestarted run's child does) into job.json; then reports a clean run."""
+    return _fake_tool(tmp_path, f"""echo "$@" >> {tmp_path}/args
+for last; do :; done
+if [ "$last" = "-" ]; then read job; echo "$job" > {tmp_path}/job.json; fi
+printf '{CLEAN}'
+""".replace("{CLEAN}", CLEAN.replace("\n", "\\n")))
+
+
+def test_a_prestarted_run_gets_its_job_on_stdin_and_reports_as_a_fresh_one(tmp_path):
+    import json
+
+    from harness.sanitize import Prestarted
+
+    tool = _stdin_tool(tmp_path)
+    spare = Prestarted.start(tool, "memcheck", {})
+    runs, found = sanitize(tool, ("memcheck",), 30, {"source": "x.py", "seed": 3}, {}, tmp_path, spare)
+    assert [r.outcome for r in runs] == ["clean"] and found == []
+    assert json.loads((tmp_path / "job.json").read_text()) == {"source": "x.py", "seed": 3}
+    assert (tmp_path / "args").read_text().split()[-1] == "-"
+    assert spare.proc.poll() is not None and not spare.scratch.exists()  # it served one job, and left nothing
+
+
+def test_a_prestarted_run_that_died_waiting_gives_way_to_a_fresh_run(tmp_path):
+    from harness.sanitize import Prestarted
+
+    tool = _stdin_tool(tmp_path)
+    spare = Prestarted.start(tool, "memcheck", {})
+    spare.proc.kill()
+    spare.proc.wait()
+    runs, _ = sanitize(tool, ("memcheck",), 30, {"source": "x.py"}, {}, tmp_path, spare)
+    assert [r.outcome for r in runs] == ["clean"]
+    assert (tmp_path / "args").read_text().splitlines()[-1].split()[-1].endswith("sanitize-job.json")
+
+
+def test_a_lane_keeps_one_run_started_ahead_and_ends_it_when_it_closes(tmp_path, make_config):
+    from harness.sanitize import LaneSanitizer
+
+    tool = _stdin_tool(tmp_path)
+    cfg = make_config(f"sanitizer.path={tool}", "sanitizer.enabled=on")
+    lane = LaneSanitizer(cfg, tmp_path / "problem.py", "cuda", {}, prestart=True)
+    lane.prestart()
+    spare = lane._spare
+    lane.prestart()  # one at a time
+    assert spare is not None and lane._spare is spare and spare.proc.poll() is None
+    runs, _ = lane.run(tmp_path / "x.py", "hash", "x", 1, {})
+    assert [r.outcome for r in runs] == ["clean"] and spare.proc.poll() is not None
+    following = lane._spare
+    assert following is not None and following is not spare  # the next candidate's, started ahead
+    lane.close()
+    assert lane._spare is None and following.proc.poll() is not None and not following.scratch.exists()
+    without = LaneSanitizer(cfg, tmp_path / "problem.py", "cuda", {}, prestart=False)
+    without.prestart()
+    assert without._spare is None
