@@ -12,25 +12,12 @@ from harness.errors import UserError
 from harness.records import ReferenceRecord
 from harness.status import Status
 from harness.store import read_records
+from tests.sources import HONEST_FORWARD, scale_bias_relu
 
 pytestmark = pytest.mark.slow  # the evaluation API end to end: each test starts a session with judge and worker processes
 
 PROBLEM = "1_Scale_Bias_ReLU"
 OTHER = "2_Linear_GELU"
-
-SCALE_BIAS_RELU = '''
-import torch
-import torch.nn as nn
-
-class ModelNew(nn.Module):
-    def __init__(self, features, scale):
-        super().__init__()
-        self.bias = nn.Parameter(torch.randn(features))
-        self.scale = scale
-
-    def forward(self, x):
-        return torch.relu(x * self.scale + self.bias){suffix}
-'''
 
 def null_candidate(name: str) -> str:
     """The problem's own Model, renamed ModelNew."""
@@ -41,7 +28,7 @@ def null_candidate(name: str) -> str:
 
 
 def source(wrong: bool = False, tag: int = 0) -> str:
-    return SCALE_BIAS_RELU.format(suffix=" + 1" if wrong else "") + f"\n# variant {tag}\n"
+    return scale_bias_relu(HONEST_FORWARD + (" + 1" if wrong else "")) + f"\n# variant {tag}\n"
 
 
 def references(session) -> list[ReferenceRecord]:

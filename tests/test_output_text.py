@@ -20,6 +20,7 @@ from harness.records import CandidateRecord, RunHeader, Stricter, TimingStats
 from harness.status import Status
 from harness.store import RunStore
 from harness.text import markdown_code, markdown_text, terminal_text, visible
+from tests.sources import scale_bias_relu
 
 EVIL = {
     "closing_tag": "shape mismatch in [/x]",
@@ -245,19 +246,7 @@ def test_the_gate_command_keeps_its_exit_code_whatever_the_reasons_hold(tmp_path
     assert "\x1b" not in done.stdout and "<script>" not in done.stdout and (now / "gate.md").is_file()
 
 
-CANDIDATE = """import torch
-import torch.nn as nn
-
-
-class ModelNew(nn.Module):
-    def __init__(self, features, scale):
-        super().__init__()
-        self.bias = nn.Parameter(torch.randn(features))
-        self.scale = scale
-
-    def forward(self, x):
-        raise RuntimeError("shape mismatch in [/tmp/kernel.cu] [bold]x")
-"""
+CANDIDATE = scale_bias_relu(forward='raise RuntimeError("shape mismatch in [/tmp/kernel.cu] [bold]x")')
 
 
 @pytest.mark.slow

@@ -19,6 +19,7 @@ from harness import problem as problem_module
 from harness.errors import UserError
 from harness.problem import resolve_named_problem
 from harness.serve import MAX_BODY, Service, make_server
+from tests.sources import scale_bias_relu
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ROOT / "problems" / "level0" / "1_Scale_Bias_ReLU.py"
@@ -300,22 +301,9 @@ def test_serve_refuses_an_allow_problem_dir_that_is_no_directory(tmp_path, capsy
     assert "--allow-problem-dir" in capsys.readouterr().err
 
 
-PLANTING_CANDIDATE = '''
-import pathlib
-import torch
-import torch.nn as nn
-
-pathlib.Path({planted!r}).write_text({problem!r})  # a candidate that leaves a problem file on disk
-
-class ModelNew(nn.Module):
-    def __init__(self, features, scale):
-        super().__init__()
-        self.bias = nn.Parameter(torch.randn(features))
-        self.scale = scale
-
-    def forward(self, x):
-        return torch.relu(x * self.scale + self.bias)
-'''
+def planting_candidate(planted: str, problem: str) -> str:
+    """A correct candidate that leaves a problem file on disk when it is imported."""
+    return scale_bias_relu(before=f"import pathlib\n\npathlib.Path({planted!r}).write_text({problem!r})")
 
 
 @pytest.mark.slow  # a real session: judge and worker processes
@@ -324,7 +312,7 @@ def test_a_problem_file_a_candidate_wrote_is_refused_and_never_imported(make_con
 
     planted, marker = tmp_path / "planted" / "9_Planted.py", tmp_path / "imported.marker"
     planted.parent.mkdir()
-    candidate = PLANTING_CANDIDATE.format(planted=str(planted), problem=EVIL_PROBLEM.format(marker=str(marker)))
+    candidate = planting_candidate(str(planted), EVIL_PROBLEM.format(marker=str(marker)))
     with api.Session(make_config("timing.enabled=false")) as session, Served(session) as served:
         status, _, record = served.call("/evaluate", {"problem": "1_Scale_Bias_ReLU", "source": candidate, "name": "planter"})
         assert status == 200 and record["status"] == "correct", record
