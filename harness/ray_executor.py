@@ -29,6 +29,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from harness import scratch
 from harness.candidate import Candidate
 from harness.config import ROOT, Config
 from harness.errors import UserError, one_line
@@ -105,14 +106,14 @@ def unpack_builds(blob: bytes, cache_dir: Path) -> list[str]:
         for key in sorted({m.name.split("/")[0] for m in members}):
             if (cache_dir / key).is_dir() and any((cache_dir / key).glob("*.so")):
                 continue
-            scratch = Path(tempfile.mkdtemp(dir=cache_dir, prefix=".unpack-"))
-            tar.extractall(scratch, members=[m for m in members if m.name.split("/")[0] == key], filter="data")
+            unpacked = Path(tempfile.mkdtemp(dir=cache_dir, prefix=".unpack-"))
+            tar.extractall(unpacked, members=[m for m in members if m.name.split("/")[0] == key], filter="data")
             try:
-                (scratch / key).rename(cache_dir / key)  # atomic: a reader sees all of it or none
+                (unpacked / key).rename(cache_dir / key)  # atomic: a reader sees all of it or none
                 added.append(key)
             except OSError:
                 pass  # another lane on this node got there first
-            shutil.rmtree(scratch, ignore_errors=True)
+            shutil.rmtree(unpacked, ignore_errors=True)
     return added
 
 
@@ -165,7 +166,11 @@ class LaneActor:
 
         self.cfg: Config = build(Config, cfg_data, prefix="")
         self.device = device
-        self.folder = Path(tempfile.mkdtemp(prefix="harness-ray-lane-"))
+        # The lane's own scratch (harness.scratch): removed by close(), and, when Ray kills the actor
+        # (an interrupted run), swept by the next run on this node, since its owner is gone.
+        self.scratch = scratch.RunScratch.create()
+        scratch.set_current(self.scratch)
+        self.folder = self.scratch.make("ray-lane-")
         self.store = LaneStore(self.folder / "results", run_id)
         gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "") if device == "cuda" else ""
         self.lane = Lane.single(self.cfg, device, label=f"{socket.gethostname()}/cuda:{gpu}" if gpu else f"{socket.gethostname()}/cpu")
@@ -209,7 +214,7 @@ class LaneActor:
         if self.evaluation is not None:
             self.evaluation.close()
         self.lane.launcher.close()
-        shutil.rmtree(self.folder, ignore_errors=True)
+        self.scratch.close()
 
 
 class RayExecutor(QueuedExecutor):

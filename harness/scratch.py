@@ -169,12 +169,14 @@ class RunScratch:
         return Path(tempfile.mkdtemp(dir=self.path, prefix=prefix))
 
     def close(self) -> None:
-        """Remove the folder and everything in it; a second call does nothing."""
+        """Remove the folder and everything in it, and the stale siblings of processes that ended
+        during the run (a Ray lane's actor killed with it); a second call does nothing."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
         shutil.rmtree(self.path, ignore_errors=True)
+        sweep_stale(self.path.parent)
 
     def __enter__(self) -> "RunScratch":
         return self

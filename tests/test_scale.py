@@ -195,6 +195,9 @@ def test_a_ray_lane_that_dies_gives_a_harness_error_record_not_a_crash(tmp_path)
     write_candidates(solutions, 1)
     (solutions / "zz_kills_lane.py").write_text(PLAIN.format(suffix="").replace(
         "    def forward(self, x):\n", "    def forward(self, x):\n        import os, signal\n        os.kill(os.getppid(), signal.SIGKILL)\n"))
+    from harness.scratch import default_base
+
+    before = set(default_base().glob("run-*"))
     done = subprocess.run([
         sys.executable, "run.py", "--problem", PROBLEM, "--device", "cpu", "--json", "--quiet", "--no-timing", "--executor", "ray",
         "--results", str(tmp_path / "results"), "--set", f"solutions_dir={tmp_path / 'solutions'}", "--set", "check.trials=1",
@@ -205,6 +208,8 @@ def test_a_ray_lane_that_dies_gives_a_harness_error_record_not_a_crash(tmp_path)
     assert records["zz_kills_lane"]["status"] == "harness error"
     assert records["zz_kills_lane"]["reason"].startswith("the Ray lane failed: ")
     assert done.returncode == 4, done.stderr[-2000:]  # a harness error, reported as such
+    # the killed lane's folder went with the run: swept when the run's own scratch was removed
+    assert set(default_base().glob("run-*")) <= before, set(default_base().glob("run-*")) - before
 
 
 def test_both_executors_are_executors_and_evaluate_imports_neither():
