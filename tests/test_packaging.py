@@ -15,14 +15,15 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.mark.slow
 def test_a_non_editable_install_runs_a_problem_from_outside_the_checkout(tmp_path):
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    # no pip of its own: the system's pip and setuptools build and install, with no download (no build isolation)
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # nothing of the checkout on the path
     source = tmp_path / "source"  # a copy of what the package is built from: the build leaves its folders there, not in the checkout
     shutil.copytree(ROOT / "harness", source / "harness", ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, source / name)
-    installed = subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "-q", str(source)], capture_output=True, text=True, env={**env, "TMPDIR": str(tmp_path)}, timeout=600)
+    installed = subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "--no-build-isolation", "-q", str(source)], capture_output=True, text=True, env={**env, "TMPDIR": str(tmp_path)}, timeout=600)
     assert installed.returncode == 0, installed.stderr[-2000:]
     outside = tmp_path / "elsewhere"
     outside.mkdir()
