@@ -28,7 +28,7 @@ from harness.leaderboard import _cell, markdown_table, natural_order
 from harness.records import CandidateRecord, ReferenceRecord, latest_per_candidate
 from harness.status import Status
 from harness.terminal import Column, fitted_table, notes
-from harness.text import markdown_code, markdown_text, terminal_text
+from harness.text import markdown_code, markdown_text, spreadsheet_safe, terminal_text
 
 STATISTIC = "mean"  # the baseline entry's field KernelBench's scoring divides by the candidate's mean
 LEVEL = re.compile(r"level\d+")
@@ -250,7 +250,7 @@ def render_markdown(table: FastPAgainstBaseline, title: str) -> str:
 def write_report(out: Path, table: FastPAgainstBaseline, title: str) -> tuple[Path, Path]:
     """fast_p_kernelbench.csv and fast_p_kernelbench.md in `out`."""
     csv_path, md_path = out / "fast_p_kernelbench.csv", out / "fast_p_kernelbench.md"
-    frame(table).to_csv(csv_path, index=False, float_format="%.6g")
+    spreadsheet_safe(frame(table)).to_csv(csv_path, index=False, float_format="%.6g")
     md_path.write_text(render_markdown(table, title))
     return csv_path, md_path
 

@@ -20,7 +20,7 @@ from harness.problem import natural_key
 from harness.records import CandidateRecord, NullFloor, ReferenceRecord, latest_per_candidate
 from harness.status import Status
 from harness.terminal import Column, fitted_table, left_out, notes
-from harness.text import markdown_text
+from harness.text import markdown_text, spreadsheet_safe
 
 PROBLEM_COLUMNS = ["rank", "candidate", "status", "flags", "reason", "speedup", "vs_compile", "sol_pct", "sol_floor", "own_share", "gradients", "candidate_ms", "reference_ms", "compile_ms", "max_abs_error"]
 NUMERIC = {"speedup", "vs_compile", "sol_pct", "own_share", "candidate_ms", "reference_ms", "compile_ms", "max_abs_error", "geomean_speedup", "geomean_vs_compile", "null_floor"}
@@ -232,7 +232,7 @@ def write_leaderboards(
     tables = [problem_table(frame, p).assign(problem=p) for p in names]
     combined = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame(columns=PROBLEM_COLUMNS + ["problem"])
     combined = combined[["problem"] + PROBLEM_COLUMNS]
-    combined.to_csv(csv_path, index=False, float_format="%.6g")
+    spreadsheet_safe(combined).to_csv(csv_path, index=False, float_format="%.6g")
     charts: dict[str, str] = {}
     note = ""
     if plots:

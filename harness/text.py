@@ -8,6 +8,7 @@ sequences, bidirectional overrides, line breaks) never reach a screen raw.
 - `terminal_text`: a rich `Text` of it, shown literally whatever the console's markup setting.
 - `markdown_text`: safe inside a GitHub-flavoured markdown table cell, heading or paragraph.
 - `markdown_code`: an inline code span of it (not for table cells: a `|` there still splits them).
+- `spreadsheet_cell`: a CSV cell a spreadsheet shows as text, never runs as a formula.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import unicodedata
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from pandas import DataFrame
     from rich.text import Text
 
 # Categories whose characters do something other than show a glyph: controls (C0, DEL, C1: ESC,
@@ -82,3 +84,24 @@ def markdown_code(text: object) -> str:
     fence = "`" * (longest + 1)
     pad = " " if longest or flat.startswith(" ") or flat.endswith(" ") else ""
     return f"{fence}{pad}{flat}{pad}{fence}"
+
+
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")  # what makes a spreadsheet read a cell as a formula
+
+
+TEXT_COLUMNS = ("problem", "candidate", "reason", "flags", "hardware", "device")  # CSV columns whose text comes from outside
+
+
+def spreadsheet_safe(frame: "DataFrame") -> "DataFrame":
+    """`frame` with each cell of its TEXT_COLUMNS made a `spreadsheet_cell`."""
+    columns = [c for c in TEXT_COLUMNS if c in frame.columns]
+    return frame.assign(**{c: frame[c].map(spreadsheet_cell) for c in columns}) if columns else frame
+
+
+def spreadsheet_cell(value: object) -> object:
+    """A CSV cell of text that a spreadsheet opens as text: a string that a spreadsheet would read
+    as a formula (`=HYPERLINK(...)`, `+cmd|...`, `-2+3`, `@SUM(...)`) gets a leading `'`, the
+    spreadsheets' own mark for literal text. Numbers and other values are returned as they are."""
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
+        return "'" + value
+    return value

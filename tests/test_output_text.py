@@ -201,6 +201,17 @@ def test_leaderboard_markdown_keeps_one_row_per_candidate_and_renders_reasons_in
     assert "<script>" not in markdown and "\x1b" not in markdown and "](https" not in markdown
 
 
+def test_leaderboard_csv_cells_a_spreadsheet_would_run_as_formulas_open_as_text(tmp_path):
+    import csv
+
+    formulas = [record("=HYPERLINK(\"https://evil\")", "+cmd|' /C calc'!A0"), record("@SUM(A1)", "-2+3", Status.INCORRECT)]
+    csv_path, _ = write_leaderboards(tmp_path, formulas + [record("plain", "matched 10 calls", Status.CORRECT, ms=[1.0, 1.0])], (0.0,), plots=False)
+    rows = {row["candidate"]: row for row in csv.DictReader(csv_path.open())}
+    assert set(rows) == {"'=HYPERLINK(\"https://evil\")", "'@SUM(A1)", "plain"}
+    assert rows["'=HYPERLINK(\"https://evil\")"]["reason"] == "'+cmd|' /C calc'!A0" and rows["'@SUM(A1)"]["reason"] == "'-2+3"
+    assert rows["plain"]["reason"] == "matched 10 calls" and rows["'@SUM(A1)"]["rank"] == "-"  # the harness's own values stay as they are
+
+
 def gate_runs(tmp_path, *, regress: bool) -> tuple[Path, Path]:
     """A baseline and a current run of the same candidates (names and reasons from EVIL): all of them
     correct and then failing (`regress`), else failing in both."""
