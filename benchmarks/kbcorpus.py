@@ -3,7 +3,7 @@ every one judged correct by KernelBench's own eval) through the real CLI under o
 and in parts, with a report of where our verdict differs from KernelBench's and why.
 
     python3 benchmarks/kbcorpus.py [--corpus DIR] [--out DIR] [--state FILE] [--report FILE]
-                                   [--profiles default,kernelbench,graph,eager,auto] [--fraction F --seed N]
+                                   [--profiles default,kernelbench,graph,eager,auto,loop] [--fraction F --seed N]
                                    [--problems l1_p1 kb_l2/l2_p5 ...] [--part K/N] [--timeout-s S] [--budget-s S]
                                    [--retry "no record,harness error"] [--set KEY=VALUE ...] [--list | --report-only]
 
@@ -17,8 +17,10 @@ narrows to some problems first. --part K/N keeps the K-th of N parts, split by p
 kernels stay together), balanced on kernels with a level-2 kernel counting 1.5 and a level-3 one 3
 (their references and builds take longer). --list prints the selection and the parts and runs nothing.
 
-Profiles: `default` (configs/default.yaml), `kernelbench` (--config configs/kernelbench.yaml) and
-`graph`, `eager`, `auto` (the default with --set timing.mode=...). For each, one `run.py --all --json
+Profiles: `default` (configs/default.yaml), `kernelbench` (--config configs/kernelbench.yaml),
+`graph`, `eager`, `auto` (the default with --set timing.mode=...) and `loop` (configs/loop.yaml with
+memcheck on, no compile baseline, no null candidate: what benchmarks/verdict_rate.py reads as
+verdicts per GPU-hour; each state line then also carries the kernel's phases, builds and run time). For each, one `run.py --all --json
 --quiet` over the selected kernels the state does not have yet for that profile: the problems are the
 corpus's problems/ folder (run.py names a problem by its file stem, l1_p1, and looks for its candidates
 in <solutions_dir>/l1_p1/), the candidates a tree of links to the kernels' files (OUT/solutions/RUN/),
