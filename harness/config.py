@@ -123,6 +123,7 @@ class SanitizerConfig:
     tools: tuple[str, ...]  # compute-sanitizer tools, each its own run: memcheck | racecheck | initcheck | synccheck
     path: str  # the compute-sanitizer executable; "" = PATH, then $CUDA_HOME/bin, then /usr/local/cuda/bin
     timeout: float  # seconds for each tool's run (start-up under the tool is slow)
+    prestart: bool  # with workers.prestart: the first tool's next run is started while a candidate is checked
 
     def __post_init__(self) -> None:
         if self.enabled not in SWITCHES:
@@ -258,6 +259,7 @@ class WorkersConfig:
     gpus: tuple[int, ...]  # CUDA runs: indices of the visible GPUs to evaluate on, one evaluation at a time on each; [] = all
     warm_problems: int  # problems whose judge each lane keeps running between candidates (a session serving several)
     spares: int  # prestarted workers each lane keeps ready (more when candidates come faster than one readies)
+    prestart_judge: bool  # with prestart: the next problem's judge is started while this problem runs
 
     def __post_init__(self) -> None:
         if self.prestart not in ("auto", "always", "never"):

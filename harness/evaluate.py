@@ -71,7 +71,7 @@ class ProblemEvaluation:
         self.judge = LaneJudge(self.setting)  # the lane's judge for this problem, started with the first candidate
         self.reference_run = ReferenceRun(self.setting, self.judge, lambda: self._stopped)
         self._stopped = False  # stop() was called: nothing more is written
-        self.sanitizer = LaneSanitizer(self.cfg, problem.path, device, self.lane.launcher.env, prestart=self.lane.launcher.prestart)
+        self.sanitizer = LaneSanitizer(self.cfg, problem.path, device, self.lane.launcher.env, prestart=self.lane.launcher.prestart and self.cfg.sanitizer.prestart)
 
     def screen(self) -> tuple[list[CandidateRecord], list[Candidate]]:
         """Records for candidates that cannot run here (written now), and the runnable rest."""

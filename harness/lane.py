@@ -27,7 +27,8 @@ class Lane:
         """`index`: the lane's place among the run's lanes, which picks its CPUs (harness.quiet)."""
         # nvidia-smi (clocks, identity) numbers GPUs in PCI order; CUDA must number them the same way
         env = {"CUDA_VISIBLE_DEVICES": gpu, "CUDA_DEVICE_ORDER": os.environ.get("CUDA_DEVICE_ORDER", "PCI_BUS_ID")} if gpu else {}
-        return cls(label, gpu, Launcher(prestart=wants_prestart(cfg, device), env=env, lane_index=index, prewarm="cuda" if device == "cuda" else "", spares=cfg.workers.spares))
+        launcher = Launcher(prestart=wants_prestart(cfg, device), env=env, lane_index=index, prewarm="cuda" if device == "cuda" else "", spares=cfg.workers.spares, judges=cfg.workers.prestart_judge)
+        return cls(label, gpu, launcher)
 
     @property
     def index(self) -> int:

@@ -143,8 +143,9 @@ class Launcher:
     lane times, kept on the builds' CPUs); a worker handed out is a timing process of lane
     `lane_index`: pinned to that lane's CPUs, and running even if a hold had stopped it."""
 
-    def __init__(self, prestart: bool = False, env: Optional[dict[str, str]] = None, lane_index: int = 0, prewarm: str = "", spares: int = 1) -> None:
+    def __init__(self, prestart: bool = False, env: Optional[dict[str, str]] = None, lane_index: int = 0, prewarm: str = "", spares: int = 1, judges: bool = False) -> None:
         self.prestart = prestart
+        self.judges = judges  # with prestart: also the next problem's judge (take_judge)
         self.prewarm = prewarm  # "cuda": the spare readies the CUDA context and the profiler while it waits
         self.spares = max(1, spares)  # workers kept ready: more than one when jobs come faster than a worker readies
         self.env = dict(env or {})
@@ -178,7 +179,7 @@ class Launcher:
 
     def take_judge(self, log_path: Path, make_dir: Callable[[str], Path]) -> tuple[JudgeClient, Path]:
         """A judge for the next problem of this lane, and its working folder (`make_dir(prefix)`
-        makes one in the run's scratch). With `prestart`, the judge prestarted after the last one
+        makes one in the run's scratch). With `prestart` and `judges`, the judge prestarted after the last one
         was taken, when it is still alive: its interpreter, torch and (prewarm "cuda") its CUDA
         context and CUPTI are ready, so a problem's reference pass no longer waits for them. It
         has run no problem code: every problem still gets a judge process of its own. Then the
@@ -196,7 +197,7 @@ class Launcher:
                 self._discard_judge(spare)
             folder = make_dir("judge-")
             taken = (JudgeClient(log_path=log_path, cwd=folder, env=self.env, lane_index=self.lane_index), folder)
-        if self.prestart and not self._closed:
+        if self.prestart and self.judges and not self._closed:
             self._judges_started += 1
             spare_log = log_path.parent.parent / f".judge-spare-{self.lane_index}-{self._judges_started}.out"  # not *.log: no worker's log until adopted
             env = {**self.env, "HARNESS_PREWARM": self.prewarm} if self.prewarm else self.env

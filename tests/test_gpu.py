@@ -306,8 +306,9 @@ def test_a_second_pass_reuses_the_reference_profile_and_gives_the_same_verdicts(
     from harness.store import read_records
 
     measurements = tmp_path_factory.mktemp("reference-cache")
-    first = _evaluate(tmp_path_factory.mktemp("cache-cold"), build_cache, ["plain", "extra_on_side_stream"], f"measurement_cache_dir={measurements}")
-    second = _evaluate(tmp_path_factory.mktemp("cache-warm"), build_cache, ["plain", "extra_on_side_stream"], f"measurement_cache_dir={measurements}")
+    cache = (f"measurement_cache_dir={measurements}", "timing.reuse_profile=true")
+    first = _evaluate(tmp_path_factory.mktemp("cache-cold"), build_cache, ["plain", "extra_on_side_stream"], *cache)
+    second = _evaluate(tmp_path_factory.mktemp("cache-warm"), build_cache, ["plain", "extra_on_side_stream"], *cache)
     (cold,) = [r for r in read_records(_records_path(first["plain"])) if isinstance(r, ReferenceRecord)]
     (warm,) = [r for r in read_records(_records_path(second["plain"])) if isinstance(r, ReferenceRecord)]
     assert cold.profile_reused_from == "" and warm.profile_reused_from == cold.run_id

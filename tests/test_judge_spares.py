@@ -18,7 +18,7 @@ def folders(tmp_path):
 
 
 def test_the_next_problem_gets_the_prestarted_judge_under_its_own_log(tmp_path):
-    launcher = Launcher(prestart=True)
+    launcher = Launcher(prestart=True, judges=True)
     logs = tmp_path / "logs"
     first, first_dir = launcher.take_judge(logs / "p1" / "_reference.log", folders(tmp_path))
     spare, spare_dir = launcher._judge_spare
@@ -39,7 +39,7 @@ def test_the_next_problem_gets_the_prestarted_judge_under_its_own_log(tmp_path):
 
 
 def test_a_restarted_judge_or_a_dead_spare_gets_a_fresh_judge(tmp_path):
-    launcher = Launcher(prestart=True)
+    launcher = Launcher(prestart=True, judges=True)
     log = tmp_path / "logs" / "p1" / "_reference.log"
     first, _ = launcher.take_judge(log, folders(tmp_path))
     first.close()
@@ -56,9 +56,18 @@ def test_a_restarted_judge_or_a_dead_spare_gets_a_fresh_judge(tmp_path):
     launcher.close()
 
 
-def test_without_prestart_no_judge_waits(tmp_path):
-    launcher = Launcher(prestart=False)
+@pytest.mark.parametrize("prestart, judges", [(False, True), (True, False)])
+def test_without_prestart_or_with_judges_off_no_judge_waits(tmp_path, prestart, judges):
+    launcher = Launcher(prestart=prestart, judges=judges)
     client, _ = launcher.take_judge(tmp_path / "logs" / "p1" / "_reference.log", folders(tmp_path))
     assert launcher._judge_spare is None
     client.close()
     launcher.close()
+
+
+def test_the_config_turns_judge_prestart_on_for_a_lane(make_config):
+    from harness.lane import Lane
+
+    assert not Lane.single(make_config("workers.prestart=always"), "cpu").launcher.judges  # off by default, until measured on a GPU
+    lane = Lane.single(make_config("workers.prestart=always", "workers.prestart_judge=true"), "cpu")
+    assert lane.launcher.prestart and lane.launcher.judges
