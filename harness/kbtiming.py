@@ -24,7 +24,7 @@ from typing import Any, Iterable, Optional, Sequence
 import pandas as pd
 
 from harness.errors import UserError
-from harness.leaderboard import _cell, markdown_table, natural_order
+from harness.leaderboard import _cell, _header, markdown_table, natural_order
 from harness.records import CandidateRecord, ReferenceRecord, latest_per_candidate
 from harness.status import Status
 from harness.terminal import Column, fitted_table, notes
@@ -266,7 +266,7 @@ def print_report(table: FastPAgainstBaseline, console: Any) -> None:
         if why:
             missing.setdefault(why, []).append(problem)
     shown = shown[["problem"] + [c for c in shown.columns if c.startswith("fast_")] + ["reference_vs_kb"]]
-    columns = [Column(c.replace("_", " ") if c == "reference_vs_kb" else c, numeric=c != "problem") for c in shown.columns]
+    columns = [Column(_header(c), numeric=c != "problem") for c in shown.columns]
     rich_table, _ = fitted_table(f"fast_p against KernelBench's {table.baseline.source}", columns, _cells(shown), console.width)
     console.print(rich_table)
     if missing:

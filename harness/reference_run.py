@@ -11,7 +11,8 @@ import hashlib
 import json
 import os
 import time
-from typing import Callable, Optional
+from pathlib import Path
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -42,8 +43,8 @@ class ReferenceRun:
     def run(self, plan: Plan) -> ReferenceRecord:
         """The reference's record, written to the store (a stopped run raises Stopped instead)."""
         setting, cfg = self.setting, self.setting.cfg
-        cache = TimingCache(cfg, setting.problem_hash, setting.device, setting.lane.gpu)
-        cached = cache.load() if cfg.timing.reuse_reference and cfg.timing.enabled else None
+        cache = TimingCache(cfg, setting.problem_hash, setting.device, setting.lane.gpu) if cfg.timing.reuse_reference and cfg.timing.enabled else None
+        cached = cache.load() if cache is not None else None
         learned = ProfileCache(cfg, setting.problem_hash, setting.lane.gpu) if cfg.timing.reuse_profile and cfg.timing.enabled and setting.device == "cuda" else None
         known = learned.load() if learned is not None else None
         known_sol = (cached.speed_of_light if cached is not None else None) or (known.speed_of_light if known is not None else None)
@@ -69,7 +70,7 @@ class ReferenceRun:
             baselines = tuple(self.baseline(mode, plan) for mode in cfg.baselines.compile_modes)
             clock.lap("baselines")
             record = dataclasses.replace(record, baselines=baselines)
-            if cfg.timing.reuse_reference and all(b.ok for b in baselines):
+            if cache is not None and all(b.ok for b in baselines):
                 cache.save(record)
         if record.ok and cfg.timing.enabled and self.wants_null():
             record = dataclasses.replace(record, null_floor=self.null(plan))
@@ -151,6 +152,15 @@ class ReferenceRun:
         return Baseline(name, True, "ok", timing=compared.timing, compile_seconds=seconds, max_abs_error=worst, paired=compared.paired)
 
 
+def write_json(path: Path, data: Any) -> None:
+    """`data` as JSON at `path`, whole or not at all: a concurrent reader (another lane, another
+    run) never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data))
+    tmp.replace(path)
+
+
 class PhaseClock:
     """Where a reference pass's wall time goes, lap by lap: `seconds` maps each lap's name to its
     seconds; a lap with `inner` phases (the judge's own: load, construct, check, time) is split
@@ -210,11 +220,7 @@ class ProfileCache:
             return None
 
     def save(self, record: ReferenceRecord) -> None:
-        data = {"key": self.key, "run_id": record.run_id, "profile": to_dict(record.profile), "speed_of_light": to_dict(record.speed_of_light) if record.speed_of_light else None}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data))
-        tmp.replace(self.path)
+        write_json(self.path, {"key": self.key, "run_id": record.run_id, "profile": to_dict(record.profile), "speed_of_light": to_dict(record.speed_of_light) if record.speed_of_light else None})
 
 
 class TimingCache:
@@ -245,7 +251,4 @@ class TimingCache:
             return None
 
     def save(self, record: ReferenceRecord) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(to_dict(record)))
-        tmp.replace(self.path)
+        write_json(self.path, to_dict(record))

@@ -256,13 +256,12 @@ def main() -> None:
     from harness.worker.inputs import as_outputs
 
     device = torch.device("cuda", 0)
+    torch.cuda.set_device(device)
     if sys.argv[1] == "-":  # prestarted: the device readied under the tool, then the job from stdin
-        torch.cuda.set_device(device)
         torch.empty(1, device=device)
         job = json.loads(sys.stdin.readline())
     else:
         job = json.loads(Path(sys.argv[1]).read_text())
-    torch.cuda.set_device(device)
     major, minor = torch.cuda.get_device_capability(device)
     os.environ["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}"
     BuildCache(Path(job["build_cache"]), f"{major}.{minor}").install()

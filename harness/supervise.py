@@ -167,7 +167,7 @@ class Launcher:
         started = self._spares.pop(0) if self._spares else start_worker(self.env)
         host.register_timing(started.proc, self.lane_index)  # pinned to the lane, then continued if stopped
         while self.prestart and not self._closed and len(self._spares) < self.spares:
-            spare = start_worker({**self.env, "HARNESS_PREWARM": self.prewarm} if self.prewarm else self.env)
+            spare = start_worker(self._spare_env())
             host.register_background(spare.proc)
             self._spares.append(spare)
         self.active.add(started.proc)
@@ -200,10 +200,13 @@ class Launcher:
         if self.prestart and self.judges and not self._closed:
             self._judges_started += 1
             spare_log = log_path.parent.parent / f".judge-spare-{self.lane_index}-{self._judges_started}.out"  # not *.log: no worker's log until adopted
-            env = {**self.env, "HARNESS_PREWARM": self.prewarm} if self.prewarm else self.env
             folder = make_dir("judge-spare-")
-            self._judge_spare = (JudgeClient(log_path=spare_log, cwd=folder, env=env, lane_index=self.lane_index, spare=True), folder)
+            self._judge_spare = (JudgeClient(log_path=spare_log, cwd=folder, env=self._spare_env(), lane_index=self.lane_index, spare=True), folder)
         return taken
+
+    def _spare_env(self) -> dict[str, str]:
+        """A prestarted process's environment: the lane's, and what it readies while it waits."""
+        return {**self.env, "HARNESS_PREWARM": self.prewarm} if self.prewarm else self.env
 
     def kill_all(self) -> None:
         """End the spares and every worker handed out and still running (an interrupted run)."""
