@@ -3,6 +3,7 @@
 # machine, as a table that two trees can be compared by:
 #   bash benchmarks/seeds_gpu.sh LABEL [TREE] [run.py arguments...]
 # writes $OUT/verdicts-LABEL.tsv (problem, candidate, status, flags) and $OUT/records-LABEL.jsonl.
+# RUN_LIMIT (seconds, default 420) bounds the run.
 set -u
 LABEL=${1:?a label for this tree}; TREE=${2:-.}; shift $(( $# < 2 ? $# : 2 ))
 OUT=${OUT:-gpu-verify}
@@ -13,7 +14,7 @@ cd "$TREE" || exit 2
 RUN_ID=seeds-$LABEL-$(date -u +%Y%m%d-%H%M%S)
 started=$(date +%s)
 timeout 120 python3 benchmarks/prebuild.py solutions/*/*.py --jobs 12 > "$OUT/prebuild-$LABEL.log" 2>&1
-timeout 420 python3 run.py --all --run-id "$RUN_ID" "$@" > "$OUT/run-$LABEL.log" 2>&1
+timeout "${RUN_LIMIT:-420}" python3 run.py --all --run-id "$RUN_ID" "$@" > "$OUT/run-$LABEL.log" 2>&1
 echo "run.py exit code: $? after $(( $(date +%s) - started )) s" | tee -a "$OUT/run-$LABEL.log"
 cp "results/$RUN_ID/records.jsonl" "$OUT/records-$LABEL.jsonl"
 python3 - "$OUT/records-$LABEL.jsonl" > "$OUT/verdicts-$LABEL.tsv" <<'PY'
