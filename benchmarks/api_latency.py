@@ -23,20 +23,20 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from harness import api  # noqa: E402
-from harness.records import to_dict  # noqa: E402
+from harness.core.records import to_dict  # noqa: E402
 
 
 def no_prewarm() -> None:
     """Lanes whose prestarted workers skip the CUDA and profiler start-up (the comparison)."""
-    import harness.lanes
-    from harness.supervise import Launcher
+    import harness.parent.local
+    from harness.parent.supervise import Launcher
 
     class Plain(Launcher):
         def __init__(self, *args, **kwargs):
             kwargs["prewarm"] = ""
             super().__init__(*args, **kwargs)
 
-    harness.lanes.Launcher = Plain
+    harness.parent.local.Launcher = Plain
 
 
 STAGES: dict[str, float] = {}  # seconds per wrapped harness step, for the submission being timed
@@ -45,11 +45,11 @@ STAGES: dict[str, float] = {}  # seconds per wrapped harness step, for the submi
 def time_stages() -> None:
     """Wrap the steps of a candidate's evaluation that the parent waits on, to see where a warm
     submission's time goes: its build, the judge's session, the worker, the sanitizer."""
-    import harness.evaluate as ev
-    import harness.judging as judging
-    import harness.prebuild as pb
-    import harness.sanitize as sz
-    import harness.supervise as sv
+    import harness.parent.evaluate as ev
+    import harness.parent.lane_judge as judging
+    import harness.parent.prebuild as pb
+    import harness.parent.sanitize as sz
+    import harness.parent.supervise as sv
 
     def wrap(owner, name, label):
         original = getattr(owner, name)

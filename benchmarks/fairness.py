@@ -38,7 +38,8 @@ from typing import Any, Optional
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from pipeline import CUDA_TEMPLATE, PROBLEM as BUILDS_PROBLEM  # noqa: E402
+from pipeline import CUDA_TEMPLATE  # noqa: E402
+from pipeline import PROBLEM as BUILDS_PROBLEM
 
 
 def null_candidate(text: str) -> str:

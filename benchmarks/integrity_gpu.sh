@@ -23,7 +23,7 @@ for part in "$@"; do
       timeout 60 "$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)" --version 2>&1 | tee -a "$OUT/probe.txt"
       timeout 120 python3 - <<'EOF' 2>&1 | tee -a "$OUT/probe.txt"
 import time, torch
-from harness.cuda_driver import persisting_l2, reset_persisting_l2
+from harness.device.cuda_driver import persisting_l2, reset_persisting_l2
 torch.zeros(1, device="cuda")
 n = 100000
 t = time.perf_counter()

@@ -5,7 +5,7 @@
 """
 import torch
 
-from harness.regions import device_sharing
+from harness.device.regions import device_sharing
 
 if __name__ == "__main__":
     if not torch.cuda.is_available():

@@ -47,5 +47,5 @@ cp "$STATE" "$OUT/state.jsonl" 2>/dev/null
 cp "$WORK/report.md" "$OUT/report.md" 2>/dev/null
 rm -rf "$WORK"
 # the harness's scratch folders whose run is gone (a run killed at its limit may leave one)
-timeout 60 python3 -c 'from harness.scratch import default_base, sweep_stale; sweep_stale(default_base())' 2>/dev/null
+timeout 60 python3 -c 'from harness.parent.scratch import default_base, sweep_stale; sweep_stale(default_base())' 2>/dev/null
 exit "$code"

@@ -24,7 +24,7 @@ clean() {
   if flock -n "$STATE/.lock" true 2>/dev/null; then
     rm -rf "$STATE/tmp" "$STATE/results"
     # the harness's scratch folders whose run is gone (a live run's are left alone)
-    python3 -c 'from harness.scratch import default_base, sweep_stale; sweep_stale(default_base())' 2>/dev/null
+    python3 -c 'from harness.parent.scratch import default_base, sweep_stale; sweep_stale(default_base())' 2>/dev/null
   fi
 }
 

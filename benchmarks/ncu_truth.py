@@ -27,7 +27,7 @@ def child(workload: str, calls: int) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from timer_fidelity import workloads
 
-    from harness.timing import flush_buffer
+    from harness.device.timing import flush_buffer
 
     device = torch.device("cuda", 0)
     torch.backends.cuda.matmul.allow_tf32 = False

@@ -3,7 +3,7 @@
     python benchmarks/prebuild.py solutions/*/*.py [--jobs 8]
 
 Uses the same content-addressed cache and build processes as `run.py`'s build-ahead pool
-(`harness/prebuild.py`), so a later `python run.py` finds every build finished. Builds that fail are only reported here;
+(`harness/parent/prebuild.py`), so a later `python run.py` finds every build finished. Builds that fail are only reported here;
 the evaluation reports them again as `build failed`.
 """
 from __future__ import annotations
@@ -19,8 +19,8 @@ sys.path.insert(0, str(ROOT))
 
 
 def main() -> None:
-    from harness.config import load_config
-    from harness.prebuild import BuildAhead, gpu_arch
+    from harness.core.config import load_config
+    from harness.parent.prebuild import BuildAhead, gpu_arch
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("files", nargs="+", type=Path)

@@ -11,7 +11,7 @@ import time
 
 import torch
 
-from harness.profile import profile_call
+from harness.device.profile import profile_call
 
 
 def launches(x: torch.Tensor, n: int = 2000) -> float:

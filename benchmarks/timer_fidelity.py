@@ -6,7 +6,7 @@ ways: "isolated" (the device synchronised before and after each call, as KernelB
 runs) and "queued" (flush and call queued back to back with no host wait, as the harness timer
 and do_bench run). A GPU runs some kernels measurably faster in the second condition.
 Timers compared:
-  harness        harness.timing.time_forward with the default config (eager, stream end event,
+  harness        harness.device.timing.time_forward with the default config (eager, stream end event,
                  empty-region overhead subtracted)
   harness-graph  the same in CUDA-graph mode (timing.mode=graph)
   kernelbench    3 warm-up calls, then 100 calls each timed by an event pair after a 256 MB
@@ -38,9 +38,9 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness.config import load_config  # noqa: E402
-from harness.profile import profile_calls  # noqa: E402
-from harness.timing import flush_buffer, time_forward  # noqa: E402
+from harness.core.config import load_config  # noqa: E402
+from harness.device.profile import profile_calls  # noqa: E402
+from harness.device.timing import flush_buffer, time_forward  # noqa: E402
 
 GT_CALLS = 20
 INPUT_SETS = 3
@@ -112,7 +112,7 @@ def workloads(device, with_candidates, only=None):
             yield f"relu {millions}M", "kernel", torch.relu, sets(lambda n=millions << 20: [torch.randn(n, device=device)])
     if wanted("add 16M"):
         yield "add 16M", "kernel", torch.add, sets(lambda: [torch.randn(16 << 20, device=device), torch.randn(16 << 20, device=device)])
-    from harness.buildcache import BuildCache
+    from harness.device.buildcache import BuildCache
 
     major, minor = torch.cuda.get_device_capability(device)
     os.environ["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}"  # as the worker and prebuild.py build: same flags, cache hit

@@ -29,16 +29,17 @@ import threading
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
-from harness import nullfloor, scratch
-from harness import quiet as quiet_hosts
-from harness.candidate import Candidate
-from harness.config import Config, load_config, with_overrides
-from harness.errors import UserError
-from harness.executor import Executor
-from harness.extract import extract_code
-from harness.problem import Problem, resolve_problem
-from harness.records import CandidateRecord, ReferenceRecord, RunEnd, RunHeader
-from harness.store import RunStore, new_run_id, read_records
+from harness.core import nullfloor
+from harness.core.config import Config, load_config, with_overrides
+from harness.core.errors import UserError
+from harness.core.records import CandidateRecord, ReferenceRecord, RunEnd, RunHeader
+from harness.core.store import RunStore, new_run_id, read_records
+from harness.parent import quiet as quiet_hosts
+from harness.parent import scratch
+from harness.parent.executor import Executor
+from harness.sources.candidate import Candidate
+from harness.sources.extract import extract_code
+from harness.sources.problem import Problem, resolve_problem
 
 __all__ = ["Session", "evaluate", "load"]
 
@@ -229,7 +230,7 @@ class Session:
 
 def resolve_device(cfg: Config) -> str:
     if cfg.executor == "ray":  # the cluster's GPUs count, not this machine's
-        from harness.ray_executor import cluster_device
+        from harness.parent.ray_executor import cluster_device
 
         return cluster_device(cfg)
     import torch
@@ -242,7 +243,7 @@ def resolve_device(cfg: Config) -> str:
 
 
 def run_header(run_id: str, cfg: Config, argv: Sequence[str]) -> RunHeader:
-    from harness.environment import collect_environment
+    from harness.device.environment import collect_environment
 
     return RunHeader(
         run_id=run_id,
@@ -258,7 +259,7 @@ def quiet_host(cfg: Config, device: str, *, echo: bool = True) -> Iterator[quiet
     """The quiet host (timing.quiet) for the lanes: one on a CPU run, one per chosen GPU.
     However it ends (Ctrl-C and SIGTERM included) everything it stopped is continued: a build
     left stopped would never finish, and the interpreter waits for the build pool."""
-    from harness.lanes import lane_count
+    from harness.parent.local import lane_count
 
     mode = cfg.timing.quiet if cfg.executor == "local" else "off"  # Ray lanes run in actors of their own
     if device == "cpu" and mode in ("pin", "both"):
@@ -280,7 +281,7 @@ def start_builds(cfg: Config, device: str, targets: Sequence[tuple[Problem, Sequ
     """A BuildAhead (already compiling every candidate of `targets`, in order) that builds each
     submitted candidate's extensions in a CPU pool; None when builds.ahead is never, or auto on a
     CPU run (where building would disturb the timings), or on Ray (builds run in its tasks)."""
-    from harness.prebuild import BuildAhead, default_parallelism, gpu_arch
+    from harness.parent.prebuild import BuildAhead, default_parallelism, gpu_arch
 
     if cfg.executor == "ray" or cfg.builds.ahead == "never" or (cfg.builds.ahead == "auto" and device != "cuda"):
         return None
@@ -301,12 +302,12 @@ def start_builds(cfg: Config, device: str, targets: Sequence[tuple[Problem, Sequ
 
 def make_executor(cfg: Config, device: str, store: RunStore, builds: Any, *, on_problem: Callable[[Problem], None], on_start: Callable[[Candidate], None], on_record: Callable[[CandidateRecord], None]) -> Executor:
     """The local executor (this machine's lanes) or, with executor: ray, the Ray executor; both
-    are an `Executor` (harness.executor): `submit(problem, candidate) -> Future` and the rest."""
+    are an `Executor` (harness.parent.executor): `submit(problem, candidate) -> Future` and the rest."""
     if cfg.executor == "ray":
-        from harness.ray_executor import RayExecutor
+        from harness.parent.ray_executor import RayExecutor
 
         return RayExecutor(cfg, device, store, on_record=on_record, on_start=on_start, on_problem=on_problem)
-    from harness.lanes import LocalExecutor
+    from harness.parent.local import LocalExecutor
 
     return LocalExecutor(cfg, device, store, on_record=on_record, on_start=on_start, builds=builds, on_problem=on_problem, warm=cfg.workers.warm_problems)
 
@@ -315,8 +316,8 @@ def finish_run(store: RunStore, device: str, null_tolerance: float = nullfloor.D
     """Append the run's last record: the GPU's state now, whether its clocks moved between timings,
     and each problem whose null floor lies outside 1.00 +/- `null_tolerance` (or whose null candidate
     failed). `written`: the run's records so far, when the caller has read them already."""
-    from harness.environment import gpu_state
-    from harness.evaluate import CLOCK_TOLERANCE
+    from harness.device.environment import gpu_state
+    from harness.parent.evaluate import CLOCK_TOLERANCE
 
     timings = []
     references = []

@@ -14,9 +14,8 @@ from typing import Sequence
 
 from harness import __version__
 from harness.commands import baseline, gate, ingest, leaderboard, lint, run, serve
-from harness.errors import ExitCode, ResourceError, UserError
-from harness.scratch import no_space
-from harness.text import visible
+from harness.core.errors import ExitCode, ResourceError, UserError, no_space
+from harness.views.text import visible
 
 COMMANDS = {"run": run, "ingest": ingest, "gate": gate, "baseline": baseline, "leaderboard": leaderboard, "lint": lint, "serve": serve}
 

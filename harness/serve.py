@@ -40,9 +40,9 @@ from typing import Any, Optional
 from urllib.parse import ParseResult, parse_qs, urlparse
 
 from harness.api import Session
-from harness.errors import UserError, flat, one_line
-from harness.problem import Problem, resolve_named_problem
-from harness.records import CandidateRecord, to_dict
+from harness.core.errors import UserError, flat, one_line
+from harness.core.records import CandidateRecord, to_dict
+from harness.sources.problem import Problem, resolve_named_problem
 
 MAX_BODY = 8 << 20  # a candidate's source and its JSON envelope
 DRAIN_LIMIT = 64 << 20  # an oversized body up to this is read and dropped, so its client reads the 413

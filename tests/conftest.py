@@ -36,7 +36,7 @@ def make_config(tmp_path, build_cache, measurement_cache):
     """A config for fast test runs: results in tmp, short timing, short check timeouts, and the CPU also on a
     machine with a GPU (device=auto would take CUDA there and turn the CPU verdicts the tests expect into GPU
     runs); a test for the GPU hands "cuda" to the evaluation or passes device=cuda."""
-    from harness.config import load_config
+    from harness.core.config import load_config
 
     def make(*extra: str):
         return load_config(overrides=[

@@ -8,10 +8,10 @@ import urllib.request
 import pytest
 
 from harness import api
-from harness.errors import UserError
-from harness.records import ReferenceRecord
-from harness.status import Status
-from harness.store import read_records
+from harness.core.errors import UserError
+from harness.core.records import ReferenceRecord
+from harness.core.status import Status
+from harness.core.store import read_records
 from tests.sources import HONEST_FORWARD, scale_bias_relu
 
 pytestmark = pytest.mark.slow  # the evaluation API end to end: each test starts a session with judge and worker processes
@@ -21,7 +21,7 @@ OTHER = "2_Linear_GELU"
 
 def null_candidate(name: str) -> str:
     """The problem's own Model, renamed ModelNew."""
-    from harness.config import ROOT
+    from harness.core.config import ROOT
 
     text = next((ROOT / "problems").rglob(f"{name}.py")).read_text()
     return text.replace("class Model(", "class ModelNew(").replace("super(Model,", "super(ModelNew,")
@@ -177,7 +177,7 @@ def get_init_inputs():
 def test_stopping_a_session_ends_a_hung_reference_at_once_and_writes_no_record(make_config, tmp_path):
     import time
 
-    from harness.records import CandidateRecord
+    from harness.core.records import CandidateRecord
 
     problems = tmp_path / "problems"
     problems.mkdir()

@@ -2,7 +2,9 @@
 
 - no class over MAX_CLASS_LINES lines, no function over MAX_FUNCTION_LINES lines;
 - no import cycle among harness modules, imports inside functions included;
-- no block of DUPLICATE_WINDOW or more (normalized) lines that occurs twice in harness/.
+- no block of DUPLICATE_WINDOW or more (normalized) lines that occurs twice in harness/;
+- every import between harness's packages follows an arrow of ALLOWED (no allowlist of exceptions);
+- no chain of imports deeper than MAX_IMPORT_DEPTH modules.
 
 Each check fails on any offender, named with its file and line. Each detector takes a package folder, so the
 self-tests run it on a synthetic package in tmp_path. `python3 tests/test_architecture.py` prints the current
@@ -27,6 +29,21 @@ PACKAGE = ROOT / "harness"
 MAX_CLASS_LINES = 200
 MAX_FUNCTION_LINES = 60
 DUPLICATE_WINDOW = 6
+MAX_IMPORT_DEPTH = 10
+
+# The packages by process and trust, and which of them each may import (besides itself and the root
+# package, which holds only the version). The entry points at the top (api, serve, cli, __main__) and
+# the commands may import anything.
+ALLOWED: dict[str, set[str]] = {
+    "core": set(),  # vocabularies, records, messages, config: no torch, nothing of ours
+    "device": {"core"},  # runs models: in the judge and in the worker alike
+    "sources": {"core"},  # what a user brings, read as text
+    "judge": {"core", "device"},  # the trusted judge process: never the worker's code
+    "worker": {"core", "device"},  # the untrusted worker process: never the judge's code
+    "parent": {"core", "device", "sources"},  # starts the processes; never runs the judge's or the worker's code
+    "views": {"core", "sources"},  # reads records; never a device or a process
+}
+ENTRY_POINTS = {"api", "serve", "cli", "__main__", "commands"}
 
 def _files(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts)
@@ -196,6 +213,47 @@ def import_cycles(root: Path) -> dict[str, tuple[int, str]]:
     return found
 
 
+# -- package arrows and import depth ------------------------------------------------------------------------
+
+
+def package_of(module: str) -> str:
+    """The package right under the root a module belongs to ("" for the root package itself)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def forbidden_imports(root: Path, allowed: dict[str, set[str]], free: set[str]) -> dict[str, str]:
+    """{"a.b -> a.c": "file:line"} for every import from one package into another that `allowed` has no
+    arrow for. Packages in `free` may import anything; a package missing from `allowed` is an offence."""
+    files = {_module_name(root, f): _name(root, f) for f in _files(root)}
+    found = {}
+    for module, edges in import_graph(root).items():
+        source = package_of(module)
+        if source in free:
+            continue
+        for target, line in edges.items():
+            goal = package_of(target)
+            if goal in ("", source):
+                continue
+            if source not in allowed or goal not in allowed[source]:
+                found[f"{module} -> {target}"] = f"{files[module]}:{line}"
+    return found
+
+
+def deepest_chain(root: Path) -> list[str]:
+    """The longest chain of imports among root's modules (the graph has no cycle), first module first."""
+    graph = import_graph(root)
+    longest: dict[str, list[str]] = {}
+
+    def chain(module: str) -> list[str]:
+        if module not in longest:
+            tails = [chain(t) for t in sorted(graph[module]) if t in graph]
+            longest[module] = [module, *max(tails, key=len, default=[])]
+        return longest[module]
+
+    return max((chain(m) for m in sorted(graph)), key=len, default=[])
+
+
 # -- duplicated blocks ---------------------------------------------------------------------------------------
 
 # Lines left out before comparing: blank lines, comments, docstrings (string-only statements), lines of
@@ -272,6 +330,22 @@ def test_no_import_cycle() -> None:
     assert not bad, "import cycles among harness modules:\n" + "\n".join(bad)
 
 
+def test_every_import_between_packages_follows_an_allowed_arrow() -> None:
+    found = forbidden_imports(PACKAGE, ALLOWED, ENTRY_POINTS)
+    bad = [f"{edge} ({where})" for edge, where in sorted(found.items())]
+    assert not bad, "imports against the package arrows (tests/test_architecture.py: ALLOWED):\n" + "\n".join(bad)
+
+
+def test_every_module_sits_in_a_package_with_arrows_or_is_an_entry_point() -> None:
+    packages = {package_of(_module_name(PACKAGE, f)) for f in _files(PACKAGE)} - {""}
+    assert packages <= set(ALLOWED) | ENTRY_POINTS, f"packages or top-level modules with no arrows: {sorted(packages - set(ALLOWED) - ENTRY_POINTS)}"
+
+
+def test_no_chain_of_imports_is_deeper_than_the_limit() -> None:
+    chain = deepest_chain(PACKAGE)
+    assert len(chain) <= MAX_IMPORT_DEPTH, f"{len(chain)} modules deep: " + " -> ".join(chain)
+
+
 def test_no_duplicated_block() -> None:
     found = _on_harness(duplicate_blocks)
     bad = [f"{key}: {total} lines: " + "; ".join(blocks) for key, (total, blocks) in sorted(found.items())]
@@ -322,6 +396,24 @@ def test_import_cycles_finds_a_cycle_of_imports_inside_functions(tmp_path: Path)
     }
 
 
+def test_forbidden_imports_names_an_import_against_the_arrows_and_passes_the_allowed_ones(tmp_path: Path) -> None:
+    root = _package(
+        tmp_path,
+        {
+            "core/__init__.py": "",
+            "core/a.py": "",
+            "judge/__init__.py": "",
+            "judge/j.py": "from pkg.core import a\n",
+            "worker/__init__.py": "",
+            "worker/w.py": "import pkg.core.a\n\ndef f():\n    from pkg.judge import j\n",
+            "cli.py": "from pkg.worker import w\nfrom pkg.judge import j\n",
+        },
+    )
+    allowed = {"core": set(), "judge": {"core"}, "worker": {"core"}}
+    assert forbidden_imports(root, allowed, {"cli"}) == {"pkg.worker.w -> pkg.judge.j": "pkg/worker/w.py:4"}
+    assert deepest_chain(root) == ["pkg.cli", "pkg.worker.w", "pkg.judge.j", "pkg.core.a"]
+
+
 def test_duplicate_blocks_finds_a_6_line_block_and_ignores_imports_comments_and_brackets(tmp_path: Path) -> None:
     block = "    total = 0\n    for item in items:\n        total += item.size\n    if total > limit:\n        raise ValueError(total)\n    return total\n"
     five = "".join(block.splitlines(keepends=True)[:5])
@@ -344,3 +436,7 @@ if __name__ == "__main__":  # print today's offenders: python3 tests/test_archit
         print(f"cycle of {count}: {path}")
     for key, (total, blocks) in sorted(duplicate_blocks(PACKAGE).items()):
         print(f"duplicate: {key}: {total} lines: " + "; ".join(blocks))
+    for edge, where in sorted(forbidden_imports(PACKAGE, ALLOWED, ENTRY_POINTS).items()):
+        print(f"against the arrows: {edge} ({where})")
+    chain = deepest_chain(PACKAGE)
+    print(f"deepest chain, {len(chain)} modules: " + " -> ".join(chain))

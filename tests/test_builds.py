@@ -3,13 +3,13 @@ import shutil
 
 import pytest
 
-from harness.buildcache import first_error_line
-from harness.candidate import Candidate
-from harness.config import ROOT
-from harness.evaluate import ProblemEvaluation
-from harness.problem import resolve_problem
-from harness.status import Status
-from harness.store import RunStore
+from harness.core.config import ROOT
+from harness.core.status import Status
+from harness.core.store import RunStore
+from harness.device.buildcache import first_error_line
+from harness.parent.evaluate import ProblemEvaluation
+from harness.sources.candidate import Candidate
+from harness.sources.problem import resolve_problem
 
 CPP_CANDIDATE = ROOT / "solutions" / "1_Scale_Bias_ReLU" / "cpp_fused.py"
 
@@ -114,7 +114,7 @@ def test_build_inside_init_runs_under_the_load_limit_not_construct(make_config, 
 @pytest.mark.slow
 def test_builds_run_ahead_in_a_pool_and_the_worker_loads_them_finished(make_config, tmp_path):
     from harness.commands.run import run, start_builds
-    from harness.store import read_records
+    from harness.core.store import read_records
 
     folder = tmp_path / "solutions" / "1_Scale_Bias_ReLU"
     folder.mkdir(parents=True)

@@ -7,11 +7,11 @@ import textwrap
 
 import pytest
 
-from harness.candidate import Candidate
-from harness.evaluate import ProblemEvaluation
-from harness.problem import resolve_problem
-from harness.status import Status
-from harness.store import RunStore, read_records
+from harness.core.status import Status
+from harness.core.store import RunStore, read_records
+from harness.parent.evaluate import ProblemEvaluation
+from harness.sources.candidate import Candidate
+from harness.sources.problem import resolve_problem
 
 pytestmark = pytest.mark.slow  # real worker subprocesses for every candidate
 
@@ -84,7 +84,7 @@ def candidate_sources():
 
 @pytest.fixture(scope="module")
 def verdicts(tmp_path_factory, build_cache):
-    from harness.config import load_config
+    from harness.core.config import load_config
 
     root = tmp_path_factory.mktemp("eval")
     folder = root / "solutions"

@@ -6,9 +6,9 @@ import pytest
 
 from harness.cli import main
 from harness.commands import ingest, run
-from harness.errors import ExitCode
-from harness.status import Status
-from harness.store import candidate_records, read_records
+from harness.core.errors import ExitCode
+from harness.core.status import Status
+from harness.core.store import candidate_records, read_records
 
 SEEDS = Path(__file__).parent / "data" / "seeds"
 SEED_PROBLEMS = {
@@ -105,8 +105,8 @@ def test_run_writes_records_and_leaderboards_and_prints_json(make_config, tmp_pa
 
 def _one_run(results: Path, run_id: str) -> None:
     """A run folder holding two records of one candidate (the later one is the one kept)."""
-    from harness.records import CandidateRecord
-    from harness.store import RunStore
+    from harness.core.records import CandidateRecord
+    from harness.core.store import RunStore
 
     store = RunStore(results, run_id)
     for reason in ("first try", "second try"):

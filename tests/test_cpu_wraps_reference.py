@@ -1,7 +1,7 @@
 """On the CPU, torch's own answer behind a trivial C++ call does not rank as a custom kernel.
 
 The ATen compute operators of one checked forward of the candidate are compared with the
-reference's on the same call (harness.integrity.reference_ops): the decision, the operator classes,
+reference's on the same call (harness.core.integrity.reference_ops): the decision, the operator classes,
 the profile's reading and the verdict are tested here without a build. The CPU decoys of the cheat
 catalog (benchmarks/cheats/<level0 problem>/, each file's `Expect:` line) and the shipped honest C++
 candidates of the level0 problems are then evaluated end to end, one evaluation per problem (slow:
@@ -14,20 +14,20 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness import protocol as P
-from harness.candidate import Candidate
-from harness.config import load_config
-from harness.evaluate import ProblemEvaluation
-from harness.flags import Code
-from harness.integrity import is_compute, reference_ops
-from harness.problem import resolve_problem
-from harness.profile import observe_ops, observed_call, summarize_ops
-from harness.protocol import Call
-from harness.records import CandidateRecord, CheckResult, ForwardOps, OpCount, ReferenceRecord
-from harness.status import Status
-from harness.store import RunStore, read_records
-from harness.supervise import WorkerOutcome
-from harness.verdict import Case, Compared, Reported, Rules, decide
+from harness.core import protocol as P
+from harness.core.config import load_config
+from harness.core.flags import Code
+from harness.core.integrity import is_compute, reference_ops
+from harness.core.protocol import Call
+from harness.core.records import CandidateRecord, CheckResult, ForwardOps, OpCount, ReferenceRecord
+from harness.core.status import Status
+from harness.core.store import RunStore, read_records
+from harness.device.profile import observe_ops, observed_call, summarize_ops
+from harness.parent.evaluate import ProblemEvaluation
+from harness.parent.supervise import WorkerOutcome
+from harness.parent.verdict import Case, Compared, Reported, Rules, decide
+from harness.sources.candidate import Candidate
+from harness.sources.problem import resolve_problem
 
 ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("cheats", ROOT / "benchmarks" / "cheats.py")
@@ -137,7 +137,7 @@ def test_the_innermost_compute_operators_count_and_those_under_an_extension_call
     linear = ("aten::linear", [("aten::t", [("aten::transpose", [("aten::as_strided", [])])]), ("aten::addmm", [("aten::expand", []), ("aten::copy_", [])])])
     relu = ("aten::relu", [("aten::clamp_min", [])])
     extension = ("<built-in method f of pybind11_builtins.pybind11_detail_function_record_v1 object at 0x7f>", [("aten::empty_like", []), relu])
-    forward = ("model.py(12): forward", [linear, ("harness/buildcache.py(164): counted", [extension]), ("<built-in method f of type object at 0x1>", [relu])])
+    forward = ("model.py(12): forward", [linear, ("harness/device/buildcache.py(164): counted", [extension]), ("<built-in method f of type object at 0x1>", [relu])])
     summary = summarize_ops(_events(forward), is_compute, {"f"}, call=1)
     assert summary.compute == (OpCount("aten::addmm", 1, 0), OpCount("aten::clamp_min", 2, 1))
     assert summary.other == 1 + 3 + 2 + 1 + 2 and summary.call == 1 and summary.error == ""  # linear, its view chain, addmm's two, empty_like, the two relus

@@ -1,4 +1,4 @@
-"""Checks that must fit what the reference computes (harness/degenerate.py), honest and wrong cases
+"""Checks that must fit what the reference computes (harness/judge/degenerate.py), honest and wrong cases
 side by side: a buffer no output depends on is a note, not `incorrect`; an output that is rounding
 noise for every input is the problem's defect, judged against the noise."""
 import copy
@@ -7,11 +7,11 @@ import pytest
 import torch
 import torch.nn as nn
 
-from harness.compare import output_rms, rounding_noise
-from harness.degenerate import InertBuffers, NoiseScan, judge_buffers
-from harness.records import CheckResult
-from harness.reference import snapshot
-from harness.status import Status
+from harness.core.records import CheckResult
+from harness.core.status import Status
+from harness.judge.compare import output_rms, rounding_noise
+from harness.judge.degenerate import InertBuffers, NoiseScan, judge_buffers
+from harness.judge.reference import snapshot
 
 
 def linear_batchnorm(momentum):
@@ -221,8 +221,8 @@ class ModelNew(nn.Module):
 @pytest.fixture(scope="module")
 def records(tmp_path_factory, build_cache, measurement_cache):
     from harness import api
-    from harness.config import load_config
-    from harness.store import read_records
+    from harness.core.config import load_config
+    from harness.core.store import read_records
 
     problems = tmp_path_factory.mktemp("problems")
     (problems / "33_BatchNorm_Momentum.py").write_text(BATCHNORM_PROBLEM.format(momentum=0.1))

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.extract import Extraction, extract_code
+from harness.sources.extract import Extraction, extract_code
 
 # The five seed completions, copied byte for byte from the shared seed folder into the repo, so that CI,
 # which has the repo only, runs every seed test.

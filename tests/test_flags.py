@@ -1,15 +1,15 @@
-"""Integrity flags: evidence to findings (harness/integrity.py), policies to verdicts (harness/flags.py),
+"""Integrity flags: evidence to findings (harness/core/integrity.py), policies to verdicts (harness/core/flags.py),
 and a problem's own policies. Each finding is shown with an honest case it must leave alone."""
 import pytest
 
-from harness.config import load_config
-from harness.errors import UserError
-from harness.flags import Code, column, decide
-from harness.integrity import extension_use, own_kernels, persisting_l2, side_work
-from harness.problem import declared_settings
-from harness.protocol import Threads
-from harness.records import CallProfile, Flag, KernelTime, TimingStats
-from harness.status import Status
+from harness.core.config import load_config
+from harness.core.errors import UserError
+from harness.core.flags import Code, column, decide
+from harness.core.integrity import extension_use, own_kernels, persisting_l2, side_work
+from harness.core.protocol import Threads
+from harness.core.records import CallProfile, Flag, KernelTime, TimingStats
+from harness.core.status import Status
+from harness.sources.problem import declared_settings
 
 GEMM = "sm90_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8"
 RELU = "void at::native::vectorized_elementwise_kernel<4, at::native::clamp_min_scalar_kernel_cuda>"

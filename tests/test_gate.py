@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.config import ROOT
-from harness.errors import ExitCode, UserError
-from harness.gate import IMPROVED, NOT_COMPARABLE, REGRESSED, UNCHANGED, Regression, Rules, gate, load_side
-from harness.records import CandidateRecord, NullFloor, PairedSpeedup, ReferenceRecord, RunHeader, TimingStats
-from harness.status import Status
-from harness.store import RunStore
+from harness.core.config import ROOT
+from harness.core.errors import ExitCode, UserError
+from harness.core.records import CandidateRecord, NullFloor, PairedSpeedup, ReferenceRecord, RunHeader, TimingStats
+from harness.core.status import Status
+from harness.core.store import RunStore
+from harness.views.gate import IMPROVED, NOT_COMPARABLE, REGRESSED, UNCHANGED, Regression, Rules, gate, load_side
 
 GOLDEN = Path(__file__).parent / "golden"
 PROTOCOL = {"timing": {"mode": "eager", "sync": "auto", "flush_l2": True, "subtract_overhead": True, "cpu_threads": 1}, "check": {"allow_tf32": False}}

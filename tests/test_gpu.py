@@ -1,11 +1,11 @@
 """CUDA candidates on a real GPU (skipped without one): build, verdict, fault isolation."""
 import pytest
 
-from harness.candidate import Candidate
-from harness.evaluate import ProblemEvaluation
-from harness.problem import resolve_problem
-from harness.status import Status
-from harness.store import RunStore
+from harness.core.status import Status
+from harness.core.store import RunStore
+from harness.parent.evaluate import ProblemEvaluation
+from harness.sources.candidate import Candidate
+from harness.sources.problem import resolve_problem
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]  # CUDA builds and whole evaluations on the GPU
 
@@ -67,7 +67,7 @@ def _records_path(record):
 
 @pytest.fixture(scope="module")
 def verdicts(tmp_path_factory, build_cache):
-    from harness.config import load_config
+    from harness.core.config import load_config
 
     root = tmp_path_factory.mktemp("gpu")
     candidates = []
@@ -99,8 +99,8 @@ def test_identical_kernels_in_another_file_reuse_the_build(verdicts):
 
 
 def test_reference_has_compile_baseline_speed_of_light_and_profile(verdicts):
-    from harness.records import ReferenceRecord
-    from harness.store import read_records
+    from harness.core.records import ReferenceRecord
+    from harness.core.store import read_records
 
     record = verdicts["cuda_correct"]
     store_records = read_records(_records_path(record))
@@ -145,7 +145,7 @@ EXTRA_WORK = {
 
 
 def _evaluate(root, build_cache, names, *overrides):
-    from harness.config import load_config
+    from harness.core.config import load_config
 
     candidates = []
     for name in names:
@@ -238,7 +238,7 @@ CHEATS = {
 
 @pytest.fixture(scope="module")
 def cheats(tmp_path_factory, build_cache):
-    from harness.config import load_config
+    from harness.core.config import load_config
 
     root = tmp_path_factory.mktemp("cheats")
     candidates = []
@@ -268,9 +268,9 @@ def test_every_visible_gpu_is_a_lane_with_its_own_reference(make_config, tmp_pat
     """Several GPUs: candidates spread over them, each compared to the reference timed on its GPU."""
     import torch
 
-    from harness.lanes import LocalExecutor
-    from harness.records import ReferenceRecord
-    from harness.store import read_records
+    from harness.core.records import ReferenceRecord
+    from harness.core.store import read_records
+    from harness.parent.local import LocalExecutor
 
     if torch.cuda.device_count() < 2:
         pytest.skip("needs two GPUs")
@@ -302,8 +302,8 @@ def test_every_visible_gpu_is_a_lane_with_its_own_reference(make_config, tmp_pat
 
 
 def test_a_second_pass_reuses_the_reference_profile_and_gives_the_same_verdicts(tmp_path_factory, build_cache):
-    from harness.records import ReferenceRecord
-    from harness.store import read_records
+    from harness.core.records import ReferenceRecord
+    from harness.core.store import read_records
 
     measurements = tmp_path_factory.mktemp("reference-cache")
     cache = (f"measurement_cache_dir={measurements}", "timing.reuse_profile=true")

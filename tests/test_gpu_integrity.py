@@ -20,7 +20,7 @@ OVERRIDES = ["timing.budget_s=1", "timing.rounds=2", "timing.max_rounds=2", "tim
 
 @pytest.fixture(scope="module")
 def catalogs(tmp_path_factory):
-    from harness.sanitize import find_tool
+    from harness.parent.sanitize import find_tool
 
     out = Path(os.environ["CHEATS_OUT"]) if os.environ.get("CHEATS_OUT") else tmp_path_factory.mktemp("cheats")  # CHEATS_OUT keeps the records
     found = {}

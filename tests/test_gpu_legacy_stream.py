@@ -4,12 +4,12 @@ mode (skipped without a GPU)."""
 
 import pytest
 
-from harness.candidate import Candidate
-from harness.evaluate import ProblemEvaluation
-from harness.graphs import OUTSIDE_CAPTURE
-from harness.problem import resolve_problem
-from harness.status import Status
-from harness.store import RunStore
+from harness.core.status import Status
+from harness.core.store import RunStore
+from harness.device.graphs import OUTSIDE_CAPTURE
+from harness.parent.evaluate import ProblemEvaluation
+from harness.sources.candidate import Candidate
+from harness.sources.problem import resolve_problem
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
@@ -60,7 +60,7 @@ CANDIDATES = {
 
 
 def _evaluate(root, build_cache, mode):
-    from harness.config import load_config
+    from harness.core.config import load_config
 
     candidates = []
     for name, body in CANDIDATES.items():

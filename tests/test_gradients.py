@@ -1,12 +1,12 @@
 """Training parity: a backward of the same loss must give the reference's gradients, by name."""
 import pytest
 
-from harness.candidate import Candidate
-from harness.config import ROOT
-from harness.evaluate import ProblemEvaluation
-from harness.problem import resolve_problem
-from harness.status import Status
-from harness.store import RunStore
+from harness.core.config import ROOT
+from harness.core.status import Status
+from harness.core.store import RunStore
+from harness.parent.evaluate import ProblemEvaluation
+from harness.sources.candidate import Candidate
+from harness.sources.problem import resolve_problem
 
 HEADER = "import torch\nimport torch.nn as nn\n\n"
 INIT = (
@@ -107,7 +107,7 @@ def test_backward_leaves_batchnorm_state_as_it_was(make_config, tmp_path):
 
 @pytest.mark.parametrize("setting", ["check.gradients=sometimes", "check.gradient_tolerance_factor=0.5"])
 def test_bad_gradient_settings_are_usage_errors(make_config, setting):
-    from harness.errors import UserError
+    from harness.core.errors import UserError
 
     with pytest.raises(UserError):
         make_config(setting)
@@ -157,8 +157,8 @@ def test_a_problem_declares_its_own_tolerance(make_config, tmp_path):
 
 @pytest.mark.parametrize("value", ['{"float32": {"atol": -1, "rtol": 0}}', '{"float32": 1e-3}', '{"float32": {"atol": 1e-3}}', "[1e-3]"])
 def test_a_malformed_tolerance_declaration_is_a_usage_error(tmp_path, value):
-    from harness.errors import UserError
-    from harness.problem import declared_settings
+    from harness.core.errors import UserError
+    from harness.sources.problem import declared_settings
 
     path = tmp_path / "p.py"
     path.write_text(f"HARNESS_TOLERANCES = {value}\n")

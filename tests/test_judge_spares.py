@@ -1,4 +1,4 @@
-"""A lane prestarts the next problem's judge (harness.supervise.Launcher.take_judge): the judge a
+"""A lane prestarts the next problem's judge (harness.parent.supervise.Launcher.take_judge): the judge a
 problem gets has its interpreter and torch ready, still has run no problem code, and logs where
 that problem's judge logs; nothing of a spare is left when the lane closes."""
 import shutil
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import protocol as P
-from harness.supervise import JudgeFailed, Launcher
+from harness.core import protocol as P
+from harness.parent.supervise import JudgeFailed, Launcher
 
 pytestmark = pytest.mark.slow  # real judge processes (each imports torch)
 
@@ -66,7 +66,7 @@ def test_without_prestart_or_with_judges_off_no_judge_waits(tmp_path, prestart, 
 
 
 def test_the_config_turns_judge_prestart_on_for_a_lane(make_config):
-    from harness.lane import Lane
+    from harness.parent.lane import Lane
 
     assert not Lane.single(make_config("workers.prestart=always"), "cpu").launcher.judges  # off by default, until measured on a GPU
     lane = Lane.single(make_config("workers.prestart=always", "workers.prestart_judge=true"), "cpu")

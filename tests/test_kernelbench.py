@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import UserError
-from harness.problem import resolve_problem
-from harness.samples import sample_targets
+from harness.core.errors import UserError
+from harness.sources.problem import resolve_problem
+from harness.sources.samples import sample_targets
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -134,9 +134,9 @@ def test_a_sample_folder_runs_against_the_kernelbench_tree_as_it_is(tree, tmp_pa
 
 
 def test_one_level_writes_eval_results_json_a_build_failure_is_not_compiled_and_a_never_judged_sample_is_left_out(tmp_path):
-    from harness.records import CandidateRecord
-    from harness.samples import write_eval_results
-    from harness.status import Status
+    from harness.core.records import CandidateRecord
+    from harness.core.status import Status
+    from harness.sources.samples import write_eval_results
 
     def record(candidate, status):
         return CandidateRecord(run_id="r", problem="19_ReLU", problem_hash="h", candidate=candidate, candidate_path="x.py",

@@ -4,11 +4,11 @@ import json
 
 import pytest
 
-from harness.errors import UserError
-from harness.kbtiming import fast_p_against, level_of, load_baseline
-from harness.records import CandidateRecord, ReferenceRecord, RunHeader, TimingStats
-from harness.status import Status
-from harness.store import RunStore
+from harness.core.errors import UserError
+from harness.core.records import CandidateRecord, ReferenceRecord, RunHeader, TimingStats
+from harness.core.status import Status
+from harness.core.store import RunStore
+from harness.views.kbtiming import fast_p_against, level_of, load_baseline
 
 
 def entry(mean, hardware="NVIDIA H100 80GB HBM3"):

@@ -5,10 +5,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness.leaderboard import candidate_frame, print_leaderboard, problem_table, summary_table, write_leaderboards
-from harness.records import CandidateRecord, CheckResult, Flag, NullFloor, PairedSpeedup, ReferenceRecord, TimingStats
-from harness.status import Status
-from harness.store import RunStore, read_records
+from harness.core.records import CandidateRecord, CheckResult, Flag, NullFloor, PairedSpeedup, ReferenceRecord, TimingStats
+from harness.core.status import Status
+from harness.core.store import RunStore, read_records
+from harness.views.leaderboard import candidate_frame, print_leaderboard, problem_table, summary_table, write_leaderboards
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -165,7 +165,7 @@ def test_a_null_floor_inside_the_tolerance_or_none_gives_no_warning(tmp_path):
 
 def test_the_leaderboard_command_reads_the_null_floors_from_the_records(tmp_path):
     from harness.cli import main
-    from harness.records import RunHeader
+    from harness.core.records import RunHeader
 
     store = RunStore(tmp_path, "golden")
     store.append(RunHeader(run_id="golden", started_at="2026-11-21T00:00:00+00:00", argv=(), config={}, environment={}))

@@ -2,7 +2,7 @@
 import pytest
 
 from harness.cli import main
-from harness.errors import ExitCode
+from harness.core.errors import ExitCode
 
 pytestmark = pytest.mark.slow  # every check runs the problem in a lint subprocess; one test lints the whole suite
 

@@ -4,18 +4,18 @@ import types
 import pytest
 import torch
 
-from harness.config import TimerSettings
-from harness.evaluate import ProblemEvaluation, compare_times, timing_warnings
-from harness.candidate import Candidate
-from harness.problem import resolve_problem
-from harness.profile import AFTER_RANGE, CALL_RANGE, RETURN_RANGE, summarize_trace
-from harness.pairing import paired_speedup
-from harness.protocol import TimingProtocol
-from harness.records import Baseline, CallProfile, ReferenceRecord, SpeedOfLight, TimingStats
-from harness.roofline import Peaks, Work, count_work, device_peaks, floor
-from harness.status import Status
-from harness.store import RunStore, read_records
-from harness.timing import time_forward
+from harness.core.config import TimerSettings
+from harness.core.pairing import paired_speedup
+from harness.core.protocol import TimingProtocol
+from harness.core.records import Baseline, CallProfile, ReferenceRecord, SpeedOfLight, TimingStats
+from harness.core.status import Status
+from harness.core.store import RunStore, read_records
+from harness.device.profile import AFTER_RANGE, CALL_RANGE, RETURN_RANGE, summarize_trace
+from harness.device.timing import time_forward
+from harness.judge.roofline import Peaks, Work, count_work, device_peaks, floor
+from harness.parent.evaluate import ProblemEvaluation, compare_times, timing_warnings
+from harness.sources.candidate import Candidate
+from harness.sources.problem import resolve_problem
 
 CPU = torch.device("cpu")
 
@@ -87,7 +87,7 @@ def test_power_or_thermal_capping_after_timing_is_reported():
 
 
 def test_time_below_the_calls_own_profiled_gpu_time_is_suspect_time():
-    from harness.integrity import implausible_time
+    from harness.core.integrity import implausible_time
 
     profile = CallProfile(kernel_ms=2.0, span_ms=2.1, launches=3, streams=1, after_return=0)
     (found,) = implausible_time(stats([1.0] * 5), 2.0, 2.0, profile, None, 50, 0.95)
@@ -250,9 +250,9 @@ def test_baselines_are_reused_only_when_asked_and_say_from_which_run(make_config
 
 
 def test_paired_graph_mode_on_cpu_times_both_sides_eagerly_and_says_why():
-    from harness import protocol as P
-    from harness.pairing import choose_protocol
-    from harness.timing import NO_GRAPHS_ON_CPU, Timer
+    from harness.core import protocol as P
+    from harness.core.pairing import choose_protocol
+    from harness.device.timing import NO_GRAPHS_ON_CPU, Timer
 
     timer = Timer(lambda: None, [[]], CPU, timing_cfg(mode="graph"))
     why = timer.prepare(graph=True)

@@ -12,14 +12,14 @@ import pytest
 from rich.console import Console
 
 from harness.cli import main
-from harness.config import ROOT
-from harness.errors import ExitCode
-from harness.leaderboard import candidate_frame, print_leaderboard, write_leaderboards
-from harness.progress import Progress
-from harness.records import CandidateRecord, RunHeader, Stricter, TimingStats
-from harness.status import Status
-from harness.store import RunStore
-from harness.text import markdown_code, markdown_text, terminal_text, visible
+from harness.core.config import ROOT
+from harness.core.errors import ExitCode
+from harness.core.records import CandidateRecord, RunHeader, Stricter, TimingStats
+from harness.core.status import Status
+from harness.core.store import RunStore
+from harness.views.leaderboard import candidate_frame, print_leaderboard, write_leaderboards
+from harness.views.progress import Progress
+from harness.views.text import markdown_code, markdown_text, terminal_text, visible
 from tests.sources import scale_bias_relu
 
 EVIL = {
@@ -126,7 +126,7 @@ def test_markdown_code_is_a_code_span_whatever_backticks_it_holds():
 
 
 def test_the_console_is_as_wide_as_columns_says_else_120_off_a_terminal_and_reads_no_markup(monkeypatch, capsys):
-    from harness.terminal import DEFAULT_WIDTH, terminal_console, terminal_width
+    from harness.views.terminal import DEFAULT_WIDTH, terminal_console, terminal_width
 
     monkeypatch.delenv("COLUMNS", raising=False)
     assert terminal_width(io.StringIO()) == DEFAULT_WIDTH == 120
@@ -287,8 +287,8 @@ def test_a_run_whose_candidate_raises_markup_exits_2_prints_it_and_gates(tmp_pat
 
 def test_a_chart_draws_names_with_dollar_signs_and_escapes_as_plain_text(tmp_path):
     pytest.importorskip("matplotlib")
-    from harness import plots
-    from harness.leaderboard import problem_table
+    from harness.views import plots
+    from harness.views.leaderboard import problem_table
 
     named = [record("a$\\frac{1", "ok", Status.CORRECT, problem="p$\\frac{", ms=[1.0, 1.0]), record("b\x1b[2J$$", "ok", Status.CORRECT, problem="p$\\frac{", ms=[2.0, 2.0])]
     assert plots.plot_problem(problem_table(candidate_frame(named), "p$\\frac{"), "p$\\frac{", tmp_path / "chart.png")  # mathtext would raise

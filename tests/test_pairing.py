@@ -7,15 +7,15 @@ import types
 
 import pytest
 
-from harness import protocol as P
-from harness.candidate import Candidate
-from harness.evaluate import ProblemEvaluation
-from harness.pairing import COMPARED, REFERENCE, Pairing, ProblemTiming, choose_protocol, device_sync_reason, paired_speedup, resolve_mode, schedule
-from harness.problem import resolve_problem
-from harness.quiet import QuietHost
-from harness.records import CallProfile, ReferenceRecord, TimingStats
-from harness.status import Status
-from harness.store import RunStore, read_records
+from harness.core import protocol as P
+from harness.core.pairing import COMPARED, REFERENCE, Pairing, ProblemTiming, choose_protocol, device_sync_reason, paired_speedup, resolve_mode, schedule
+from harness.core.records import CallProfile, ReferenceRecord, TimingStats
+from harness.core.status import Status
+from harness.core.store import RunStore, read_records
+from harness.parent.evaluate import ProblemEvaluation
+from harness.parent.quiet import QuietHost
+from harness.sources.candidate import Candidate
+from harness.sources.problem import resolve_problem
 
 
 def stats(samples):

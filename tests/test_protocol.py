@@ -1,4 +1,4 @@
-"""The typed messages of the data plane (harness.protocol): each one survives its JSON line, each of
+"""The typed messages of the data plane (harness.core.protocol): each one survives its JSON line, each of
 their fields is read somewhere in the harness (a message nothing reads is a test failure), and a
 worker's message of a type workers do not send is rejected."""
 import ast
@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import protocol as P
-from harness.config import ROOT
-from harness.status import Status
-from harness.supervise import Started, run_worker
+from harness.core import protocol as P
+from harness.core.config import ROOT
+from harness.core.status import Status
+from harness.parent.supervise import Started, run_worker
 
 HARNESS = Path(__file__).resolve().parent.parent / "harness"
 JOBS = (P.WorkerJob, P.JudgeJob, P.TimerSettings)  # not messages of their own, but sent in one
@@ -68,7 +68,7 @@ def test_every_message_survives_its_json_line(name):
 
 
 def test_a_job_survives_its_json_line():
-    from harness.records import from_dict, to_dict
+    from harness.core.records import from_dict, to_dict
 
     for cls in JOBS:
         job = build(cls)
@@ -139,7 +139,7 @@ def test_a_worker_message_workers_do_not_send_is_rejected(data, why):
 
 FAKE_WORKER = """
 import json, sys
-from harness.channel import ChannelWriter
+from harness.core.channel import ChannelWriter
 launch = json.loads(sys.stdin.readline())
 channel = ChannelWriter(launch["result_fd"], launch["key"])
 channel.send({"type": "Phase", "body": {"phase": "construct"}})

@@ -8,10 +8,10 @@ import time
 
 import pytest
 
-from harness import quiet
-from harness.prebuild import BuildAhead
-from harness.quiet import QuietHost
-from harness.supervise import Launcher
+from harness.parent import quiet
+from harness.parent.prebuild import BuildAhead
+from harness.parent.quiet import QuietHost
+from harness.parent.supervise import Launcher
 
 SLEEP = "import time; time.sleep(60)"
 # a parent and a child of its own in one process group; the child's pid on the first line

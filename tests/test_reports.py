@@ -3,15 +3,15 @@ import dataclasses
 import sys
 
 import pytest
-
-from harness import plots
-from harness.cli import main
-from harness.errors import ExitCode
-from harness.leaderboard import candidate_frame, problem_table, write_leaderboards
-from harness.records import RunEnd, RunHeader
-from harness.status import Status
-from harness.store import RunStore
 from test_leaderboard import GOLDEN, RECORDS, record
+
+from harness.cli import main
+from harness.core.errors import ExitCode
+from harness.core.records import RunEnd, RunHeader
+from harness.core.status import Status
+from harness.core.store import RunStore
+from harness.views import plots
+from harness.views.leaderboard import candidate_frame, problem_table, write_leaderboards
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 FAST_P = (0.0, 1.0, 2.0)

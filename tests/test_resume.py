@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.errors import ExitCode
+from harness.core.errors import ExitCode
 
 pytestmark = pytest.mark.slow  # whole runs through run.py, one killed mid-run
 

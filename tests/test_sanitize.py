@@ -4,8 +4,8 @@ import os
 import stat
 import time
 
-from harness.records import SanitizerRun
-from harness.sanitize import ERRORS_EXIT, find_tool, first_error, read_report, sanitize
+from harness.core.records import SanitizerRun
+from harness.parent.sanitize import ERRORS_EXIT, find_tool, first_error, read_report, sanitize
 
 MEMCHECK_ERRORS = """\
 ========= COMPUTE-SANITIZER
@@ -83,7 +83,7 @@ printf '{CLEAN}'
 def test_a_prestarted_run_gets_its_job_on_stdin_and_reports_as_a_fresh_one(tmp_path):
     import json
 
-    from harness.sanitize import Prestarted
+    from harness.parent.sanitize import Prestarted
 
     tool = _stdin_tool(tmp_path)
     spare = Prestarted.start(tool, "memcheck", {})
@@ -95,7 +95,7 @@ def test_a_prestarted_run_gets_its_job_on_stdin_and_reports_as_a_fresh_one(tmp_p
 
 
 def test_a_prestarted_run_that_died_waiting_gives_way_to_a_fresh_run(tmp_path):
-    from harness.sanitize import Prestarted
+    from harness.parent.sanitize import Prestarted
 
     tool = _stdin_tool(tmp_path)
     spare = Prestarted.start(tool, "memcheck", {})
@@ -107,7 +107,7 @@ def test_a_prestarted_run_that_died_waiting_gives_way_to_a_fresh_run(tmp_path):
 
 
 def test_a_lane_keeps_one_run_started_ahead_and_ends_it_when_it_closes(tmp_path, make_config):
-    from harness.sanitize import LaneSanitizer
+    from harness.parent.sanitize import LaneSanitizer
 
     tool = _stdin_tool(tmp_path)
     cfg = make_config(f"sanitizer.path={tool}", "sanitizer.enabled=on")

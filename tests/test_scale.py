@@ -4,15 +4,15 @@ import shutil
 
 import pytest
 
-from harness.candidate import Candidate
-from harness.config import ROOT
-from harness.errors import UserError
-from harness.lanes import Lane, LocalExecutor, local_lanes
-from harness.problem import resolve_problem
-from harness.records import CandidateRecord, ReferenceRecord
-from harness.status import Status
-from harness.store import RunStore, read_records
-from harness.supervise import Launcher
+from harness.core.config import ROOT
+from harness.core.errors import UserError
+from harness.core.records import CandidateRecord, ReferenceRecord
+from harness.core.status import Status
+from harness.core.store import RunStore, read_records
+from harness.parent.local import Lane, LocalExecutor, local_lanes
+from harness.parent.supervise import Launcher
+from harness.sources.candidate import Candidate
+from harness.sources.problem import resolve_problem
 
 PROBLEM = "1_Scale_Bias_ReLU"
 CPP_CANDIDATE = ROOT / "solutions" / PROBLEM / "cpp_fused.py"
@@ -118,7 +118,7 @@ def test_bad_scale_settings_are_usage_errors(make_config, setting):
 
 
 def test_build_tarball_adds_new_builds_and_never_replaces_one(tmp_path):
-    from harness.ray_executor import pack_builds, unpack_builds
+    from harness.parent.ray_executor import pack_builds, unpack_builds
 
     source = tmp_path / "source"
     for key, text in (("aaa", "new"), ("bbb", "new")):
@@ -173,7 +173,7 @@ def test_ray_executor_gives_the_same_records_as_the_local_one(make_config, tmp_p
 
 @pytest.mark.slow
 def test_an_evaluation_on_its_own_ends_its_prestarted_worker(make_config, tmp_path):
-    from harness.evaluate import ProblemEvaluation
+    from harness.parent.evaluate import ProblemEvaluation
 
     cfg = make_config("workers.prestart=always", "timing.enabled=false")
     problem = resolve_problem(PROBLEM, cfg.path(cfg.problems_dir))
@@ -195,7 +195,7 @@ def test_a_ray_lane_that_dies_gives_a_harness_error_record_not_a_crash(tmp_path)
     write_candidates(solutions, 1)
     (solutions / "zz_kills_lane.py").write_text(PLAIN.format(suffix="").replace(
         "    def forward(self, x):\n", "    def forward(self, x):\n        import os, signal\n        os.kill(os.getppid(), signal.SIGKILL)\n"))
-    from harness.scratch import default_base
+    from harness.parent.scratch import default_base
 
     before = set(default_base().glob("run-*"))
     done = subprocess.run([
@@ -218,23 +218,23 @@ def test_both_executors_are_executors_and_evaluate_imports_neither():
     import subprocess
     import sys
 
-    from harness import evaluate
-    from harness.executor import Executor
-    from harness.ray_executor import RayExecutor
+    from harness.parent import evaluate
+    from harness.parent.executor import Executor
+    from harness.parent.ray_executor import RayExecutor
 
     members = ("describe", "submit", "submit_all", "pending", "run_problem", "stop", "close")
     assert all(callable(getattr(cls, name, None)) for cls in (LocalExecutor, RayExecutor) for name in members)
     assert issubclass(LocalExecutor, Executor) and issubclass(RayExecutor, Executor)
-    assert "harness.lanes" not in inspect.getsource(evaluate) and "harness.ray_executor" not in inspect.getsource(evaluate)
-    code = "import sys, harness.evaluate; print(sorted(m for m in ('harness.lanes', 'harness.ray_executor', 'harness.executor') if m in sys.modules))"
+    assert "harness.parent.local" not in inspect.getsource(evaluate) and "harness.parent.ray_executor" not in inspect.getsource(evaluate)
+    code = "import sys, harness.parent.evaluate; print(sorted(m for m in ('harness.parent.local', 'harness.parent.ray_executor', 'harness.parent.executor') if m in sys.modules))"
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True).stdout.strip() == "[]"
 
 
 def test_a_ray_lane_hands_its_records_back_as_the_records_file_holds_them(tmp_path):
     """The lane's store keeps what it is given; the driver rebuilds it and writes the same lines."""
-    from harness.ray_executor import LaneStore
-    from harness.store import RunStore
-    from harness.records import RECORD_KINDS, from_dict
+    from harness.core.records import RECORD_KINDS, from_dict
+    from harness.core.store import RunStore
+    from harness.parent.ray_executor import LaneStore
 
     reference = ReferenceRecord(run_id="r", problem="p", problem_hash="h", problem_path="p.py", device="cpu", device_name="cpu", ok=True, reason="ok", notes=("n",))
     candidate = CandidateRecord(run_id="r", problem="p", problem_hash="h", candidate="c", candidate_path="c.py", candidate_hash="x", device="cpu", status=Status.CORRECT, reason="ok",

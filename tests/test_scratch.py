@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from harness import scratch
 from harness.cli import main
-from harness.errors import ExitCode, ResourceError
-from harness.records import RunEnd, RunHeader
-from harness.store import RunStore
+from harness.core.errors import ExitCode, ResourceError, no_space
+from harness.core.records import RunEnd, RunHeader
+from harness.core.store import RunStore
+from harness.parent import scratch
 
 ROOT = Path(__file__).resolve().parent.parent
 PROBLEM = "3_Linear_BatchNorm"  # problems/level0: a tiny CPU problem
@@ -159,19 +159,19 @@ def test_no_space_left_during_a_run_is_one_line_and_exit_5(failing, tmp_path, is
 
 
 def test_no_space_recognises_enospc_its_message_and_torch_full_disk_text_and_nothing_else():
-    assert scratch.no_space(OSError(errno.ENOSPC, "No space left on device", "/data/x.pt")) == "no space left on device (/data/x.pt)"
-    assert scratch.no_space(OSError(errno.ENOSPC, "No space left on device")) == "no space left on device (unknown path)"
-    assert scratch.no_space(RuntimeError("write failed: [Errno 28] No space left on device")) == "no space left on device (unknown path)"
-    assert scratch.no_space(RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")) == "no space left on device (unknown path)"
+    assert no_space(OSError(errno.ENOSPC, "No space left on device", "/data/x.pt")) == "no space left on device (/data/x.pt)"
+    assert no_space(OSError(errno.ENOSPC, "No space left on device")) == "no space left on device (unknown path)"
+    assert no_space(RuntimeError("write failed: [Errno 28] No space left on device")) == "no space left on device (unknown path)"
+    assert no_space(RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")) == "no space left on device (unknown path)"
     try:
         try:
             raise OSError(errno.ENOSPC, "No space left on device", "/data/y.pt")
         except OSError as exc:
             raise RuntimeError("saving outputs failed") from exc
     except RuntimeError as wrapped:
-        assert scratch.no_space(wrapped) == "no space left on device (/data/y.pt)"
+        assert no_space(wrapped) == "no space left on device (/data/y.pt)"
     for other in (OSError(errno.EACCES, "Permission denied", "/data/x.pt"), RuntimeError("boom"), ValueError("pos 3"), KeyboardInterrupt()):
-        assert scratch.no_space(other) is None
+        assert no_space(other) is None
 
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
@@ -180,10 +180,10 @@ def test_torch_save_on_a_full_device_is_recognised():
 
     with pytest.raises(BaseException) as raised:
         torch.save(torch.zeros(4096), "/dev/full")  # /dev/full: every write fails with ENOSPC
-    assert scratch.no_space(raised.value) is not None, raised.value
+    assert no_space(raised.value) is not None, raised.value
     with pytest.raises(OSError) as raised, open("/dev/full", "wb") as f:
         torch.save(torch.zeros(4096), f)
-    assert scratch.no_space(raised.value) == "no space left on device (unknown path)"
+    assert no_space(raised.value) == "no space left on device (unknown path)"
 
 
 def test_too_little_free_disk_stops_the_run_before_it_writes_anything(tmp_path, isolated_tmp, monkeypatch, capsys):
@@ -207,7 +207,7 @@ def test_a_huge_min_free_disk_setting_gives_one_line_and_exit_5_and_0_turns_the_
 
 
 def test_current_scratch_is_made_on_first_use_and_removed_when_the_interpreter_exits(tmp_path):
-    code = "from harness import scratch\ns = scratch.current()\nassert scratch.current() is s\nprint(s.make('part-'))"
+    code = "from harness.parent import scratch\ns = scratch.current()\nassert scratch.current() is s\nprint(s.make('part-'))"
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**os.environ, "TMPDIR": str(tmp_path)}, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     part = Path(done.stdout.strip())

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import problem as problem_module
-from harness.errors import UserError
-from harness.problem import resolve_named_problem
+from harness.core.errors import UserError
 from harness.serve import MAX_BODY, Service, make_server
+from harness.sources import problem as problem_module
+from harness.sources.problem import resolve_named_problem
 from tests.sources import scale_bias_relu
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -295,7 +295,7 @@ def test_a_request_refused_before_its_body_was_read_closes_the_connection(serve)
 
 def test_serve_refuses_an_allow_problem_dir_that_is_no_directory(tmp_path, capsys):
     from harness.cli import main
-    from harness.errors import ExitCode
+    from harness.core.errors import ExitCode
 
     assert main(["serve", "--allow-problem-dir", str(tmp_path / "missing")]) == ExitCode.USAGE
     assert "--allow-problem-dir" in capsys.readouterr().err

@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from harness import api
-from harness.status import Status
-from harness.worker.inputs import redistribute, structure
+from harness.core.status import Status
+from harness.device.inputs import redistribute, structure
 
 CASES = {
     "randn": (torch.randn(64, 64), ()),
@@ -79,7 +79,7 @@ def candidate(problem: str, forward: str) -> str:
 
 @pytest.fixture(scope="module")
 def records(tmp_path_factory, build_cache, measurement_cache):
-    from harness.config import load_config
+    from harness.core.config import load_config
 
     problems = tmp_path_factory.mktemp("problems")
     (problems / "14_Upper.py").write_text(UPPER_PROBLEM)
@@ -117,9 +117,10 @@ def test_a_kernel_valid_only_on_unit_range_inputs_still_fails(records):
 
 @pytest.mark.slow
 def test_the_reference_record_says_what_the_redraws_keep(records):
-    from harness.records import ReferenceRecord
-    from harness.store import read_records
     from pathlib import Path
+
+    from harness.core.records import ReferenceRecord
+    from harness.core.store import read_records
 
     path = Path(records["triangular_sum"].candidate_path).parents[2] / "records.jsonl"
     (reference,) = [r for r in read_records(path) if isinstance(r, ReferenceRecord) and r.problem == "14_Upper"]

@@ -3,8 +3,8 @@ mathematics or precision fails (the numbers behind the rule: benchmarks/toleranc
 import pytest
 import torch
 
-from harness.compare import compare_outputs, output_rms, rms, rounding_noise
-from harness.config import Tolerance, load_config
+from harness.core.config import Tolerance, load_config
+from harness.judge.compare import compare_outputs, output_rms, rms, rounding_noise
 
 
 def outputs(t):
@@ -74,8 +74,8 @@ def test_the_kernelbench_profile_accepts_tanh_gelu_as_kernelbench_does_and_the_d
     """configs/kernelbench.yaml reproduces KernelBench's verdict (atol = rtol = 1e-2, same inputs
     distribution, train mode only); the default's tolerance fails the tanh approximation."""
     from harness import api
-    from harness.config import ROOT
-    from harness.status import Status
+    from harness.core.config import ROOT
+    from harness.core.status import Status
 
     problems = tmp_path / "problems"
     problems.mkdir()

@@ -4,13 +4,13 @@ import math
 
 import pytest
 
-from harness.channel import ChannelReader, ChannelWriter, ForgedMessage, new_key
-from harness.config import load_config
-from harness.errors import UserError
-from harness.problem import resolve_problem
-from harness.records import CandidateRecord, CheckResult, ExtensionBuild, TimingStats, from_dict, to_dict
-from harness.status import Status
-from harness.store import RunStore, read_records
+from harness.core.channel import ChannelReader, ChannelWriter, ForgedMessage, new_key
+from harness.core.config import load_config
+from harness.core.errors import UserError
+from harness.core.records import CandidateRecord, CheckResult, ExtensionBuild, TimingStats, from_dict, to_dict
+from harness.core.status import Status
+from harness.core.store import RunStore, read_records
+from harness.sources.problem import resolve_problem
 
 
 def sample_record(**changes):
@@ -166,8 +166,8 @@ def test_status_taxonomy_is_documented_and_skips_do_not_fail():
 
 
 def test_progress_line_tells_the_whole_run_failures_builds_and_time_left(capsys):
-    from harness.progress import Progress
-    from harness.records import CandidateRecord
+    from harness.core.records import CandidateRecord
+    from harness.views.progress import Progress
 
     def record(name, status):
         return CandidateRecord(run_id="r", problem="p", problem_hash="h", candidate=name, candidate_path=f"{name}.py",
@@ -182,9 +182,9 @@ def test_progress_line_tells_the_whole_run_failures_builds_and_time_left(capsys)
 
 
 def test_closed_vocabularies_are_stored_and_shown_as_their_words():
-    from harness.gate import Regression, Verdict
-    from harness.lint import LintCheck
-    from harness.records import SanitizerOutcome, SanitizerRun
+    from harness.core.records import SanitizerOutcome, SanitizerRun
+    from harness.judge.lint import LintCheck
+    from harness.views.gate import Regression, Verdict
 
     record = sample_record(sanitizer=(SanitizerRun("memcheck", SanitizerOutcome.CLEAN, "0 errors", 1.5), SanitizerRun("racecheck", "errors", "a race")))
     data = to_dict(record)
@@ -208,15 +208,15 @@ def test_overhead_is_taken_off_the_samples_only_when_subtracted():
 def test_the_gates_protocol_keys_are_config_fields():
     import dataclasses
 
-    from harness.config import TIMING_PROTOCOL_FIELDS, CheckConfig, TimingConfig
-    from harness.gate import PROTOCOL_KEYS
+    from harness.core.config import TIMING_PROTOCOL_FIELDS, CheckConfig, TimingConfig
+    from harness.views.gate import PROTOCOL_KEYS
 
     assert set(TIMING_PROTOCOL_FIELDS) <= {f.name for f in dataclasses.fields(TimingConfig)} and "allow_tf32" in {f.name for f in dataclasses.fields(CheckConfig)}
     assert PROTOCOL_KEYS == ("timing.mode", "timing.sync", "timing.flush_l2", "timing.subtract_overhead", "timing.cpu_threads", "check.allow_tf32")
 
 
 def test_the_latest_record_per_candidate_wins_in_the_place_first_seen():
-    from harness.records import latest_per_candidate
+    from harness.core.records import latest_per_candidate
 
     first, other, again = sample_record(reason="first"), sample_record(candidate="d", reason="other"), sample_record(reason="again")
     latest = latest_per_candidate([first, other, again])

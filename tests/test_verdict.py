@@ -1,18 +1,18 @@
-"""A candidate's verdict as a pure function of its run's evidence (harness/verdict.py): the checks,
+"""A candidate's verdict as a pure function of its run's evidence (harness/parent/verdict.py): the checks,
 the integrity findings under their policies, the sanitizer's and the timing's findings, the
 warnings and the KernelBench comparison. Table-driven, no workers."""
 import dataclasses
 
 import pytest
 
-from harness.config import load_config
-from harness.flags import Code
-from harness import protocol as P
-from harness.protocol import Call
-from harness.records import CheckResult, ReferenceRecord, TimingStats
-from harness.status import Status
-from harness.supervise import WorkerOutcome
-from harness.verdict import Case, Compared, Reported, Rules, decide, settle
+from harness.core import protocol as P
+from harness.core.config import load_config
+from harness.core.flags import Code
+from harness.core.protocol import Call
+from harness.core.records import CheckResult, ReferenceRecord, TimingStats
+from harness.core.status import Status
+from harness.parent.supervise import WorkerOutcome
+from harness.parent.verdict import Case, Compared, Reported, Rules, decide, settle
 
 CALLS = (Call(0, "train"), Call(0, "eval"), Call(1, "train", "normal"), Call(1, "eval", "normal"), Call(0, "eval", repeat=1))
 OK = CheckResult("ok", True, "ok", 3e-5, 1e-4, 0.0)

@@ -3,7 +3,7 @@ or by registration order and shape when it renamed them; one that ignores what i
 import pytest
 
 from harness import api
-from harness.status import Status
+from harness.core.status import Status
 
 pytestmark = pytest.mark.slow  # real worker subprocesses for every candidate
 
@@ -60,7 +60,7 @@ EXTRA = SEQUENTIAL.replace("self.body = nn.Sequential(", "self.scale = nn.Parame
 
 @pytest.fixture(scope="module")
 def records(tmp_path_factory, build_cache, measurement_cache):
-    from harness.config import load_config
+    from harness.core.config import load_config
 
     cfg = load_config(overrides=[f"results_dir={tmp_path_factory.mktemp('results')}", f"build_cache_dir={build_cache}", f"measurement_cache_dir={measurement_cache}",
                                  "device=cpu", "timing.enabled=false", "check.trials=2", "flags.no_custom_kernel=flag"])

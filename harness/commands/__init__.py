@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 from typing import Sequence
 
-from harness import config
-from harness.config import Config
+from harness.core import config
+from harness.core.config import Config
 
 
 def add_config_arguments(parser: argparse.ArgumentParser, *, section: str = "", example: str = "check.trials=3") -> None:

@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Sequence
 
 from harness.commands import add_config_arguments, load_config
-from harness.errors import UserError
-from harness.records import RECORD_KINDS, CandidateRecord, ReferenceRecord, RunHeader, latest_per_candidate, to_dict
-from harness.store import read_records, resolve_run
+from harness.core.errors import UserError
+from harness.core.records import RECORD_KINDS, CandidateRecord, ReferenceRecord, RunHeader, latest_per_candidate, to_dict
+from harness.core.store import read_records, resolve_run
 
 
 def setup_arguments(parser: argparse.ArgumentParser) -> None:

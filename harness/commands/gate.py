@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Sequence
 
 from harness.commands import add_config_arguments, load_config
-from harness.config import Config
-from harness.errors import ExitCode
-from harness.gate import GateResult, Rules, Side, gate, load_side, report
+from harness.core.config import Config
+from harness.core.errors import ExitCode
+from harness.views.gate import GateResult, Rules, Side, gate, load_side, report
 
 
 def setup_arguments(parser: argparse.ArgumentParser) -> None:

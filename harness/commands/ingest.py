@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Sequence
 
 from harness.commands import add_config_arguments, load_config
-from harness.config import Config
-from harness.errors import ExitCode, UserError
-from harness.extract import extract_code
-from harness.problem import resolve_problem
-from harness.text import visible
+from harness.core.config import Config
+from harness.core.errors import ExitCode, UserError
+from harness.sources.extract import extract_code
+from harness.sources.problem import resolve_problem
+from harness.views.text import visible
 
 
 def setup_arguments(parser: argparse.ArgumentParser) -> None:

@@ -15,14 +15,14 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from harness import kbtiming
 from harness.commands import add_config_arguments, load_config
-from harness.errors import ExitCode, UserError
-from harness.leaderboard import candidate_frame, print_leaderboard, write_leaderboards
-from harness.problem import close_matches
-from harness.records import CandidateRecord, ReferenceRecord, RunHeader, latest_per_candidate
-from harness.status import Status
-from harness.store import read_records, resolve_run
+from harness.core.errors import ExitCode, UserError
+from harness.core.records import CandidateRecord, ReferenceRecord, RunHeader, latest_per_candidate
+from harness.core.status import Status
+from harness.core.store import read_records, resolve_run
+from harness.sources.problem import close_matches
+from harness.views import kbtiming
+from harness.views.leaderboard import candidate_frame, print_leaderboard, write_leaderboards
 
 
 def setup_arguments(parser: argparse.ArgumentParser) -> None:
@@ -140,7 +140,7 @@ def run(
     out.mkdir(parents=True, exist_ok=True)
     csv_path, md_path = write_leaderboards(out, chosen, fast_p, plots=plots, references=references)
     if console is None:
-        from harness.terminal import terminal_console
+        from harness.views.terminal import terminal_console
 
         console = terminal_console()
     print_leaderboard(candidate_frame(chosen), fast_p, console, references)

@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Sequence
 
 from harness.commands import add_config_arguments, load_config
-from harness.config import DEFAULT_TOLERANCE, DEVICES, ROOT, TimerSettings
-from harness.errors import ExitCode, UserError
-from harness.lint import LintCheck, Verdict
-from harness.problem import Problem, discover_problems, resolve_problem
-from harness.records import to_dict
-from harness.text import markdown_text
+from harness.core.config import DEFAULT_TOLERANCE, DEVICES, ROOT, TimerSettings
+from harness.core.errors import ExitCode, UserError
+from harness.core.records import to_dict
+from harness.judge.lint import LintCheck, Verdict
+from harness.sources.problem import Problem, discover_problems, resolve_problem
+from harness.views.text import markdown_text
 
 LINT_TIMING_BUDGET_S = 2.0  # the timing config's budget, capped: the lint needs a median, not a fine one
 
@@ -63,7 +63,7 @@ def lint_in_subprocess(problem: Problem, device: str, settings: dict, timeout: f
     """The problem's code runs in a process of its own, never in this one."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
     try:
-        done = subprocess.run([sys.executable, "-m", "harness.lint", str(problem.path), device, json.dumps(settings)], capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env)
+        done = subprocess.run([sys.executable, "-m", "harness.judge.lint", str(problem.path), device, json.dumps(settings)], capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env)
     except subprocess.TimeoutExpired:
         return [LintCheck("runs", Verdict.FAIL, f"the checks ran past {timeout:g} s")]
     lines = [line for line in done.stdout.splitlines() if line.startswith("[")]

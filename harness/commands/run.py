@@ -11,20 +11,20 @@ import threading
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from harness import scratch
 from harness.api import Session, finish_run, quiet_host, resolve_device, start_builds  # noqa: F401 (the run's parts, importable from here)
-from harness.candidate import Candidate, discover_candidates
 from harness.commands import add_config_arguments, load_config
-from harness.config import DEVICES, Config
-from harness.errors import ExitCode, UserError
-from harness.executor import gather
-from harness.leaderboard import candidate_frame, print_leaderboard, write_leaderboards
-from harness.problem import Problem, discover_problems, resolve_problem
-from harness.progress import Progress
-from harness.records import CandidateRecord, ReferenceRecord, RunEnd, latest_per_candidate, to_dict
-from harness.status import Status
-from harness.store import RunStore, new_run_id, read_records
-from harness.text import visible
+from harness.core.config import DEVICES, Config
+from harness.core.errors import ExitCode, UserError
+from harness.core.records import CandidateRecord, ReferenceRecord, RunEnd, latest_per_candidate, to_dict
+from harness.core.status import Status
+from harness.core.store import RunStore, new_run_id, read_records
+from harness.parent import scratch
+from harness.parent.executor import gather
+from harness.sources.candidate import Candidate, discover_candidates
+from harness.sources.problem import Problem, discover_problems, resolve_problem
+from harness.views.leaderboard import candidate_frame, print_leaderboard, write_leaderboards
+from harness.views.progress import Progress
+from harness.views.text import visible
 
 Target = tuple[Problem, list[Candidate]]
 
@@ -97,7 +97,7 @@ def select_targets(cfg: Config, *, problem: str | Sequence[str] | None, solution
     if samples:
         if queries:
             raise UserError("--samples maps each file to its problem; leave out --problem")
-        from harness.samples import sample_targets
+        from harness.sources.samples import sample_targets
 
         return sample_targets(Path(samples), problems_dir)
     if solution:
@@ -188,7 +188,7 @@ def sigterm_interrupts() -> Iterator[None]:
 def run(cfg: Config, targets: list[Target], *, run_id: str | None = None, resume: bool = False, quiet: bool = False, json_output: bool = False, argv: Sequence[str] = (), kernelbench: bool = False) -> int:
     """Evaluate `targets` into a new (or, with `resume`, an existing) run folder; the exit code.
     With `kernelbench` (a sample folder), the verdicts are also written as KernelBench's eval_results.json.
-    The run owns a scratch folder (harness.scratch) for its lifetime, removed however it ends, and
+    The run owns a scratch folder (harness.parent.scratch) for its lifetime, removed however it ends, and
     SIGTERM interrupts it as Ctrl-C does. Too little free disk raises ResourceError first."""
     with sigterm_interrupts():
         for problem, _ in targets:
@@ -230,14 +230,14 @@ def _run(cfg: Config, targets: list[Target], results_dir: Path, *, run_id: str |
         csv_path, md_path = write_leaderboards(store.dir, records, cfg.leaderboard.fast_p, references=references)
     extra = []
     if records and kernelbench:
-        from harness.samples import write_eval_results
+        from harness.sources.samples import write_eval_results
 
         extra = write_eval_results(store.dir, records, levels, {r.problem: r.device_name for r in references})
     if json_output:
         for record in records:
             print(json.dumps(to_dict(record)))
     elif records:
-        from harness.terminal import terminal_console
+        from harness.views.terminal import terminal_console
 
         print_leaderboard(candidate_frame(records), cfg.leaderboard.fast_p, terminal_console(), references)
     if not quiet:

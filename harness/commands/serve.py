@@ -17,8 +17,8 @@ from typing import Sequence
 from harness.api import Session
 from harness.commands import add_config_arguments, load_config
 from harness.commands.run import sigterm_interrupts
-from harness.config import DEVICES
-from harness.errors import ExitCode, UserError
+from harness.core.config import DEVICES
+from harness.core.errors import ExitCode, UserError
 from harness.serve import Service, make_server
 
 

@@ -11,16 +11,16 @@ import os
 import sys
 import traceback
 
-from harness import protocol as P
-from harness.channel import ChannelWriter
-from harness.errors import one_line
-from harness.records import from_dict
-from harness.status import Status
+from harness.core import protocol as P
+from harness.core.channel import ChannelWriter
+from harness.core.errors import one_line
+from harness.core.records import from_dict
+from harness.core.status import Status
+from harness.device.failures import WorkerFailure
+from harness.device.setup import PREWARM, prewarm_cuda
 from harness.worker.baseline import Baseline
 from harness.worker.candidate import Candidate
 from harness.worker.compared import Worker
-from harness.worker.device import PREWARM, prewarm_cuda
-from harness.worker.failures import WorkerFailure
 
 ROLES: dict[P.Role, type[Worker]] = {cls.role: cls for cls in (Candidate, Baseline)}  # the run sequence of each role
 

@@ -9,11 +9,11 @@ from typing import Any
 
 import torch
 
-from harness import protocol as P
-from harness.status import Status
+from harness.core import protocol as P
+from harness.core.status import Status
+from harness.device.failures import classify
+from harness.device.setup import synchronize
 from harness.worker.compared import Worker, _delta, check_calls, construct, finish, inductor_cache, load, load_reference_weights, start_timing, time_rounds
-from harness.worker.device import synchronize
-from harness.worker.failures import classify
 
 
 class Baseline(Worker):

@@ -7,8 +7,8 @@ from typing import Any, Optional
 
 import torch
 
-from harness import protocol as P
-from harness.worker.checks import model_gradients, paired_gradients
+from harness.core import protocol as P
+from harness.device.checks import model_gradients, paired_gradients
 from harness.worker.compared import Worker, _delta, check_calls, construct, finish, load, load_reference_weights, reference_pairs, start_timing, time_rounds
 
 

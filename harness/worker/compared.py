@@ -19,21 +19,21 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from harness import protocol as P
-from harness.buildcache import BuildCache
-from harness.channel import ChannelWriter
-from harness.errors import one_line
-from harness.integrity import is_compute
-from harness.profile import observe_ops, observed_call
-from harness.records import ExtensionBuild, ForwardOps, from_dict
-from harness.regions import GUARD, POISON, Region, band_changes, layout, past_end, view, write
-from harness.scan import declared_kernels
-from harness.status import Backward, Status
-from harness.worker.checks import _counter, weight_pairs, weights_problems
-from harness.worker.device import setup_device, synchronize
-from harness.worker.failures import Guard, WorkerFailure, classify, load_module
-from harness.worker.inputs import aliased_input, as_outputs, same_bits
-from harness.worker.timed import prepare_timer, time_round
+from harness.core import protocol as P
+from harness.core.channel import ChannelWriter
+from harness.core.errors import one_line
+from harness.core.integrity import is_compute
+from harness.core.records import ExtensionBuild, ForwardOps, from_dict
+from harness.core.scan import declared_kernels
+from harness.core.status import Backward, Status
+from harness.device.buildcache import BuildCache
+from harness.device.checks import _counter, weight_pairs, weights_problems
+from harness.device.failures import Guard, WorkerFailure, classify, load_module
+from harness.device.inputs import aliased_input, as_outputs, same_bits
+from harness.device.profile import observe_ops, observed_call
+from harness.device.regions import GUARD, POISON, Region, band_changes, layout, past_end, view, write
+from harness.device.setup import setup_device, synchronize
+from harness.device.timed import prepare_timer, time_round
 
 
 class Worker:
@@ -67,7 +67,7 @@ class Worker:
         raise NotImplementedError
 
     def send(self, message: Any) -> None:
-        """One typed message (harness.protocol) on the result channel."""
+        """One typed message (harness.core.protocol) on the result channel."""
         self.channel.send(P.encode(message))
 
     def phase(self, name: str) -> None:
@@ -174,7 +174,7 @@ class Worker:
 
     def _observed(self, model: Any, args: list[Any], label: str, index: int, cache: BuildCache) -> list[Any]:
         """A checked forward (`_call`) with the ATen operators it runs recorded, those its extension
-        functions call told apart (harness.profile.observe_ops): the CPU's evidence where CUDA has
+        functions call told apart (harness.device.profile.observe_ops): the CPU's evidence where CUDA has
         the kernel profile, against the reference's on the same call."""
         functions = {name.rsplit(".", 1)[-1] for name in cache.calls}
         out, self.forward_ops = observe_ops(lambda: self._call(model, args, label), is_compute, functions, index)

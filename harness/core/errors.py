@@ -1,0 +1,62 @@
+"""The user-error and resource-error types and the process exit codes (an API: documented in the README)."""
+
+from __future__ import annotations
+
+import enum
+import errno
+import os
+from typing import Optional
+
+
+class ExitCode(enum.IntEnum):
+    OK = 0  # every evaluated candidate is correct (candidates that need CUDA on a CPU run are skipped)
+    USAGE = 1  # bad command line, config, problem name or input file
+    CANDIDATES_FAILED = 2  # at least one candidate got a failing status (or an ingest refused a file)
+    REGRESSION = 3  # the regression gate failed (run.py gate, or run.py --gate)
+    INTERNAL = 4  # the reference itself failed, or the harness hit a bug
+    RESOURCES = 5  # the machine lacks resources: too little free disk before the run, or no space left during it
+    INTERRUPTED = 130  # Ctrl-C or SIGTERM; records written so far are kept
+
+
+class UserError(Exception):
+    """A problem with what the user asked for. main() prints `error: <message>` and exits 1."""
+
+
+class ResourceError(Exception):
+    """The machine lacks what a run needs (free disk). main() prints `harness error: <message>` and exits 5."""
+
+
+def one_line(exc: BaseException, limit: int = 300) -> str:
+    """An exception as one line: its type and the first line of its message, at most `limit` characters."""
+    text = str(exc).strip().splitlines()
+    first = text[0] if text else ""
+    return f"{type(exc).__name__}: {first}"[:limit] if first else type(exc).__name__
+
+
+def flat(text: str, limit: int = 400) -> str:
+    """A reason as one line: runs of whitespace (newlines too) become one space, cut at `limit`."""
+    line = " ".join(text.split())
+    return line[:limit] if line else "no reason given"
+
+
+NO_SPACE_TEXTS = (
+    "No space left on device",  # strerror(ENOSPC), also inside messages that wrap it
+    "unexpected pos",  # torch.save's writer (inline_container.cc) when a write came up short: a full disk
+)
+
+
+def no_space(exc: BaseException) -> Optional[str]:
+    """`no space left on device (<path>)` when `exc` (or the exception it was raised from or
+    while handling) means the disk is full; else None."""
+    seen: set[int] = set()
+    current_exc: Optional[BaseException] = exc
+    while current_exc is not None and id(current_exc) not in seen:
+        seen.add(id(current_exc))
+        if isinstance(current_exc, OSError) and current_exc.errno == errno.ENOSPC:
+            where = current_exc.filename
+            return f"no space left on device ({os.fsdecode(where) if isinstance(where, (str, bytes, os.PathLike)) else 'unknown path'})"
+        text = str(current_exc)
+        if any(marker in text for marker in NO_SPACE_TEXTS):
+            return "no space left on device (unknown path)"
+        current_exc = current_exc.__cause__ or current_exc.__context__
+    return None

@@ -1,0 +1,75 @@
+"""Integrity flags: what the checks found about how a candidate gets its result, as data.
+
+Every finding has a stable code. A policy per code (config `flags.*`, or a problem's
+HARNESS_FLAGS) says what it does: `fail` changes a correct verdict into a failing status (never
+ranked, never in fast_p or the geomean), `flag` keeps the verdict and shows the code in the
+leaderboard's `flags` column, `ignore` drops it. docs/integrity.md#flags says why each default is
+what it is.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Iterable, Mapping
+
+from harness.core.records import Flag
+from harness.core.status import Status
+
+POLICIES = ("fail", "flag", "ignore")
+
+
+class Code(str, enum.Enum):
+    NO_CUSTOM_KERNEL = "no-custom-kernel"  # none of the candidate's own kernels (or extension functions) ran
+    WRAPS_REFERENCE = "wraps-reference"  # every kernel of the reference's call ran too: its own kernels only add work
+    OWN_SHARE_LOW = "own-share-low"  # its own kernels are a sliver of the GPU time
+    SIDE_STREAM = "side-stream"  # work on other streams or threads, or still running after forward returned
+    TAMPER_SUSPECT = "tamper-suspect"  # code that reaches into the process or the device's settings
+    FALLBACK = "fallback"  # forward catches exceptions: a failing kernel may fall back to PyTorch
+    LESS_PRECISE = "less-precise"  # passes the tolerance, but with more error than the reference's precision
+    IMPLAUSIBLE_TIME = "implausible-time"  # a time below the bytes floor, also when re-timed eagerly with device sync: not a result
+    SUSPECT_TIME = "suspect-time"  # a time to look at: over check.max_plausible_speedup, or below its own profiled GPU time
+    WRONG_GRADIENTS = "wrong-gradients"  # forward matches, backward gives other gradients
+    FORWARD_ONLY = "forward-only"  # forward matches, no gradients flow
+    UNSAFE_MEMORY = "unsafe-memory"  # an access outside its buffers (guard bands, compute-sanitizer)
+    WEIGHTS_BY_SEED = "weights-by-seed"  # the reference's weights could not be given to it: checked with its own, built under the shared seed
+
+    @property
+    def key(self) -> str:
+        """The config key of its policy: flags.<key>."""
+        return self.value.replace("-", "_")
+
+
+Finding = tuple[Code, str]  # a flag code and its evidence, in one line, before a policy applies
+
+# The status a correct candidate gets when a flag with policy `fail` is raised.
+FAILING_STATUS: dict[Code, Status] = {
+    Code.NO_CUSTOM_KERNEL: Status.NO_CUSTOM_KERNEL,
+    Code.WRONG_GRADIENTS: Status.WRONG_GRADIENTS,
+    Code.FORWARD_ONLY: Status.FORWARD_ONLY,
+    Code.UNSAFE_MEMORY: Status.UNSAFE_MEMORY,
+    Code.WEIGHTS_BY_SEED: Status.WEIGHTS_MISMATCH,
+}
+
+
+def decide(status: Status, reason: str, found: Iterable[Finding], policies: Mapping[str, str]) -> tuple[Status, str, tuple[Flag, ...]]:
+    """Apply each finding's policy to a verdict. The first failing finding turns a correct verdict
+    into its failing status; a verdict that already failed keeps its status and the flags."""
+    flags = []
+    for code, why in found:
+        policy = policies[code.key]
+        if policy == "ignore":
+            continue
+        flags.append(Flag(code.value, policy, " ".join(why.split())))
+        if policy == "fail" and status is Status.CORRECT:
+            status = FAILING_STATUS.get(code, Status.FLAGGED)
+            reason = f"{code.value}: {why}"
+    return status, reason, tuple(flags)
+
+
+def column(flags: Iterable[Flag]) -> str:
+    """The leaderboard's `flags` cell: each code once, failing ones marked with `!`."""
+    seen: dict[str, str] = {}
+    for f in flags:
+        if seen.get(f.code) != "fail":
+            seen[f.code] = f.policy
+    return ", ".join(f"{code}!" if policy == "fail" else code for code, policy in seen.items())

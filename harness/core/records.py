@@ -1,0 +1,483 @@
+"""Records are data: frozen dataclasses, validated at construction, stored as JSON lines.
+
+Every summary (leaderboard, CSV, markdown) is a view computed from these records; raw timing
+samples are kept so later statistics can be recomputed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+import statistics
+import types
+import typing
+from typing import Any, Iterable, Optional
+
+from harness import __version__
+from harness.core.status import Status, Vocabulary
+
+SCHEMA_VERSION = 4  # 2: timing protocol fields, profiles, baselines, speed-of-light, run end; 3: paired rounds, null floor; 4: flags, sanitizer runs
+
+
+def to_dict(obj: Any) -> Any:
+    """Plain JSON-ready data from a record (enums by value, tuples as lists)."""
+    if dataclasses.is_dataclass(obj):
+        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, enum.Enum):
+        return obj.value
+    if isinstance(obj, (list, tuple)):
+        return [to_dict(x) for x in obj]
+    if isinstance(obj, dict):
+        return {str(k): to_dict(v) for k, v in obj.items()}
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return repr(obj)  # JSON has no inf/nan; "inf", "nan" read back through float()
+    return obj
+
+
+def from_dict(cls: type, data: Any) -> Any:
+    """Rebuild a record (and its nested records) from `to_dict` output."""
+    return _convert(cls, data)
+
+
+def _convert(tp: Any, value: Any) -> Any:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        if value is None:
+            return None
+        (inner,) = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _convert(inner, value)
+    if origin is tuple:
+        (inner, _) = typing.get_args(tp)
+        return tuple(_convert(inner, v) for v in value)
+    if origin is dict:
+        key_type, val_type = typing.get_args(tp)
+        return {key_type(k): _convert(val_type, v) for k, v in value.items()}
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):  # a dataclass type, never an instance
+        hints = typing.get_type_hints(tp)
+        known = {f.name for f in dataclasses.fields(tp)}
+        unknown = set(value) - known
+        if unknown:
+            raise ValueError(f"{tp.__name__}: unknown fields {sorted(unknown)}")
+        return tp(**{name: _convert(hints[name], v) for name, v in value.items()})
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return tp(value)
+    if tp is float and value is not None:
+        return float(value)
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class TimingStats:
+    """Summary of one timed callable, with the raw samples it was computed from.
+
+    The statistics are taken over the samples minus `overhead_ms` when `overhead_subtracted`
+    (never below zero); `samples_ms` stays as measured.
+    """
+
+    samples_ms: tuple[float, ...]  # every timed call, in order, milliseconds, as measured
+    median_ms: float  # median (of the corrected samples)
+    q1_ms: float  # 25th percentile
+    q3_ms: float  # 75th percentile
+    mean_ms: float  # arithmetic mean
+    std_ms: float  # sample standard deviation (0 for a single sample)
+    min_ms: float  # fastest
+    rse: float  # relative standard error of the median (approximated as 1.2533*std/sqrt(n)/median)
+    timer: str  # "cuda_events" or "perf_counter"
+    warmup_calls: int  # untimed calls made before sampling
+    stopped_by: str  # why sampling stopped: "target_rse", "budget" or "max_reps"
+    mode: str = "eager"  # "eager" calls or "graph" replays (CUDA graphs)
+    sync: str = "stream"  # end taken on the calling stream, or after a device-wide synchronise ("device")
+    sync_reason: str = ""  # why "device" was chosen when the config said auto
+    fallback: str = ""  # why the configured mode could not be used (e.g. graph capture failed)
+    overhead_ms: float = 0.0  # median of an empty timed region under the same protocol
+    overhead_subtracted: bool = False  # statistics are over samples minus overhead_ms
+    input_sets: int = 1  # distinct input sets the calls rotated over
+    flush_bytes: int = 0  # bytes written before every timed call to flush the L2 cache (0: no flush)
+    sm_clock_mhz: Optional[float] = None  # SM clock read right after sampling, when readable
+    clock_event_reasons: str = ""  # the driver's active clock-event (throttle) reasons then, e.g. "0x0000000000000004"
+    l2_reset: bool = False  # CUDA: the persisting-L2 limit was reset to 0 (and read back as 0) before every timed call
+    l2_persisting_found: int = 0  # the largest persisting-L2 limit (bytes) set during the sampling, found before a timed call and reset
+
+    def __post_init__(self) -> None:
+        if not self.samples_ms:
+            raise ValueError("TimingStats needs at least one sample")
+        if any(s < 0 or not math.isfinite(s) for s in self.samples_ms):
+            raise ValueError("timing samples must be finite and non-negative")
+
+    @property
+    def iqr_ms(self) -> float:
+        return self.q3_ms - self.q1_ms
+
+    @property
+    def n(self) -> int:
+        return len(self.samples_ms)
+
+    def corrected_samples(self, overhead_ms: Optional[float] = None) -> list[float]:
+        """The samples the statistics are over: less the overhead (this timing's own, or `overhead_ms`,
+        one shared with another timing) when it is subtracted, never below zero; else as measured."""
+        if not self.overhead_subtracted:
+            return list(self.samples_ms)
+        return minus_overhead(self.samples_ms, self.overhead_ms if overhead_ms is None else overhead_ms)
+
+    @classmethod
+    def from_samples(cls, samples_ms: list[float], *, timer: str, warmup_calls: int, stopped_by: str, overhead_ms: float = 0.0, subtract: bool = False, **protocol: Any) -> "TimingStats":
+        raw = [float(s) for s in samples_ms]
+        samples = minus_overhead(raw, overhead_ms) if subtract else raw
+        median = statistics.median(samples)
+        if len(samples) >= 2:
+            q1, _, q3 = statistics.quantiles(samples, n=4, method="inclusive")
+            std = statistics.stdev(samples)
+        else:
+            q1 = q3 = median
+            std = 0.0
+        return cls(
+            samples_ms=tuple(raw),
+            median_ms=median,
+            q1_ms=q1,
+            q3_ms=q3,
+            mean_ms=statistics.fmean(samples),
+            std_ms=std,
+            min_ms=min(samples),
+            rse=relative_standard_error_of_median(samples),
+            timer=timer,
+            warmup_calls=warmup_calls,
+            stopped_by=stopped_by,
+            overhead_ms=overhead_ms,
+            overhead_subtracted=subtract,
+            **protocol,
+        )
+
+
+def minus_overhead(samples_ms: Iterable[float], overhead_ms: float) -> list[float]:
+    """Each sample less a fixed overhead (an empty timed region's time), never below zero."""
+    return [max(s - overhead_ms, 0.0) for s in samples_ms]
+
+
+def relative_standard_error_of_median(samples: list[float]) -> float:
+    """Standard error of the median over the median (normal approximation); inf below 2 samples.
+    Plain float arithmetic: the timer calls this between batches and must not keep the GPU waiting."""
+    n = len(samples)
+    if n < 2:
+        return math.inf
+    ordered = sorted(samples)
+    median = ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
+    if median <= 0:
+        return math.inf
+    mean = math.fsum(samples) / n
+    std = math.sqrt(math.fsum((s - mean) ** 2 for s in samples) / (n - 1))
+    return 1.2533 * std / math.sqrt(n) / median
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelTime:
+    """GPU activity of one kind (kernel name, memcpy or memset) in a profiled call."""
+
+    name: str  # kernel name as the profiler reports it (truncated to 200 characters)
+    count: int  # launches in the call
+    total_ms: float  # summed durations
+
+
+@dataclasses.dataclass(frozen=True)
+class CallProfile:
+    """One call under the profiler (CUPTI): which GPU work ran, on which streams, and when."""
+
+    kernel_ms: float  # sum of the durations of the call's GPU activities (kernels, copies, memsets)
+    span_ms: float  # first start to last end of those activities
+    launches: int  # GPU activities in the call
+    streams: int  # distinct streams they ran on (the calling stream included)
+    after_return: int  # GPU activities launched after forward returned
+    kernels: tuple[KernelTime, ...] = ()  # by name, longest total first (at most 20)
+    busy_after_return: int = 0  # activities of the call still running when the calling stream had drained
+
+
+@dataclasses.dataclass(frozen=True)
+class OpCount:
+    """One ATen compute operator of an observed forward, by name (harness.device.profile.observe_ops)."""
+
+    name: str  # as the profiler names it, e.g. "aten::addmm"
+    count: int  # runs in the call
+    inside: int = 0  # of those, dispatched from inside a call of one of the model's extension functions
+
+
+@dataclasses.dataclass(frozen=True)
+class ForwardOps:
+    """The ATen operators one forward ran on the CPU (torch's profiler), where CUDA has the kernel
+    profile: the compute operators (innermost, not views, copies or allocations: harness.core.integrity.is_compute)."""
+
+    compute: tuple[OpCount, ...] = ()  # by name
+    other: int = 0  # the other ATen operators it ran: views, copies, allocations, and those that only called compute ones
+    call: int = -1  # the planned call observed (harness.device.profile.observed_call)
+    error: str = ""  # why the forward could not be observed ("" when it was)
+
+
+@dataclasses.dataclass(frozen=True)
+class PairedSpeedup:
+    """A speedup from rounds timed in turns under one protocol: the reference (by the lane's judge)
+    and a compared model (by its worker), so drift in clocks, power and host load cancels."""
+
+    speedup: float  # median over the rounds of (reference round median / compared round median)
+    low: float  # bootstrap 95% interval of that median (resampling rounds)
+    high: float
+    rounds: int  # paired rounds
+    protocol: str  # the timing protocol both sides used, e.g. "eager, stream sync"
+    ratios: tuple[float, ...]  # each round's ratio, in order
+    reference: TimingStats  # the reference's samples over all its rounds
+
+    def __post_init__(self) -> None:
+        if not self.ratios or any(r <= 0 or not math.isfinite(r) for r in self.ratios):
+            raise ValueError("a paired speedup needs positive, finite round ratios")
+        if not self.low <= self.speedup <= self.high:
+            raise ValueError("a paired speedup lies inside its interval")
+
+
+@dataclasses.dataclass(frozen=True)
+class NullFloor:
+    """The built-in null candidate: the problem's own Model, run through the candidate path and
+    timed against the reference. Identical code: its speedup is what 1.00x reads as in this run."""
+
+    status: str  # the null candidate's status ("correct", or why it failed)
+    reason: str
+    paired: Optional[PairedSpeedup] = None  # its paired timing, when it was correct and timed
+
+    @property
+    def speedup(self) -> Optional[float]:
+        return self.paired.speedup if self.paired is not None else None
+
+
+@dataclasses.dataclass(frozen=True)
+class Baseline:
+    """A baseline timed in the reference worker next to the eager reference (e.g. torch.compile)."""
+
+    name: str  # e.g. "torch.compile(default)"
+    ok: bool  # compiled, matched the eager outputs and was timed
+    reason: str  # one line: "ok" or why it could not be used
+    timing: Optional[TimingStats] = None
+    compile_seconds: Optional[float] = None  # wall time of the first (compiling) call
+    max_abs_error: Optional[float] = None  # against the eager reference on the same inputs
+    paired: Optional[PairedSpeedup] = None  # timed in turns with the eager reference: its speedup over eager
+
+
+@dataclasses.dataclass(frozen=True)
+class SpeedOfLight:
+    """The roofline floor of one problem on one device: no implementation can run much faster."""
+
+    flops: int  # floating-point operations of one forward (matmul/conv, torch.utils.flop_counter)
+    min_bytes: int  # inputs read once + outputs written once + parameters and buffers read once
+    dtype: str  # the dtype the peaks were measured for
+    peak_tflops: float  # measured matrix-multiply rate on this device for dtype (TFLOP/s)
+    peak_gbps: float  # measured device-to-device copy bandwidth, bytes read + written (GB/s)
+    floor_ms: float  # max(flops / peak rate, bytes / peak bandwidth): the roofline of the reference's algorithm
+    bound: str  # "compute" or "memory": the larger term
+    peaks_source: str = ""  # where the peaks came from: "measured" now or the cache file
+
+    @property
+    def bytes_ms(self) -> float:
+        """The hard floor: the problem's fewest bytes at peak bandwidth, whatever the algorithm."""
+        return self.min_bytes / (self.peak_gbps * 1e9) * 1e3 if self.peak_gbps > 0 else 0.0
+
+    @property
+    def flops_ms(self) -> float:
+        """A soft floor: the reference's FLOP count at peak rate. Another algorithm may need fewer
+        (diag(A) @ B as a row scaling), so going below it is faster than the reference's algorithm."""
+        return self.flops / (self.peak_tflops * 1e12) * 1e3 if self.peak_tflops > 0 else 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckResult:
+    """One comparison of candidate outputs against the reference's for the same inputs."""
+
+    name: str  # what was compared, e.g. "trial 2 (train)" or "same-seed construction (eval)"
+    passed: bool  # every output matched: count, type, shape, dtype, NaN/Inf positions, values
+    reason: str  # one line: "ok" or what differed first
+    max_abs_error: Optional[float] = None  # max |candidate - reference| over finite elements
+    max_rel_error: Optional[float] = None  # max |candidate - reference| / |reference| (reference != 0)
+    mismatch_fraction: Optional[float] = None  # fraction of elements outside atol + rtol*|reference|
+    within_kernelbench: Optional[bool] = None  # a failed value comparison that allclose(atol = rtol = 1e-2), KernelBench's, passes
+    note: str = ""  # what a reader should know of a comparison that did not fail on it: an output that is rounding noise, an inert buffer that differs
+
+
+@dataclasses.dataclass(frozen=True)
+class Stricter:
+    """The check of ours that failed a candidate KernelBench's own check would have passed (harness/parent/stricter.py)."""
+
+    code: str  # a stable code: tolerance | redrawn-inputs | eval-mode | repeat | other-size | redrawn-weights | buffers |
+    # timed-output | mutated-input | flag:<flag code>
+    detail: str  # one line, with the figures (e.g. the error and KernelBench's tolerance)
+
+
+@dataclasses.dataclass(frozen=True)
+class ExtensionBuild:
+    """One load_inline call made by the candidate, as the content-addressed build cache saw it."""
+
+    name: str  # the extension name the candidate asked for
+    cache_key: str  # hash of sources, flags, torch version and device arch: the build folder name
+    cached: bool  # True when a finished build was found and nothing was compiled
+    seconds: float  # wall time of the load_inline call
+
+
+@dataclasses.dataclass(frozen=True)
+class Flag:
+    """One integrity finding on a candidate (harness/core/flags.py)."""
+
+    code: str  # a stable code, e.g. "no-custom-kernel"
+    policy: str  # fail | flag: what it did to the verdict (ignored findings are not kept)
+    reason: str  # one line: the evidence
+
+
+class SanitizerOutcome(Vocabulary):
+    """How one compute-sanitizer tool's run ended."""
+
+    CLEAN = "clean"  # the forward completed and the tool reported no error
+    ERRORS = "errors"  # the tool reported errors: the flag unsafe-memory
+    FAILED = "failed"  # the forward did not complete under the tool
+    TIMEOUT = "timeout"  # no verdict within sanitizer.timeout
+    SKIPPED = "skipped"  # not run: no tool found, or not a CUDA run
+
+
+@dataclasses.dataclass(frozen=True)
+class SanitizerRun:
+    """One compute-sanitizer tool's run over one small forward of a candidate."""
+
+    tool: str  # memcheck | racecheck | initcheck | synccheck
+    outcome: SanitizerOutcome  # how it ended (a plain string is read as one)
+    detail: str  # the first error and its kernel, the error count, or why it failed or was skipped
+    seconds: float = 0.0  # wall time of the tool's run
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "outcome", SanitizerOutcome(self.outcome))
+
+
+@dataclasses.dataclass(frozen=True)
+class CandidateRecord:
+    """The verdict on one candidate for one problem in one run."""
+
+    run_id: str  # the run this record belongs to
+    problem: str  # problem name (file stem)
+    problem_hash: str  # sha256 of the problem file
+    candidate: str  # candidate name (file stem)
+    candidate_path: str  # the evaluated file (or the raw completion when extraction failed)
+    candidate_hash: str  # sha256 of that file
+    device: str  # "cuda" or "cpu"
+    status: Status  # the verdict, from one closed set
+    reason: str  # one human-readable line explaining the status
+    checks: tuple[CheckResult, ...] = ()  # weight-copied trials, in the order they ran
+    same_seed: Optional[CheckResult] = None  # both built after the same manual_seed; reported apart
+    timing: Optional[TimingStats] = None  # the candidate's forward, when it was timed
+    reference_ms: Optional[float] = None  # median of the reference over its rounds paired with this candidate
+    speedup: Optional[float] = None  # over the eager reference, from paired rounds (paired.speedup); correct candidates only
+    paired: Optional[PairedSpeedup] = None  # the rounds timed in turns with the reference, its interval and protocol
+    baseline_ms: dict[str, float] = dataclasses.field(default_factory=dict)  # other baselines' medians, by name
+    speedups: dict[str, float] = dataclasses.field(default_factory=dict)  # over each baseline: speedup / the baseline's paired speedup
+    sol_ms: Optional[float] = None  # the floor sol_fraction uses, on this device (sol_floor says which)
+    sol_fraction: Optional[float] = None  # sol_ms / timing.median_ms: 1.0 is the speed of light
+    sol_floor: str = ""  # "roofline": the reference algorithm's (FLOPs and bytes); "bytes": the fewest bytes only, for a
+    # candidate faster than the reference's algorithm allows
+    notes: tuple[str, ...] = ()  # information that is neither a warning nor a flag (a faster algorithm than the reference's)
+    profile: Optional[CallProfile] = None  # one profiled call (CUDA)
+    custom_kernel_share: Optional[float] = None  # share of the profiled GPU time in the candidate's own kernels
+    forward_ops: Optional[ForwardOps] = None  # the ATen operators of one checked forward (CPU), against the reference's
+    flags: tuple[Flag, ...] = ()  # integrity findings with the policy applied to each (harness/core/flags.py)
+    sanitizer: tuple[SanitizerRun, ...] = ()  # compute-sanitizer runs over one small forward (CUDA, correct candidates)
+    weight_mapping: tuple[tuple[str, str], ...] = ()  # (ModelNew's name, the reference's) where the transplant paired renamed weights by position
+    stricter: Optional[Stricter] = None  # failed by a check of ours that KernelBench's would have passed: which, and why
+    weights: str = ""  # where its checked weights came from: name | position (the reference's, transplanted) | seed (its own, same-seed)
+    extension_calls: dict[str, int] = dataclasses.field(default_factory=dict)  # "extension.function" -> calls during the checked forward calls
+    timed_extension_calls: dict[str, int] = dataclasses.field(default_factory=dict)  # the same during warm-up, profile and timed rounds
+    builds: tuple[ExtensionBuild, ...] = ()  # load_inline calls and cache hits
+    phase_seconds: dict[str, float] = dataclasses.field(default_factory=dict)  # wall time per worker phase (timer, profile: parts of time)
+    wall_seconds: float = 0.0  # wall time of the whole evaluation, seen by the parent
+    log_path: str = ""  # captured stdout/stderr of the worker, relative to the run folder
+    lane: str = ""  # where it ran when a run uses several: "cuda:1" (a visible GPU), "host/cuda:0" (Ray)
+    gradients: str = ""  # training parity: "match", "mismatch", "forward only"; "" when not checked
+    warnings: tuple[str, ...] = ()  # things to look at that do not change the status
+    finished_at: str = ""  # ISO-8601 time the record was written
+    schema_version: int = SCHEMA_VERSION  # record layout version
+    tool_version: str = __version__  # harness version that wrote the record
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.status, Status):
+            raise ValueError(f"status must be a Status, got {self.status!r}")
+        if not self.reason or "\n" in self.reason:
+            raise ValueError("reason must be one non-empty line")
+        if self.speedup is not None and self.status is not Status.CORRECT:
+            raise ValueError("only a correct candidate has a speedup")
+
+    @property
+    def max_abs_error(self) -> Optional[float]:
+        errors = [c.max_abs_error for c in self.checks if c.max_abs_error is not None]
+        return max(errors) if errors else None
+
+
+def latest_per_candidate(records: Iterable[CandidateRecord]) -> dict[tuple[str, str], CandidateRecord]:
+    """(problem, candidate) -> its latest record: a later record replaces an earlier one, keeping the
+    place the pair was first seen in (the order a dict filled in record order has)."""
+    latest: dict[tuple[str, str], CandidateRecord] = {}
+    for record in records:
+        latest[(record.problem, record.candidate)] = record
+    return latest
+
+
+@dataclasses.dataclass(frozen=True)
+class ReferenceRecord:
+    """The reference (problem `Model`) as evaluated in this run: its device and its timing."""
+
+    run_id: str  # the run this record belongs to
+    problem: str  # problem name
+    problem_hash: str  # sha256 of the problem file
+    problem_path: str  # the problem file
+    device: str  # "cuda" or "cpu"
+    device_name: str  # e.g. "NVIDIA H100 80GB HBM3" or the CPU model
+    ok: bool  # the reference built, ran every call and (if asked) was timed
+    reason: str  # one line: "ok" or why the reference failed
+    timing: Optional[TimingStats] = None  # eager reference forward: its rounds paired with the null candidate (else the first baseline)
+    baselines: tuple[Baseline, ...] = ()  # torch.compile modes, timed in the same worker
+    speed_of_light: Optional[SpeedOfLight] = None  # the problem's roofline floor on this device
+    profile: Optional[CallProfile] = None  # one profiled call (CUDA)
+    forward_ops: Optional[ForwardOps] = None  # the ATen operators of its forward on the call workers observe (CPU)
+    timing_reused_from: str = ""  # run id whose cached timings were reused (timing.reuse_reference)
+    profile_reused_from: str = ""  # run id whose profiled call and speed-of-light the reference cache gave (timing.reuse_profile)
+    other_size: dict[str, Any] = dataclasses.field(default_factory=dict)  # module constants of the other-size trial
+    other_size_note: str = ""  # why the other-size trial ran at the problem's own size, when it did
+    wall_seconds: float = 0.0  # wall time of the reference's run in its judge (start-up included; baselines and null candidate not)
+    phase_seconds: dict[str, float] = dataclasses.field(default_factory=dict)  # where the reference pass's time went: the judge's start-up and phases, the baselines, the null candidate
+    finished_at: str = ""  # ISO-8601
+    lane: str = ""  # the lane (GPU) this reference ran and was timed on; its candidates compare to it
+    declared: dict[str, Any] = dataclasses.field(default_factory=dict)  # the problem's HARNESS_* declarations, which override the config
+    data_plane: str = ""  # where the judge shares inputs and outputs with workers: "cuda" (device memory) or "host" (shared memory)
+    peak_bytes: int = 0  # the reference's peak device memory (host RSS on the CPU) through the plan
+    notes: tuple[str, ...] = ()  # what the judge could not do (float64 twin) and judge restarts on this lane
+    null_floor: Optional[NullFloor] = None  # the built-in null candidate's speedup: this run's 1.00x (timing.null_candidate)
+    timing_mode: str = ""  # the problem's timing mode, eager or graph (timing.mode resolved once per problem)
+    timing_mode_reason: str = ""  # the measurement that chose it under timing.mode auto (the reference's GPU busy share)
+    schema_version: int = SCHEMA_VERSION  # record layout version
+    tool_version: str = __version__  # harness version that wrote the record
+
+
+@dataclasses.dataclass(frozen=True)
+class RunHeader:
+    """First line of a run's records file: what was run, where, and with which settings."""
+
+    run_id: str  # folder name under results/
+    started_at: str  # ISO-8601
+    argv: tuple[str, ...]  # command line
+    config: dict[str, Any]  # the validated, fully layered configuration
+    environment: dict[str, Any]  # host, versions, GPU, git sha (collected once)
+    schema_version: int = SCHEMA_VERSION  # record layout version
+    tool_version: str = __version__  # harness version
+
+
+@dataclasses.dataclass(frozen=True)
+class RunEnd:
+    """Last line of a run's records file: the GPU's state at the end and what moved during the run."""
+
+    run_id: str
+    finished_at: str  # ISO-8601
+    gpu_end: dict[str, Any]  # clocks, temperature, power, throttle reasons (empty without a GPU)
+    sm_clocks_mhz: tuple[float, ...] = ()  # SM clock read after each timing of the run
+    warnings: tuple[str, ...] = ()  # e.g. clocks moved during the run
+    schema_version: int = SCHEMA_VERSION
+    tool_version: str = __version__
+
+
+RECORD_KINDS: dict[str, type] = {"run": RunHeader, "reference": ReferenceRecord, "candidate": CandidateRecord, "end": RunEnd}

@@ -1,0 +1,99 @@
+"""The result store: results/<run_id>/records.jsonl, one JSON line per record, written as it lands.
+
+The first line is the run header. Each record is flushed and fsync'ed as soon as its candidate is
+done, so a run that is interrupted or killed keeps every verdict it reached.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterable
+
+from harness.core.errors import UserError
+from harness.core.records import RECORD_KINDS, SCHEMA_VERSION, CandidateRecord, from_dict, to_dict
+
+RECORDS_FILE = "records.jsonl"
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
+
+
+class RunStore:
+    def __init__(self, results_dir: Path, run_id: str) -> None:
+        self.run_id = run_id
+        self.dir = results_dir / run_id
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.records_path = self.dir / RECORDS_FILE
+        self._lock = threading.Lock()  # lanes append from their own threads
+
+    @property
+    def has_records(self) -> bool:
+        return self.records_path.is_file() and self.records_path.stat().st_size > 0
+
+    def drop_partial_line(self) -> bool:
+        """Cut a last line that a killed run left unfinished (no newline); True when one was cut.
+        Every finished record was fsync'ed with its newline, so nothing finished is lost."""
+        if not self.has_records:
+            return False
+        data = self.records_path.read_bytes()
+        if data.endswith(b"\n"):
+            return False
+        with open(self.records_path, "r+b") as f:
+            f.truncate(data.rfind(b"\n") + 1)
+            f.flush()
+            os.fsync(f.fileno())
+        return True
+
+    def log_path(self, problem: str, candidate: str) -> Path:
+        return self.dir / "logs" / problem / f"{candidate}.log"
+
+    def append(self, record: Any) -> None:
+        kind = {cls: name for name, cls in RECORD_KINDS.items()}[type(record)]
+        line = json.dumps({"kind": kind, **to_dict(record)}, sort_keys=False)
+        with self._lock, open(self.records_path, "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def resolve_run(value: str, results_dir: Path) -> Path:
+    """The records file of a run given as a folder, a records (or baseline) file or a run id under `results_dir`."""
+    path = Path(value)
+    for option in (path, path / RECORDS_FILE, results_dir / value / RECORDS_FILE):
+        if option.is_file():
+            return option
+    raise UserError(f"no run {value!r}: not a records file, a run folder or a run id with records in {results_dir}")
+
+
+def read_records(path: Path) -> list[Any]:
+    """Every record of a records file (or of a run folder), oldest first."""
+    if path.is_dir():
+        path = path / RECORDS_FILE
+    if not path.is_file():
+        raise UserError(f"no records file at {path}")
+    records = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError:
+            raise UserError(f"{path}:{number} is not JSON (a run killed mid-write leaves at most its last line so)") from None
+        version = data.get("schema_version", 0)
+        if version > SCHEMA_VERSION:
+            raise UserError(f"{path}:{number} has schema version {version}; this harness reads up to {SCHEMA_VERSION} (upgrade it)")
+        kind = data.pop("kind", None)
+        if kind not in RECORD_KINDS:
+            raise UserError(f"{path}:{number} has unknown record kind {kind!r}")
+        records.append(from_dict(RECORD_KINDS[kind], data))
+    return records
+
+
+def candidate_records(records: Iterable[Any]) -> list[CandidateRecord]:
+    return [r for r in records if isinstance(r, CandidateRecord)]

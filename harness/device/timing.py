@@ -1,0 +1,267 @@
+"""The timer used by every worker, for the reference, the baselines and the candidates alike.
+
+CUDA, per timed call: the L2 cache is flushed (a buffer of twice the device's L2 size is written)
+outside the timed region, after the persisting-L2 limit is checked (a limit a call set is reset
+to 0, its persisting lines made normal, so the flush evicts them too), then a start event, the
+call (or a CUDA-graph replay of it), an optional device-wide synchronise (so work on other streams is inside), and an end event. Regions are queued
+in batches of BATCH with no host wait between them, so the GPU stays busy (an idle GPU between
+samples lowers its clocks and puts the host's launch latency inside the next region); the events
+are read and the stopping rule checked after each batch. The calls rotate over distinct input
+sets. Warm-up is by time; sampling stops when the relative standard error of the median reaches
+the target, the budget is spent or max_reps is reached. Each batch ends with one empty region
+timed the same way; their median (the fixed cost of a timed region) is, by default, subtracted
+from every sample (the raw samples stay in the record).
+
+CPU: `time.perf_counter_ns` around each call, same rotation and stopping rule; the overhead is
+the median of OVERHEAD_REPS empty regions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+from typing import Any, Callable, Optional, Sequence
+
+import torch
+
+from harness.core.pairing import OUTSIDE_CAPTURE
+from harness.core.records import TimingStats, minus_overhead, relative_standard_error_of_median
+from harness.device.cuda_driver import persisting_l2, reset_persisting_l2
+from harness.device.graphs import GraphCaptureError, capture_graphs, replay_mismatch
+
+OVERHEAD_REPS = 100  # CPU: empty regions timed to estimate the fixed cost of one timed region
+BATCH = 10  # CUDA regions queued back to back between two reads of the events (the GPU never idles
+# between them; the stopping rule is checked once per batch)
+
+
+NO_GRAPHS_ON_CPU = "CUDA graphs need a CUDA device; timed eagerly"
+
+
+def _nothing() -> None:
+    return None
+
+
+def _stop_reason(samples: list[float], started: float, cfg: Any, overhead: float, min_s: float = 0.0) -> Optional[str]:
+    n = len(samples)
+    if n >= cfg.max_reps:
+        return "max_reps"
+    offset = overhead if cfg.subtract_overhead else 0.0
+    elapsed = time.perf_counter() - started
+    if n >= cfg.min_reps and elapsed >= min_s and relative_standard_error_of_median(minus_overhead(samples, offset)) <= cfg.target_rse:
+        return "target_rse"
+    if n >= 1 and elapsed >= cfg.budget_s:
+        return "budget"
+    return None
+
+
+def time_forward(fn: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], device: torch.device, cfg: Any, *, sync: str = "stream") -> TimingStats:
+    """Time `fn(*args)` over `arg_sets` (rotated) with the timing config `cfg`, in one go.
+
+    `sync` is "stream" (end event on the calling stream) or "device" (device-wide synchronise
+    before the end event). `cfg.mode` "graph" times CUDA-graph replays; when capture fails the
+    calls are timed eagerly and the record says why. (Compared models are timed in rounds, in
+    turns with the reference: `Timer`.)
+    """
+    if not arg_sets:
+        raise ValueError("time_forward needs at least one input set")
+    timer = Timer(fn, arg_sets, device, cfg)
+    error = timer.prepare(graph=cfg.mode == "graph")
+    mode = "graph" if timer.graphs is not None else "eager"
+    fallback = (error if error.startswith((OUTSIDE_CAPTURE, NO_GRAPHS_ON_CPU)) else f"graph capture failed, timed eagerly: {error}") if error else ""
+    stats = timer.sample(mode, sync, cfg)
+    return dataclasses.replace(stats, warmup_calls=timer.warmup_calls + stats.warmup_calls, fallback=fallback)
+
+
+class Timer:
+    """One side of a timing, prepared once (warm-up, and CUDA graphs when asked) and then sampled
+    as often as asked: in one go (`time_forward`) or in rounds, in turns with the other side."""
+
+    def __init__(self, fn: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], device: torch.device, cfg: Any) -> None:
+        if not arg_sets:
+            raise ValueError("a timer needs at least one input set")
+        self.device, self.cfg = device, cfg
+        self.input_sets = len(arg_sets)
+        self.fn, self.arg_sets = fn, arg_sets
+        self._latest: list[Any] = []  # the output of the latest eager timed call on the first set
+        self.eager: list[Callable[[], Any]] = [self._keeping(fn, arg_sets[0])] + [_bound(fn, args) for args in arg_sets[1:]]
+        self.graphs: Optional[list[Callable[[], Any]]] = None
+        self._graph_first: Any = None  # the first set's graph's static outputs (each replay rewrites them)
+        self.warmup_calls = 0
+        self.last_mode = "eager"  # the mode of the latest sampling: whose output is the latest timed one
+        self.flush = flush_buffer(device) if device.type == "cuda" and cfg.flush_l2 else None
+
+    def _keeping(self, fn: Callable[..., Any], args: Sequence[Any]) -> Callable[[], Any]:
+        def call() -> Any:
+            out = fn(*args)
+            self._latest[:] = [out]
+            return out
+
+        return call
+
+    def latest_output(self) -> Any:
+        """The output of the latest timed call on the first input set: the first graph's static
+        outputs when graphs are timed, else the latest eager call's (None before any call)."""
+        if self.graphs is not None and self.last_mode == "graph":
+            return self._graph_first
+        return self._latest[0] if self._latest else None
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def prepare(self, graph: bool) -> str:
+        """Warm up for `cfg.warmup_ms`; with `graph` on CUDA, capture one graph per input set and
+        keep them only if each replay gives its set's eager output (harness.device.graphs). Returns why
+        graphs are not used ("" when they are, or were not asked for)."""
+        self.warmup_calls = _warm_up(self.eager, self.cfg.warmup_ms, self._sync)
+        if not graph:
+            return ""
+        if self.device.type != "cuda":
+            return NO_GRAPHS_ON_CPU
+        try:
+            captured = capture_graphs(self.fn, self.arg_sets, self.device)
+            why = replay_mismatch(self.fn, self.arg_sets, captured, self.device)
+        except GraphCaptureError as exc:
+            return str(exc)
+        if why:
+            return why
+        self.graphs, self._graph_first = [replay for replay, _ in captured], captured[0][1]
+        _warm_up(self.graphs, self.cfg.warmup_ms, self._sync)
+        return ""
+
+    def drop_graphs(self) -> None:
+        """Time eagerly from now on (the graphs were shown to leave out work)."""
+        self.graphs, self._graph_first = None, None
+
+    def round(self, mode: str, sync: str, rounds: int, last: bool = False) -> TimingStats:
+        """One of `rounds` rounds: a short warm-up (the other side ran in between), then sampling
+        under the config's stopping rule with a `rounds`-th of its budget, for at least a quarter
+        of that (max_reps still caps each round). The GPU's clocks are read (nvidia-smi, a
+        process of its own) only after the `last` one."""
+        cfg = self.cfg
+        budget = cfg.budget_s / rounds
+        share = dataclasses.replace(cfg, budget_s=budget, warmup_ms=cfg.warmup_ms / ROUND_WARMUP_SHARE)
+        return self.sample(mode, sync, share, warm=True, clocks=last, min_s=budget * ROUND_MIN_SHARE)
+
+    def sample(self, mode: str, sync: str, cfg: Any, warm: bool = False, clocks: bool = True, min_s: float = 0.0) -> TimingStats:
+        """Sample `mode` calls under `cfg`'s stopping rule, for at least `min_s` seconds."""
+        calls = self.graphs if mode == "graph" else self.eager
+        if calls is None:
+            raise ValueError("graph mode needs graphs captured by prepare(graph=True)")
+        self.last_mode = mode
+        warmup = _warm_up(calls, cfg.warmup_ms, self._sync) if warm else 0
+        if self.device.type == "cuda":
+            stats = _sample_cuda(calls, self.device, cfg, sync, self.flush, clocks, min_s)
+        else:
+            stats = _sample_cpu(calls, cfg, min_s)
+        return dataclasses.replace(stats, warmup_calls=warmup, mode=mode, input_sets=self.input_sets)
+
+
+def _bound(fn: Callable[..., Any], args: Sequence[Any]) -> Callable[[], Any]:
+    """`fn` called on `args`, as a call that takes none."""
+    return lambda: fn(*args)
+
+
+ROUND_WARMUP_SHARE = 4  # a round's warm-up is 1/this of timing.warmup_ms (the first warm-up is whole)
+ROUND_MIN_SHARE = 0.25  # a round samples for at least this share of its budget: a round of a fast call that
+# met target_rse after a few dozen calls (a millisecond) would measure one moment, not a state
+
+
+_L2_DEFAULT: Optional[int] = None  # the context's persisting-L2 limit before any model code ran (remember_l2_default)
+
+
+def remember_l2_default() -> None:
+    """Note the current context's persisting-L2 limit, before any model code runs: a limit above
+    it, found when a timing starts, was set by the model."""
+    global _L2_DEFAULT
+    _L2_DEFAULT = persisting_l2()
+
+
+def flush_buffer(device: torch.device) -> torch.Tensor:
+    """A buffer twice the device's L2 size; writing it evicts everything the last call left in L2."""
+    l2_bytes = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 50 << 20)
+    return torch.empty(max(2 * l2_bytes, 1 << 20) // 4, dtype=torch.int32, device=device)
+
+
+def _warm_up(calls: Sequence[Callable[[], Any]], warmup_ms: float, sync: Callable[[], None]) -> int:
+    count = 0
+    started = time.perf_counter()
+    while count == 0 or (time.perf_counter() - started) * 1e3 < warmup_ms:
+        calls[count % len(calls)]()
+        sync()
+        count += 1
+    return count
+
+
+def _sample_cuda(calls: Sequence[Callable[[], Any]], device: torch.device, cfg: Any, sync: str, flush: Optional[torch.Tensor], clocks: bool = True, min_s: float = 0.0) -> TimingStats:
+    device_sync = lambda: torch.cuda.synchronize(device)  # noqa: E731
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(BATCH + 1)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(BATCH + 1)]
+
+    l2_reset = flush is not None and persisting_l2() >= 0  # -1: a GPU without persisting L2 (before Ampere)
+    found = [0]  # limits above the context's own, found before sampling or before a timed call
+    if l2_reset:
+        initial = reset_persisting_l2()
+        if _L2_DEFAULT is not None and initial > _L2_DEFAULT:  # the context's own (9.4 MiB on an H100) is not a finding
+            found.append(initial)
+
+    def batch(chosen: Sequence[Callable[[], Any]]) -> list[float]:
+        """Queue len(chosen) timed regions back to back, then wait once and read them all."""
+        for call, start, end in zip(chosen, starts, ends):
+            if flush is not None:
+                if l2_reset and persisting_l2() > 0:  # a call set aside L2 that the flush would not evict
+                    found.append(reset_persisting_l2())
+                flush.zero_()  # outside the events
+            start.record()
+            call()
+            if sync == "device":
+                torch.cuda.synchronize(device)
+            end.record()
+        ends[len(chosen) - 1].synchronize()
+        return [start.elapsed_time(end) for start, end in zip(starts[: len(chosen)], ends)]
+
+    # Every batch ends with one empty region, so the overhead is estimated under the same clocks
+    # and queue conditions as the samples around it (not once, on a GPU that may still be idling).
+    empty: list[float] = []
+    samples: list[float] = []
+    started = time.perf_counter()
+    while (reason := _stop_reason(samples, started, cfg, statistics.median(empty) if empty else 0.0, min_s)) is None:
+        n = len(samples)
+        count = min(BATCH, cfg.max_reps - n)
+        *timed, nothing = batch([calls[(n + j) % len(calls)] for j in range(count)] + [_nothing])
+        samples.extend(timed)
+        empty.append(nothing)
+    overhead = statistics.median(empty)
+    device_sync()
+    from harness.device.environment import gpu_state
+
+    state = gpu_state(device) if clocks else {}
+    return TimingStats.from_samples(
+        samples,
+        timer="cuda_events",
+        warmup_calls=0,
+        stopped_by=reason,
+        overhead_ms=overhead,
+        subtract=cfg.subtract_overhead,
+        sync=sync,
+        flush_bytes=flush.numel() * flush.element_size() if flush is not None else 0,
+        sm_clock_mhz=state.get("sm_clock_mhz"),
+        clock_event_reasons=str(state.get("clock_event_reasons", "")),
+        l2_reset=l2_reset,
+        l2_persisting_found=max(found),
+    )
+
+
+def _sample_cpu(calls: Sequence[Callable[[], Any]], cfg: Any, min_s: float = 0.0) -> TimingStats:
+    def region(call: Callable[[], Any]) -> float:
+        t0 = time.perf_counter_ns()
+        call()
+        return (time.perf_counter_ns() - t0) / 1e6
+
+    overhead = statistics.median([region(_nothing) for _ in range(OVERHEAD_REPS)])
+    samples: list[float] = []
+    started = time.perf_counter()
+    while (reason := _stop_reason(samples, started, cfg, overhead, min_s)) is None:
+        samples.append(region(calls[len(samples) % len(calls)]))
+    return TimingStats.from_samples(samples, timer="perf_counter", warmup_calls=0, stopped_by=reason, overhead_ms=overhead, subtract=cfg.subtract_overhead)

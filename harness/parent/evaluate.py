@@ -1,0 +1,313 @@
+"""Evaluate the candidates of one problem on one lane: its judge once, then each candidate in its own worker.
+
+The parent plans secret seeds and starts the lane's judge (harness.judge.service), which runs the reference
+through the plan on the device. Each candidate's worker then gets its inputs from the judge (a
+region of its own), reports each step, and the judge compares the step's outputs in place; this
+process only relays steps and verdicts, never tensors, and writes one record per candidate at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import traceback
+from typing import Any, Callable, Optional
+
+from harness.core import integrity
+from harness.core import protocol as P
+from harness.core.config import Config
+from harness.core.errors import flat
+from harness.core.flags import Finding
+from harness.core.pairing import launch_bound
+from harness.core.plan import Plan
+from harness.core.protocol import Call
+from harness.core.records import CallProfile, CandidateRecord, PairedSpeedup, ReferenceRecord, SanitizerRun, TimingStats
+from harness.core.scan import declared_kernels, scan_source
+from harness.core.status import Status
+from harness.core.store import RunStore
+from harness.parent import verdict
+from harness.parent.lane import Lane
+from harness.parent.lane_judge import LaneJudge, Setting, Subject
+from harness.parent.reference_pass import ReferenceRun, Stopped
+from harness.parent.sanitize import LaneSanitizer
+from harness.parent.supervise import Failure, JudgeFailed, WorkerOutcome, default_memory_limit
+from harness.parent.verdict import Case, Reported, Rules
+from harness.sources.candidate import Candidate, needs_cuda_statically
+from harness.sources.problem import Problem
+
+__all__ = ["Call", "Plan", "ProblemEvaluation", "compare_times", "timing_warnings"]
+
+
+class ProblemEvaluation:
+    """One problem on one lane: the reference once (on the first candidate), then candidates one
+    at a time. `run()` evaluates every candidate; an executor spreading candidates over several
+    lanes gives each lane its own ProblemEvaluation with the same `plan` and calls `evaluate`."""
+
+    def __init__(
+        self,
+        problem: Problem,
+        candidates: list[Candidate],
+        cfg: Config,
+        device: str,
+        store: RunStore,
+        on_record: Callable[[CandidateRecord], None] = lambda r: None,
+        on_start: Callable[[Candidate], None] = lambda c: None,
+        builds: Optional[Any] = None,
+        lane: Optional[Lane] = None,
+        plan: Optional[Plan] = None,
+    ) -> None:
+        self.problem = problem
+        self.candidates = candidates
+        self.cfg = cfg.for_problem(problem.settings)  # the problem's tolerances and backward contract
+        self.device = device
+        self.store = store
+        self.on_record = on_record
+        self.on_start = on_start
+        self.builds = builds  # a harness.parent.prebuild.BuildAhead already building these candidates, or None
+        self.lane: Lane = lane if lane is not None else Lane.single(cfg, device)
+        self._owns_lane = lane is None  # then its prestarted worker is ours to end
+        memory_limit = cfg.limits.memory_mb << 20 if cfg.limits.memory_mb else default_memory_limit()
+        self.plan: Optional[Plan] = plan  # the secret seeds and calls; None: a fresh one is drawn for the first candidate
+        self._reference: Optional[ReferenceRecord] = None  # the reference's record, once its pass ran on this lane
+        self.setting = Setting(problem, self.cfg, device, store, self.lane, memory_limit, problem.hash)
+        self.judge = LaneJudge(self.setting)  # the lane's judge for this problem, started with the first candidate
+        self.reference_run = ReferenceRun(self.setting, self.judge, lambda: self._stopped)
+        self._stopped = False  # stop() was called: nothing more is written
+        self.sanitizer = LaneSanitizer(self.cfg, problem.path, device, self.lane.launcher.env, prestart=self.lane.launcher.prestart and self.cfg.sanitizer.prestart)
+
+    def screen(self) -> tuple[list[CandidateRecord], list[Candidate]]:
+        """Records for candidates that cannot run here (written now), and the runnable rest."""
+        records: list[CandidateRecord] = []
+        runnable: list[Candidate] = []
+        for candidate in self.candidates:
+            skipped = self.prescreened(candidate)
+            if skipped is None:
+                runnable.append(candidate)
+            else:
+                records.append(skipped)
+        return records, runnable
+
+    def prescreened(self, candidate: Candidate) -> Optional[CandidateRecord]:
+        """The record of a candidate that cannot run here (written now), else None."""
+        skip = self._prescreen(candidate)
+        if skip is None:
+            return None
+        self.on_start(candidate)
+        return self._finish(self._record(candidate, *skip))
+
+    def failed(self, candidate: Candidate, status: Status, reason: str) -> CandidateRecord:
+        """The record of a candidate whose evaluation failed outside this one (an executor lost
+        its lane), written now."""
+        return self._finish(self._record(candidate, status, reason))
+
+    def run(self) -> list[CandidateRecord]:
+        records, runnable = self.screen()
+        try:
+            records.extend(self.evaluate(candidate) for candidate in runnable)
+        finally:
+            self.close()
+        return records
+
+    def evaluate(self, candidate: Candidate) -> CandidateRecord:
+        """Evaluate one runnable candidate on this lane (its judge first, once) and write its record."""
+        if self._reference is None:
+            self.plan = self.plan or Plan.fresh(self.cfg)
+            self._reference = self.reference_run.run(self.plan)
+        self.on_start(candidate)
+        self.sanitizer.prestart()  # memcheck's start-up under the tool overlaps this candidate's checks
+        if self.builds is not None:
+            self.builds.wait(candidate.path)  # the worker then loads the finished build
+        reference = self._reference
+        if self.judge.ended() and reference.ok:
+            reference = self._restart_judge()
+        if not reference.ok:
+            return self._finish(self._record(candidate, Status.REFERENCE_FAILED, f"reference failed: {reference.reason}"))
+        assert self.plan is not None  # drawn (or given) before the reference ran, and never dropped
+        try:
+            record = self._run_candidate(candidate, self.plan, reference)
+        except JudgeFailed as exc:  # the judge, not the candidate, failed: the next candidate gets a new one
+            self.judge.failed(str(exc))
+            record = self._record(candidate, Status.HARNESS_ERROR, f"the lane's judge failed during this candidate: {exc}")
+        except Exception as exc:  # a harness bug on one candidate must not end the run
+            traceback.print_exc()
+            record = self._record(candidate, Status.HARNESS_ERROR, f"{type(exc).__name__}: {exc}")
+        return self._finish(record)
+
+    def close(self) -> None:
+        self.judge.end()
+        self.sanitizer.close()
+        self._reference = None
+        if self._owns_lane:
+            self.lane.launcher.close()
+
+    # -- steps ---------------------------------------------------------------------------------
+
+    def _prescreen(self, candidate: Candidate) -> Optional[Failure]:
+        if candidate.extraction_failure is not None:
+            return Status.EXTRACT_FAILED, candidate.extraction_failure
+        if self.device == "cpu":
+            why = needs_cuda_statically(candidate.path)
+            if why:
+                return Status.NEEDS_CUDA, f"{why}; this run is on the CPU"
+        return None
+
+    def _restart_judge(self) -> ReferenceRecord:
+        """A new judge after one failed; the reference's record keeps the first judge's measures."""
+        assert self._reference is not None and self.plan is not None
+        report = self.judge.restart(self.plan)
+        if not report.ok:
+            self._reference = dataclasses.replace(self._reference, ok=False, reason=f"the restarted judge failed: {report.reason}")
+        return self._reference
+
+    def _run_candidate(self, candidate: Candidate, plan: Plan, reference: ReferenceRecord) -> CandidateRecord:
+        compared = self.judge.compare(plan, self.reference_run.timing_mode, Subject(P.Role.CANDIDATE, candidate.path, candidate.name))
+        outcome, checks, same_seed, gradients = compared.outcome, compared.checks, compared.same_seed, compared.gradients
+        builds = tuple(m.build for m in outcome.every(P.Built))
+        timing = compared.timing
+        case = Case(compared, plan.calls, plan.randomize_weights, reference, Rules.of(self.cfg), self.device, self._reported(candidate, outcome), self.judge.take_restart_note())
+        first = verdict.decide(case)
+        sanitized: tuple[SanitizerRun, ...] = ()
+        unsafe: list[Finding] = []
+        if first.status is Status.CORRECT and self.sanitizer.wanted():
+            sanitized, unsafe = self.sanitizer.run(candidate.path, candidate.hash, candidate.name, plan.construct_seed, reference.other_size)
+        decided = verdict.settle(case, first, unsafe, lambda timed, paired: compare_times(timed, paired, compared.profile, reference, self.cfg))
+        status, mapping = decided.status, case.reported.mapping
+        measures = dict(decided.measures)
+        notes = decided.notes + tuple(measures.pop("notes", ()))  # its checks' notes, then the timing's
+        return self._record(
+            candidate,
+            status,
+            decided.reason,
+            checks=tuple(checks),
+            same_seed=same_seed,
+            timing=timing if status is Status.CORRECT else None,
+            builds=builds,
+            profile=compared.profile,
+            flags=decided.flags,
+            sanitizer=sanitized,
+            weight_mapping=mapping,
+            weights="seed" if compared.own_weights else "position" if mapping else "name",
+            stricter=decided.stricter,
+            **decided.evidence,
+            gradients=gradients[0] if gradients is not None else "",
+            phase_seconds=outcome.done.phase_seconds if outcome.done is not None else {},
+            wall_seconds=round(outcome.wall_seconds, 3),
+            warnings=decided.warnings,
+            notes=notes,
+            **measures,
+        )
+
+    def _reported(self, candidate: Candidate, outcome: WorkerOutcome) -> Reported:
+        """What the candidate's worker reported beyond its checks (its messages), and what its
+        source declares (a scan of its file), for harness.parent.verdict."""
+        mapping = tuple(pair for m in outcome.every(P.WeightsMapped) for pair in m.pairs)
+        by_seed = outcome.first(P.WeightsBySeed)
+        why = by_seed.reason if by_seed is not None else ""
+        return Reported(mapping, outcome.first(P.ExtensionCalls), outcome.first(P.Threads), why, tuple(scan_source(candidate.path)), frozenset(declared_kernels(candidate.path)))
+
+    def _record(self, candidate: Candidate, status: Status, reason: str, **fields: Any) -> CandidateRecord:
+        log = self.store.log_path(self.problem.name, candidate.name)
+        return CandidateRecord(
+            **self.setting.record_fields(),
+            candidate=candidate.name,
+            candidate_path=str(candidate.path),
+            candidate_hash=candidate.hash,
+            status=status,
+            reason=flat(reason),
+            log_path=str(log.relative_to(self.store.dir)) if log.exists() else "",
+            **fields,
+        )
+
+    def stop(self) -> None:
+        """From another thread (a stopped run): end this lane's judge and workers now. Whatever
+        they were doing writes no record: the candidate in flight raises Stopped instead."""
+        self._stopped = True
+        self.judge.kill()
+        self.sanitizer.close()
+        self.lane.launcher.kill_all()
+
+    def _finish(self, record: CandidateRecord) -> CandidateRecord:
+        if self._stopped:
+            raise Stopped(f"{record.candidate}: the run was stopped during its evaluation")
+        self.store.append(record)
+        self.on_record(record)
+        return record
+
+
+CLOCK_TOLERANCE = 0.05  # SM clocks further apart than this between two timings are reported
+
+
+def compare_times(timing: TimingStats, paired: PairedSpeedup, profile: Optional[CallProfile], reference: ReferenceRecord, cfg: Config) -> tuple[dict[str, Any], list[str], list[Finding]]:
+    """Speedups over the eager reference (from the paired rounds) and over each baseline (the
+    candidate's paired speedup over the baseline's, when both were timed under the same protocol),
+    % of speed-of-light, the warnings a reader needs to trust (or distrust) those numbers, and the
+    implausible-time findings."""
+    median = timing.median_ms
+    reference_ms = paired.reference.median_ms
+    measures: dict[str, Any] = {"speedup": paired.speedup, "paired": paired, "reference_ms": reference_ms}
+    warnings = timing_warnings(timing, cfg.timing, profile)
+    usable = [(b.name, b.timing, b.paired) for b in reference.baselines if b.ok and b.timing is not None and b.paired is not None]
+    measures["baseline_ms"] = {name: stats.median_ms for name, stats, _ in usable}
+    measures["speedups"] = {name: paired.speedup / theirs.speedup for name, _, theirs in usable if theirs.protocol == paired.protocol}
+    for name, _, theirs in usable:
+        if theirs.protocol != paired.protocol:
+            warnings.append(f"no speedup over {name}: it was timed with {theirs.protocol}, this candidate needs {paired.protocol}")
+    bound, measured = launch_bound(reference.profile)
+    if timing.mode == "eager" and bound:
+        warnings.append(f"the reference is launch-bound ({measured}): this speedup measures host launch overhead as much as GPU work; timing.mode=graph times both sides without it")
+    sol = reference.speed_of_light
+    if sol is not None and sol.floor_ms > 0:
+        measures.update(sol_measures(sol, median))
+    if timing.sm_clock_mhz and paired.reference.sm_clock_mhz:
+        ratio = timing.sm_clock_mhz / paired.reference.sm_clock_mhz
+        if abs(ratio - 1) > CLOCK_TOLERANCE:
+            warnings.append(
+                f"SM clock {timing.sm_clock_mhz:.0f} MHz after this timing vs {paired.reference.sm_clock_mhz:.0f} MHz after the reference's: "
+                "the GPU changed speed during the rounds; the paired rounds cancel most of it, but repeat the run to see the spread"
+            )
+    found = integrity.implausible_time(timing, paired.speedup, reference_ms, profile, sol, cfg.check.max_plausible_speedup, cfg.speed_of_light.impossible_below)
+    return measures, warnings, found + integrity.persisting_l2(timing)
+
+
+SLOWDOWN_BITS = {0x4: "software power cap", 0x8: "hardware slowdown", 0x20: "software thermal slowdown", 0x40: "hardware thermal slowdown", 0x80: "power brake"}
+
+
+def sol_measures(sol: Any, median: float) -> dict[str, Any]:
+    """The speed-of-light fields of a candidate timed at `median` ms: against the reference
+    algorithm's roofline, or, when it runs below that, against the bytes floor alone, with a note
+    (its algorithm needs fewer FLOPs than the reference's: information, not a warning)."""
+    if median <= 0 or median >= sol.floor_ms or sol.bytes_ms <= 0:
+        return {"sol_ms": sol.floor_ms, "sol_fraction": sol.floor_ms / median if median > 0 else None, "sol_floor": "roofline"}
+    note = (
+        f"faster than the reference's algorithm: {median:.4g} ms is below its roofline {sol.floor_ms:.4g} ms "
+        f"({sol.flops:.3g} FLOP at {sol.peak_tflops:.3g} TFLOP/s); against the fewest bytes ({sol.min_bytes:.3g} B at "
+        f"{sol.peak_gbps:.4g} GB/s, {sol.bytes_ms:.4g} ms) it is at {sol.bytes_ms / median:.0%} of the speed of light"
+    )
+    return {"sol_ms": sol.bytes_ms, "sol_fraction": sol.bytes_ms / median, "sol_floor": "bytes", "notes": (note,)}
+
+
+def slowdown_reasons(reasons: str) -> list[str]:
+    """Names of the clock-event reasons (nvidia-smi clocks_event_reasons.active) that slow the GPU."""
+    try:
+        bits = int(reasons, 16)
+    except ValueError:
+        return []
+    return [name for bit, name in SLOWDOWN_BITS.items() if bits & bit]
+
+
+def timing_warnings(timing: TimingStats, cfg: Any, profile: Optional[CallProfile] = None) -> list[str]:
+    """What a reader must know about one timing, each with what to do about it."""
+    warnings = []
+    if timing.rse > cfg.target_rse:
+        warnings.append(f"timing did not settle: relative standard error {timing.rse:.1%} after {timing.n} calls (stopped by {timing.stopped_by}); raise timing.budget_s or quiet the machine")
+    if timing.median_ms > 0 and timing.iqr_ms / timing.median_ms > cfg.unstable_iqr:
+        warnings.append(f"unstable timing: the interquartile range is {timing.iqr_ms / timing.median_ms:.0%} of the median; stop other work on this GPU, check the clocks, or use timing.mode=graph if the call is launch-bound")
+    slowed = slowdown_reasons(timing.clock_event_reasons)
+    if slowed:
+        warnings.append(f"the GPU was slowing its clocks when timing ended ({', '.join(slowed)}): timings vary with power and temperature; compare only runs taken under the same conditions, and repeat to see the spread")
+    if timing.fallback:
+        warnings.append(timing.fallback)
+    if timing.sync_reason:
+        warnings.append(f"timed with a device-wide synchronise because {timing.sync_reason}")
+    if profile is not None and timing.mode == "eager" and launch_bound(profile)[0]:
+        warnings.append(f"launch-bound: its kernels keep the GPU busy for {profile.kernel_ms / profile.span_ms:.0%} of its call's GPU span; the rest is host overhead between launches; timing.mode=graph times it without the launch gaps")
+    return warnings

@@ -1,0 +1,292 @@
+"""The parent's side of a lane's judge for one problem: its lifetime (`LaneJudge`: started with the
+plan, restarted after a failure, ended with the evaluation) and one compared worker's run against
+it (`ComparedRun`: each step the worker reports is judged before the worker may go on, then the
+worker is timed in turns with the reference). Only typed messages pass here, never tensors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import shutil
+from pathlib import Path
+from typing import Any, Optional
+
+from harness.core import protocol as P
+from harness.core.config import Config
+from harness.core.pairing import Pairing, ProblemTiming
+from harness.core.plan import Plan
+from harness.core.protocol import Call
+from harness.core.records import CallProfile, CheckResult, to_dict
+from harness.core.status import Status
+from harness.core.store import RunStore
+from harness.parent import quiet
+from harness.parent.lane import Lane
+from harness.parent.scratch import current as current_scratch
+from harness.parent.supervise import Failure, JudgeClient, JudgeFailed, Reply, WorkerOutcome, run_worker
+from harness.parent.verdict import Compared
+from harness.sources.problem import Problem
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """Where one problem is evaluated: what every run against its judge shares."""
+
+    problem: Problem
+    cfg: Config  # the problem's config (its declarations applied)
+    device: str  # cuda | cpu
+    store: RunStore  # where records and logs go
+    lane: Lane  # the GPU (or the CPU) and its worker launcher
+    memory_limit: int  # bytes of host memory a worker may hold
+    problem_hash: str  # the problem file's hash, read once when the evaluation began
+
+    def record_fields(self) -> dict[str, Any]:
+        """The fields every record of this problem on this lane starts with, finished now."""
+        finished = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        return {"run_id": self.store.run_id, "problem": self.problem.name, "problem_hash": self.problem_hash, "device": self.device, "lane": self.lane.label, "finished_at": finished}
+
+
+class LaneJudge:
+    """The lane's judge for one problem (harness.judge.service, through supervise.JudgeClient)."""
+
+    def __init__(self, setting: Setting) -> None:
+        self.setting = setting
+        self.client: Optional[JudgeClient] = None  # the running judge, None between judges
+        self._dir: Optional[Path] = None  # its working folder in the run's scratch
+        self.failures: list[str] = []  # why earlier judges of this lane ended (each restart is reported)
+        self.restart_note = ""  # a warning for the next record: its judge is a restarted one
+        self.profile: Optional[CallProfile] = None  # the reference's profiled call, once a judge has it
+
+    def job(self, plan: Plan, measure: bool, profile: Optional[CallProfile] = None) -> P.JudgeJob:
+        """The judge's job; with `measure`, it also measures the problem's speed-of-light at start;
+        with `profile` (the reference cache's), it does not profile the reference again."""
+        cfg = self.setting.cfg
+        return P.JudgeJob(
+            source=str(self.setting.problem.path.resolve()),
+            device=self.setting.device,
+            build_cache=str(cfg.path(cfg.build_cache_dir)),
+            construct_seed=plan.construct_seed,
+            input_seeds=plan.input_seeds,
+            distributions=plan.distributions,
+            calls=plan.calls,
+            other_size_trial=plan.other_size_trial,
+            randomize_weights=plan.randomize_weights,
+            precision_call=plan.precision_call,
+            timed_inputs=plan.timed_inputs,
+            gradients=cfg.check.gradients != "off",
+            gradient_seed=plan.gradient_seed,
+            rng_seed=plan.rng_seed,
+            allow_tf32=cfg.check.allow_tf32,
+            cpu_threads=cfg.timing.cpu_threads,
+            tolerances={k: dataclasses.asdict(v) for k, v in cfg.check.tolerances.items()},
+            gradient_tolerance_factor=cfg.check.gradient_tolerance_factor,
+            timing=P.TimerSettings.from_config(cfg.timing) if cfg.timing.enabled else None,
+            speed_of_light_cache=str(cfg.path(cfg.measurement_cache_dir)) if measure and cfg.timing.enabled and cfg.speed_of_light.enabled else "",
+            guard_bands=cfg.check.guard_bands,
+            profile=profile,
+        )
+
+    def start(self, plan: Plan, measure: bool, profile: Optional[CallProfile] = None) -> P.ReferenceReport:
+        """A new judge for this lane, run once through the plan."""
+        setting = self.setting
+        self.end()
+        log = setting.store.log_path(setting.problem.name, "_reference")
+        self.client, self._dir = setting.lane.launcher.take_judge(log, current_scratch().make)
+        try:
+            report = self.client.request(P.Start(self.job(plan, measure, profile)), setting.cfg.timeouts.load, setting.cfg.timeouts)
+        except JudgeFailed as exc:
+            self.end()
+            return P.ReferenceReport(False, f"{Status.CRASHED.value}: {exc}")
+        if not report.ok:
+            self.end()
+        elif report.profile is not None:
+            self.profile = report.profile  # a restarted judge is handed it
+        return report
+
+    def restart(self, plan: Plan) -> P.ReferenceReport:
+        """After a judge failed, the next candidate gets a new one (its speed-of-light and profile
+        are not measured again: the record keeps the first judge's)."""
+        report = self.start(plan, measure=False, profile=self.profile)
+        self.restart_note = f"the lane's judge was restarted before this candidate (the one before: {self.failures[-1] if self.failures else 'ended'})"
+        return report
+
+    def failed(self, why: str) -> None:
+        """The judge failed (or ended): note why, and end it; the next candidate gets a new one."""
+        self.failures.append(why)
+        self.end()
+
+    def ended(self) -> bool:
+        """Whether the judge has ended on its own since it started (then it is noted and ended)."""
+        if self.client is not None and not self.client.running():
+            self.failed(f"it ended ({self.client.describe_exit()})")
+        return self.client is None
+
+    def take_restart_note(self) -> str:
+        note, self.restart_note = self.restart_note, ""
+        return note
+
+    def compare(self, plan: Plan, timing_mode: ProblemTiming, subject: "Subject") -> Compared:
+        """Run one compared worker against this judge (`ComparedRun`), timed under `timing_mode`."""
+        assert self.client is not None
+        return ComparedRun(self.setting, self.client, plan, timing_mode, subject).run()
+
+    def end(self) -> None:
+        if self.client is not None:
+            self.client.close()
+            self.client = None
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+
+    def kill(self) -> None:
+        if self.client is not None:
+            self.client.kill()
+
+
+def planned_calls(role: P.Role, plan: Plan, modes: tuple[str, ...] | list[str]) -> tuple[Call, ...]:
+    """A candidate makes every planned call; a compile baseline (the reference itself, compiled)
+    only the first trial's, once per mode: its check is that compiling kept the function."""
+    return plan.calls if role is P.Role.CANDIDATE else plan.calls[: len(modes)]
+
+
+@dataclasses.dataclass(frozen=True)
+class Subject:
+    """What one compared worker runs: a candidate's ModelNew, the null candidate, or a compile baseline."""
+
+    role: P.Role
+    source: Path  # the module file
+    log_name: str  # its log's name under the problem's logs
+    compile_mode: Optional[str] = None  # a compile baseline: torch.compile's mode
+    class_name: Optional[str] = None  # None: ModelNew for a candidate, Model for a baseline
+    name: str = "the candidate"  # how timing messages name it
+
+
+class ComparedRun:
+    """One compared worker run against the lane's judge: each step it reports is judged before it
+    may go on (a wrong output stops it); then it is timed in turns with the reference
+    (harness.core.pairing). `run()` returns what it came to."""
+
+    def __init__(self, setting: Setting, judge: JudgeClient, plan: Plan, timing_mode: ProblemTiming, subject: Subject) -> None:
+        self.setting, self.judge, self.plan, self.subject = setting, judge, plan, subject
+        self.timing_mode = timing_mode
+        self.calls: list[CheckResult] = []
+        self.found: dict[str, Any] = {}  # the other steps' verdicts, by step
+        self.precision: dict[str, float] = {}
+        self.unsafe: list[str] = []  # writes past an input's end, as the judge found them (the first is kept)
+        self.pairing: Optional[Pairing] = None
+
+    def run(self) -> Compared:
+        cfg, subject = self.setting.cfg, self.subject
+        self.session: P.Session = self.judge.request(P.Open(subject.role), cfg.timeouts.construct)
+        if cfg.timing.enabled:
+            self.pairing = Pairing(self.judge, self.session.session, cfg.timing, cfg.timeouts.time, subject.name, quiet.current(), self.timing_mode)
+        cwd = current_scratch().make(f"{subject.log_name[:20]}-")
+        try:
+            outcome = run_worker(
+                self.job(),
+                timeouts=cfg.timeouts,
+                memory_limit=self.setting.memory_limit,
+                log_path=self.setting.store.log_path(self.setting.problem.name, subject.log_name),
+                log_limit=cfg.limits.log_kib << 10,
+                cwd=cwd,
+                on_message=self.on_message,
+                launcher=self.setting.lane.launcher,
+            )
+        finally:
+            if self.pairing is not None:
+                self.pairing.close()
+            shutil.rmtree(cwd, ignore_errors=True)
+            if self.judge.alive:
+                self.judge.request(P.Close(self.session.session), cfg.timeouts.check)
+        return self.result(outcome)
+
+    def job(self) -> P.WorkerJob:
+        cfg, plan, subject = self.setting.cfg, self.plan, self.subject
+        return P.WorkerJob(
+            role=subject.role,
+            source=str(subject.source.resolve()),
+            class_name=subject.class_name or ("ModelNew" if subject.role is P.Role.CANDIDATE else "Model"),
+            compile_mode=subject.compile_mode,
+            device=self.setting.device,
+            build_cache=str(cfg.path(cfg.build_cache_dir)),
+            construct_seed=plan.construct_seed,
+            calls=planned_calls(subject.role, plan, cfg.check.modes),
+            timing=P.TimerSettings.from_config(cfg.timing, self.timing_mode.mode) if cfg.timing.enabled else None,
+            allow_tf32=cfg.check.allow_tf32,
+            gradients=cfg.check.gradients != "off",
+            gradient_seed=plan.gradient_seed,
+            rng_seed=plan.rng_seed,
+            cpu_threads=cfg.timing.cpu_threads,
+            guard_bands=cfg.check.guard_bands,
+            weights=cfg.check.weights,
+            session=self.session,
+        )
+
+    def on_message(self, message: Any) -> Optional[Failure | Reply]:
+        if isinstance(message, P.Step):
+            return self.on_step(message)
+        if isinstance(message, (P.Ready, P.RoundTimed)):
+            return self.on_timing(message)
+        return None
+
+    def on_step(self, step: P.Step) -> Optional[Failure | Reply]:
+        verdict: P.Verdict = self.judge.request(P.Check(self.session.session, step), self.setting.cfg.timeouts.check)
+        if verdict.failure is not None:
+            return Status(verdict.failure[0]), verdict.failure[1]
+        if verdict.unsafe and not self.unsafe:
+            self.unsafe.append(verdict.unsafe)
+        if step.step == "call":
+            assert verdict.check is not None  # the judge answers a call step with a check, or with the failure handled above
+            self.calls.append(verdict.check)
+            self.precision.update(verdict.precision)
+        elif step.step == "grads":
+            self.found["grads"] = verdict.gradients
+        else:
+            self.found[step.step] = verdict.check
+        if step.step == "same_seed" and step.own_weights:
+            self.found["own_weights"] = True
+        if verdict.check is not None and not verdict.check.passed and step.step != "same_seed":
+            return Status.INCORRECT, f"{verdict.check.name}: {verdict.check.reason}"
+        return Reply({"staged": to_dict(verdict.staged)})
+
+    def on_timing(self, message: P.Ready | P.RoundTimed) -> Optional[Failure | Reply]:
+        pairing = self.pairing
+        if pairing is None:
+            return Status.FORGED_RESULT, "the worker sent a timing message in a run that times nothing"
+        try:
+            if isinstance(message, P.Ready):
+                assert pairing.ready is None
+                return Reply(pairing.on_ready(message))
+            return Reply(pairing.on_round(message))
+        except JudgeFailed:
+            raise
+        except Exception as exc:
+            return Status.FORGED_RESULT, f"the worker's timing messages are not the harness's ({type(exc).__name__}: {exc})"[:300]
+
+    def result(self, outcome: WorkerOutcome) -> Compared:
+        """What the run came to: a worker that finished without every check or timing round it
+        owed is a harness error."""
+        checks: list[CheckResult] = list(self.calls)
+        planned = len(planned_calls(self.subject.role, self.plan, self.setting.cfg.check.modes))
+        if outcome.failure is None and len(self.calls) != planned:
+            outcome = dataclasses.replace(outcome, failure=(Status.HARNESS_ERROR, f"{len(self.calls)} of {planned} checks arrived"))
+        else:
+            checks.extend(c for c in (self.found.get("buffers"), self.found.get("timed")) if c is not None)
+        pairing = self.pairing
+        timed = pairing.result() if pairing is not None and outcome.failure is None else None
+        if outcome.failure is None and pairing is not None and timed is None:
+            outcome = dataclasses.replace(outcome, failure=(Status.HARNESS_ERROR, "the worker finished before every timing round arrived"))
+        ready = pairing.ready if pairing is not None else None
+        return Compared(
+            outcome,
+            checks,
+            self.found.get("same_seed"),
+            self.precision,
+            self.found.get("grads"),
+            own_weights=bool(self.found.get("own_weights")),
+            timing=timed[0] if timed else None,
+            paired=timed[1] if timed else None,
+            profile=ready.profile if ready is not None else None,
+            profile_error=ready.profile_error if ready is not None else "",
+            unsafe=self.unsafe[0] if self.unsafe else next((m.reason[:300] for m in outcome.every(P.Unsafe)), ""),
+        )

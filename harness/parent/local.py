@@ -1,0 +1,171 @@
+"""This machine's lanes, and the local executor that keeps every lane busy.
+
+A lane (harness.parent.lane) is where one evaluation runs at a time: one GPU (its workers see only that
+GPU, through CUDA_VISIBLE_DEVICES), or the CPU. Two timings never share a lane. A CUDA run has one lane per
+visible GPU (or per index in `workers.gpus`); a CPU run has one lane, because timings on a shared
+CPU would disturb each other.
+
+Each lane runs the problem's reference itself, with the run's plan (same secret seeds), and
+compares its candidates to that reference: a speedup is always candidate and reference timed on
+the same GPU. Candidates wait in one queue and go to whichever lane is free next; a lane prefers a candidate
+whose problem it has warm (its judge running, the reference's work done), so a long-lived session
+pays for a problem's reference once per lane, not once per candidate. The queue, the futures
+and the announcements are the dispatch both executors share (harness.parent.executor).
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import os
+import threading
+import time
+from typing import Any, Callable, Optional
+
+from harness.core.config import Config
+from harness.core.errors import UserError
+from harness.core.records import CandidateRecord
+from harness.core.store import RunStore
+from harness.parent.evaluate import Plan, ProblemEvaluation
+from harness.parent.executor import Job, QueuedExecutor, problem_key
+from harness.parent.lane import Lane, wants_prestart
+from harness.sources.candidate import Candidate
+from harness.sources.problem import Problem
+
+__all__ = ["FAIR_WAIT_S", "Lane", "LocalExecutor", "lane_count", "local_lanes", "visible_gpus", "wants_prestart"]
+
+
+def visible_gpus() -> list[str]:
+    """The GPUs this process may use, as CUDA_VISIBLE_DEVICES values: the variable's own entries
+    when it is set, else 0 .. device_count - 1."""
+    value = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if value is not None and value.strip():
+        return [v.strip() for v in value.split(",") if v.strip()]
+    import torch
+
+    return [str(i) for i in range(torch.cuda.device_count())]
+
+
+def local_lanes(cfg: Config, device: str) -> list[Lane]:
+    if device != "cuda":
+        return [Lane.single(cfg, device)]
+    visible = visible_gpus()
+    chosen = list(cfg.workers.gpus) or list(range(len(visible)))
+    wrong = [g for g in chosen if g >= len(visible)]
+    if wrong:
+        raise UserError(f"workers.gpus names GPU {wrong[0]}, but {len(visible)} GPU(s) are visible (indices 0-{len(visible) - 1})")
+    return [Lane.single(cfg, device, gpu=visible[g], label=f"cuda:{visible[g]}", index=i) for i, g in enumerate(chosen)]
+
+
+def lane_count(cfg: Config, device: str) -> int:
+    """How many lanes `local_lanes` makes: one per chosen GPU on a CUDA run, one on the CPU."""
+    if device != "cuda":
+        return 1
+    return max(1, len(cfg.workers.gpus) or len(visible_gpus()))
+
+
+FAIR_WAIT_S = 30.0  # a candidate queued this long goes next, warm problem or not
+
+
+class LocalExecutor(QueuedExecutor):
+    """Evaluates submitted candidates on this machine's lanes: one thread per lane takes the next
+    job from a shared queue. Each lane keeps the evaluations of its last `warm` problems open (their
+    judges running), and every lane checks a problem on the same plan (the same secret inputs)."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        device: str,
+        store: RunStore,
+        *,
+        on_record: Callable[[CandidateRecord], None],
+        on_start: Callable[[Candidate], None],
+        builds: Optional[Any] = None,
+        on_problem: Callable[[Problem], None] = lambda p: None,
+        warm: int = 1,
+    ) -> None:
+        super().__init__(on_record=on_record, on_start=on_start, on_problem=on_problem)
+        self.cfg, self.device, self.store, self.builds = cfg, device, store, builds
+        self.lanes = local_lanes(cfg, device)
+        self.warm = max(1, warm)
+        self._plans: dict[tuple[str, str], Plan] = {}
+        self._warm: dict[int, collections.OrderedDict[tuple[str, str], ProblemEvaluation]] = {}  # per lane (from its first job): problem -> its evaluation, oldest first
+        self._state = threading.Lock()  # the warm evaluations (a lane changes its own; stop() reads them all) and the plans
+
+    def describe(self) -> str:
+        if len(self.lanes) == 1:
+            return ""
+        return f"{len(self.lanes)} lanes ({', '.join(lane.label for lane in self.lanes)}), one evaluation at a time on each"
+
+    def _servers(self) -> list[tuple[str, Callable[[], None]]]:
+        self._warm = {i: collections.OrderedDict() for i in range(len(self.lanes))}
+        return [(f"lane-{lane.label or 'cpu'}", functools.partial(self._serve_lane, lane, self._warm[i])) for i, lane in enumerate(self.lanes)]
+
+    def _interrupt(self) -> None:
+        """End the running evaluations (their processes and children)."""
+        for lane in self.lanes:
+            lane.launcher.kill_all()
+        with self._state:
+            evaluations = [e for warm in self._warm.values() for e in warm.values()]
+        for evaluation in evaluations:
+            evaluation.stop()  # its judge too: a lane waiting on a hung reference wakes up now
+
+    def _release(self) -> None:
+        for lane in self.lanes:
+            lane.launcher.close()
+
+    # -- a lane's thread -------------------------------------------------------------------------
+
+    def _serve_lane(self, lane: Lane, warm: "collections.OrderedDict[tuple[str, str], ProblemEvaluation]") -> None:
+        try:
+            while True:
+                job = self._next_job(warm)
+                if job is None:
+                    return
+                if self._claim([job]):
+
+                    def evaluate(job: Job = job) -> list[CandidateRecord]:
+                        return [self._evaluate(job, lane, warm)]
+
+                    self._settle([job], evaluate)
+        finally:
+            with self._state:
+                ending = list(warm.values())
+                warm.clear()
+            for evaluation in ending:
+                evaluation.close()
+
+    def _next_job(self, warm: "collections.OrderedDict[tuple[str, str], ProblemEvaluation]") -> Optional[Job]:
+        """The oldest job of a problem this lane has warm, else (or when the oldest has waited
+        FAIR_WAIT_S) the oldest job; None once the executor stops, or closes with nothing queued."""
+
+        def choose(jobs: list[Job]) -> list[Job]:
+            if time.monotonic() - jobs[0].queued_at >= FAIR_WAIT_S:
+                return [jobs[0]]
+            return [next((job for job in jobs if job.key in warm), jobs[0])]
+
+        taken = self.queue.take(choose)
+        return taken[0] if taken else None
+
+    def _evaluate(self, job: Job, lane: Lane, warm: "collections.OrderedDict[tuple[str, str], ProblemEvaluation]") -> CandidateRecord:
+        with self._state:
+            evaluation = warm.pop(job.key, None)
+            evicted = [warm.popitem(last=False)[1] for _ in range(len(warm) - self.warm + 1)] if evaluation is None else []
+        for old in evicted:  # the least recently used problem's judge ends first
+            old.close()
+        if evaluation is None:
+            evaluation = self._evaluation(job.problem, lane)
+        with self._state:
+            warm[job.key] = evaluation
+        if self.queue.stopping:
+            evaluation.stop()
+        self._announce(job.problem)
+        skipped = evaluation.prescreened(job.candidate)
+        return skipped if skipped is not None else evaluation.evaluate(job.candidate)
+
+    def _evaluation(self, problem: Problem, lane: Lane) -> ProblemEvaluation:
+        """A problem's evaluation on `lane`, on the problem's one plan: every lane checks on the same inputs."""
+        cfg = self.cfg.for_problem(problem.settings)
+        with self._state:
+            plan = self._plans.setdefault(problem_key(problem), Plan.fresh(cfg))
+        return ProblemEvaluation(problem, [], self.cfg, self.device, self.store, on_record=self.on_record, on_start=self.on_start, builds=self.builds, lane=lane, plan=plan)

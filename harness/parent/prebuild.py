@@ -1,0 +1,181 @@
+"""Builds ahead of evaluation: each candidate's inline extensions are compiled in a CPU pool, in
+their own processes, into the same content-addressed cache the worker uses. The worker then
+loads the finished build instead of compiling while the GPU waits. While a lane times, the builds
+are stopped or kept off its CPUs (harness.parent.quiet, `timing.quiet`).
+
+A build process imports the candidate module (that is what triggers `load_inline`), exactly as the
+worker's load phase would, in a subprocess of its own; it never evaluates anything. A build that
+fails, or that only happens in `__init__`, is simply left to the worker, which reports it.
+
+    python -m harness.parent.prebuild FILE CACHE_DIR ARCH [KEYS_FILE]
+        (one build; prints one line; KEYS_FILE gets the JSON list of cache keys it used)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Optional
+
+from harness.core.config import ROOT
+from harness.parent import quiet
+
+
+def default_parallelism() -> tuple[int, int]:
+    """(concurrent builds, ninja jobs per build): about one build per two cores and per 4 GiB of
+    memory (an nvcc build of a torch extension peaks near 2-3 GiB), never oversubscribing."""
+    cores = os.cpu_count() or 1
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        memory = 8 << 30
+    builds = max(1, min(cores // 2, memory // (4 << 30), 16))
+    return builds, max(1, cores // builds)
+
+
+def gpu_arch() -> str:
+    """Compute capability of the first visible GPU ("9.0"), read without a CUDA context; "" if unknown."""
+    from harness.device.environment import query_gpu
+
+    return (query_gpu(["compute_cap"]) or [""])[0]
+
+
+class BuildAhead:
+    """A pool that builds candidates' extensions in the background; `wait` blocks until a given
+    candidate's build has finished (or failed, or run past `timeout`)."""
+
+    def __init__(self, cache_dir: Path, arch: str, builds: int, jobs_per_build: int, timeout: float) -> None:
+        self.cache_dir = cache_dir
+        self.arch = arch
+        self.jobs_per_build = jobs_per_build
+        self.timeout = timeout
+        self.pool = ThreadPoolExecutor(max_workers=builds, thread_name_prefix="build")
+        self.futures: dict[Path, Future] = {}
+        self._by_content: dict[str, Future] = {}  # a file's sha256 -> its build: the same source is built once
+        self._lock = threading.Lock()  # submissions come from any thread (harness.api)
+
+    def submit(self, path: Path) -> None:
+        """Build `path` in the pool, unless a file with the same contents was submitted already:
+        its extensions are then the same (the build cache is keyed by their sources), and a build
+        process would only import torch to find them built."""
+        if path.suffix != ".py":
+            return
+        try:
+            digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        except OSError:
+            digest = f"unreadable:{path}"
+        with self._lock:
+            if path in self.futures:
+                return
+            if digest not in self._by_content:
+                self._by_content[digest] = self.pool.submit(self._build, path)
+            self.futures[path] = self._by_content[digest]
+
+    def wait(self, path: Path) -> Optional[str]:
+        """The build's one-line outcome, or None when it was never submitted."""
+        with self._lock:
+            future = self.futures.get(path)
+        if future is None:
+            return None
+        try:
+            return future.result()
+        except Exception as exc:  # a failed build process is the worker's to report
+            return f"error: {exc}"
+
+    def counts(self) -> tuple[int, int]:
+        """(finished builds, submitted builds)."""
+        with self._lock:
+            futures = list(self.futures.values())
+        return sum(f.done() for f in futures), len(futures)
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+    def _build(self, path: Path) -> str:
+        """Run one build process to its end; its one-line outcome. The process is background work
+        for the quiet host (harness.parent.quiet) while it runs: pinned to the builds' CPUs before its
+        compilers start, stopped while a lane times. Time it spends stopped does not count against
+        `timeout`."""
+        env = {**os.environ, "MAX_JOBS": str(self.jobs_per_build)}
+        if self.arch not in ("", "cpu"):
+            env["TORCH_CUDA_ARCH_LIST"] = self.arch
+        host = quiet.current()
+        started = time.perf_counter()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "harness.parent.prebuild", str(path), str(self.cache_dir), self.arch],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+            env=env,
+            start_new_session=True,
+        )
+        host.register_background(proc)  # children (ninja, the compilers) inherit its CPUs
+        paused_before = host.paused_seconds
+
+        def left() -> float:  # the limit moves on by the time the build spent stopped
+            return self.timeout + host.paused_seconds - paused_before - (time.perf_counter() - started)
+
+        try:
+            while True:
+                try:
+                    stdout, stderr = proc.communicate(timeout=max(0.0, left()))
+                    break
+                except subprocess.TimeoutExpired:
+                    if left() > 0:
+                        continue  # it was paused meanwhile
+                    _end_group(proc)
+                    return f"timeout after {self.timeout:g} s"
+        except BaseException:
+            _end_group(proc)
+            raise
+        finally:
+            host.unregister(proc)
+        lines = (stdout.strip() or stderr.strip() or "no output").splitlines()
+        return f"{lines[-1]} ({time.perf_counter() - started:.1f} s)"
+
+
+def _end_group(proc: subprocess.Popen) -> None:
+    """Kill a build's process group (the build and its compilers) and reap it."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.communicate(timeout=10)
+    except (subprocess.TimeoutExpired, ValueError, OSError):  # a child outside the group holds the pipes
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+        proc.wait()
+
+
+def main() -> None:
+    path, cache_dir, arch = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+    keys_file = Path(sys.argv[4]) if len(sys.argv) > 4 else None
+    from harness.device.buildcache import BuildCache
+    from harness.device.failures import WorkerFailure, load_module
+
+    cache = BuildCache(cache_dir, arch or "cpu")
+    cache.install()
+    try:
+        load_module(path, "__candidate__")
+        print("ok", [(e["name"], "cached" if e["cached"] else "built") for e in cache.events])
+    except WorkerFailure as failure:
+        print(failure.status.value, failure.reason)
+    if keys_file is not None:  # the cache entries this candidate uses, for shipping them elsewhere
+        keys_file.write_text(json.dumps([e["cache_key"] for e in cache.events]))
+    sys.stdout.flush()
+    os._exit(0)  # threads or atexit hooks the module left must not keep the build process alive
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,367 @@
+"""A quiet host while a lane times: background work is stopped, or kept on CPUs of its own.
+
+Two kinds of processes share the host during a run. *Background* processes do work that can
+wait: the build pool's compiles (harness.parent.prebuild, with their ninja and compiler children) and the
+spare prestarted worker (harness.parent.supervise.Launcher), which imports torch while it waits for a
+job. *Timing* processes are a lane's judge and the worker that was handed a job.
+
+`timing.quiet` says what the run does about it:
+- `pause`: while any lane holds the host (`with current().hold(): ...` around timed rounds),
+  every background process group is stopped (SIGSTOP) and continued (SIGCONT) when the last
+  holder leaves. A background process registered during a hold is stopped at once; one that is
+  unregistered (a build that ended, a spare handed out for a job) is continued first.
+- `pin`: this process's CPUs are split: each lane gets `CPUS_PER_LANE` CPUs of its own, taken
+  from the end of the sorted list, for its judge and its workers; background processes get the
+  rest. Children inherit their parent's CPUs, so a build's compilers stay on the builds' CPUs.
+  With too few CPUs for that, nothing is pinned and `pin_note` says why.
+- `both` (the default) does both; `off` touches nothing.
+
+`configure(mode, lanes)` installs the run's host; `current()` is an `off` host until then, so code
+that never configures one (tests, Ray actors) runs as before. The run calls `close()` on every exit
+path: a background process left stopped would never finish.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import signal
+import threading
+import time
+from typing import Any, Iterable, Iterator, Optional, Union
+
+MODES = ("pause", "pin", "both", "off")
+CPUS_PER_LANE = 2  # a lane's judge and worker, each with a CPU of its own
+MIN_BACKGROUND_CPUS = 2  # pinning is not worth it with fewer left for builds and prestarts
+
+Process = Union[int, Any]  # a pid, or anything with `.pid` (subprocess.Popen); `.returncode` is honoured when present
+
+
+def cpu_ranges(cpus: Iterable[int]) -> str:
+    """`0-13`, `0,2,4-5`: a CPU list the way /proc and taskset write it."""
+    parts: list[str] = []
+    ordered = sorted(set(cpus))
+    start: int | None = None
+    previous: int | None = None
+    for cpu in ordered + [None]:
+        if start is not None:
+            assert previous is not None  # set together with start
+            if cpu is None or cpu != previous + 1:
+                parts.append(str(start) if start == previous else f"{start}-{previous}")
+                start = None
+        if cpu is not None:
+            if start is None:
+                start = cpu
+            previous = cpu
+    return ",".join(parts)
+
+
+def task_ids(pid: int) -> list[int]:
+    """The thread ids of a process (/proc/<pid>/task); just `pid` where /proc cannot tell."""
+    try:
+        return [int(name) for name in os.listdir(f"/proc/{pid}/task") if name.isdigit()]
+    except OSError:
+        return [pid]
+
+
+def pin(pid: int, cpus: Iterable[int]) -> bool:
+    """Restrict every thread of process `pid` to `cpus` (sched_setaffinity on a pid changes only
+    that one thread); threads and children made later inherit it. Threads that end meanwhile are
+    skipped; threads started while this runs are caught by a second pass. False when no thread
+    could be pinned (the process is gone, or not ours)."""
+    wanted = set(cpus)
+    done: set[int] = set()
+    pinned = False
+    for _ in range(3):
+        fresh = [tid for tid in task_ids(pid) if tid not in done]
+        if not fresh:
+            break
+        for tid in fresh:
+            done.add(tid)
+            try:
+                os.sched_setaffinity(tid, wanted)
+                pinned = True
+            except OSError:  # ended (ESRCH), not ours, or a CPU the cpuset no longer allows
+                continue
+    return pinned
+
+
+def _pid(proc: Process) -> int:
+    return proc if isinstance(proc, int) else int(proc.pid)
+
+
+def _send(pid: int, proc: Process, leads: bool, signum: int) -> bool:
+    """Signal the process's group (the process alone when it shares a group); False when it has
+    exited or cannot be signalled."""
+    if _exited(proc):
+        return False
+    try:
+        if leads:
+            os.killpg(pid, signum)
+        else:
+            os.kill(pid, signum)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def _exited(proc: Process) -> bool:
+    return not isinstance(proc, int) and getattr(proc, "returncode", None) is not None
+
+
+@dataclasses.dataclass(frozen=True)
+class CpuPlan:
+    """Which CPUs each lane's timing processes get, and which the background work gets."""
+
+    lanes: tuple[tuple[int, ...], ...] = ()  # per lane index: its CPUs (none: nothing is pinned)
+    background: tuple[int, ...] = ()  # builds and prestarted workers
+    note: str = ""  # why pinning was skipped, when it was asked for
+
+    @classmethod
+    def partition(cls, cpus: list[int], lanes: int, per_lane: int) -> "CpuPlan":
+        """The last `per_lane` CPUs for each lane, the rest for the background; no pinning (a
+        note) when fewer than MIN_BACKGROUND_CPUS would be left."""
+        needed = lanes * per_lane + MIN_BACKGROUND_CPUS
+        if len(cpus) < needed:
+            asked = "1 lane needs" if lanes == 1 else f"{lanes} lanes need"
+            return cls(note=(f"pinning skipped: {len(cpus)} CPU{'s' if len(cpus) != 1 else ''} available, {asked} {needed} ({per_lane} per lane, {MIN_BACKGROUND_CPUS} for builds)"))
+        end = len(cpus)
+        taken = []
+        for _ in range(lanes):
+            taken.append(tuple(cpus[end - per_lane : end]))
+            end -= per_lane
+        return cls(tuple(taken), tuple(cpus[:end]))
+
+    def describe(self, pausing: bool) -> str:
+        if self.lanes:
+            name = "pause+pin" if pausing else "pin"
+            return f"{name}: lanes on CPUs {cpu_ranges([cpu for cpus in self.lanes for cpu in cpus])}, builds on {cpu_ranges(self.background)}"
+        if self.note:
+            return f"{'pause' if pausing else 'off'}; {self.note}"
+        return "pause"
+
+
+class QuietHost:
+    """The process-wide registry of background and timing processes, and the holds of the lanes
+    that are timing. Thread-safe: several lanes may hold at once."""
+
+    def __init__(self, mode: str = "off", lanes: int = 1, *, cpus: Optional[Iterable[int]] = None, cpus_per_lane: int = CPUS_PER_LANE) -> None:
+        if mode not in MODES:
+            raise ValueError(f"quiet mode must be one of {list(MODES)}, got {mode!r}")
+        self.mode = mode
+        self.lanes = max(1, int(lanes))
+        self.cpus_per_lane = max(1, int(cpus_per_lane))
+        self.pausing = mode in ("pause", "both")
+        self.cpus = CpuPlan.partition(sorted(set(cpus if cpus is not None else os.sched_getaffinity(0))), self.lanes, self.cpus_per_lane) if mode in ("pin", "both") else CpuPlan()
+        self.pin_note = self.cpus.note
+        self._lock = threading.RLock()
+        self._background: dict[int, tuple[Process, bool]] = {}  # pid -> (process, leads its own group)
+        self._stopped: set[int] = set()  # background pids sent SIGSTOP and not yet SIGCONT
+        self._timing: dict[int, int] = {}  # pid -> lane index
+        self._holders = 0
+        self._held_since: Optional[float] = None
+        self._paused = 0.0
+        self._closed = False
+
+    # -- what it knows --------------------------------------------------------------------------
+
+    @property
+    def pinning(self) -> bool:
+        """Whether processes are pinned (mode pin or both, and enough CPUs)."""
+        return bool(self.cpus.lanes)
+
+    def lane_cpus(self, lane_index: int) -> Optional[tuple[int, ...]]:
+        """The CPUs of lane `lane_index`; None when nothing is pinned (or there is no such lane)."""
+        if 0 <= lane_index < len(self.cpus.lanes):
+            return self.cpus.lanes[lane_index]
+        return None
+
+    @property
+    def background_cpus(self) -> Optional[tuple[int, ...]]:
+        return self.cpus.background if self.pinning else None
+
+    @property
+    def holders(self) -> int:
+        """How many holds are active now (over all lanes)."""
+        with self._lock:
+            return self._holders
+
+    @property
+    def held(self) -> bool:
+        return self.holders > 0
+
+    @property
+    def paused_seconds(self) -> float:
+        """Total time background work was paused so far (a hold going on counts up to now)."""
+        with self._lock:
+            ongoing = time.monotonic() - self._held_since if self._held_since is not None else 0.0
+            return self._paused + ongoing
+
+    @property
+    def background_pids(self) -> frozenset[int]:
+        with self._lock:
+            return frozenset(self._background)
+
+    @property
+    def timing_pids(self) -> dict[int, int]:
+        """pid -> lane index of the timing processes registered now."""
+        with self._lock:
+            return dict(self._timing)
+
+    def describe(self) -> str:
+        """One line for logs and records, e.g. `pause+pin: lanes on CPUs 14-15, builds on 0-13`."""
+        return "off" if self.mode == "off" else self.cpus.describe(self.pausing)
+
+    # -- registering ----------------------------------------------------------------------------
+
+    def register_background(self, proc: Process) -> None:
+        """`proc` (best: the leader of its own process group, start_new_session=True) is background
+        work: pinned to the builds' CPUs, and stopped with its group at once if a lane holds."""
+        if self.mode == "off":
+            return
+        pid = _pid(proc)
+        with self._lock:
+            if self._closed or _exited(proc):
+                return
+            try:
+                group = os.getpgid(pid)
+            except OSError:
+                return  # already gone
+            leads = group == pid and group != os.getpgrp()  # never signal our own group
+            self._background[pid] = (proc, leads)
+            if self.pinning:
+                pin(pid, self.cpus.background)
+            if self._holders and self.pausing:
+                self._stop(pid)
+
+    def register_timing(self, proc: Process, lane_index: int = 0) -> None:
+        """`proc` times for lane `lane_index` (its judge, or the worker handed a job): pinned to the
+        lane's CPUs, never stopped. A background process (a spare worker taken for a job) stops being
+        background: it is pinned first, then continued if a hold had stopped it."""
+        if self.mode == "off":
+            return
+        pid = _pid(proc)
+        with self._lock:
+            if self._closed:
+                return
+            cpus = self.lane_cpus(lane_index)
+            if cpus is not None and not _exited(proc):
+                pin(pid, cpus)
+            self._drop_background(pid)
+            if not _exited(proc):
+                self._timing[pid] = lane_index
+
+    def unregister(self, proc: Process) -> None:
+        """Forget `proc` (it ended, or is no longer background); a process a hold stopped is
+        continued first. Unknown processes are ignored."""
+        if self.mode == "off":
+            return
+        pid = _pid(proc)
+        with self._lock:
+            self._drop_background(pid)
+            self._timing.pop(pid, None)
+
+    def _drop_background(self, pid: int) -> None:
+        entry = self._background.pop(pid, None)
+        if entry is not None and pid in self._stopped:
+            self._stopped.discard(pid)
+            self._signal(pid, entry, signal.SIGCONT)
+
+    # -- holding --------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def hold(self) -> Iterator["QuietHost"]:
+        """While inside, background work is paused (mode pause or both). Holds nest and may come
+        from several threads: the first one in stops the background, the last one out resumes it."""
+        entered = self._enter()
+        try:
+            yield self
+        finally:
+            if entered:
+                self._leave()
+
+    def _enter(self) -> bool:
+        with self._lock:
+            if self._closed:
+                return False
+            self._holders += 1
+            if self._holders == 1 and self.pausing:
+                self._held_since = time.monotonic()
+                for pid in list(self._background):
+                    self._stop(pid)
+            return True
+
+    def _leave(self) -> None:
+        with self._lock:
+            if self._closed or self._holders == 0:
+                return
+            self._holders -= 1
+            if self._holders == 0:
+                self._resume_all()
+
+    def _resume_all(self) -> None:
+        if self._held_since is not None:
+            self._paused += time.monotonic() - self._held_since
+            self._held_since = None
+        for pid in list(self._stopped):
+            self._stopped.discard(pid)
+            entry = self._background.get(pid)
+            if entry is not None:
+                self._signal(pid, entry, signal.SIGCONT)
+
+    def _stop(self, pid: int) -> None:
+        entry = self._background.get(pid)
+        if entry is None or pid in self._stopped:
+            return
+        if self._signal(pid, entry, signal.SIGSTOP):
+            self._stopped.add(pid)
+
+    def _signal(self, pid: int, entry: tuple[Process, bool], signum: int) -> bool:
+        """Signal the process (`_send`); one that has exited is dropped silently."""
+        if _send(pid, *entry, signum):
+            return True
+        self._background.pop(pid, None)
+        self._stopped.discard(pid)
+        return False
+
+    def close(self) -> None:
+        """Resume everything this host stopped and forget every process; later holds and
+        registrations do nothing. Safe to call twice, and while another thread holds."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._holders = 0
+            self._resume_all()
+            self._background.clear()
+            self._timing.clear()
+
+    def __repr__(self) -> str:
+        return f"QuietHost({self.describe()!r}, holders={self._holders}, background={len(self._background)})"
+
+
+_current = QuietHost("off")
+_current_lock = threading.Lock()
+
+
+def current() -> QuietHost:
+    """This process's quiet host: the one `configure` installed for the run, else an `off` one."""
+    return _current
+
+
+def set_current(host: Optional[QuietHost]) -> QuietHost:
+    """Install `host` (None: a fresh `off` one); returns the one it replaces, which the caller
+    still owns (and should close)."""
+    global _current
+    with _current_lock:
+        previous, _current = _current, host if host is not None else QuietHost("off")
+    return previous
+
+
+def configure(mode: str, lanes: int, *, cpus: Optional[Iterable[int]] = None, cpus_per_lane: int = CPUS_PER_LANE) -> QuietHost:
+    """Make a host for `lanes` lanes in `mode` (timing.quiet) the process's current one, and
+    return it. The caller closes it when the run ends (it resumes whatever is still stopped)."""
+    host = QuietHost(mode, lanes, cpus=cpus, cpus_per_lane=cpus_per_lane)
+    set_current(host)
+    return host

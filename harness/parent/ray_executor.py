@@ -1,0 +1,346 @@
+"""The Ray executor (`executor: ray`): evaluations on a Ray cluster, builds in CPU tasks.
+
+- Each lane is a Ray actor that holds one GPU (`num_gpus=1`; Ray pins its CUDA_VISIBLE_DEVICES)
+  or, on a CPU run, one CPU. Inside it, evaluation is exactly the local one: a ProblemEvaluation
+  on that lane, with its own reference worker and a fresh worker process per candidate.
+- Each candidate's evaluation is one actor call, handed to whichever lane is free next. The
+  problem and candidate files travel as text, so nodes need the harness but not the files.
+- Each candidate's build is a CPU task (`num_cpus=ray.build_cpus`) that runs the prebuild into a
+  scratch cache and returns the finished build directories as a tarball; the lane unpacks them
+  into its node's content-addressed cache before the worker loads them. All builds are
+  submitted at the start, so the GPUs never wait for a build that could have started earlier.
+- The lanes send their records and logs back; the driver writes them into the run folder, so a
+  Ray run has the same records and leaderboards as a local one (plus each record's lane).
+
+Needs the optional extra: `pip install .[ray]`. docs/scale.md has the multi-node set-up.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from harness.core.config import ROOT, Config
+from harness.core.errors import UserError, one_line
+from harness.core.records import RECORD_KINDS, CandidateRecord, from_dict, to_dict
+from harness.core.status import Status
+from harness.core.store import RunStore
+from harness.parent import scratch
+from harness.parent.evaluate import Plan, ProblemEvaluation
+from harness.parent.executor import Job, QueuedExecutor
+from harness.parent.lane import Lane
+from harness.sources.candidate import Candidate
+from harness.sources.problem import Problem
+
+
+def _ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise UserError("executor ray needs Ray, an optional extra: pip install '.[ray]' (or pip install ray)") from None
+    return ray
+
+
+def connect(cfg: Config) -> bool:
+    """Join (or start) the Ray instance the config names; True when this call started it."""
+    ray = _ray()
+    if ray.is_initialized():
+        return False
+    pythonpath = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    options: dict[str, Any] = {"include_dashboard": False} if not cfg.ray.address else {}
+    try:
+        ray.init(
+            address=cfg.ray.address or None,
+            runtime_env={"env_vars": {"PYTHONPATH": pythonpath}},
+            log_to_driver=False,
+            configure_logging=False,
+            **options,
+        )
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        raise UserError(f"cannot reach the Ray cluster at {cfg.ray.address or '(a new local instance)'}: {str(exc).splitlines()[0]}") from None
+    return True
+
+
+def cluster_device(cfg: Config) -> str:
+    """cuda when the cluster has GPUs (auto, cuda), else cpu; asking for cuda without any is an error."""
+    connect(cfg)
+    gpus = int(_ray().cluster_resources().get("GPU", 0))
+    if cfg.device == "cpu":
+        return "cpu"
+    if gpus == 0:
+        if cfg.device == "cuda":
+            raise UserError("device cuda was asked for, but the Ray cluster has no GPU")
+        return "cpu"
+    return "cuda"
+
+
+def pack_builds(cache_dir: Path, keys: list[str]) -> bytes:
+    """The finished build directories `keys` of `cache_dir` as a gzipped tarball (b"" when none)."""
+    entries = [cache_dir / key for key in keys if any((cache_dir / key).glob("*.so"))]
+    if not entries:
+        return b""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for entry in entries:
+            tar.add(entry, arcname=entry.name)
+    return buffer.getvalue()
+
+
+def unpack_builds(blob: bytes, cache_dir: Path) -> list[str]:
+    """Add the builds in `blob` to `cache_dir`, never over a build already there; their keys."""
+    if not blob:
+        return []
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    added = []
+    with tarfile.open(fileobj=io.BytesIO(blob), mode="r:gz") as tar:
+        members = tar.getmembers()
+        for key in sorted({m.name.split("/")[0] for m in members}):
+            if (cache_dir / key).is_dir() and any((cache_dir / key).glob("*.so")):
+                continue
+            unpacked = Path(tempfile.mkdtemp(dir=cache_dir, prefix=".unpack-"))
+            tar.extractall(unpacked, members=[m for m in members if m.name.split("/")[0] == key], filter="data")
+            try:
+                (unpacked / key).rename(cache_dir / key)  # atomic: a reader sees all of it or none
+                added.append(key)
+            except OSError:
+                pass  # another lane on this node got there first
+            shutil.rmtree(unpacked, ignore_errors=True)
+    return added
+
+
+def build_remote(file_name: str, source: str, arch: str, jobs: int, timeout: float, cache_dir: str) -> bytes:
+    """A CPU task: build one candidate's inline extensions into this node's content-addressed
+    cache (a build already there is reused) and return the builds it uses as a tarball."""
+    cache = Path(cache_dir) if os.path.isabs(cache_dir) else ROOT / cache_dir
+    with tempfile.TemporaryDirectory(prefix="harness-ray-build-") as folder:
+        path = Path(folder) / file_name
+        path.write_text(source)
+        keys_file = Path(folder) / "keys.json"
+        env = {**os.environ, "MAX_JOBS": str(jobs)}
+        if arch not in ("", "cpu"):
+            env["TORCH_CUDA_ARCH_LIST"] = arch
+        try:
+            subprocess.run([sys.executable, "-m", "harness.parent.prebuild", str(path), str(cache), arch, str(keys_file)], capture_output=True, cwd=ROOT, env=env, timeout=timeout, start_new_session=True)
+            keys = json.loads(keys_file.read_text()) if keys_file.is_file() else []
+        except (subprocess.TimeoutExpired, ValueError):
+            return b""  # the lane's worker builds it, under its own limit, and reports
+        return pack_builds(cache, keys)
+
+
+class LaneStore(RunStore):
+    """A lane actor's store: the workers' logs in its own folder, its records kept in memory until
+    the driver takes them (the driver writes them into the run's records)."""
+
+    def __init__(self, results_dir: Path, run_id: str) -> None:
+        super().__init__(results_dir, run_id)
+        self._kept: list[Any] = []
+
+    def append(self, record: Any) -> None:
+        with self._lock:
+            self._kept.append(record)
+
+    def take(self) -> list[dict[str, Any]]:
+        """The records appended since the last take, as the records file holds them (oldest first)."""
+        with self._lock:
+            kept, self._kept = self._kept, []
+        return [{"kind": KINDS[type(record)], **to_dict(record)} for record in kept]
+
+
+KINDS = {cls: name for name, cls in RECORD_KINDS.items()}  # record class -> its kind in the records file
+
+
+class LaneActor:
+    """One lane on a Ray node: evaluates the candidates it is handed, one at a time."""
+
+    def __init__(self, cfg_data: dict[str, Any], device: str, run_id: str) -> None:
+        from harness.core.config import build
+
+        self.cfg: Config = build(Config, cfg_data, prefix="")
+        self.device = device
+        # The lane's own scratch (harness.parent.scratch): removed by close(), and, when Ray kills the actor
+        # (an interrupted run), swept by the next run on this node, since its owner is gone.
+        self.scratch = scratch.RunScratch.create()
+        scratch.set_current(self.scratch)
+        self.folder = self.scratch.make("ray-lane-")
+        self.store = LaneStore(self.folder / "results", run_id)
+        gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "") if device == "cuda" else ""
+        self.lane = Lane.single(self.cfg, device, label=f"{socket.gethostname()}/cuda:{gpu}" if gpu else f"{socket.gethostname()}/cpu")
+        self.evaluation: Optional[ProblemEvaluation] = None
+        self.evaluation_key: Any = None
+        self.sent: set[str] = set()
+
+    def arch(self) -> str:
+        from harness.parent.prebuild import gpu_arch
+
+        return gpu_arch() if self.device == "cuda" else "cpu"
+
+    def evaluate(self, problem_file: str, problem_source: str, plan: Plan, candidate_name: str, candidate_source: str, builds: bytes) -> dict[str, Any]:
+        """One candidate on this lane (after the problem's reference, when the problem or the plan
+        is new here): the records it wrote and the logs not sent before."""
+        problem_path = self.folder / "problems" / problem_file
+        problem_path.parent.mkdir(parents=True, exist_ok=True)
+        if not problem_path.is_file() or problem_path.read_text() != problem_source:
+            problem_path.write_text(problem_source)
+        problem = Problem(problem_path.stem, "", problem_path)
+        candidate_path = self.folder / "solutions" / problem.name / f"{candidate_name}.py"
+        candidate_path.parent.mkdir(parents=True, exist_ok=True)
+        candidate_path.write_text(candidate_source)
+        unpack_builds(builds, self.cfg.path(self.cfg.build_cache_dir))
+        key = (problem.name, problem.hash, plan)
+        if self.evaluation is None or self.evaluation_key != key:  # a new problem: its reference runs on this lane first
+            if self.evaluation is not None:
+                self.evaluation.close()
+            self.evaluation = ProblemEvaluation(problem, [], self.cfg, self.device, self.store, lane=self.lane, plan=plan)
+            self.evaluation_key = key
+        self.evaluation.evaluate(Candidate(candidate_name, candidate_path))
+        logs = {}
+        for log in sorted((self.store.dir / "logs").rglob("*.log")):
+            name = str(log.relative_to(self.store.dir))
+            if name not in self.sent:  # each worker's log once: the reference's, the baselines', the candidate's
+                logs[name] = log.read_text(errors="replace")
+                self.sent.add(name)
+        return {"records": self.store.take(), "logs": logs}
+
+    def close(self) -> None:
+        if self.evaluation is not None:
+            self.evaluation.close()
+        self.lane.launcher.close()
+        self.scratch.close()
+
+
+class RayExecutor(QueuedExecutor):
+    """Evaluations on Ray actors (lanes), builds in Ray CPU tasks; records written here. A
+    dispatcher thread hands the queued candidates of the oldest job's problem to the lanes
+    together (one plan, one batch), and the records to their futures."""
+
+    def __init__(self, cfg: Config, device: str, store: Any, *, on_record: Callable[[CandidateRecord], None], on_start: Callable[[Candidate], None], on_problem: Callable[[Problem], None] = lambda p: None) -> None:
+        super().__init__(on_record=on_record, on_start=on_start, on_problem=on_problem)
+        ray = _ray()
+        self.ray = ray
+        self.cfg, self.device, self.store = cfg, device, store
+        self.started_ray = connect(cfg)
+        resources = ray.cluster_resources()
+        gpus, cpus = int(resources.get("GPU", 0)), int(resources.get("CPU", 1))
+        lanes = cfg.ray.lanes or (gpus if device == "cuda" else 1)
+        if device == "cuda" and gpus < 1:
+            raise UserError("the Ray cluster has no GPU for a CUDA run")
+        options = {"num_gpus": 1, "num_cpus": 0} if device == "cuda" else {"num_cpus": 1}
+        actor = ray.remote(**options)(LaneActor)
+        self.actors = [actor.remote(cfg.to_dict(), device, store.run_id) for _ in range(lanes)]
+        self.arch = ray.get(self.actors[0].arch.remote())
+        widest = max((int(n["Resources"].get("CPU", 0)) for n in ray.nodes() if n.get("Alive")), default=cpus)
+        self.build_cpus = max(1, min(cfg.ray.build_cpus, widest - (0 if device == "cuda" else 1)))  # CPU lanes hold one each
+        self.builder = ray.remote(num_cpus=self.build_cpus)(build_remote)
+
+    def describe(self) -> str:
+        return f"ray: {len(self.actors)} lane(s) ({'one GPU' if self.device == 'cuda' else 'one CPU'} each), builds in tasks of {self.build_cpus} CPU(s)"
+
+    def _servers(self) -> list[tuple[str, Callable[[], None]]]:
+        return [("ray-dispatch", self._dispatch)]
+
+    def _dispatch(self) -> None:
+        while True:
+            batch = self.queue.take(lambda jobs: [job for job in jobs if job.key == jobs[0].key])  # the oldest job's problem
+            if not batch:
+                return
+            batch = self._claim(batch)
+            if not batch:
+                continue
+            problem = batch[0].problem
+            self._announce(problem)
+
+            def run_batch(problem: Problem = problem, batch: list[Job] = batch) -> list[CandidateRecord]:
+                return self._run_batch(problem, [job.candidate for job in batch])
+
+            self._settle(batch, run_batch)
+
+    def _run_batch(self, problem: Problem, candidates: list[Candidate]) -> list[CandidateRecord]:
+        """Each candidate goes to the next free lane. A lane that fails (its actor dies, a Ray error)
+        gives that candidate a `harness error` record (which --resume redoes), never a crash."""
+        screen = ProblemEvaluation(problem, candidates, self.cfg, self.device, self.store, on_record=self.on_record, on_start=self.on_start)
+        records, runnable = screen.screen()
+        if not runnable:
+            return records
+        plan = Plan.fresh(screen.cfg)
+        problem_source = problem.path.read_text()
+        sources = {c.path: c.path.read_text() for c in runnable}
+        cache = self.cfg.build_cache_dir  # resolved on each node against its own checkout
+        builds = {c.path: self.builder.remote(c.path.name, sources[c.path], self.arch, self.build_cpus, self.cfg.timeouts.load, cache) for c in runnable}
+        by_name = {c.name: c for c in runnable}
+        queue, idle = list(reversed(runnable)), list(self.actors)
+        pending: dict[Any, tuple[Any, Candidate]] = {}
+        finished: dict[str, CandidateRecord] = {}
+
+        def failed(candidate: Candidate, why: str) -> None:
+            finished[candidate.name] = screen.failed(candidate, Status.HARNESS_ERROR, why)
+
+        while queue or pending:
+            while queue and idle:
+                actor, candidate = idle.pop(), queue.pop()
+                self.on_start(candidate)
+                ref = actor.evaluate.remote(problem.path.name, problem_source, plan, candidate.name, sources[candidate.path], builds[candidate.path])
+                pending[ref] = (actor, candidate)
+            if not pending:  # every lane is gone
+                for candidate in reversed(queue):
+                    self.on_start(candidate)
+                    failed(candidate, "no Ray lane is left to evaluate it (every actor failed)")
+                break
+            (ref,), _ = self.ray.wait(list(pending), num_returns=1)
+            actor, candidate = pending.pop(ref)
+            try:
+                result = self.ray.get(ref)
+            except self.ray.exceptions.RayError as exc:
+                if not isinstance(exc, self.ray.exceptions.RayActorError):
+                    idle.append(actor)  # the lane itself lives on
+                else:
+                    self.actors = [a for a in self.actors if a is not actor]
+                failed(candidate, f"the Ray lane failed: {one_line(exc, 280)}")
+                continue
+            idle.append(actor)
+            self._write(result, problem, by_name, finished)
+        return records + [finished[c.name] for c in runnable if c.name in finished]
+
+    def _write(self, result: dict[str, Any], problem: Problem, by_name: dict[str, Candidate], finished: dict[str, CandidateRecord]) -> None:
+        """A lane's logs and records into this run's folder, with the driver's file paths."""
+        for text, log in result["logs"].items():
+            path = self.store.dir / text
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(log)
+        for data in result["records"]:
+            kind = data.pop("kind")
+            if kind == "reference":
+                data["problem_path"] = str(problem.path)
+                self.store.append(from_dict(RECORD_KINDS["reference"], data))
+            elif kind == "candidate":
+                candidate = by_name[data["candidate"]]
+                data["candidate_path"] = str(candidate.path)
+                record = from_dict(CandidateRecord, data)
+                self.store.append(record)
+                self.on_record(record)
+                finished[candidate.name] = record
+
+    def _interrupt(self) -> None:
+        """End every lane (its actor and the processes under it)."""
+        for actor in self.actors:
+            self.ray.kill(actor)
+        self.actors = []
+
+    def _release(self) -> None:
+        for actor in self.actors:
+            try:
+                self.ray.get(actor.close.remote(), timeout=60)
+            except Exception:
+                pass
+            self.ray.kill(actor)
+        self.actors = []
+        if self.started_ray:
+            self.ray.shutdown()

@@ -1,0 +1,283 @@
+"""Memory safety under compute-sanitizer: one small forward of a correct candidate, in a process of
+its own, run by the tool (memcheck by default; racecheck, initcheck, synccheck by config).
+
+The parent side (`sanitize`) finds the tool, runs `compute-sanitizer --tool T python -m
+harness.parent.sanitize JOB` for each configured tool under its time limit, and reads the tool's report:
+any error is the flag unsafe-memory, with the first error line as its reason. The child side
+(`main`) builds nothing new (the build cache already holds the candidate's extensions), makes the
+problem's inputs at the other-size trial's sizes, and calls forward once in eval mode. The caching
+allocator is off in the child, so every tensor is an allocation of its own and a write past one
+lands outside any allocation, where memcheck sees it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+from harness.core.flags import Code, Finding
+from harness.core.records import SanitizerOutcome, SanitizerRun
+from harness.parent.scratch import current as current_scratch
+
+ROOT = Path(__file__).resolve().parents[2]  # the folder the harness package sits in (on the child's PYTHONPATH)
+ERRORS_EXIT = 86  # the tool's exit code when it found errors (--error-exitcode)
+PADDING = 1 << 20  # bytes memcheck leaves unallocated after every allocation
+_SUMMARY = re.compile(r"(?:ERROR|RACECHECK) SUMMARY:.*?(\d+) errors?")
+_PREFIX = "========= "
+
+
+def find_tool(path: str) -> Optional[str]:
+    """The compute-sanitizer executable: `path` when set, else on PATH, in $CUDA_HOME/bin, or in
+    /usr/local/cuda/bin; None when there is none."""
+    if path:
+        return path if os.access(path, os.X_OK) else None
+    found = shutil.which("compute-sanitizer")
+    if found:
+        return found
+    for home in (os.environ.get("CUDA_HOME", ""), "/usr/local/cuda"):
+        candidate = Path(home, "bin", "compute-sanitizer") if home else None
+        if candidate is not None and os.access(candidate, os.X_OK):
+            return str(candidate)
+    return None
+
+
+def sanitize(tool: Optional[str], tools: tuple[str, ...], timeout: float, job: dict[str, Any], env: dict[str, str], scratch: Path, spare: Optional["Prestarted"] = None) -> tuple[tuple[SanitizerRun, ...], list[Finding]]:
+    """Run each of `tools` over one forward of the candidate `job` describes (the first tool's
+    run on `spare` when it is that tool's and still alive). Returns the runs and the unsafe-memory
+    findings (the first error line of each tool that found any)."""
+    if tool is None:
+        return tuple(SanitizerRun(t, SanitizerOutcome.SKIPPED, "compute-sanitizer was not found (sanitizer.path, PATH, $CUDA_HOME/bin, /usr/local/cuda/bin)") for t in tools), []
+    job_path = scratch / "sanitize-job.json"
+    job_path.write_text(json.dumps(job))
+    runs, found = [], []
+    for index, name in enumerate(tools):
+        ready = spare is not None and index == 0 and spare.name == name and spare.proc.poll() is None
+        run = spare.run(job, timeout) if ready and spare is not None else _run_tool(tool, name, timeout, job_path, env, scratch)
+        runs.append(run)
+        if run.outcome is SanitizerOutcome.ERRORS:
+            found.append((Code.UNSAFE_MEMORY, f"compute-sanitizer {name}: {run.detail}"))
+    return tuple(runs), found
+
+
+def _start_tool(tool: str, name: str, job: str, env: dict[str, str], scratch: Path) -> tuple[subprocess.Popen[bytes], Path]:
+    """`compute-sanitizer --tool name` over the child (`main`), its output to a log in `scratch`.
+    `job`: the job file's path, or "-": the child readies torch and the device under the tool,
+    then reads its job from stdin (a prestarted run, `Prestarted`)."""
+    # memcheck: a padding after every allocation, so a write just past one buffer does not land
+    # unseen in its neighbour
+    padding = ["--padding", str(PADDING)] if name == "memcheck" else []
+    command = [tool, "--tool", name, *padding, "--error-exitcode", str(ERRORS_EXIT), "--print-limit", "20", sys.executable, "-m", "harness.parent.sanitize", job]
+    full_env = {**os.environ, **env, "PYTORCH_NO_CUDA_MEMORY_CACHING": "1", "PYTHONUNBUFFERED": "1", "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    log_path = scratch / f"sanitize-{name}.log"
+    with open(log_path, "wb") as log:
+        stdin = subprocess.PIPE if job == "-" else subprocess.DEVNULL
+        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=stdin, cwd=scratch, env=full_env, start_new_session=True)
+    return proc, log_path
+
+
+def _finish_tool(name: str, proc: subprocess.Popen[bytes], log_path: Path, timeout: float, started: float) -> SanitizerRun:
+    """Wait for a tool run (its job already given) up to `timeout`, and read its report."""
+    try:
+        code = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill(proc)
+        return SanitizerRun(name, SanitizerOutcome.TIMEOUT, f"no verdict within sanitizer.timeout={timeout:g} s", round(time.monotonic() - started, 2))
+    except BaseException:
+        _kill(proc)
+        raise
+    seconds = round(time.monotonic() - started, 2)
+    return read_report(name, code, log_path.read_text(errors="replace"), seconds)
+
+
+def _run_tool(tool: str, name: str, timeout: float, job_path: Path, env: dict[str, str], scratch: Path) -> SanitizerRun:
+    started = time.monotonic()
+    proc, log_path = _start_tool(tool, name, str(job_path), env, scratch)
+    return _finish_tool(name, proc, log_path, timeout, started)
+
+
+@dataclasses.dataclass
+class Prestarted:
+    """A run of the first tool started before its candidate: the tool, Python, torch and the CUDA
+    context come up under it while the lane does other work (background for the quiet host), and
+    the candidate's job goes to its stdin when a candidate passes its checks. It has run no
+    candidate code, and serves one job."""
+
+    name: str  # the tool
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+    scratch: Path  # its working folder, removed with it
+
+    @classmethod
+    def start(cls, tool: str, name: str, env: dict[str, str]) -> "Prestarted":
+        from harness.parent import quiet
+
+        scratch = current_scratch().make(f"sanitize-spare-{name}-")
+        proc, log_path = _start_tool(tool, name, "-", env, scratch)
+        quiet.current().register_background(proc)
+        return cls(name, proc, log_path, scratch)
+
+    def run(self, job: dict[str, Any], timeout: float) -> SanitizerRun:
+        """Hand it `job` and wait for its report (the limit counts from now)."""
+        from harness.parent import quiet
+
+        quiet.current().unregister(self.proc)
+        if self.proc.stdin is None:
+            raise RuntimeError("a prestarted sanitizer run has no stdin")
+        started = time.monotonic()
+        try:
+            self.proc.stdin.write(json.dumps(job).encode() + b"\n")
+            self.proc.stdin.close()
+        except OSError:  # it ended while it waited: read what it said
+            pass
+        try:
+            return _finish_tool(self.name, self.proc, self.log_path, timeout, started)
+        finally:
+            self.discard()
+
+    def discard(self) -> None:
+        if self.proc.poll() is None:
+            _kill(self.proc)
+        if self.proc.stdin is not None and not self.proc.stdin.closed:
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def read_report(name: str, code: int, text: str, seconds: float = 0.0) -> SanitizerRun:
+    """A tool run's outcome from its exit code and output: errors (with the first error and where
+    it happened), clean, or failed (the candidate's forward did not complete under the tool)."""
+    counts = [int(m.group(1)) for m in _SUMMARY.finditer(text)]
+    if code == ERRORS_EXIT or any(counts):
+        return SanitizerRun(name, SanitizerOutcome.ERRORS, first_error(text), seconds)
+    if code == 0 and "[sanitize] forward ran" in text:
+        return SanitizerRun(name, SanitizerOutcome.CLEAN, f"{counts[0] if counts else 0} errors", seconds)
+    tail = next((line.strip() for line in reversed(text.splitlines()) if line.strip() and not line.startswith(_PREFIX)), "")
+    return SanitizerRun(name, SanitizerOutcome.FAILED, f"exit code {code}: {tail[:200]}" if tail else f"exit code {code}", seconds)
+
+
+def first_error(text: str) -> str:
+    """The tool's first reported error, with the kernel it happened in: one line."""
+    lines = [line[len(_PREFIX) :].strip() for line in text.splitlines() if line.startswith(_PREFIX)]
+    for i, line in enumerate(lines):
+        if not line or line.startswith(("COMPUTE-SANITIZER", "ERROR SUMMARY", "RACECHECK SUMMARY", "Saved host backtrace", "Host Frame", "Program hit")):
+            continue
+        where = next((later for later in lines[i + 1 : i + 4] if later.startswith("at ")), "")
+        return " ".join(f"{line} {where}".split())[:300]
+    return "errors reported (no error line found in the tool's output)"
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+
+
+class LaneSanitizer:
+    """compute-sanitizer for one problem on one lane: one eval forward of a candidate under each
+    tool, at the other-size trial's sizes; a source run again on the same inputs (a resubmission)
+    gets the earlier runs, since the tools would say the same."""
+
+    def __init__(self, cfg: Any, problem_path: Path, device: str, env: dict[str, str], prestart: bool = False) -> None:
+        self.cfg, self.problem_path, self.device, self.env = cfg, problem_path, device, env  # cfg: the problem's harness.core.config.Config
+        self.runs: dict[tuple[Any, ...], tuple[tuple[SanitizerRun, ...], list[Finding]]] = {}  # a source's sanitizer runs, for a resubmission
+        self.prestart_runs = prestart  # keep the first tool's next run started ahead (workers.prestart)
+        self._spare: Optional[Prestarted] = None
+
+    def prestart(self) -> None:
+        """Start the first tool's next run ahead, when prestarting and none is waiting (a CUDA lane
+        with the sanitizer on and the tool found)."""
+        cfg = self.cfg.sanitizer
+        if not self.prestart_runs or self._spare is not None or self.device != "cuda" or not self.wanted() or not cfg.tools:
+            return
+        tool = find_tool(cfg.path)
+        if tool is not None:
+            self._spare = Prestarted.start(tool, cfg.tools[0], self.env)
+
+    def close(self) -> None:
+        """End a run started ahead and never used."""
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            spare.discard()
+
+    def wanted(self) -> bool:
+        setting = self.cfg.sanitizer.enabled
+        return setting == "on" or (setting == "auto" and self.device == "cuda")
+
+    def run(self, source: Path, source_hash: str, name: str, seed: int, sizes: dict[str, Any]) -> tuple[tuple[SanitizerRun, ...], list[Finding]]:
+        """The runs over candidate `name` (its file `source`) and their unsafe-memory findings."""
+        cfg = self.cfg.sanitizer
+        if self.device != "cuda":
+            return tuple(SanitizerRun(t, SanitizerOutcome.SKIPPED, "compute-sanitizer checks CUDA runs only") for t in cfg.tools), []
+        job = {
+            "source": str(source.resolve()),
+            "problem": str(self.problem_path.resolve()),
+            "class_name": "ModelNew",
+            "sizes": dict(sizes),
+            "seed": seed,
+            "build_cache": str(self.cfg.path(self.cfg.build_cache_dir)),
+        }
+        key = (source_hash, json.dumps(job["sizes"], sort_keys=True), job["seed"], tuple(cfg.tools))
+        if key in self.runs:  # the same source, on the same inputs: the tools would say the same
+            runs, found = self.runs[key]
+            return tuple(dataclasses.replace(r, detail=f"{r.detail} (the same source's run earlier on this lane)", seconds=0.0) for r in runs), found
+        cwd = current_scratch().make(f"sanitize-{name[:20]}-")
+        spare, self._spare = self._spare, None
+        try:
+            result = sanitize(find_tool(cfg.path), cfg.tools, cfg.timeout, job, self.env, cwd, spare)
+        finally:
+            shutil.rmtree(cwd, ignore_errors=True)
+            if spare is not None:
+                spare.discard()
+            self.prestart()  # the next candidate's
+        if all(r.outcome in (SanitizerOutcome.CLEAN, SanitizerOutcome.ERRORS) for r in result[0]):  # a timeout or a failed run is tried again
+            self.runs[key] = result
+        return result
+
+
+def main() -> None:
+    """The child: one eval-mode forward of the candidate at the other-size trial's sizes."""
+    import torch
+
+    from harness.device.buildcache import BuildCache
+    from harness.device.failures import load_module
+    from harness.device.inputs import as_outputs
+
+    device = torch.device("cuda", 0)
+    torch.cuda.set_device(device)
+    if sys.argv[1] == "-":  # prestarted: the device readied under the tool, then the job from stdin
+        torch.empty(1, device=device)
+        job = json.loads(sys.stdin.readline())
+    else:
+        job = json.loads(Path(sys.argv[1]).read_text())
+    major, minor = torch.cuda.get_device_capability(device)
+    os.environ["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}"
+    BuildCache(Path(job["build_cache"]), f"{major}.{minor}").install()
+    problem = load_module(Path(job["problem"]), "__problem__")
+    for name, value in job["sizes"].items():
+        setattr(problem, name, value)
+    torch.manual_seed(job["seed"])
+    init = problem.get_init_inputs()
+    inputs = [a.to(device) if isinstance(a, torch.Tensor) else a for a in problem.get_inputs()]
+    module = load_module(Path(job["source"]), "__candidate__")
+    model = getattr(module, job["class_name"])(*init).to(device).eval()
+    with torch.no_grad():
+        outputs = as_outputs(model(*inputs))
+    torch.cuda.synchronize(device)
+    print(f"[sanitize] forward ran: {len(outputs)} outputs", flush=True)
+
+
+if __name__ == "__main__":
+    main()

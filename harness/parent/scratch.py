@@ -1,0 +1,243 @@
+"""Run-owned scratch space, free-disk checks, and telling a full disk from other failures.
+
+Every run gets one folder, `<base>/run-<pid>-<8 hex>` (base: `$TMPDIR/harness-scratch`), with a
+marker file `owner` that names the process owning it: its pid and, where /proc exists, its start
+time (field 22 of /proc/<pid>/stat), so that a later process that happens to get the same pid is
+not mistaken for the owner. The run removes its folder when it ends, interrupted or not. A run
+that could not (SIGKILL, a power cut) leaves it behind, and the next one to start removes it:
+`RunScratch.create` first sweeps every sibling whose owner is gone. A folder of a live process is
+never touched; a folder with no readable marker is removed only once it is an hour old (its owner
+may be between creating it and writing the marker).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import secrets
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+from harness.core.errors import ResourceError, UserError
+
+MARKER = "owner"
+PREFIX = "run-"
+UNMARKED_GRACE_S = 3600.0  # a folder without a readable marker is left alone for this long
+MIB = 1 << 20
+GIB = 1 << 30
+
+
+def default_base() -> Path:
+    """Where run folders go: `harness-scratch` in the system's temporary folder ($TMPDIR)."""
+    return Path(tempfile.gettempdir()) / "harness-scratch"
+
+
+def process_start_time(pid: int) -> Optional[int]:
+    """Field 22 of /proc/<pid>/stat (start time in clock ticks since boot); None when there is no
+    such process, it is a zombie, or /proc is missing."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (OSError, ValueError):
+        return None
+    fields = stat[stat.rfind(")") + 2 :].split()  # the command name (field 2) may hold spaces and parentheses
+    try:
+        if fields[0] in ("Z", "X"):  # field 3: exited, not yet reaped
+            return None
+        return int(fields[19])  # fields[0] is field 3
+    except (IndexError, ValueError):
+        return None
+
+
+def _has_proc() -> bool:
+    return Path(f"/proc/{os.getpid()}/stat").is_file()
+
+
+def owner_alive(pid: int, start_time: Optional[int]) -> bool:
+    """Whether the process a marker names still runs: the pid exists and, when the marker has a
+    start time and /proc can tell, started at that time."""
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return False
+    if _has_proc():
+        now = process_start_time(pid)
+        if now is None:
+            return False
+        return start_time is None or now == start_time
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    except OSError:
+        return False
+    return True
+
+
+def _read_marker(folder: Path) -> Optional[dict[str, Any]]:
+    try:
+        data = json.loads((folder / MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("pid"), int):
+        return None
+    return data
+
+
+def sweep_stale(base: Path, now: Optional[float] = None) -> list[Path]:
+    """Remove the `run-*` folders in `base` whose owner is gone (and unmarked ones over an hour
+    old); returns those removed. Folders of live processes are never touched."""
+    removed: list[Path] = []
+    now = time.time() if now is None else now
+    try:
+        entries = list(Path(base).iterdir())
+    except OSError:
+        return removed
+    for folder in entries:
+        if not folder.name.startswith(PREFIX):
+            continue
+        try:
+            if folder.is_symlink() or not folder.is_dir():
+                continue
+            age = now - folder.stat().st_mtime
+        except OSError:
+            continue
+        marker = _read_marker(folder)
+        if marker is not None:
+            stale = not owner_alive(marker["pid"], marker.get("start_time"))
+        else:
+            stale = age > UNMARKED_GRACE_S
+        if stale:
+            shutil.rmtree(folder, ignore_errors=True)  # another run may be sweeping it too
+            if not folder.exists():
+                removed.append(folder)
+    return removed
+
+
+class RunScratch:
+    """One run's scratch folder. `RunScratch.create()` sweeps stale siblings and makes it;
+    `make(prefix)` hands out fresh subfolders; `close()` (or leaving a `with` block) removes it."""
+
+    def __init__(self, path: Path, pid: int) -> None:
+        self.path = Path(path)
+        self.pid = pid  # the owning process
+        self._closed = False
+        self._lock = threading.Lock()
+
+    @classmethod
+    def create(cls, base: Optional[Path] = None) -> "RunScratch":
+        base = Path(base) if base is not None else default_base()
+        pid = os.getpid()
+        try:
+            base.mkdir(parents=True, exist_ok=True)
+            sweep_stale(base)
+            while True:
+                path = base / f"{PREFIX}{pid}-{secrets.token_hex(4)}"
+                try:
+                    path.mkdir(mode=0o700)  # only this user reads or changes what the run keeps here
+                    break
+                except FileExistsError:
+                    continue
+        except PermissionError:
+            raise UserError(f"cannot make a scratch folder in {base} (set TMPDIR to a folder you can write to)") from None
+        try:
+            marker: dict[str, Any] = {"pid": pid}
+            start_time = process_start_time(pid)
+            if start_time is not None:
+                marker["start_time"] = start_time
+            partial = path / f".{MARKER}.tmp"
+            partial.write_text(json.dumps(marker))
+            os.replace(partial, path / MARKER)  # a sweeper never reads half a marker
+        except BaseException:
+            shutil.rmtree(path, ignore_errors=True)
+            raise
+        return cls(path, pid)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def make(self, prefix: str) -> Path:
+        """A fresh, empty subfolder whose name starts with `prefix`."""
+        if self._closed:
+            raise RuntimeError(f"scratch {self.path} was already removed")
+        return Path(tempfile.mkdtemp(dir=self.path, prefix=prefix))
+
+    def close(self) -> None:
+        """Remove the folder and everything in it, and the stale siblings of processes that ended
+        during the run (a Ray lane's actor killed with it); a second call does nothing."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        shutil.rmtree(self.path, ignore_errors=True)
+        sweep_stale(self.path.parent)
+
+    def __enter__(self) -> "RunScratch":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"RunScratch({str(self.path)!r}{', closed' if self._closed else ''})"
+
+
+_current: Optional[RunScratch] = None
+_current_lock = threading.Lock()
+_exit_hook = False
+
+
+def current() -> RunScratch:
+    """This process's scratch: the one `set_current` installed (a run's), else one created on
+    first use and removed when the interpreter exits."""
+    global _current, _exit_hook
+    with _current_lock:
+        if _current is None or _current.closed:
+            _current = RunScratch.create()
+            if not _exit_hook:
+                atexit.register(_close_at_exit)
+                _exit_hook = True
+        return _current
+
+
+def set_current(scratch: Optional[RunScratch]) -> Optional[RunScratch]:
+    """Make `scratch` the process's scratch (None: the next `current()` creates one); returns the
+    one it replaces, which the caller still owns."""
+    global _current
+    with _current_lock:
+        previous, _current = _current, scratch
+    return previous
+
+
+def _close_at_exit() -> None:
+    scratch = _current
+    if scratch is not None and scratch.pid == os.getpid():  # not in a forked child
+        scratch.close()
+
+
+def _nearest_existing(path: Path) -> Path:
+    path = Path(path).expanduser().absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def free_disk_bytes(path: Path) -> int:
+    """Bytes an unprivileged process may still write on the filesystem holding `path` (or its
+    nearest existing ancestor, for a folder not made yet)."""
+    return shutil.disk_usage(_nearest_existing(path)).free
+
+
+def check_free_disk(paths: Iterable[Path], min_bytes: int) -> None:
+    """Raise ResourceError when any of `paths` has less than `min_bytes` free (0: no check)."""
+    if min_bytes <= 0:
+        return
+    for path in paths:
+        free = free_disk_bytes(path)
+        if free < min_bytes:
+            raise ResourceError(f"not enough free disk: {free / GIB:.1f} GB free at {_nearest_existing(path)}, the run needs at least {min_bytes / GIB:.1f} GB (limits.min_free_disk_mb)")

@@ -1,0 +1,585 @@
+"""Parent side of a worker: start it, watch its phases, enforce limits, collect its report.
+
+The worker's stdout and stderr go through a pipe into a bounded log (head and tail kept), so a
+candidate that prints megabytes cannot fill memory or disk. Results arrive only on the
+authenticated channel. A phase that runs past its limit, a worker over its memory limit, or a
+forged message ends the worker's whole process group; every ending becomes a status.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar
+
+from harness.core.channel import ChannelReader, ForgedMessage, new_key
+from harness.core.config import ROOT
+from harness.core.status import Status
+from harness.parent import quiet
+
+if TYPE_CHECKING:
+    from harness.core import protocol as P
+
+POLL_SECONDS = 0.2
+Failure = tuple[Status, str]
+M = TypeVar("M")
+
+
+@dataclasses.dataclass(frozen=True)
+class Reply:
+    """What the parent answers a worker's message with: one JSON line on the worker's stdin."""
+
+    data: dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerOutcome:
+    """How a worker ended, as seen by the parent."""
+
+    failure: Optional[Failure]  # None when the worker reported Done
+    done: Optional[P.Done]  # the worker's final message when it finished
+    messages: tuple[Any, ...]  # every verified message (harness.core.protocol's worker messages), in order
+    phase: str  # the last phase the worker announced
+    returncode: Optional[int]  # exit code, or -signal
+    wall_seconds: float  # start to end, seen by the parent
+    log_bytes: int  # total bytes the worker printed
+
+    def first(self, kind: type[M]) -> Optional[M]:
+        """The first message of type `kind` the worker sent, or None."""
+        return next((m for m in self.messages if isinstance(m, kind)), None)
+
+    def every(self, kind: type[M]) -> list[M]:
+        """Every message of type `kind` the worker sent, in order."""
+        return [m for m in self.messages if isinstance(m, kind)]
+
+
+class BoundedLog:
+    """Keeps the first and last `limit/2` bytes of a stream and counts the rest."""
+
+    def __init__(self, limit: int) -> None:
+        self.half = max(limit // 2, 1024)
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    def write(self, data: bytes) -> None:
+        self.total += len(data)
+        room = self.half - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+        if data:
+            self.tail += data
+            if len(self.tail) > self.half:
+                del self.tail[: len(self.tail) - self.half]
+
+    def text(self) -> str:
+        omitted = self.total - len(self.head) - len(self.tail)
+        middle = f"\n[... {omitted} bytes of output omitted ...]\n".encode() if omitted > 0 else b""
+        return (bytes(self.head) + middle + bytes(self.tail)).decode("utf-8", errors="replace")
+
+
+def _rss_bytes(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def default_memory_limit() -> int:
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 0.8)
+    except (ValueError, OSError):
+        return 1 << 62
+
+
+@dataclasses.dataclass
+class Started:
+    """A worker process up and waiting for its job on stdin (its interpreter and torch loaded)."""
+
+    proc: subprocess.Popen[bytes]
+    read_fd: int  # the parent's end of the result channel
+    write_fd: int  # the number the worker knows its end by
+
+
+def start_worker(env_overrides: Optional[dict[str, str]] = None) -> Started:
+    """Start `python -m harness.worker`; it imports torch, then waits for a job on stdin."""
+    read_fd, write_fd = os.pipe()
+    env = dict(os.environ)
+    env.update(env_overrides or {})
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["PYTHONUNBUFFERED"] = "1"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness.worker"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        pass_fds=(write_fd,),
+        start_new_session=True,
+        cwd=ROOT,
+        env=env,
+    )
+    os.close(write_fd)
+    return Started(proc, read_fd, write_fd)
+
+
+class Launcher:
+    """Hands out fresh worker processes, one per job. With `prestart`, the next one is started as
+    soon as one is taken, so its interpreter and torch import (about 2 s) overlap the job before
+    it instead of delaying the next; with `prewarm="cuda"` it also creates its CUDA context and
+    starts the profiler's CUPTI once (seconds more) while it waits. A prestarted worker has run no model code: every job still
+    gets a process of its own. `env` (e.g. CUDA_VISIBLE_DEVICES) applies to every worker.
+
+    For the quiet host (harness.parent.quiet) the spare is background work while it waits (stopped while a
+    lane times, kept on the builds' CPUs); a worker handed out is a timing process of lane
+    `lane_index`: pinned to that lane's CPUs, and running even if a hold had stopped it."""
+
+    def __init__(self, prestart: bool = False, env: Optional[dict[str, str]] = None, lane_index: int = 0, prewarm: str = "", spares: int = 1, judges: bool = False) -> None:
+        self.prestart = prestart
+        self.judges = judges  # with prestart: also the next problem's judge (take_judge)
+        self.prewarm = prewarm  # "cuda": the spare readies the CUDA context and the profiler while it waits
+        self.spares = max(1, spares)  # workers kept ready: more than one when jobs come faster than a worker readies
+        self.env = dict(env or {})
+        self.lane_index = lane_index
+        self.active: set[subprocess.Popen[bytes]] = set()  # handed out, not yet ended
+        self._spares: list[Started] = []  # oldest (most likely ready) first
+        self._judge_spare: Optional[tuple[JudgeClient, Path]] = None  # a prestarted judge and its working folder
+        self._judges_started = 0
+        self._closed = False
+
+    @property
+    def _spare(self) -> Optional[Started]:
+        return self._spares[0] if self._spares else None
+
+    def take(self) -> Started:
+        host = quiet.current()
+        while self._spares and self._spares[0].proc.poll() is not None:  # a spare that died waiting
+            self._discard_one(self._spares.pop(0))
+        started = self._spares.pop(0) if self._spares else start_worker(self.env)
+        host.register_timing(started.proc, self.lane_index)  # pinned to the lane, then continued if stopped
+        while self.prestart and not self._closed and len(self._spares) < self.spares:
+            spare = start_worker(self._spare_env())
+            host.register_background(spare.proc)
+            self._spares.append(spare)
+        self.active.add(started.proc)
+        return started
+
+    def release(self, proc: subprocess.Popen[bytes]) -> None:
+        self.active.discard(proc)
+        quiet.current().unregister(proc)
+
+    def take_judge(self, log_path: Path, make_dir: Callable[[str], Path]) -> tuple[JudgeClient, Path]:
+        """A judge for the next problem of this lane, and its working folder (`make_dir(prefix)`
+        makes one in the run's scratch). With `prestart` and `judges`, the judge prestarted after the last one
+        was taken, when it is still alive: its interpreter, torch and (prewarm "cuda") its CUDA
+        context and CUPTI are ready, so a problem's reference pass no longer waits for them. It
+        has run no problem code: every problem still gets a judge process of its own. Then the
+        next one is prestarted, with a log beside `log_path`'s folder that it is renamed from."""
+        spare, self._judge_spare = self._judge_spare, None
+        taken: Optional[tuple[JudgeClient, Path]] = None
+        if spare is not None and spare[0].running() and not log_path.exists():
+            try:
+                spare[0].adopt(log_path, self.lane_index)
+                taken = spare
+            except OSError:
+                pass
+        if taken is None:
+            if spare is not None:
+                self._discard_judge(spare)
+            folder = make_dir("judge-")
+            taken = (JudgeClient(log_path=log_path, cwd=folder, env=self.env, lane_index=self.lane_index), folder)
+        if self.prestart and self.judges and not self._closed:
+            self._judges_started += 1
+            spare_log = log_path.parent.parent / f".judge-spare-{self.lane_index}-{self._judges_started}.out"  # not *.log: no worker's log until adopted
+            folder = make_dir("judge-spare-")
+            self._judge_spare = (JudgeClient(log_path=spare_log, cwd=folder, env=self._spare_env(), lane_index=self.lane_index, spare=True), folder)
+        return taken
+
+    def _spare_env(self) -> dict[str, str]:
+        """A prestarted process's environment: the lane's, and what it readies while it waits."""
+        return {**self.env, "HARNESS_PREWARM": self.prewarm} if self.prewarm else self.env
+
+    def kill_all(self) -> None:
+        """End the spares and every worker handed out and still running (an interrupted run)."""
+        self._closed = True
+        self._discard()
+        self._discard_judge()
+        for proc in list(self.active):
+            _kill_group(proc)
+            quiet.current().unregister(proc)
+
+    def close(self) -> None:
+        self._closed = True
+        self._discard()
+        self._discard_judge()
+
+    def _discard_judge(self, spare: Optional[tuple[JudgeClient, Path]] = None) -> None:
+        """End a prestarted judge (the lane's, when none is named) and remove its folder and log."""
+        if spare is None:
+            spare, self._judge_spare = self._judge_spare, None
+        if spare is None:
+            return
+        client, folder = spare
+        client.kill()
+        client.close()
+        shutil.rmtree(folder, ignore_errors=True)
+        client.log_path.unlink(missing_ok=True)
+
+    def _discard(self) -> None:
+        while self._spares:
+            self._discard_one(self._spares.pop())
+
+    @staticmethod
+    def _discard_one(spare: Started) -> None:
+        _kill_group(spare.proc)
+        spare.proc.wait()
+        quiet.current().unregister(spare.proc)
+        for stream in (spare.proc.stdin, spare.proc.stdout):
+            if stream is not None:
+                stream.close()
+        os.close(spare.read_fd)
+
+
+def run_worker(
+    job: P.WorkerJob,
+    *,
+    timeouts: Any,
+    memory_limit: int,
+    log_path: Path,
+    log_limit: int,
+    cwd: Path,
+    on_message: Callable[[Any], Optional[Failure | Reply]] = lambda m: None,
+    launcher: Optional[Launcher] = None,
+) -> WorkerOutcome:
+    """Run one worker to its end on `job`. `on_message` sees each verified message other than
+    Phase, Failed and Done (typed: harness.core.protocol) and may stop the worker (a Failure) or answer
+    it (a Reply, which the worker waits for). A message that is not one a worker sends ends it as a
+    forged result. The worker comes from `launcher` (possibly prestarted), else is started now; it
+    works in `cwd`."""
+    from harness.core.records import to_dict  # with harness.core.protocol: not needed to import this module
+
+    key = new_key()
+    started = time.perf_counter()
+    worker = launcher.take() if launcher is not None else start_worker()
+    assert worker.proc.stdin is not None
+    try:
+        worker.proc.stdin.write(json.dumps({"job": to_dict(job), "cwd": str(cwd), "result_fd": worker.write_fd, "key": key}).encode() + b"\n")
+        worker.proc.stdin.flush()
+    except BrokenPipeError:
+        pass  # it died before reading its job; the ending below says how
+    watch = _Watch(worker, ChannelReader(key), BoundedLog(log_limit), timeouts, memory_limit, on_message)
+    try:
+        watch.run()
+    except BaseException:  # Ctrl-C or a parent bug: the worker's process group must not outlive us
+        _kill_group(worker.proc)
+        raise
+    returncode = watch.end(launcher)
+    failure = watch.failure
+    if failure is None:
+        if watch.reported is not None:
+            failure = watch.reported
+        elif watch.done is None:
+            failure = _ending_without_report(returncode, watch.phase)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log_path.write_text(watch.log.text())
+    return WorkerOutcome(
+        failure=failure,
+        done=watch.done if failure is None else None,
+        messages=tuple(watch.messages),
+        phase=watch.phase,
+        returncode=returncode,
+        wall_seconds=time.perf_counter() - started,
+        log_bytes=watch.log.total,
+    )
+
+
+class _Watch:
+    """One running worker, watched until it ends: its output into the log, its verified messages
+    (phases move its time limit; `on_message` sees the rest), its phase time limit and its memory."""
+
+    def __init__(self, worker: Any, reader: ChannelReader, log: BoundedLog, timeouts: Any, memory_limit: int, on_message: Callable[[Any], Optional[Failure | Reply]]) -> None:
+        from harness.core import protocol  # with torch (harness.device.regions): not needed to import this module
+
+        self.P = protocol
+        self.proc, self.reader, self.log, self.timeouts, self.memory_limit, self.on_message = worker.proc, reader, log, timeouts, memory_limit, on_message
+        self.open_fds = {worker.read_fd: "result", worker.proc.stdout.fileno(): "output"}
+        self.messages: list[Any] = []
+        self.phase, self.phase_limit = "load", float(timeouts.load)
+        self.deadline = time.monotonic() + self.phase_limit
+        self.failure: Optional[Failure] = None  # why the parent stopped it
+        self.done: Any = None  # its Done message
+        self.reported: Optional[Failure] = None  # the failure it reported itself (a Failed message)
+
+    def stop(self, status: Status, reason: str) -> None:
+        self.failure = (status, reason)
+        _kill_group(self.proc)
+
+    def run(self) -> None:
+        while self.open_fds and self.failure is None:
+            now = time.monotonic()
+            if now >= self.deadline:
+                self.stop(Status.TIMEOUT, f"phase {self.phase} ran past its {self.phase_limit:g} s limit")
+                break
+            ready, _, _ = select.select(list(self.open_fds), [], [], min(POLL_SECONDS, self.deadline - now))
+            for fd in ready:
+                self.read(fd)
+                if self.failure is not None:
+                    break
+            if self.failure is None and self.memory_limit and _rss_bytes(self.proc.pid) > self.memory_limit:
+                self.stop(Status.OUT_OF_MEMORY, f"worker used over {self.memory_limit >> 20} MiB of host memory (limit)")
+            if self.failure is None and (self.done or self.reported) and self.proc.poll() is not None:
+                break  # reported and exited; a child it left holding the pipes must not keep us waiting
+
+    def read(self, fd: int) -> None:
+        data = os.read(fd, 1 << 16)
+        if not data:
+            del self.open_fds[fd]
+            return
+        if self.open_fds[fd] == "output":
+            self.log.write(data)
+            return
+        try:
+            lines = self.reader.feed(data)
+        except ForgedMessage as exc:
+            self.stop(Status.FORGED_RESULT, str(exc))
+            return
+        for line in lines:
+            try:
+                message = self.P.decode_worker(line)
+            except ValueError as exc:
+                self.stop(Status.FORGED_RESULT, f"the worker sent {str(exc).splitlines()[0]} on the result channel"[:300])
+                return
+            self.messages.append(message)
+            self.handle(message)
+            if self.failure is not None:
+                return
+
+    def handle(self, message: Any) -> None:
+        P = self.P
+        if isinstance(message, P.Phase):
+            self.phase = str(message.phase)
+            self.phase_limit = float(getattr(self.timeouts, self.phase))
+            self.deadline = time.monotonic() + self.phase_limit
+        elif isinstance(message, P.Failed):
+            self.reported = (message.status, str(message.reason))
+        elif isinstance(message, P.Done):
+            self.done = message
+        else:
+            verdict = self.on_message(message)
+            if isinstance(verdict, Reply):
+                try:
+                    self.proc.stdin.write(json.dumps(verdict.data).encode() + b"\n")
+                    self.proc.stdin.flush()
+                except (BrokenPipeError, ValueError):
+                    pass  # it ended meanwhile; the ending below says how
+            elif verdict is not None:
+                self.stop(*verdict)
+
+    def end(self, launcher: Optional[Launcher]) -> int:
+        """Collect the rest of its output, wait for it to exit (its group is killed), close the
+        pipes, and check the channel ended cleanly. Returns its exit code."""
+        proc = self.proc
+        _drain(self.open_fds, self.log)
+        try:
+            proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            returncode = proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            returncode = proc.wait()
+        _kill_group(proc)  # children the model left behind
+        if launcher is not None:
+            launcher.release(proc)
+        for fd in self.open_fds:
+            if self.open_fds[fd] == "result":
+                os.close(fd)
+        proc.stdout.close()
+        if self.failure is None:
+            try:
+                self.reader.finish()
+            except ForgedMessage as exc:
+                self.failure = (Status.FORGED_RESULT, str(exc))
+        return returncode
+
+
+def _drain(open_fds: dict[int, str], log: BoundedLog, seconds: float = 1.0) -> None:
+    """Collect output still buffered in the pipe after the worker reported (bounded in time)."""
+    output = [fd for fd, kind in open_fds.items() if kind == "output"]
+    end = time.monotonic() + seconds
+    while output and time.monotonic() < end:
+        ready, _, _ = select.select(output, [], [], 0.05)
+        if not ready:
+            return
+        data = os.read(output[0], 1 << 16)
+        if not data:
+            return
+        log.write(data)
+
+
+def _ending_without_report(returncode: int, phase: str) -> Failure:
+    if returncode < 0:
+        signum = -returncode
+        name = signal.Signals(signum).name if signum in signal.Signals._value2member_map_ else str(signum)
+        if signum == signal.SIGKILL:
+            return Status.OUT_OF_MEMORY, f"worker killed by SIGKILL in phase {phase} (most often the kernel's out-of-memory killer)"
+        return Status.CRASHED, f"worker killed by {name} (exit {128 + signum}) in phase {phase}"
+    if returncode == 0:
+        return Status.EXITED_EARLY, f"worker exited with code 0 in phase {phase} without reporting a result"
+    return Status.CRASHED, f"worker exited with code {returncode} in phase {phase} without reporting a result"
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+class JudgeFailed(Exception):
+    """The judge ended, hung past its limit, or reported a fault; it is gone and must be restarted."""
+
+
+class JudgeClient:
+    """Parent side of a lane's judge (harness.judge.service): starts it, sends typed requests, waits for
+    typed replies under time limits. What the judge prints goes to `log_path`. A judge that hangs
+    past a limit or ends is killed with its process group and reported as JudgeFailed. It is a
+    timing process of lane `lane_index` for the quiet host (harness.parent.quiet): pinned to its CPUs."""
+
+    def __init__(self, *, log_path: Path, cwd: Path, env: Optional[dict[str, str]] = None, lane_index: int = 0, spare: bool = False) -> None:
+        request_read, self._request_write = os.pipe()
+        self._reply_read, reply_write = os.pipe()
+        full_env = dict(os.environ)
+        full_env.update(env or {})
+        full_env["PYTHONPATH"] = os.pathsep.join([str(ROOT), full_env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        full_env["PYTHONUNBUFFERED"] = "1"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.log_path = log_path
+        with open(log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "harness.judge.service", str(request_read), str(reply_write)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                pass_fds=(request_read, reply_write),
+                start_new_session=True,
+                cwd=cwd,
+                env=full_env,
+            )
+        if spare:  # prestarted: background work while it waits (harness.parent.supervise.Launcher.take_judge)
+            quiet.current().register_background(self.proc)
+        else:
+            quiet.current().register_timing(self.proc, lane_index)
+        os.close(request_read)
+        os.close(reply_write)
+        self._buffer = b""
+        self.alive = True
+
+    def adopt(self, log_path: Path, lane_index: int) -> None:
+        """A prestarted judge taken for a problem: its log becomes `log_path` (renamed, so what it
+        printed while it waited is kept, and what it prints next goes there too), and it becomes a
+        timing process of lane `lane_index`. OSError when the log cannot be moved there."""
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(self.log_path, log_path)
+        self.log_path = log_path
+        quiet.current().register_timing(self.proc, lane_index)
+
+    def request(self, message: Any, limit: float, phase_limits: Any = None) -> Any:
+        """Send `message`; return the judge's reply. `Phase` replies on the way (the judge's
+        start) restart the clock with that phase's limit from `phase_limits`."""
+        from harness.core import protocol
+
+        if not self.alive:
+            raise JudgeFailed("the judge is not running")
+        data = (protocol.dumps(message) + "\n").encode()
+        try:
+            while data:
+                data = data[os.write(self._request_write, data) :]
+        except OSError:
+            self._end()
+            raise JudgeFailed(f"the judge ended (exit {self.proc.poll()})") from None
+        deadline, phase = time.monotonic() + limit, "request"
+        while True:
+            while b"\n" not in self._buffer:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    self._end()
+                    raise JudgeFailed(f"the judge ran past its {limit:g} s limit in {phase}")
+                ready, _, _ = select.select([self._reply_read], [], [], min(remaining, 1.0))
+                if not ready:
+                    if self.proc.poll() is not None:
+                        self._end()
+                        raise JudgeFailed(f"the judge ended ({_describe_exit(self.proc.returncode)}) in {phase}")
+                    continue
+                chunk = os.read(self._reply_read, 1 << 16)
+                if not chunk:
+                    self._end()
+                    raise JudgeFailed(f"the judge ended ({_describe_exit(self.proc.wait())}) in {phase}")
+                self._buffer += chunk
+            line, self._buffer = self._buffer.split(b"\n", 1)
+            reply = protocol.decode(json.loads(line))
+            if isinstance(reply, protocol.Phase):
+                phase = f"phase {reply.phase}" if reply.phase else "request"
+                if reply.phase and phase_limits is not None:
+                    limit = float(getattr(phase_limits, reply.phase))
+                    deadline = time.monotonic() + limit
+                continue
+            if isinstance(reply, protocol.Fault):
+                self._end()
+                raise JudgeFailed(reply.reason)
+            return reply
+
+    def running(self) -> bool:
+        return self.alive and self.proc.poll() is None
+
+    def kill(self) -> None:
+        """End the judge's process group now, from any thread; a request waiting on it raises
+        JudgeFailed within a second."""
+        if self.alive:
+            _kill_group(self.proc)
+
+    def describe_exit(self) -> str:
+        return _describe_exit(self.proc.poll())
+
+    def close(self) -> None:
+        """Let the judge finish (end of its requests), then make sure its group is gone."""
+        if self.alive:
+            try:
+                os.close(self._request_write)
+            except OSError:
+                pass
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        self._end()
+
+    def _end(self) -> None:
+        if not self.alive:
+            return
+        self.alive = False
+        _kill_group(self.proc)
+        self.proc.wait()
+        quiet.current().unregister(self.proc)
+        for fd in (self._request_write, self._reply_read):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def _describe_exit(returncode: Optional[int]) -> str:
+    if returncode is not None and returncode < 0:
+        signum = -returncode
+        return f"killed by {signal.Signals(signum).name if signum in signal.Signals._value2member_map_ else signum}"
+    return f"exit {returncode}"

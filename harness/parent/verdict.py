@@ -1,0 +1,241 @@
+"""A candidate's verdict, as a pure function of what its run came to: no workers, no files, no store.
+
+`ProblemEvaluation` runs the compared worker, reads its messages and scans its source, then hands
+the results here. The decision has two stages, because the sanitizer runs only on a candidate that
+is still correct after its integrity findings:
+
+- `decide(case)`: the checks (a worker failure, the same-seed check, else correct), the integrity
+  findings under their policies (harness.core.flags), and the warnings that need no timing;
+- `settle(case, first, unsafe, compare)`: the sanitizer's findings, then, for a candidate still
+  correct, the timing comparison (`compare`, called only then) and its findings, the log-size
+  warning, and which of our checks failed it where KernelBench's would not have (harness.parent.stricter).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Mapping, Optional
+
+from harness.core import integrity
+from harness.core.flags import Code, Finding
+from harness.core.flags import decide as decide_flags
+from harness.core.protocol import Call, ExtensionCalls, Threads
+from harness.core.records import CallProfile, CheckResult, Flag, PairedSpeedup, ReferenceRecord, Stricter, TimingStats
+from harness.core.status import Gradients, Status
+from harness.parent.stricter import stricter_than_kernelbench
+from harness.parent.supervise import WorkerOutcome
+
+__all__ = ["PRECISION_FLOOR", "Case", "Compared", "Comparison", "Reported", "Rules", "Verdict", "decide", "findings", "settle"]
+
+PRECISION_FLOOR = 1e-6  # relative errors below this are never called imprecise
+
+Comparison = tuple[dict[str, Any], list[str], list[Finding]]  # compare_times' result: measures, warnings, implausible-time findings
+
+
+@dataclasses.dataclass(frozen=True)
+class Compared:
+    """What one compared worker (a candidate or a baseline) came to."""
+
+    outcome: WorkerOutcome
+    checks: list[CheckResult]  # the calls, then the buffers and the timed output when made
+    same_seed: Optional[CheckResult]  # the same-seed construction check, when made
+    precision: dict[str, float]  # relative errors against float64 of the precision call ({} when none)
+    gradients: Optional[tuple[str, str]]  # (match | mismatch | forward only, why); None when not made
+    timing: Optional[TimingStats] = None  # the compared model's rounds, pooled
+    paired: Optional[PairedSpeedup] = None  # its speedup over the reference from the paired rounds
+    profile: Optional[CallProfile] = None  # the worker's one profiled call (CUDA)
+    profile_error: str = ""  # why the worker's profiled call failed, when it did
+    unsafe: str = ""  # the first write past an input's end (guard bands), as the judge (or, on device copies, the worker) found it
+    own_weights: bool = False  # the worker kept its same-seed weights (check.weights seed, or no pairing by name or position)
+
+
+@dataclasses.dataclass(frozen=True)
+class Rules:
+    """The settings a verdict depends on (a problem's config, its declarations applied)."""
+
+    require_same_seed: bool  # check.require_same_seed: a same-seed mismatch fails the candidate (else a warning)
+    modes: tuple[str, ...]  # check.modes, named in a correct verdict's reason
+    repeats: int  # check.repeats; "repeats" is named in the reason when there are any
+    precision_ratio: float  # check.precision_ratio: less-precise above this times the reference's own error
+    own_share_floor: float  # check.own_share_floor: own-share-low below this share of the GPU time
+    weights: str  # check.weights: transplant flags a candidate that kept its own weights, seed does not
+    policies: Mapping[str, str]  # flag key -> fail | flag | ignore (flags.policies, the gradient flags' from check.gradients)
+    log_kib: int  # limits.log_kib: a worker printing more gets a warning
+
+    @classmethod
+    def of(cls, cfg: Any) -> "Rules":
+        """The rules of a config (harness.core.config.Config)."""
+        check = cfg.check
+        return cls(check.require_same_seed, tuple(check.modes), check.repeats, check.precision_ratio, check.own_share_floor, check.weights, cfg.flags.policies(check.gradients), cfg.limits.log_kib)
+
+
+@dataclasses.dataclass(frozen=True)
+class Reported:
+    """What the candidate's worker reported beyond its checks, and what its source declares: read
+    and scanned by the caller (the messages and the file are its business)."""
+
+    mapping: tuple[tuple[str, str], ...] = ()  # weights paired by position: (ModelNew's name, the reference's)
+    counted: Optional[ExtensionCalls] = None  # the worker's extension call counts, None when none came
+    threads: Optional[Threads] = None  # the worker's report of threads left running, None when none came
+    weights_why: str = ""  # the weights_by_seed message's reason ("" when none came)
+    scanned: tuple[Finding, ...] = ()  # the findings of the scan of its source (harness.core.scan.scan_source)
+    declared: frozenset[str] = frozenset()  # the kernels its source declares (harness.core.scan.declared_kernels)
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """Everything one candidate's verdict is decided from."""
+
+    compared: Compared  # what its compared worker came to
+    calls: tuple[Call, ...]  # the plan's calls, in order
+    randomize_weights: bool  # the plan redrew the reference's weights
+    reference: ReferenceRecord  # the lane's reference
+    rules: Rules  # the problem's settings
+    device: str  # cpu | cuda: on the CPU, counted extension calls stand in for the profile
+    reported: Reported = Reported()  # its messages and its source, read beforehand
+    restart_note: str = ""  # a warning that its judge is a restarted one ("" when not)
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """What a candidate's record says about it, beyond what it ran and how long it took."""
+
+    status: Status  # the verdict
+    reason: str  # why, in one line (before the record trims it)
+    flags: tuple[Flag, ...] = ()  # the integrity flags raised, in the order found
+    warnings: tuple[str, ...] = ()  # what a reader must know, in the record's order
+    measures: dict[str, Any] = dataclasses.field(default_factory=dict)  # the timing comparison's record fields ({} unless correct and timed)
+    stricter: Optional[Stricter] = None  # the check of ours that failed it where KernelBench's would not have
+    evidence: dict[str, Any] = dataclasses.field(default_factory=dict)  # the record fields that hold the findings' evidence
+    notes: tuple[str, ...] = ()  # what its checks noted without failing it (an inert buffer, an output that is rounding noise)
+
+
+def checked(case: Case) -> tuple[Status, str]:
+    """The verdict of the checks alone: the worker's failure, a same-seed mismatch when it fails
+    the candidate, else correct with what was matched."""
+    compared, rules = case.compared, case.rules
+    same_seed = compared.same_seed
+    if compared.outcome.failure is not None:
+        return compared.outcome.failure
+    if same_seed is not None and not same_seed.passed and rules.require_same_seed:
+        return Status.INCORRECT, f"{same_seed.name}: {same_seed.reason}"
+    worst = max((c.max_abs_error or 0.0) for c in compared.checks)
+    state = " and the buffers after them" if len(compared.checks) > len(case.calls) else ""
+    return Status.CORRECT, f"matched {len(case.calls)} calls ({', '.join(rules.modes + (('repeats',) if rules.repeats else ()))}){state}; max abs error {worst:.2g}"
+
+
+def first_warnings(case: Case) -> list[str]:
+    """The warnings that need no timing: a tolerated same-seed mismatch, a restarted judge, an
+    other-size trial at the problem's own size, weights paired by position, a failed profile."""
+    same_seed, mapping = case.compared.same_seed, case.reported.mapping
+    warnings: list[str] = []
+    if same_seed is not None and not same_seed.passed and not case.rules.require_same_seed:
+        warnings.append(f"same-seed construction differs from the reference ({same_seed.reason}){_same_seed_cause(case.compared)}")
+    if case.restart_note:
+        warnings.append(case.restart_note)
+    if case.reference.other_size_note:
+        warnings.append(f"the other-size trial ran at the problem's own size: {case.reference.other_size_note}")
+    if mapping:
+        shown = ", ".join(f"{a} <- {b}" for a, b in mapping[:6]) + (f", and {len(mapping) - 6} more" if len(mapping) > 6 else "")
+        warnings.append(f"weights mapped by position (ModelNew renames them): {shown}")
+    if case.compared.profile_error:
+        warnings.append(f"profiling the candidate failed: {case.compared.profile_error}")
+    observed = case.reported.counted.forward_ops if case.reported.counted is not None else None
+    if observed is not None and observed.error:
+        warnings.append(f"observing the candidate's ATen operators failed: {observed.error}")
+    return warnings
+
+
+def _same_seed_cause(compared: Compared) -> str:
+    """Why a same-seed construction differs, said only when the checks show it: every call on the
+    reference's weights (transplanted) matched, so the model computes the same thing from the same
+    state, and what differs is the state it builds. A wrong kernel differs for its own reason."""
+    transplanted = not compared.own_weights and compared.outcome.failure is None
+    if transplanted and compared.checks and all(c.passed for c in compared.checks):
+        return "; its calls on the reference's weights match, so it builds other weights or buffers under the same seed"
+    return ""
+
+
+def findings(case: Case, status: Status) -> tuple[list[Finding], dict[str, Any]]:
+    """The integrity findings on a candidate's run (before the sanitizer and the timing
+    comparison add theirs), and the record fields that hold their evidence."""
+    compared, rules, reported = case.compared, case.rules, case.reported
+    gradients, precision, profile = compared.gradients, compared.precision, compared.profile
+    found: list[Finding] = []
+    if gradients is not None and gradients[0] != Gradients.MATCH:
+        found.append((Code.WRONG_GRADIENTS if gradients[0] == Gradients.MISMATCH else Code.FORWARD_ONLY, gradients[1]))
+    found.extend(reported.scanned)
+    if precision and precision["candidate"] > max(rules.precision_ratio * precision["reference"], PRECISION_FLOOR):
+        found.append(
+            (
+                Code.LESS_PRECISE,
+                (
+                    f"relative error {precision['candidate']:.2g} against a float64 reference, "
+                    f"where the float32 reference has {precision['reference']:.2g} (over check.precision_ratio={rules.precision_ratio:g}x); "
+                    "it passes the tolerance, but look for lower-precision arithmetic (TF32, fp16, bf16)"
+                ),
+            )
+        )
+    counted = reported.counted
+    extension_calls = dict(counted.checked) if counted is not None else {}
+    share, kernels = integrity.own_kernels(profile, case.reference.profile, set(reported.declared), rules.own_share_floor)
+    found.extend(kernels)
+    if case.device == "cpu" and status is Status.CORRECT:  # no profile on the CPU: the extensions' counted calls and the ATen operators are the evidence
+        uncalled = integrity.extension_use(extension_calls if counted is not None else None)
+        found.extend(uncalled or integrity.reference_ops(counted.forward_ops if counted is not None else None, case.reference.forward_ops, extension_calls))
+    found.extend(integrity.side_work(profile, reported.threads))
+    if compared.unsafe:
+        found.append((Code.UNSAFE_MEMORY, compared.unsafe))
+    if compared.own_weights and rules.weights == "transplant":
+        found.append(
+            (
+                Code.WEIGHTS_BY_SEED,
+                (
+                    f"the reference's weights load into ModelNew neither by name nor by position ({reported.weights_why or 'the worker kept its own'}); "
+                    "it was checked with the weights it built under the shared seed, at their default initialisation: checked less"
+                )[:600],
+            )
+        )
+    evidence = {
+        "custom_kernel_share": share,
+        "extension_calls": extension_calls,
+        "timed_extension_calls": dict(counted.timed) if counted is not None else {},
+        "forward_ops": counted.forward_ops if counted is not None else None,
+    }
+    return found, evidence
+
+
+def decide(case: Case) -> Verdict:
+    """The first stage: the checks' verdict, then the integrity findings under their policies.
+    The sanitizer (when wanted) runs only on a candidate this leaves correct."""
+    status, reason = checked(case)
+    warnings = first_warnings(case)
+    found, evidence = findings(case, status)
+    status, reason, flags = decide_flags(status, reason, found, case.rules.policies)
+    checks = [*case.compared.checks, case.compared.same_seed]
+    notes = tuple(dict.fromkeys(c.note for c in checks if c is not None and c.note))
+    return Verdict(status, reason, flags, tuple(warnings), {}, None, evidence, notes)
+
+
+def settle(case: Case, first: Verdict, unsafe: list[Finding], compare: Callable[[TimingStats, PairedSpeedup], Comparison]) -> Verdict:
+    """The second stage: the sanitizer's findings (`unsafe`, [] when it did not run), then, for a
+    candidate still correct and timed, `compare(timing, paired)` (evaluate.compare_times) with its
+    findings (its measures are dropped when they fail it), the log-size warning, and `stricter`."""
+    compared, policies = case.compared, case.rules.policies
+    status, reason, flags = first.status, first.reason, first.flags
+    status, reason, unsafe_flags = decide_flags(status, reason, unsafe, policies)
+    flags += unsafe_flags
+    warnings = list(first.warnings)
+    measures: dict[str, Any] = {}
+    if status is Status.CORRECT and compared.timing is not None and compared.paired is not None:
+        measures, more, timed = compare(compared.timing, compared.paired)
+        warnings.extend(more)
+        status, reason, timed_flags = decide_flags(status, reason, timed, policies)
+        flags += timed_flags
+        if status is not Status.CORRECT:
+            measures = {}
+    stricter = stricter_than_kernelbench(status, compared.checks, case.calls, compared.same_seed, flags, case.randomize_weights and not compared.own_weights)
+    log_bytes, log_kib = compared.outcome.log_bytes, case.rules.log_kib
+    if log_bytes > log_kib << 10:
+        warnings.append(f"printed {log_bytes} bytes; the log keeps the first and last {log_kib // 2} KiB")
+    return Verdict(status, reason, flags, tuple(warnings), measures, stricter, first.evidence, first.notes)

@@ -1,0 +1,391 @@
+"""The regression gate: compare a current run with a baseline, candidate by candidate.
+
+A candidate regresses when it was correct and is not now, whatever changed between the runs (its
+source, the problem's, the device or the timing protocol), or when its median is slower by more
+than the threshold **and** the raw samples differ significantly (two-sided Mann-Whitney U at a
+strict p). Improvements are found the same way. "Not comparable" applies to times only: they are
+not compared when the problem's source, the device or the timing protocol differ (or the
+candidate's source, with across_changes off), or when a run's null floor for the problem (the
+problem's own Model timed as a candidate) lies outside 1.00 +/- timing.null_tolerance, or moved by
+more than that between the runs. A candidate skipped on one side (`needs CUDA`) is not comparable:
+a skip is no verdict on the kernel. The verdict follows the `--fail-on` rules; the markdown report
+is always written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from pathlib import Path
+from typing import Any, Iterable, Optional, TypedDict
+
+from harness.core import nullfloor
+from harness.core.config import PROTOCOL_SETTINGS
+from harness.core.errors import UserError
+from harness.core.records import CandidateRecord, NullFloor, ReferenceRecord, RunHeader, latest_per_candidate
+from harness.core.status import Status, Vocabulary
+from harness.core.store import read_records, resolve_run
+from harness.sources.problem import natural_key
+from harness.views.text import markdown_code, markdown_text
+
+# Settings of the timing protocol that change what a median means; a baseline taken under other
+# values is not comparable (harness.core.config.PROTOCOL_SETTINGS).
+PROTOCOL_KEYS = PROTOCOL_SETTINGS
+
+
+class Verdict(Vocabulary):
+    """What became of one candidate between the runs, in the order the report counts them."""
+
+    REGRESSED = "regressed"
+    IMPROVED = "improved"
+    UNCHANGED = "unchanged"
+    NOT_COMPARABLE = "not comparable"
+    NEW = "new"
+    MISSING = "missing"
+
+
+class Regression(Vocabulary):
+    """How a regressed candidate regressed: each has its own `--fail-on` rule."""
+
+    STATUS = "status"  # it was correct and is not now (rule: status)
+    TIME = "time"  # it is correct on both sides and significantly slower (rule: median)
+
+
+REGRESSED, IMPROVED, UNCHANGED, NOT_COMPARABLE, NEW, MISSING = Verdict
+VERDICTS = tuple(Verdict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Side:
+    """One side of a comparison: the records of a run folder, a records file or a baseline file."""
+
+    source: str  # what the user named: a baseline file, run folder, run id or records.jsonl
+    header: Optional[RunHeader]  # the run's header (its config holds the timing protocol), when there is one
+    references: dict[str, ReferenceRecord]  # problem -> its (first) reference record
+    candidates: dict[tuple[str, str], CandidateRecord]  # (problem, candidate) -> its latest record
+    null_floors: dict[str, NullFloor] = dataclasses.field(default_factory=dict)  # problem -> its worst null floor over its references (lanes)
+
+
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+    """One (problem, candidate) compared between the baseline and the current run."""
+
+    problem: str  # problem name
+    candidate: str  # candidate name
+    verdict: Verdict  # what became of it
+    reason: str  # one line: why that verdict (the change in time and its p, or what changed)
+    baseline_status: Optional[str] = None  # its status in the baseline (None: not there)
+    current_status: Optional[str] = None  # its status now (None: not in this run)
+    baseline_ms: Optional[float] = None  # its median in the baseline, when times were compared
+    current_ms: Optional[float] = None  # its median now, when times were compared
+    ratio: Optional[float] = None  # current / baseline median (> 1: slower)
+    p_value: Optional[float] = None  # two-sided Mann-Whitney U over the raw samples
+    reference_ratio: Optional[float] = None  # the eager reference's own current / baseline median
+    regression: Optional[Regression] = None  # how it regressed, when the verdict is REGRESSED
+
+
+class _Statuses(TypedDict):
+    """The statuses part of a Comparison, passed as keywords."""
+
+    baseline_status: str
+    current_status: str
+
+
+class _Times(TypedDict):
+    """The times part of a Comparison, passed as keywords."""
+
+    baseline_ms: float
+    current_ms: float
+    ratio: float
+    p_value: float
+    reference_ratio: Optional[float]
+
+
+@dataclasses.dataclass(frozen=True)
+class Rules:
+    """What fails the gate (`--fail-on`): comma-separated `median:10%`, `geomean:5%`, `missing`,
+    `incomparable`; correctness (`status`) is always checked, unless the rule is `none`."""
+
+    status: bool = True  # a candidate that was correct and is not now
+    median: Optional[float] = 0.10  # a significant slowdown beyond this fraction (None: never)
+    geomean: Optional[float] = None  # the geometric mean of comparable ratios slower beyond this
+    missing: bool = False  # a baseline candidate absent from the current run
+    incomparable: bool = False  # any result that could not be compared
+
+    @classmethod
+    def parse(cls, text: str, median_default: float) -> "Rules":
+        text = text.strip()
+        if text in ("", "default"):
+            return cls(median=median_default)
+        if text == "none":
+            return cls(status=False, median=None)
+        fields: dict[str, Any] = {"status": True, "median": None}
+        for item in (part.strip() for part in text.split(",")):
+            match = re.fullmatch(r"(median|geomean):(\d+(?:\.\d+)?)%", item)
+            if match:
+                fields[match.group(1)] = float(match.group(2)) / 100
+            elif item in ("status", "missing", "incomparable"):
+                fields[item] = True
+            else:
+                raise UserError(f"--fail-on: cannot read {item!r}; use comma-separated status, median:10%, geomean:5%, missing, incomparable or none")
+        return cls(**fields)
+
+    def describe(self) -> str:
+        parts = ["status" if self.status else ""]
+        parts.append(f"median:{self.median:.0%}" if self.median is not None else "")
+        parts.append(f"geomean:{self.geomean:.0%}" if self.geomean is not None else "")
+        parts += ["missing" if self.missing else "", "incomparable" if self.incomparable else ""]
+        return ",".join(p for p in parts if p) or "none"
+
+
+@dataclasses.dataclass(frozen=True)
+class GateResult:
+    """The gate's comparisons and its verdict."""
+
+    baseline: str  # the baseline's source, as named
+    current: str  # the current run's source, as named
+    rules: Rules  # what fails the gate
+    alpha: float  # a change in time counts when the Mann-Whitney p is below this
+    comparisons: tuple[Comparison, ...]  # one per (problem, candidate) of either side, sorted
+    geomean_ratio: Optional[float]  # over candidates compared on time
+    failures: tuple[str, ...]  # why the gate fails; empty when it passes
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+    def count(self, verdict: Verdict) -> int:
+        return sum(c.verdict == verdict for c in self.comparisons)
+
+
+def load_side(where: str, results_dir: Path) -> Side:
+    """Records from a run folder, a run id under `results_dir`, a records file or a baseline file."""
+    path = resolve_run(where, results_dir)
+    records = read_records(path)
+    header = next((r for r in records if isinstance(r, RunHeader)), None)
+    every_reference = [r for r in records if isinstance(r, ReferenceRecord)]
+    references: dict[str, ReferenceRecord] = {}
+    for record in every_reference:
+        references.setdefault(record.problem, record)
+    candidates = latest_per_candidate(r for r in records if isinstance(r, CandidateRecord))
+    if not candidates:
+        raise UserError(f"{where}: holds no candidate records")
+    return Side(str(where), header, references, candidates, nullfloor.by_problem(every_reference))
+
+
+def _setting(header: Optional[RunHeader], dotted: str) -> Any:
+    value: Any = header.config if header is not None else {}
+    for part in dotted.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
+def mann_whitney_p(a: list[float], b: list[float]) -> float:
+    """Two-sided Mann-Whitney U p-value (scipy); 1.0 when either side has too few samples to tell."""
+    from scipy.stats import mannwhitneyu
+
+    if len(a) < 2 or len(b) < 2:
+        return 1.0
+    return float(mannwhitneyu(a, b, alternative="two-sided").pvalue)
+
+
+CANDIDATE_CHANGED = "the candidate file changed"  # a change that the times are compared across, unless across_changes is off
+
+
+def _changes(baseline: Side, current: Side, old: CandidateRecord, new: CandidateRecord) -> list[str]:
+    """What differs between the runs for this candidate, each a short clause, in the order they
+    are named; empty when nothing does."""
+    found: list[str] = []
+    if old.problem_hash != new.problem_hash:
+        found.append("the problem file changed")
+    if old.candidate_hash != new.candidate_hash:
+        found.append(CANDIDATE_CHANGED)
+    if old.device != new.device:
+        found.append(f"device {old.device} then, {new.device} now")
+    old_ref, new_ref = baseline.references.get(old.problem), current.references.get(new.problem)
+    if old_ref is not None and new_ref is not None and old_ref.device_name and new_ref.device_name and old_ref.device_name != new_ref.device_name:
+        found.append(f"{old_ref.device_name} then, {new_ref.device_name} now")
+    for key in PROTOCOL_KEYS:
+        then, now = _setting(baseline.header, key), _setting(current.header, key)
+        if then is not None and now is not None and then != now:
+            found.append(f"{key} was {then!r}, is {now!r}")
+    return found
+
+
+def _incomparable(changes: list[str], across_changes: bool) -> str:
+    """Why the times cannot be compared, from the runs' `changes`; "" when they can."""
+    for change in changes:
+        if change != CANDIDATE_CHANGED:
+            return change
+        if not across_changes:
+            return f"{CANDIDATE_CHANGED} (compare anyway with --across-changes)"
+    return ""
+
+
+def _skipped(old: CandidateRecord, new: CandidateRecord) -> str:
+    """Why a candidate skipped (`needs CUDA`) on one side only is not comparable; "" when it was
+    evaluated on both sides or skipped on both."""
+    if (old.status is Status.NEEDS_CUDA) == (new.status is Status.NEEDS_CUDA):
+        return ""
+    if new.status is Status.NEEDS_CUDA:
+        return f"was {old.status.value}, skipped now (needs CUDA): this run could not evaluate it"
+    return f"not evaluated in the baseline (needs CUDA), now {new.status.value}"
+
+
+def null_tolerance_of(current: Side) -> float:
+    """timing.null_tolerance from the current run's header config, else the default (0.03)."""
+    value = _setting(current.header, "timing.null_tolerance")
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else nullfloor.DEFAULT_TOLERANCE
+
+
+def _floor_reason(baseline: Side, current: Side, problem: str, tolerance: float) -> str:
+    """Why times on `problem` cannot be compared because of the runs' null floors; "" when they can
+    (or when the runs have no floors)."""
+    old, new = baseline.null_floors.get(problem), current.null_floors.get(problem)
+    for floor, which in ((new, "the current run"), (old, "the baseline")):
+        if floor is None or not nullfloor.off(floor, tolerance):
+            continue
+        if nullfloor.failed(floor):
+            return f"the null candidate failed in {which} ({floor.status}): the run has no null floor for this problem"
+        return f"the null floor is {nullfloor.describe(floor)} in {which}, outside 1.00x +/- {tolerance * 100:g}%: times on this problem are off by about that much"
+    if nullfloor.moved(old, new, tolerance):
+        assert old is not None and new is not None and old.speedup is not None and new.speedup is not None
+        return f"the null floor moved from {old.speedup:.2f}x to {new.speedup:.2f}x (more than {tolerance * 100:g}%)"
+    return ""
+
+
+def compare_one(
+    baseline: Side,
+    current: Side,
+    key: tuple[str, str],
+    threshold: float,
+    alpha: float,
+    across_changes: bool = True,
+    null_tolerance: float = nullfloor.DEFAULT_TOLERANCE,
+) -> Comparison:
+    problem, name = key
+    old, new = baseline.candidates.get(key), current.candidates.get(key)
+    if old is None:
+        assert new is not None
+        return Comparison(problem, name, NEW, "not in the baseline", current_status=new.status.value)
+    if new is None:
+        return Comparison(problem, name, MISSING, "in the baseline, not in this run", baseline_status=old.status.value)
+    statuses: _Statuses = {"baseline_status": old.status.value, "current_status": new.status.value}
+    skipped = _skipped(old, new)
+    if skipped:  # a skip is no verdict on the kernel: nothing to compare it with
+        return Comparison(problem, name, NOT_COMPARABLE, skipped, **statuses)
+    changes = _changes(baseline, current, old, new)
+    status_change = _status_change(old, new, "; ".join(changes))
+    if status_change is not None:  # correctness is compared whatever changed between the runs
+        verdict, reason = status_change
+        return Comparison(problem, name, verdict, reason, **statuses, regression=Regression.STATUS if verdict == REGRESSED else None)
+    why = _incomparable(changes, across_changes)
+    if why:
+        return Comparison(problem, name, NOT_COMPARABLE, why, **statuses)
+    if old.timing is None or new.timing is None:
+        return Comparison(problem, name, UNCHANGED, "correct; not timed on both sides", **statuses)
+    floor = _floor_reason(baseline, current, problem, null_tolerance)
+    if floor:  # correctness was compared above; only the times are not
+        return Comparison(problem, name, NOT_COMPARABLE, floor, **statuses)
+    old_ms, new_ms = old.timing.median_ms, new.timing.median_ms
+    ratio = new_ms / old_ms if old_ms > 0 else math.inf
+    p = mann_whitney_p(old.timing.corrected_samples(), new.timing.corrected_samples())
+    reference_ratio = new.reference_ms / old.reference_ms if old.reference_ms and new.reference_ms else None
+    times: _Times = {"baseline_ms": old_ms, "current_ms": new_ms, "ratio": ratio, "p_value": p, "reference_ratio": reference_ratio}
+    changed = " (source changed)" if old.candidate_hash != new.candidate_hash else ""
+    beyond = ratio > 1 + threshold or ratio < 1 / (1 + threshold)
+    if beyond and p < alpha:
+        if ratio > 1:
+            return Comparison(problem, name, REGRESSED, f"{_percent(ratio)} (p={p:.1e}){changed}", **statuses, **times, regression=Regression.TIME)
+        return Comparison(problem, name, IMPROVED, f"{_percent(ratio)} (p={p:.1e}){changed}", **statuses, **times)
+    if beyond:
+        return Comparison(problem, name, UNCHANGED, f"{_percent(ratio)}, not significant (p={p:.2g} >= {alpha:g}){changed}", **statuses, **times)
+    return Comparison(problem, name, UNCHANGED, f"{_percent(ratio)}, within {threshold:.0%}{changed}", **statuses, **times)
+
+
+def _status_change(old: CandidateRecord, new: CandidateRecord, changed: str) -> Optional[tuple[Verdict, str]]:
+    """The verdict and reason when the candidate is not correct on both sides; None when it is.
+    `changed` names what differs between the runs (its source, the problem's, the device, the
+    protocol), for the reason: none of it keeps correctness from being compared."""
+    was, now = old.status is Status.CORRECT, new.status is Status.CORRECT
+    if was and now:
+        return None
+    note = f" ({changed})" if changed else ""
+    if was:
+        return REGRESSED, f"was correct, now {new.status.value}{note}: {new.reason}"
+    if now:
+        return IMPROVED, f"was {old.status.value}, now correct{note}"
+    if old.status is Status.NEEDS_CUDA:
+        return UNCHANGED, "not evaluated on either side (needs CUDA)"
+    same = "" if old.status is new.status else f" (was {old.status.value})"
+    return UNCHANGED, f"still not correct{same}"
+
+
+def gate(baseline: Side, current: Side, rules: Rules, alpha: float, across_changes: bool = True) -> GateResult:
+    threshold = rules.median if rules.median is not None else 0.10
+    tolerance = null_tolerance_of(current)
+    keys = sorted(set(baseline.candidates) | set(current.candidates))
+    comparisons = tuple(compare_one(baseline, current, key, threshold, alpha, across_changes, tolerance) for key in keys)
+    ratios = [c.ratio for c in comparisons if c.ratio is not None and c.verdict != NOT_COMPARABLE and 0 < c.ratio < math.inf]
+    geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios)) if ratios else None
+    failures = []
+    status_regressions = [c for c in comparisons if c.regression is Regression.STATUS]
+    slower = [c for c in comparisons if c.regression is Regression.TIME]
+    if rules.status and status_regressions:
+        failures.append(f"{len(status_regressions)} candidate(s) no longer correct")
+    if rules.median is not None and slower:
+        failures.append(f"{len(slower)} candidate(s) significantly slower than {1 + rules.median:.2f}x")
+    if rules.geomean is not None and geomean is not None and geomean > 1 + rules.geomean:
+        failures.append(f"geometric mean {_percent(geomean)}, over {rules.geomean:.0%}")
+    if rules.missing and any(c.verdict == MISSING for c in comparisons):
+        failures.append(f"{sum(c.verdict == MISSING for c in comparisons)} baseline candidate(s) missing")
+    if rules.incomparable and any(c.verdict == NOT_COMPARABLE for c in comparisons):
+        failures.append(f"{sum(c.verdict == NOT_COMPARABLE for c in comparisons)} result(s) not comparable")
+    return GateResult(baseline.source, current.source, rules, alpha, comparisons, geomean, tuple(failures))
+
+
+def _percent(ratio: float) -> str:
+    if ratio == math.inf:
+        return "infinitely slower"
+    return f"{(ratio - 1) * 100:+.1f}%"
+
+
+def _ms(value: Optional[float]) -> str:
+    return "" if value is None else f"{value:.4g}"
+
+
+def _table(rows: Iterable[Comparison]) -> list[str]:
+    """One row per comparison, in natural order (`l1_p2` before `l1_p10`); names and reasons as literal text."""
+    lines = ["| problem | candidate | change | baseline ms | current ms | ratio | p | reference moved | statuses |", "|---|---|---|---:|---:|---:|---:|---:|---|"]
+    for c in sorted(rows, key=lambda c: (natural_key(c.problem), natural_key(c.candidate))):
+        ratio = f"{c.ratio:.3f}x" if c.ratio is not None else ""
+        p = f"{c.p_value:.1e}" if c.p_value is not None else ""
+        moved = _percent(c.reference_ratio) if c.reference_ratio is not None else ""
+        states = c.current_status if c.baseline_status == c.current_status else f"{c.baseline_status or '-'} → {c.current_status or '-'}"
+        lines.append(f"| {markdown_text(c.problem)} | {markdown_text(c.candidate)} | {markdown_text(c.reason)} | {_ms(c.baseline_ms)} | {_ms(c.current_ms)} | {ratio} | {p} | {moved} | {states} |")
+    return lines
+
+
+def report(result: GateResult) -> str:
+    """The markdown report: the verdict, counts, regressions and improvements in full, the rest folded."""
+    verdict = "**PASS**" if result.passed else "**FAIL**: " + "; ".join(result.failures)
+    lines = [
+        "# Regression gate",
+        "",
+        f"{verdict}",
+        "",
+        f"Baseline {markdown_code(result.baseline)}, current {markdown_code(result.current)}. Fails on: `{result.rules.describe()}`; a change in time counts when Mann-Whitney U gives p < {result.alpha:g}.",
+        "",
+        "| " + " | ".join(VERDICTS) + " | geomean ratio |",
+        "|" + "---:|" * (len(VERDICTS) + 1),
+        "| " + " | ".join(str(result.count(v)) for v in VERDICTS) + f" | {f'{result.geomean_ratio:.3f}x' if result.geomean_ratio else ''} |",
+    ]
+    for verdict_name, title in ((REGRESSED, "Regressions"), (IMPROVED, "Improvements"), (NOT_COMPARABLE, "Not comparable"), (MISSING, "Missing"), (NEW, "New")):
+        rows = [c for c in result.comparisons if c.verdict == verdict_name]
+        if rows:
+            lines += ["", f"## {title}", "", *_table(rows)]
+    unchanged = [c for c in result.comparisons if c.verdict == UNCHANGED]
+    if unchanged:
+        lines += ["", f"<details><summary>{len(unchanged)} unchanged</summary>", "", *_table(unchanged), "", "</details>"]
+    return "\n".join(lines) + "\n"
