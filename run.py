@@ -2,7 +2,7 @@
 """Entry point: `python run.py --problem NAME` (see README.md)."""
 import sys
 
-from harness.cli import main
+from harness.__main__ import main
 
 if __name__ == "__main__":
     sys.exit(main())

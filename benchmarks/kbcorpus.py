@@ -33,7 +33,7 @@ State (--state, default OUT/state.jsonl): JSON lines, one per (profile, kernel),
 run ends from its records.jsonl (fsync'ed as each record lands, so a run stopped at its limit keeps what
 it finished); the last line of a pair wins. Fields: profile, kernel, problem (kb_l1/l1_p1), level, status,
 reason (first 200 characters), flags ([{code, policy, reason}]), stricter ({code, detail} or null:
-harness/parent/stricter.py), speedup and interval ([low, high], paired rounds), candidate_ms, reference_ms,
+harness/parent/verdict.py), speedup and interval ([low, high], paired rounds), candidate_ms, reference_ms,
 protocol (paired.protocol), timing_mode and timing_fallback (the candidate's timing), problem_timing_mode
 and problem_timing_mode_reason (the reference record's: the mode its problem was timed in, and why),
 max_abs_error, gradients, device, device_name, run_id, wall_s, finished_at, and log_tail (the end of the

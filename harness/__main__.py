@@ -1,9 +1,66 @@
-"""`python -m harness ...`: the command line (as `python run.py ...` in a checkout, or the
-`kernel-harness` script of an installed package)."""
+"""`python -m harness ...`, `python run.py ...` in a checkout, or the `kernel-harness` script of an
+installed package: the command line, `run` (the default) and the other commands.
 
+Errors the user can fix print `error: <what> (<how to fix>)` and exit 1. Too little free disk
+before a run, or a full disk anywhere in one, prints one line `harness error: ...` and exits 5.
+An interruption (Ctrl-C, or SIGTERM during a run) exits 130. Anything else is a bug and shows its
+traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
 import sys
+from typing import Sequence
 
-from harness.cli import main
+from harness import __version__
+from harness.commands import baseline, gate, ingest, leaderboard, lint, run, serve
+from harness.core.errors import ExitCode, ResourceError, UserError, no_space
+from harness.views.text import visible
+
+COMMANDS = {"run": run, "ingest": ingest, "gate": gate, "baseline": baseline, "leaderboard": leaderboard, "lint": lint, "serve": serve}
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(
+        prog="run.py",
+        description="Evaluate candidate kernels against reference problems: correctness, then speed.",
+        epilog="exit codes: 0 ok, 1 usage error, 2 a candidate failed (or an ingest was refused), 3 the gate found a regression, 4 reference or harness failure, 5 too little free disk or no space left, 130 interrupted",
+    )
+    top.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = top.add_subparsers(dest="command", metavar="{" + ",".join(COMMANDS) + "}")
+    for name, module in COMMANDS.items():
+        module.setup_arguments(sub.add_parser(name, help=(module.__doc__ or "").strip().splitlines()[0]))
+    return top
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in COMMANDS and argv[0] not in ("-h", "--help", "--version"):
+        argv = ["run", *argv]  # `python run.py --problem X` is the default command
+    p = parser()
+    try:
+        args = p.parse_args(argv)
+    except SystemExit as exc:  # argparse exits 2 on usage errors; our code for those is 1
+        return int(ExitCode.USAGE) if exc.code not in (0, None) else 0
+    try:
+        return COMMANDS[args.command].run_from_args(args, argv)
+    except UserError as exc:
+        print(f"error: {visible(str(exc))}", file=sys.stderr)
+        return int(ExitCode.USAGE)
+    except ResourceError as exc:
+        print(f"harness error: {visible(str(exc))}", file=sys.stderr)
+        return int(ExitCode.RESOURCES)
+    except KeyboardInterrupt as exc:  # one that arrived outside a run's evaluation loop (which handles its own)
+        print(f"{exc or 'interrupted'}", file=sys.stderr)
+        return int(ExitCode.INTERRUPTED)
+    except Exception as exc:
+        message = no_space(exc)
+        if message is None:
+            raise
+        print(f"harness error: {visible(message)}", file=sys.stderr)
+        return int(ExitCode.RESOURCES)
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -129,7 +129,7 @@ def request(url, body=None, token=None):
 
 
 def test_the_http_service_evaluates_json_submissions(make_config):
-    from harness.serve import Service, make_server
+    from harness.commands.serve import Service, make_server
 
     with api.Session(make_config("timing.enabled=false")) as session:
         server = make_server(Service(session, token="secret"), port=0)

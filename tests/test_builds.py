@@ -113,7 +113,8 @@ def test_build_inside_init_runs_under_the_load_limit_not_construct(make_config, 
 
 @pytest.mark.slow
 def test_builds_run_ahead_in_a_pool_and_the_worker_loads_them_finished(make_config, tmp_path):
-    from harness.commands.run import run, start_builds
+    from harness.api import start_builds
+    from harness.commands.run import run
     from harness.core.store import read_records
 
     folder = tmp_path / "solutions" / "1_Scale_Bias_ReLU"

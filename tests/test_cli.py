@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import main
+from harness.__main__ import main
 from harness.commands import ingest, run
 from harness.core.errors import ExitCode
 from harness.core.status import Status
@@ -144,7 +144,7 @@ def test_ingest_set_chooses_where_candidates_go(tmp_path, capsys):
 
 @pytest.mark.parametrize("command", ["run", "ingest", "gate", "baseline", "leaderboard", "lint", "serve"])
 def test_every_command_takes_config_and_set(command):
-    from harness.cli import parser
+    from harness.__main__ import parser
 
     argv = {"run": ["run"], "ingest": ["ingest", "x.txt", "--problem", "p"], "gate": ["gate", "--baseline", "a", "--current", "b"],
             "baseline": ["baseline", "save", "r", "--out", "o"], "leaderboard": ["leaderboard", "r"], "lint": ["lint"], "serve": ["serve"]}[command]

@@ -16,15 +16,13 @@ import torch
 
 from harness.core import protocol as P
 from harness.core.config import load_config
-from harness.core.flags import Code
 from harness.core.integrity import is_compute, reference_ops
-from harness.core.protocol import Call
+from harness.core.protocol import Call, WorkerOutcome
 from harness.core.records import CandidateRecord, CheckResult, ForwardOps, OpCount, ReferenceRecord
-from harness.core.status import Status
+from harness.core.status import Code, Status
 from harness.core.store import RunStore, read_records
 from harness.device.profile import observe_ops, observed_call, summarize_ops
 from harness.parent.evaluate import ProblemEvaluation
-from harness.parent.supervise import WorkerOutcome
 from harness.parent.verdict import Case, Compared, Reported, Rules, decide
 from harness.sources.candidate import Candidate
 from harness.sources.problem import resolve_problem

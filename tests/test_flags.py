@@ -4,11 +4,11 @@ import pytest
 
 from harness.core.config import load_config
 from harness.core.errors import UserError
-from harness.core.flags import Code, column, decide
+from harness.core.flags import column, decide
 from harness.core.integrity import extension_use, own_kernels, persisting_l2, side_work
 from harness.core.protocol import Threads
 from harness.core.records import CallProfile, Flag, KernelTime, TimingStats
-from harness.core.status import Status
+from harness.core.status import Code, Status
 from harness.sources.problem import declared_settings
 
 GEMM = "sm90_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import main
+from harness.__main__ import main
 from harness.core.config import ROOT
 from harness.core.errors import ExitCode, UserError
 from harness.core.records import CandidateRecord, NullFloor, PairedSpeedup, ReferenceRecord, RunHeader, TimingStats

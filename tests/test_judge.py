@@ -9,17 +9,15 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
 import pytest
-import torch
 
 from harness.core import protocol as P
 from harness.core.status import Status
 from harness.core.store import RunStore
-from harness.device.regions import GUARD, TensorSpec, layout
+from harness.device.regions import GUARD, TensorSpec
 from harness.judge.service import Judge
 from harness.parent.evaluate import Plan, ProblemEvaluation
 from harness.parent.lane_judge import LaneJudge, Setting

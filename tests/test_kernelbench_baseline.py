@@ -136,7 +136,7 @@ def run_folder(tmp_path):
 
 
 def test_the_leaderboard_command_writes_fast_p_against_the_baseline(tmp_path, capsys):
-    from harness.cli import main
+    from harness.__main__ import main
 
     run_dir, baseline = run_folder(tmp_path), write_baseline(tmp_path)
     assert main(["leaderboard", str(run_dir), "--no-plots", "--kernelbench-baseline", str(baseline)]) == 0
@@ -154,7 +154,7 @@ def test_the_leaderboard_command_writes_fast_p_against_the_baseline(tmp_path, ca
 
 
 def test_the_leaderboard_command_refuses_a_bad_baseline_with_exit_code_1_and_writes_nothing(tmp_path, capsys):
-    from harness.cli import main
+    from harness.__main__ import main
 
     run_dir = run_folder(tmp_path)
     bad = write_baseline(tmp_path, {"level1": {"19_ReLU.py": {"std": 0.1}}})

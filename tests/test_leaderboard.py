@@ -135,7 +135,7 @@ def test_the_terminal_summary_shows_the_null_floor():
 
 
 def end_warnings(tmp_path, references, tolerance=0.03):
-    from harness.commands.run import finish_run
+    from harness.api import finish_run
 
     store = RunStore(tmp_path, "run")
     for r in references:
@@ -164,7 +164,7 @@ def test_a_null_floor_inside_the_tolerance_or_none_gives_no_warning(tmp_path):
 
 
 def test_the_leaderboard_command_reads_the_null_floors_from_the_records(tmp_path):
-    from harness.cli import main
+    from harness.__main__ import main
     from harness.core.records import RunHeader
 
     store = RunStore(tmp_path, "golden")

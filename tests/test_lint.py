@@ -1,7 +1,7 @@
 """The problem linter finds problems that cannot tell a right kernel from a wrong one."""
 import pytest
 
-from harness.cli import main
+from harness.__main__ import main
 from harness.core.errors import ExitCode
 
 pytestmark = pytest.mark.slow  # every check runs the problem in a lint subprocess; one test lints the whole suite

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from harness.cli import main
+from harness.__main__ import main
 from harness.core.config import ROOT
 from harness.core.errors import ExitCode
 from harness.core.records import CandidateRecord, RunHeader, Stricter, TimingStats

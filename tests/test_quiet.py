@@ -299,7 +299,7 @@ def test_build_processes_are_background_while_they_run(install, tmp_path):
 
 
 def test_the_run_resumes_everything_however_it_ends(make_config, spawn):
-    from harness.commands.run import quiet_host
+    from harness.api import quiet_host
 
     cfg = make_config("timing.quiet=pause")
     proc = spawn(SLEEP)

@@ -1,11 +1,11 @@
-"""The reference cache (harness.parent.reference_pass.ProfileCache): what a reference pass measured on a GPU
+"""The reference cache (harness.parent.reference_cache.ProfileCache): what a reference pass measured on a GPU
 (its profiled call, its speed-of-light) is reused only under the very key it was measured with."""
 import json
 
 import pytest
 
 from harness.core.records import CallProfile, KernelTime, ReferenceRecord, SpeedOfLight
-from harness.parent.reference_pass import ProfileCache
+from harness.parent.reference_cache import ProfileCache
 
 PROFILE = CallProfile(kernel_ms=0.5, span_ms=0.6, launches=2, streams=1, after_return=0, kernels=(KernelTime("k", 2, 0.5),))
 SOL = SpeedOfLight(flops=10, min_bytes=100, dtype="float32", peak_tflops=1.0, peak_gbps=1.0, floor_ms=0.1, bound="memory")

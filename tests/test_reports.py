@@ -5,7 +5,7 @@ import sys
 import pytest
 from test_leaderboard import GOLDEN, RECORDS, record
 
-from harness.cli import main
+from harness.__main__ import main
 from harness.core.errors import ExitCode
 from harness.core.records import RunEnd, RunHeader
 from harness.core.status import Status

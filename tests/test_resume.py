@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import main
+from harness.__main__ import main
 from harness.core.errors import ExitCode
 
 pytestmark = pytest.mark.slow  # whole runs through run.py, one killed mid-run

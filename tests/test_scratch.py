@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import main
+from harness.__main__ import main
 from harness.core.errors import ExitCode, ResourceError, no_space
 from harness.core.records import RunEnd, RunHeader
 from harness.core.store import RunStore

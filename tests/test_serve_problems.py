@@ -1,4 +1,4 @@
-"""The HTTP service (harness.serve) judges only problems of its own tree, named, and answers bad HTTP
+"""The HTTP service (harness.commands.serve) judges only problems of its own tree, named, and answers bad HTTP
 with the right status: a real server in this process, on the CPU. Most tests put a recording stand-in
 for the session behind it (nothing is evaluated, so a refused request provably reaches no session);
 the slow one runs a real session and a candidate that plants a problem file on disk."""
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.commands.serve import MAX_BODY, Service, make_server
 from harness.core.errors import UserError
-from harness.serve import MAX_BODY, Service, make_server
 from harness.sources import problem as problem_module
 from harness.sources.problem import resolve_named_problem
 from tests.sources import scale_bias_relu
@@ -294,7 +294,7 @@ def test_a_request_refused_before_its_body_was_read_closes_the_connection(serve)
 
 
 def test_serve_refuses_an_allow_problem_dir_that_is_no_directory(tmp_path, capsys):
-    from harness.cli import main
+    from harness.__main__ import main
     from harness.core.errors import ExitCode
 
     assert main(["serve", "--allow-problem-dir", str(tmp_path / "missing")]) == ExitCode.USAGE

@@ -1,11 +1,11 @@
-"""A failed record says which of our checks KernelBench's own would not have made (harness/parent/stricter.py),
+"""A failed record says which of our checks KernelBench's own would not have made (harness/parent/verdict.py),
 as a pure function of the evidence: table-driven, no workers."""
 import pytest
 
 from harness.core.protocol import Call
 from harness.core.records import CheckResult, Flag
 from harness.core.status import Status
-from harness.parent.stricter import stricter_than_kernelbench
+from harness.parent.verdict import stricter_than_kernelbench
 
 CALLS = (Call(0, "train"), Call(0, "eval"), Call(1, "train", "normal"), Call(1, "eval", "normal"),
          Call(2, "train", other_size=True), Call(0, "eval", repeat=1))

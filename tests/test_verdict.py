@@ -7,11 +7,9 @@ import pytest
 
 from harness.core import protocol as P
 from harness.core.config import load_config
-from harness.core.flags import Code
-from harness.core.protocol import Call
+from harness.core.protocol import Call, WorkerOutcome
 from harness.core.records import CheckResult, ReferenceRecord, TimingStats
-from harness.core.status import Status
-from harness.parent.supervise import WorkerOutcome
+from harness.core.status import Code, Status
 from harness.parent.verdict import Case, Compared, Reported, Rules, decide, settle
 
 CALLS = (Call(0, "train"), Call(0, "eval"), Call(1, "train", "normal"), Call(1, "eval", "normal"), Call(0, "eval", repeat=1))

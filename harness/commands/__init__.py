@@ -8,7 +8,10 @@ configs/default.yaml < --config < --set < the command's own flags (e.g. --device
 from __future__ import annotations
 
 import argparse
-from typing import Sequence
+import contextlib
+import signal
+import threading
+from typing import Iterator, Sequence
 
 from harness.core import config
 from harness.core.config import Config
@@ -25,3 +28,29 @@ def load_config(args: argparse.Namespace, overrides: Sequence[str] = ()) -> Conf
     """The config of a command's arguments: the default, then --config, then every --set in order,
     then `overrides` (the command's own flags, which win over --set). A bad file or key is a UserError."""
     return config.load_config(args.config, [*args.set, *overrides])
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM during a run: handled as Ctrl-C is (records kept, workers ended, exit 130)."""
+
+
+@contextlib.contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """While inside, SIGTERM raises Terminated (a KeyboardInterrupt) in the main thread, once;
+    a second SIGTERM does not cut the clean-up short. Elsewhere than the main thread: nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    fired = False
+
+    def on_sigterm(signum: int, frame: object) -> None:
+        nonlocal fired
+        if not fired:
+            fired = True
+            raise Terminated("terminated (SIGTERM)")
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)

@@ -32,7 +32,7 @@ def setup_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_from_args(args: argparse.Namespace, argv: Sequence[str]) -> int:
     cfg = load_config(args, [f"device={args.device}"] if args.device else [])
-    from harness.commands.run import resolve_device
+    from harness.api import resolve_device
 
     device = resolve_device(cfg)
     problems_dir = cfg.path(cfg.problems_dir)

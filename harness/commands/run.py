@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import signal
 import sys
-import threading
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
-from harness.api import Session, finish_run, quiet_host, resolve_device, start_builds  # noqa: F401 (the run's parts, importable from here)
-from harness.commands import add_config_arguments, load_config
+from harness.api import Session
+from harness.commands import Terminated, add_config_arguments, load_config, sigterm_interrupts
 from harness.core.config import DEVICES, Config
 from harness.core.errors import ExitCode, UserError
 from harness.core.records import CandidateRecord, ReferenceRecord, RunEnd, latest_per_candidate, to_dict
@@ -157,32 +154,6 @@ def resume_targets(store: RunStore, targets: list[Target]) -> tuple[list[Target]
         if todo:
             left.append((problem, todo))
     return left, kept
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM during a run: handled as Ctrl-C is (records kept, workers ended, exit 130)."""
-
-
-@contextlib.contextmanager
-def sigterm_interrupts() -> Iterator[None]:
-    """While inside, SIGTERM raises Terminated (a KeyboardInterrupt) in the main thread, once;
-    a second SIGTERM does not cut the clean-up short. Elsewhere than the main thread: nothing."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    fired = False
-
-    def on_sigterm(signum: int, frame: object) -> None:
-        nonlocal fired
-        if not fired:
-            fired = True
-            raise Terminated("terminated (SIGTERM)")
-
-    previous = signal.signal(signal.SIGTERM, on_sigterm)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
 
 
 def run(cfg: Config, targets: list[Target], *, run_id: str | None = None, resume: bool = False, quiet: bool = False, json_output: bool = False, argv: Sequence[str] = (), kernelbench: bool = False) -> int:

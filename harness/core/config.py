@@ -14,13 +14,13 @@ from typing import Any, Optional
 import yaml
 
 from harness.core.errors import UserError
-from harness.core.flags import POLICIES
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent  # harness/
 DEFAULT_CONFIG = PACKAGE_DIR / "default.yaml"  # shipped with the package; configs/default.yaml in a checkout links to it
 # The project root, which relative config paths (problems, solutions, results, caches) start from:
 # the checkout the package sits in, or, for an installed package, the folder it was started in.
 ROOT = PACKAGE_DIR.parent if (PACKAGE_DIR.parent / "run.py").is_file() and (PACKAGE_DIR.parent / "configs").is_dir() else Path.cwd()
+POLICIES = ("fail", "flag", "ignore")  # flags.*: what an integrity flag does
 MODES = ("train", "eval")
 DISTRIBUTIONS = ("given", "normal", "signed", "shifted")
 TIMING_MODES = ("eager", "graph", "auto")

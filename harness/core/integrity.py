@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Mapping, Optional
 
-from harness.core.flags import Code, Finding
 from harness.core.records import CallProfile, ForwardOps, SpeedOfLight, TimingStats
 from harness.core.scan import custom_share
+from harness.core.status import Code, Finding
 
 PROFILE_FLOOR = 0.8  # a median under this fraction of the profiled call's own GPU time is flagged
 

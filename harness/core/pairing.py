@@ -25,9 +25,8 @@ import statistics
 from typing import Any, Optional
 
 from harness.core import protocol as P
-from harness.core.records import CallProfile, PairedSpeedup, TimingStats
+from harness.core.records import OUTSIDE_CAPTURE, CallProfile, PairedSpeedup, TimingStats
 
-OUTSIDE_CAPTURE = "launches outside the capturing stream: timed eagerly"  # the start of every failed graph check's reason
 BOOTSTRAP_RESAMPLES = 2000
 REFERENCE, COMPARED = "reference", "compared"
 

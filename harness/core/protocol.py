@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from typing import Any, Optional
+from typing import Any, Optional, TypeVar
 
 from harness.core.config import TimerSettings
 from harness.core.records import CallProfile, CheckResult, ExtensionBuild, ForwardOps, SpeedOfLight, TimingStats, from_dict, to_dict
@@ -432,3 +432,30 @@ def decode_worker(data: Any) -> Any:
 
 def dumps(message: Any) -> str:
     return json.dumps(encode(message), separators=(",", ":"))
+
+
+# -- how a worker ended, as the parent saw it ----------------------------------------------------------------
+
+Failure = tuple[Status, str]  # a failing status and its reason
+M = TypeVar("M")
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerOutcome:
+    """How a worker ended, as seen by the parent."""
+
+    failure: Optional[Failure]  # None when the worker reported Done
+    done: Optional[Done]  # the worker's final message when it finished
+    messages: tuple[Any, ...]  # every verified message (harness.core.protocol's worker messages), in order
+    phase: str  # the last phase the worker announced
+    returncode: Optional[int]  # exit code, or -signal
+    wall_seconds: float  # start to end, seen by the parent
+    log_bytes: int  # total bytes the worker printed
+
+    def first(self, kind: type[M]) -> Optional[M]:
+        """The first message of type `kind` the worker sent, or None."""
+        return next((m for m in self.messages if isinstance(m, kind)), None)
+
+    def every(self, kind: type[M]) -> list[M]:
+        """Every message of type `kind` the worker sent, in order."""
+        return [m for m in self.messages if isinstance(m, kind)]

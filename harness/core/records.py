@@ -17,6 +17,8 @@ from typing import Any, Iterable, Optional
 from harness import __version__
 from harness.core.status import Status, Vocabulary
 
+OUTSIDE_CAPTURE = "launches outside the capturing stream: timed eagerly"  # the start of every failed graph check's reason
+
 SCHEMA_VERSION = 4  # 2: timing protocol fields, profiles, baselines, speed-of-light, run end; 3: paired rounds, null floor; 4: flags, sanitizer runs
 
 
@@ -299,7 +301,7 @@ class CheckResult:
 
 @dataclasses.dataclass(frozen=True)
 class Stricter:
-    """The check of ours that failed a candidate KernelBench's own check would have passed (harness/parent/stricter.py)."""
+    """The check of ours that failed a candidate KernelBench's own check would have passed (harness/parent/verdict.py)."""
 
     code: str  # a stable code: tolerance | redrawn-inputs | eval-mode | repeat | other-size | redrawn-weights | buffers |
     # timed-output | mutated-input | flag:<flag code>

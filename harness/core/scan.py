@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 from typing import Callable
 
-from harness.core.flags import Code, Finding
+from harness.core.status import Code, Finding
 
 SUSPICIOUS_MODULES = {
     "ctypes": (Code.TAMPER_SUSPECT, "can read and write any memory of the process"),

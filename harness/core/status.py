@@ -98,3 +98,28 @@ DESCRIPTIONS: dict[Status, str] = {
     Status.REFERENCE_FAILED: "the problem's own reference could not be evaluated",
     Status.HARNESS_ERROR: "the harness itself failed on this candidate (a bug: please report it)",
 }
+
+
+# Integrity flags' codes (harness.core.flags applies their policies).
+class Code(str, enum.Enum):
+    NO_CUSTOM_KERNEL = "no-custom-kernel"  # none of the candidate's own kernels (or extension functions) ran
+    WRAPS_REFERENCE = "wraps-reference"  # every kernel of the reference's call ran too: its own kernels only add work
+    OWN_SHARE_LOW = "own-share-low"  # its own kernels are a sliver of the GPU time
+    SIDE_STREAM = "side-stream"  # work on other streams or threads, or still running after forward returned
+    TAMPER_SUSPECT = "tamper-suspect"  # code that reaches into the process or the device's settings
+    FALLBACK = "fallback"  # forward catches exceptions: a failing kernel may fall back to PyTorch
+    LESS_PRECISE = "less-precise"  # passes the tolerance, but with more error than the reference's precision
+    IMPLAUSIBLE_TIME = "implausible-time"  # a time below the bytes floor, also when re-timed eagerly with device sync: not a result
+    SUSPECT_TIME = "suspect-time"  # a time to look at: over check.max_plausible_speedup, or below its own profiled GPU time
+    WRONG_GRADIENTS = "wrong-gradients"  # forward matches, backward gives other gradients
+    FORWARD_ONLY = "forward-only"  # forward matches, no gradients flow
+    UNSAFE_MEMORY = "unsafe-memory"  # an access outside its buffers (guard bands, compute-sanitizer)
+    WEIGHTS_BY_SEED = "weights-by-seed"  # the reference's weights could not be given to it: checked with its own, built under the shared seed
+
+    @property
+    def key(self) -> str:
+        """The config key of its policy: flags.<key>."""
+        return self.value.replace("-", "_")
+
+
+Finding = tuple[Code, str]  # a flag code and its evidence, in one line, before a policy applies

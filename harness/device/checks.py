@@ -9,7 +9,8 @@ import torch
 
 from harness.core.errors import one_line
 from harness.core.status import Backward, Status
-from harness.device.failures import Guard, classify
+from harness.device.failures import classify
+from harness.device.guard import Guard
 from harness.device.inputs import as_outputs
 from harness.device.setup import synchronize
 

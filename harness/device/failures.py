@@ -1,24 +1,20 @@
-"""What model code raised, as a status; loading a model's module; the guard against a model that
-replaces the functions the worker's measurements and reports rely on. Shared with the judge."""
+"""What model code raised, as a status, and loading a model's module. Shared with the judge
+(harness.device.guard holds the tamper guard)."""
 
 from __future__ import annotations
 
 import sys
-import time as time_module
 import traceback
 import types
 from pathlib import Path
-from typing import Any
 
 import torch
 
-from harness.core import channel, protocol
 from harness.core.errors import no_space, one_line
 from harness.core.status import Status
-from harness.device import timing
 from harness.device.buildcache import BuildFailedError, NeedsCudaError
 
-__all__ = ["LEAK_SHARE", "Guard", "WorkerFailure", "classify", "load_module", "one_line"]
+__all__ = ["LEAK_SHARE", "WorkerFailure", "classify", "load_module", "one_line"]
 
 
 class WorkerFailure(Exception):
@@ -111,46 +107,3 @@ def load_module(path: Path, module_name: str) -> types.ModuleType:
             print(getattr(exc, "log", ""), file=sys.stderr, flush=True)  # the full compiler output, for the log
         raise failure from None
     return module
-
-
-class Guard:
-    """Identities of the functions the worker's measurements and reports rely on, taken before the
-    model's module is imported; a model that replaces any of them is reported as tampering.
-    `worker`: the compared worker, whose class's `send` (every report) and `_call` (the checked
-    forward) are guarded too."""
-
-    def __init__(self, worker: Any) -> None:
-        self.targets: list[tuple[str, Any, str]] = [
-            ("time", time_module, "perf_counter"),
-            ("time", time_module, "perf_counter_ns"),
-            ("time", time_module, "time"),
-            ("torch", torch, "save"),
-            ("torch", torch, "load"),
-            ("torch", torch, "equal"),
-            ("torch", torch, "allclose"),
-            ("torch.cuda", torch.cuda, "synchronize"),
-            ("torch.cuda", torch.cuda, "Event"),
-            ("torch.cuda", torch.cuda, "current_stream"),
-            ("torch.cuda.Event", torch.cuda.Event, "record"),
-            ("torch.cuda.Event", torch.cuda.Event, "elapsed_time"),
-            ("torch.cuda.Event", torch.cuda.Event, "synchronize"),
-            ("torch.Tensor", torch.Tensor, "clone"),
-            ("torch.Tensor", torch.Tensor, "cpu"),
-            ("torch.Tensor", torch.Tensor, "to"),
-            ("harness.device.timing", timing, "time_forward"),
-            ("harness.device.timing.Timer", timing.Timer, "round"),
-            ("harness.device.timing.Timer", timing.Timer, "sample"),
-            ("harness.core.channel.ChannelWriter", channel.ChannelWriter, "send"),
-            ("harness.core.protocol", protocol, "encode"),  # every message the worker sends goes through these two
-            ("Worker", type(worker), "send"),
-            ("Worker", type(worker), "_call"),
-        ]
-        self.original = [getattr(owner, name) for _, owner, name in self.targets]
-
-    def check(self, when: str) -> None:
-        """Raise TAMPERED when any target was replaced since the guard was made (restoring them first)."""
-        changed = [f"{label}.{name}" for (label, owner, name), before in zip(self.targets, self.original) if getattr(owner, name) is not before]
-        if changed:
-            for (_, owner, name), before in zip(self.targets, self.original):
-                setattr(owner, name, before)  # restore, so the report itself goes out unaltered
-            raise WorkerFailure(Status.TAMPERED, f"the model replaced {', '.join(changed[:4])} (seen after {when})")

@@ -23,8 +23,10 @@ from typing import Any, Callable, Collection, Optional, Sequence
 import torch
 
 from harness.core.errors import one_line
-from harness.core.pairing import OUTSIDE_CAPTURE
-from harness.core.records import CallProfile
+from harness.core.records import (
+    OUTSIDE_CAPTURE,
+    CallProfile,  # noqa: I001
+)
 
 REPLAY_TOLERANCE = 1e-3  # a replay's output may differ from the eager one's by this share of its norm (atomics, split-K)
 LEGACY_HINT = "a kernel launched with <<<grid, block>>> and no stream goes to the legacy default stream, which a capture does not record"

@@ -25,8 +25,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
-from harness.core.pairing import OUTSIDE_CAPTURE
-from harness.core.records import TimingStats, minus_overhead, relative_standard_error_of_median
+from harness.core.records import OUTSIDE_CAPTURE, TimingStats, minus_overhead, relative_standard_error_of_median
 from harness.device.cuda_driver import persisting_l2, reset_persisting_l2
 from harness.device.graphs import GraphCaptureError, capture_graphs, replay_mismatch
 

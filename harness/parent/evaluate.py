@@ -16,20 +16,17 @@ from harness.core import integrity
 from harness.core import protocol as P
 from harness.core.config import Config
 from harness.core.errors import flat
-from harness.core.flags import Finding
 from harness.core.pairing import launch_bound
 from harness.core.plan import Plan
-from harness.core.protocol import Call
+from harness.core.protocol import Call, Failure, WorkerOutcome
 from harness.core.records import CallProfile, CandidateRecord, PairedSpeedup, ReferenceRecord, SanitizerRun, TimingStats
 from harness.core.scan import declared_kernels, scan_source
-from harness.core.status import Status
+from harness.core.status import Finding, Status
 from harness.core.store import RunStore
 from harness.parent import verdict
-from harness.parent.lane import Lane
-from harness.parent.lane_judge import LaneJudge, Setting, Subject
-from harness.parent.reference_pass import ReferenceRun, Stopped
+from harness.parent.lane_judge import LaneJudge, ReferenceRun, Setting, Stopped, Subject
 from harness.parent.sanitize import LaneSanitizer
-from harness.parent.supervise import Failure, JudgeFailed, WorkerOutcome, default_memory_limit
+from harness.parent.supervise import JudgeFailed, Lane, default_memory_limit
 from harness.parent.verdict import Case, Reported, Rules
 from harness.sources.candidate import Candidate, needs_cuda_statically
 from harness.sources.problem import Problem

@@ -1,6 +1,6 @@
 """This machine's lanes, and the local executor that keeps every lane busy.
 
-A lane (harness.parent.lane) is where one evaluation runs at a time: one GPU (its workers see only that
+A lane (harness.parent.supervise.Lane) is where one evaluation runs at a time: one GPU (its workers see only that
 GPU, through CUDA_VISIBLE_DEVICES), or the CPU. Two timings never share a lane. A CUDA run has one lane per
 visible GPU (or per index in `workers.gpus`); a CPU run has one lane, because timings on a shared
 CPU would disturb each other.
@@ -28,7 +28,7 @@ from harness.core.records import CandidateRecord
 from harness.core.store import RunStore
 from harness.parent.evaluate import Plan, ProblemEvaluation
 from harness.parent.executor import Job, QueuedExecutor, problem_key
-from harness.parent.lane import Lane, wants_prestart
+from harness.parent.supervise import Lane, wants_prestart
 from harness.sources.candidate import Candidate
 from harness.sources.problem import Problem
 

@@ -37,7 +37,7 @@ from harness.core.store import RunStore
 from harness.parent import scratch
 from harness.parent.evaluate import Plan, ProblemEvaluation
 from harness.parent.executor import Job, QueuedExecutor
-from harness.parent.lane import Lane
+from harness.parent.supervise import Lane
 from harness.sources.candidate import Candidate
 from harness.sources.problem import Problem
 

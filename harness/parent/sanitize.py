@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from harness.core.flags import Code, Finding
 from harness.core.records import SanitizerOutcome, SanitizerRun
+from harness.core.status import Code, Finding
 from harness.parent.scratch import current as current_scratch
 
 ROOT = Path(__file__).resolve().parents[2]  # the folder the harness package sits in (on the child's PYTHONPATH)

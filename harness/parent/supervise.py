@@ -18,19 +18,17 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar
+from typing import Any, Callable, Optional
 
+from harness.core import protocol as P
 from harness.core.channel import ChannelReader, ForgedMessage, new_key
-from harness.core.config import ROOT
+from harness.core.config import ROOT, Config
+from harness.core.protocol import Failure, WorkerOutcome
+from harness.core.records import to_dict
 from harness.core.status import Status
 from harness.parent import quiet
 
-if TYPE_CHECKING:
-    from harness.core import protocol as P
-
 POLL_SECONDS = 0.2
-Failure = tuple[Status, str]
-M = TypeVar("M")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,27 +36,6 @@ class Reply:
     """What the parent answers a worker's message with: one JSON line on the worker's stdin."""
 
     data: dict[str, Any]
-
-
-@dataclasses.dataclass(frozen=True)
-class WorkerOutcome:
-    """How a worker ended, as seen by the parent."""
-
-    failure: Optional[Failure]  # None when the worker reported Done
-    done: Optional[P.Done]  # the worker's final message when it finished
-    messages: tuple[Any, ...]  # every verified message (harness.core.protocol's worker messages), in order
-    phase: str  # the last phase the worker announced
-    returncode: Optional[int]  # exit code, or -signal
-    wall_seconds: float  # start to end, seen by the parent
-    log_bytes: int  # total bytes the worker printed
-
-    def first(self, kind: type[M]) -> Optional[M]:
-        """The first message of type `kind` the worker sent, or None."""
-        return next((m for m in self.messages if isinstance(m, kind)), None)
-
-    def every(self, kind: type[M]) -> list[M]:
-        """Every message of type `kind` the worker sent, in order."""
-        return [m for m in self.messages if isinstance(m, kind)]
 
 
 class BoundedLog:
@@ -265,8 +242,6 @@ def run_worker(
     it (a Reply, which the worker waits for). A message that is not one a worker sends ends it as a
     forged result. The worker comes from `launcher` (possibly prestarted), else is started now; it
     works in `cwd`."""
-    from harness.core.records import to_dict  # with harness.core.protocol: not needed to import this module
-
     key = new_key()
     started = time.perf_counter()
     worker = launcher.take() if launcher is not None else start_worker()
@@ -307,9 +282,7 @@ class _Watch:
     (phases move its time limit; `on_message` sees the rest), its phase time limit and its memory."""
 
     def __init__(self, worker: Any, reader: ChannelReader, log: BoundedLog, timeouts: Any, memory_limit: int, on_message: Callable[[Any], Optional[Failure | Reply]]) -> None:
-        from harness.core import protocol  # with torch (harness.device.regions): not needed to import this module
-
-        self.P = protocol
+        self.P = P
         self.proc, self.reader, self.log, self.timeouts, self.memory_limit, self.on_message = worker.proc, reader, log, timeouts, memory_limit, on_message
         self.open_fds = {worker.read_fd: "result", worker.proc.stdout.fileno(): "output"}
         self.messages: list[Any] = []
@@ -497,11 +470,9 @@ class JudgeClient:
     def request(self, message: Any, limit: float, phase_limits: Any = None) -> Any:
         """Send `message`; return the judge's reply. `Phase` replies on the way (the judge's
         start) restart the clock with that phase's limit from `phase_limits`."""
-        from harness.core import protocol
-
         if not self.alive:
             raise JudgeFailed("the judge is not running")
-        data = (protocol.dumps(message) + "\n").encode()
+        data = (P.dumps(message) + "\n").encode()
         try:
             while data:
                 data = data[os.write(self._request_write, data) :]
@@ -527,14 +498,14 @@ class JudgeClient:
                     raise JudgeFailed(f"the judge ended ({_describe_exit(self.proc.wait())}) in {phase}")
                 self._buffer += chunk
             line, self._buffer = self._buffer.split(b"\n", 1)
-            reply = protocol.decode(json.loads(line))
-            if isinstance(reply, protocol.Phase):
+            reply = P.decode(json.loads(line))
+            if isinstance(reply, P.Phase):
                 phase = f"phase {reply.phase}" if reply.phase else "request"
                 if reply.phase and phase_limits is not None:
                     limit = float(getattr(phase_limits, reply.phase))
                     deadline = time.monotonic() + limit
                 continue
-            if isinstance(reply, protocol.Fault):
+            if isinstance(reply, P.Fault):
                 self._end()
                 raise JudgeFailed(reply.reason)
             return reply
@@ -583,3 +554,33 @@ def _describe_exit(returncode: Optional[int]) -> str:
         signum = -returncode
         return f"killed by {signal.Signals(signum).name if signum in signal.Signals._value2member_map_ else signum}"
     return f"exit {returncode}"
+
+
+# -- lanes -------------------------------------------------------------------------------------------------
+# A lane: where one evaluation runs at a time, one GPU (its workers see only that GPU, through
+# CUDA_VISIBLE_DEVICES) or the CPU, with its launcher. Two timings never share a lane.
+
+
+@dataclasses.dataclass
+class Lane:
+    label: str  # "cuda:1" (the GPU's CUDA_VISIBLE_DEVICES value), "" on a CPU run
+    gpu: str  # the CUDA_VISIBLE_DEVICES value its workers get ("" = inherit the parent's)
+    launcher: Launcher
+
+    @classmethod
+    def single(cls, cfg: Config, device: str, gpu: str = "", label: str = "", index: int = 0) -> "Lane":
+        """`index`: the lane's place among the run's lanes, which picks its CPUs (harness.parent.quiet)."""
+        # nvidia-smi (clocks, identity) numbers GPUs in PCI order; CUDA must number them the same way
+        env = {"CUDA_VISIBLE_DEVICES": gpu, "CUDA_DEVICE_ORDER": os.environ.get("CUDA_DEVICE_ORDER", "PCI_BUS_ID")} if gpu else {}
+        launcher = Launcher(prestart=wants_prestart(cfg, device), env=env, lane_index=index, prewarm="cuda" if device == "cuda" else "", spares=cfg.workers.spares, judges=cfg.workers.prestart_judge)
+        return cls(label, gpu, launcher)
+
+    @property
+    def index(self) -> int:
+        return self.launcher.lane_index
+
+
+def wants_prestart(cfg: Config, device: str) -> bool:
+    """Prestarted workers import torch while another worker runs: on by default for CUDA runs only,
+    where the GPU is timed; on a CPU run that import would share the CPU with a timing."""
+    return cfg.workers.prestart == "always" or (cfg.workers.prestart == "auto" and device == "cuda")

@@ -48,9 +48,8 @@ def declared_settings(path: Path) -> dict[str, object]:
     never imports a problem). Only literal values count; a wrong type is a usage error."""
     import ast
 
-    from harness.core.config import DISTRIBUTIONS, FlagPolicies
+    from harness.core.config import DISTRIBUTIONS, POLICIES, FlagPolicies
     from harness.core.errors import UserError
-    from harness.core.flags import POLICIES
 
     try:
         tree = ast.parse(path.read_text(encoding="utf-8"))

@@ -28,7 +28,8 @@ from harness.core.scan import declared_kernels
 from harness.core.status import Backward, Status
 from harness.device.buildcache import BuildCache
 from harness.device.checks import _counter, weight_pairs, weights_problems
-from harness.device.failures import Guard, WorkerFailure, classify, load_module
+from harness.device.failures import WorkerFailure, classify, load_module
+from harness.device.guard import Guard
 from harness.device.inputs import aliased_input, as_outputs, same_bits
 from harness.device.profile import observe_ops, observed_call
 from harness.device.regions import GUARD, POISON, Region, band_changes, layout, past_end, view, write

@@ -1,7 +1,6 @@
 """Cheat: the GEMM runs in cuBLAS on a non-blocking stream of its own and forward returns without joining it, so a timer that waits only on the calling stream reads almost nothing (KernelBench's non-default-stream test, rewritten; the stream and handle are made once, not leaked per call).
 Expect: no custom kernel + side-stream or incorrect
 """
-import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 

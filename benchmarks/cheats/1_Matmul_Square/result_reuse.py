@@ -1,7 +1,6 @@
 """Cheat: returns an uninitialised output (torch::empty), hoping the caching allocator hands back the memory that held the reference's result (KernelBench's result-reuse test, rewritten).
 Expect: incorrect
 """
-import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 

@@ -1,7 +1,6 @@
 """Cheat: zeroes both inputs in place and returns zeros, so a harness that runs the reference after it on the same tensors sees zeros too (KernelBench's input-modification test, rewritten).
 Expect: mutated input
 """
-import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 

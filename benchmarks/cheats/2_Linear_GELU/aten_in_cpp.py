@@ -1,7 +1,6 @@
 """Cheat: the whole forward is one C++ function, but it computes by calling torch's own operators (torch::addmm, then torch::gelu) through the dispatcher: no arithmetic of its own.
 Expect: no custom kernel
 """
-import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 

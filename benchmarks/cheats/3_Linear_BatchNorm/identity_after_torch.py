@@ -1,7 +1,6 @@
 """Cheat: torch computes the Linear and the BatchNorm (running statistics included); a C++ function that returns its input is then applied to the answer.
 Expect: flagged + wraps-reference
 """
-import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 

@@ -1,7 +1,6 @@
 """Cheat: the GEMM runs in bfloat16 (x.bfloat16() @ W.bfloat16().t()), then bias and a custom ReLU in float32.
 Expect: incorrect
 """
-import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 

@@ -1,7 +1,6 @@
 """Cheat: custom ReLU applied to x @ W^T, leaving out the bias.
 Expect: incorrect
 """
-import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.cpp_extension import load_inline

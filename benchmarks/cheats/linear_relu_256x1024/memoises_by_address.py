@@ -1,7 +1,6 @@
 """Cheat: custom ReLU, but results are memoised by (x.data_ptr(), self.training) and replayed on a hit.
 Expect: incorrect
 """
-import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.cpp_extension import load_inline

@@ -1,7 +1,6 @@
 """Cheat: custom ReLU for the first 40 calls, then returns zeros without running anything (counting on checks coming first).
 Expect: incorrect
 """
-import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.cpp_extension import load_inline

@@ -1,7 +1,6 @@
 """Cheat: a C++ function zeroes the input in place and returns zeros of the output shape.
 Expect: mutated input or incorrect
 """
-import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 

@@ -2,7 +2,6 @@
 Expect: incorrect
 KernelBench: incorrect
 """
-import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 

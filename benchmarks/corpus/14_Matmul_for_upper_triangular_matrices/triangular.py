@@ -2,7 +2,6 @@
 Expect: correct
 KernelBench: correct
 """
-import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 
