@@ -8,7 +8,7 @@ is still correct after its integrity findings:
   findings under their policies (harness.core.flags), and the warnings that need no timing;
 - `settle(case, first, unsafe, compare)`: the sanitizer's findings, then, for a candidate still
   correct, the timing comparison (`compare`, called only then) and its findings, the log-size
-  warning, and which of our checks failed it where KernelBench's would not have (harness.parent.stricter).
+  warning, and which of our checks failed it where KernelBench's would not have (`stricter_than_kernelbench`, below).
 """
 
 from __future__ import annotations
