@@ -232,7 +232,7 @@ def test_both_executors_are_executors_and_evaluate_imports_neither():
 
 def test_a_ray_lane_hands_its_records_back_as_the_records_file_holds_them(tmp_path):
     """The lane's store keeps what it is given; the driver rebuilds it and writes the same lines."""
-    from harness.core.records import RECORD_KINDS, from_dict
+    from harness.core.schema import decode_line
     from harness.core.store import RunStore
     from harness.parent.ray_executor import LaneStore
 
@@ -246,6 +246,6 @@ def test_a_ray_lane_hands_its_records_back_as_the_records_file_holds_them(tmp_pa
     taken = lane.take()
     assert lane.take() == [] and not lane.records_path.exists()
     rebuilt = RunStore(tmp_path / "rebuilt", "r")
-    for data in taken:
-        rebuilt.append(from_dict(RECORD_KINDS[data.pop("kind")], data))
+    for line in taken:
+        rebuilt.append(decode_line(line))
     assert rebuilt.records_path.read_bytes() == plain.records_path.read_bytes()

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Sequence
 
 from harness.commands import add_config_arguments, load_config
 from harness.core.errors import UserError
-from harness.core.records import RECORD_KINDS, CandidateRecord, ReferenceRecord, RunHeader, latest_per_candidate, to_dict
+from harness.core.records import CandidateRecord, ReferenceRecord, RunHeader, latest_per_candidate
+from harness.core.schema import encode_line
 from harness.core.store import read_records, resolve_run
 
 
@@ -36,11 +36,10 @@ def run_from_args(args: argparse.Namespace, argv: Sequence[str]) -> int:
     candidates = latest_per_candidate(r for r in kept if isinstance(r, CandidateRecord))
     if not candidates:
         raise UserError(f"{args.run}: no candidate records" + (f" for {', '.join(sorted(keep))}" if keep else ""))
-    kinds = {cls: name for name, cls in RECORD_KINDS.items()}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out, "w", encoding="utf-8") as f:
         for row in ([header] if header else []) + list(references.values()) + list(candidates.values()):
-            f.write(json.dumps({"kind": kinds[type(row)], **to_dict(row)}) + "\n")
+            f.write(encode_line(row) + "\n")
     print(f"wrote {out}: {len(candidates)} candidate(s) of {len({p for p, _ in candidates})} problem(s) from {path}")
     return 0

@@ -6,7 +6,6 @@ done, so a run that is interrupted or killed keeps every verdict it reached.
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import threading
@@ -15,7 +14,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from harness.core.errors import UserError
-from harness.core.records import RECORD_KINDS, SCHEMA_VERSION, CandidateRecord, from_dict, to_dict
+from harness.core.records import CandidateRecord
+from harness.core.schema import LineError, decode_line, encode_line
 
 RECORDS_FILE = "records.jsonl"
 
@@ -54,8 +54,7 @@ class RunStore:
         return self.dir / "logs" / problem / f"{candidate}.log"
 
     def append(self, record: Any) -> None:
-        kind = {cls: name for name, cls in RECORD_KINDS.items()}[type(record)]
-        line = json.dumps({"kind": kind, **to_dict(record)}, sort_keys=False)
+        line = encode_line(record)
         with self._lock, open(self.records_path, "a", encoding="utf-8") as f:
             f.write(line + "\n")
             f.flush()
@@ -82,16 +81,9 @@ def read_records(path: Path) -> list[Any]:
         if not line.strip():
             continue
         try:
-            data = json.loads(line)
-        except json.JSONDecodeError:
-            raise UserError(f"{path}:{number} is not JSON (a run killed mid-write leaves at most its last line so)") from None
-        version = data.get("schema_version", 0)
-        if version > SCHEMA_VERSION:
-            raise UserError(f"{path}:{number} has schema version {version}; this harness reads up to {SCHEMA_VERSION} (upgrade it)")
-        kind = data.pop("kind", None)
-        if kind not in RECORD_KINDS:
-            raise UserError(f"{path}:{number} has unknown record kind {kind!r}")
-        records.append(from_dict(RECORD_KINDS[kind], data))
+            records.append(decode_line(line))
+        except LineError as exc:
+            raise UserError(f"{path}:{number} {exc}") from None
     return records
 
 

@@ -17,6 +17,7 @@ Needs the optional extra: `pip install .[ray]`. docs/scale.md has the multi-node
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -31,7 +32,8 @@ from typing import Any, Callable, Optional
 
 from harness.core.config import ROOT, Config
 from harness.core.errors import UserError, one_line
-from harness.core.records import RECORD_KINDS, CandidateRecord, from_dict, to_dict
+from harness.core.records import CandidateRecord, ReferenceRecord
+from harness.core.schema import decode_line, encode_line
 from harness.core.status import Status
 from harness.core.store import RunStore
 from harness.parent import scratch
@@ -148,14 +150,11 @@ class LaneStore(RunStore):
         with self._lock:
             self._kept.append(record)
 
-    def take(self) -> list[dict[str, Any]]:
-        """The records appended since the last take, as the records file holds them (oldest first)."""
+    def take(self) -> list[str]:
+        """The records appended since the last take, as the records file's lines (oldest first)."""
         with self._lock:
             kept, self._kept = self._kept, []
-        return [{"kind": KINDS[type(record)], **to_dict(record)} for record in kept]
-
-
-KINDS = {cls: name for name, cls in RECORD_KINDS.items()}  # record class -> its kind in the records file
+        return [encode_line(record) for record in kept]
 
 
 class LaneActor:
@@ -315,15 +314,13 @@ class RayExecutor(QueuedExecutor):
             path = self.store.dir / text
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(log)
-        for data in result["records"]:
-            kind = data.pop("kind")
-            if kind == "reference":
-                data["problem_path"] = str(problem.path)
-                self.store.append(from_dict(RECORD_KINDS["reference"], data))
-            elif kind == "candidate":
-                candidate = by_name[data["candidate"]]
-                data["candidate_path"] = str(candidate.path)
-                record = from_dict(CandidateRecord, data)
+        for line in result["records"]:
+            record = decode_line(line)
+            if isinstance(record, ReferenceRecord):
+                self.store.append(dataclasses.replace(record, problem_path=str(problem.path)))
+            elif isinstance(record, CandidateRecord):
+                candidate = by_name[record.candidate]
+                record = dataclasses.replace(record, candidate_path=str(candidate.path))
                 self.store.append(record)
                 self.on_record(record)
                 finished[candidate.name] = record
