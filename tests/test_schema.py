@@ -1,11 +1,16 @@
 """The records file's lines: one codec for every writer and reader, and the layouts of earlier versions."""
+import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 
-from harness.core.records import RunEnd
-from harness.core.schema import LineError, decode_line, encode_line
+from harness.core.records import RECORD_KINDS, SCHEMA_VERSION, CandidateRecord, RunEnd, TimingStats
+from harness.core.schema import STEPS, LineError, decode_line, encode_line, migrate
+from harness.core.store import read_records
 from tests.test_units import sample_record
+
+OLDER = Path(__file__).parent / "data" / "records"  # schema-N.jsonl: lines as version N wrote them (timings cut to 3 samples)
 
 
 def test_a_record_reads_back_from_its_line_with_its_kind_first():
@@ -36,3 +41,51 @@ def test_a_line_with_a_field_no_version_had_is_refused():
     data["verdict"] = "correct"
     with pytest.raises(ValueError, match="unknown fields"):
         decode_line(json.dumps(data))
+
+
+def _lines(version):
+    return [json.loads(line) for line in (OLDER / f"schema-{version}.jsonl").read_text().splitlines()]
+
+
+def _missing(data, cls):
+    """Today's fields a line's data lacks, its timings' included."""
+    missing = [f.name for f in dataclasses.fields(cls) if f.name not in data]
+    for name in ("timing",):
+        if data.get(name):
+            missing += [f"{name}.{f.name}" for f in dataclasses.fields(TimingStats) if f.name not in data[name]]
+    return missing
+
+
+@pytest.mark.parametrize("version", range(1, SCHEMA_VERSION))
+def test_a_record_written_by_an_earlier_schema_reads_as_today(version):
+    lines = _lines(version)
+    assert {line["schema_version"] for line in lines} == {version}
+    for line in lines:
+        upgraded = migrate(json.loads(json.dumps(line)), version)
+        assert upgraded["schema_version"] == SCHEMA_VERSION
+        assert _missing(upgraded, RECORD_KINDS[line["kind"]]) == []  # every field today's layout has, not left to the defaults
+        record = decode_line(json.dumps(line))
+        assert record.schema_version == SCHEMA_VERSION and decode_line(encode_line(record)) == record
+        if isinstance(record, CandidateRecord):  # the figures it stored are the figures it reads as
+            assert (record.speedup, record.timing.median_ms, record.timing.samples_ms) == (line["speedup"], line["timing"]["median_ms"], tuple(line["timing"]["samples_ms"]))
+            assert record.timing.mode == "eager" and record.flags == () and record.checks[0].within_kernelbench is None
+
+
+def test_an_earlier_schema_s_file_reads_through_the_store():
+    for version in range(1, SCHEMA_VERSION):
+        records = read_records(OLDER / f"schema-{version}.jsonl")
+        assert [r.schema_version for r in records] == [SCHEMA_VERSION] * len(_lines(version))
+
+
+def test_every_earlier_version_has_one_step_to_the_next():
+    assert sorted(STEPS) == list(range(1, SCHEMA_VERSION))
+
+
+def test_a_line_of_today_s_schema_is_left_as_it_is():
+    data = json.loads(encode_line(sample_record()))
+    assert migrate(json.loads(json.dumps(data)), SCHEMA_VERSION) == data
+
+
+def test_a_version_newer_than_this_harness_is_refused_by_migrate():
+    with pytest.raises(LineError, match=f"schema version {SCHEMA_VERSION + 1}; this harness reads up to {SCHEMA_VERSION}"):
+        migrate(json.loads(encode_line(sample_record())), SCHEMA_VERSION + 1)
