@@ -52,7 +52,7 @@ def sample(tp, name="value", default=dataclasses.MISSING):
 
 def build(cls):
     hints = typing.get_type_hints(cls)
-    return cls(**{f.name: sample(hints[f.name], f.name, f.default) for f in dataclasses.fields(cls)})
+    return cls(**{f.name: sample(hints[f.name], f.name, f.default) for f in dataclasses.fields(cls) if f.init})  # derived fields (a timing's statistics) are computed
 
 
 @pytest.mark.parametrize("name", sorted(P.MESSAGES))

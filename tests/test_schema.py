@@ -10,7 +10,7 @@ from harness.core.schema import STEPS, LineError, decode_line, encode_line, migr
 from harness.core.store import read_records
 from tests.test_units import sample_record
 
-OLDER = Path(__file__).parent / "data" / "records"  # schema-N.jsonl: lines as version N wrote them (timings cut to 3 samples)
+OLDER = Path(__file__).parent / "data" / "records"  # schema-N.jsonl: lines as version N wrote them (timings cut to 3 samples, their statistics taken over those)
 
 
 def test_a_record_reads_back_from_its_line_with_its_kind_first():
@@ -89,3 +89,25 @@ def test_a_line_of_today_s_schema_is_left_as_it_is():
 def test_a_version_newer_than_this_harness_is_refused_by_migrate():
     with pytest.raises(LineError, match=f"schema version {SCHEMA_VERSION + 1}; this harness reads up to {SCHEMA_VERSION}"):
         migrate(json.loads(encode_line(sample_record())), SCHEMA_VERSION + 1)
+
+
+def test_a_timing_s_statistics_are_derived_from_its_samples_not_read_from_the_line():
+    data = json.loads(encode_line(sample_record()))
+    assert data["timing"]["median_ms"] == 1.05
+    data["timing"]["median_ms"], data["timing"]["rse"] = 99.0, 0.0
+    timing = decode_line(json.dumps(data)).timing
+    assert (timing.median_ms, timing.min_ms, timing.q1_ms) == (1.05, 0.9, 0.975)
+    assert timing.rse == TimingStats.from_samples([1.0, 1.2, 0.9, 1.1], timer="t", warmup_calls=0, stopped_by="budget").rse
+
+
+def test_a_timing_s_line_still_carries_its_statistics_in_their_place():
+    timing = TimingStats.from_samples([2.0, 1.0, 4.0], timer="cuda_events", warmup_calls=1, stopped_by="budget", overhead_ms=0.5, subtract=True)
+    data = json.loads(encode_line(sample_record(timing=timing)))["timing"]
+    assert list(data)[:9] == ["samples_ms", "median_ms", "q1_ms", "q3_ms", "mean_ms", "std_ms", "min_ms", "rse", "timer"]
+    assert (data["samples_ms"], data["median_ms"], data["min_ms"], data["mean_ms"]) == ([2.0, 1.0, 4.0], 1.5, 0.5, 5.5 / 3)  # over the samples less the overhead
+
+
+def test_a_timing_s_statistics_cannot_be_given_apart_from_its_samples():
+    with pytest.raises(TypeError):
+        TimingStats(samples_ms=(1.0,), median_ms=5.0, timer="t", warmup_calls=0, stopped_by="budget")
+    assert TimingStats(samples_ms=(1.0, 3.0), timer="t", warmup_calls=0, stopped_by="budget").median_ms == 2.0

@@ -57,11 +57,12 @@ def _convert(tp: Any, value: Any) -> Any:
         return {key_type(k): _convert(val_type, v) for k, v in value.items()}
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):  # a dataclass type, never an instance
         hints = typing.get_type_hints(tp)
-        known = {f.name for f in dataclasses.fields(tp)}
-        unknown = set(value) - known
+        fields = dataclasses.fields(tp)
+        unknown = set(value) - {f.name for f in fields}
         if unknown:
             raise ValueError(f"{tp.__name__}: unknown fields {sorted(unknown)}")
-        return tp(**{name: _convert(hints[name], v) for name, v in value.items()})
+        derived = {f.name for f in fields if not f.init}  # computed by the record itself (a timing's statistics): never read back
+        return tp(**{name: _convert(hints[name], v) for name, v in value.items() if name not in derived})
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         return tp(value)
     if tp is float and value is not None:
@@ -73,18 +74,20 @@ def _convert(tp: Any, value: Any) -> Any:
 class TimingStats:
     """Summary of one timed callable, with the raw samples it was computed from.
 
-    The statistics are taken over the samples minus `overhead_ms` when `overhead_subtracted`
-    (never below zero); `samples_ms` stays as measured.
+    The statistics are derived: computed from the samples when the record is built or read (a line's
+    stored statistics are written for readers of the file, never read back). They are taken over
+    the samples minus `overhead_ms` when `overhead_subtracted` (never below zero); `samples_ms`
+    stays as measured.
     """
 
     samples_ms: tuple[float, ...]  # every timed call, in order, milliseconds, as measured
-    median_ms: float  # median (of the corrected samples)
-    q1_ms: float  # 25th percentile
-    q3_ms: float  # 75th percentile
-    mean_ms: float  # arithmetic mean
-    std_ms: float  # sample standard deviation (0 for a single sample)
-    min_ms: float  # fastest
-    rse: float  # relative standard error of the median (approximated as 1.2533*std/sqrt(n)/median)
+    median_ms: float = dataclasses.field(init=False)  # median (of the corrected samples)
+    q1_ms: float = dataclasses.field(init=False)  # 25th percentile
+    q3_ms: float = dataclasses.field(init=False)  # 75th percentile
+    mean_ms: float = dataclasses.field(init=False)  # arithmetic mean
+    std_ms: float = dataclasses.field(init=False)  # sample standard deviation (0 for a single sample)
+    min_ms: float = dataclasses.field(init=False)  # fastest
+    rse: float = dataclasses.field(init=False)  # relative standard error of the median (approximated as 1.2533*std/sqrt(n)/median)
     timer: str  # "cuda_events" or "perf_counter"
     warmup_calls: int  # untimed calls made before sampling
     stopped_by: str  # why sampling stopped: "target_rse", "budget" or "max_reps"
@@ -106,6 +109,17 @@ class TimingStats:
             raise ValueError("TimingStats needs at least one sample")
         if any(s < 0 or not math.isfinite(s) for s in self.samples_ms):
             raise ValueError("timing samples must be finite and non-negative")
+        samples = self.corrected_samples()
+        median = statistics.median(samples)
+        if len(samples) >= 2:
+            q1, _, q3 = statistics.quantiles(samples, n=4, method="inclusive")
+            std = statistics.stdev(samples)
+        else:
+            q1 = q3 = median
+            std = 0.0
+        derived = {"median_ms": median, "q1_ms": q1, "q3_ms": q3, "mean_ms": statistics.fmean(samples), "std_ms": std, "min_ms": min(samples)}
+        for name, value in {**derived, "rse": relative_standard_error_of_median(samples)}.items():
+            object.__setattr__(self, name, value)
 
     @property
     def iqr_ms(self) -> float:
@@ -124,31 +138,8 @@ class TimingStats:
 
     @classmethod
     def from_samples(cls, samples_ms: list[float], *, timer: str, warmup_calls: int, stopped_by: str, overhead_ms: float = 0.0, subtract: bool = False, **protocol: Any) -> "TimingStats":
-        raw = [float(s) for s in samples_ms]
-        samples = minus_overhead(raw, overhead_ms) if subtract else raw
-        median = statistics.median(samples)
-        if len(samples) >= 2:
-            q1, _, q3 = statistics.quantiles(samples, n=4, method="inclusive")
-            std = statistics.stdev(samples)
-        else:
-            q1 = q3 = median
-            std = 0.0
-        return cls(
-            samples_ms=tuple(raw),
-            median_ms=median,
-            q1_ms=q1,
-            q3_ms=q3,
-            mean_ms=statistics.fmean(samples),
-            std_ms=std,
-            min_ms=min(samples),
-            rse=relative_standard_error_of_median(samples),
-            timer=timer,
-            warmup_calls=warmup_calls,
-            stopped_by=stopped_by,
-            overhead_ms=overhead_ms,
-            overhead_subtracted=subtract,
-            **protocol,
-        )
+        raw = tuple(float(s) for s in samples_ms)
+        return cls(samples_ms=raw, timer=timer, warmup_calls=warmup_calls, stopped_by=stopped_by, overhead_ms=overhead_ms, overhead_subtracted=subtract, **protocol)
 
 
 def minus_overhead(samples_ms: Iterable[float], overhead_ms: float) -> list[float]:
