@@ -28,6 +28,8 @@ def test_a_record_reads_back_from_its_line_with_its_kind_first():
         ('{"kind": "candidate", "run_id"', "is not JSON"),
         ('{"kind": "verdict", "schema_version": 4}', "unknown record kind 'verdict'"),
         ('{"kind": "candidate", "schema_version": 99}', "schema version 99; this harness reads up to"),
+        ('{"schema_version": 99}', "schema version 99; this harness reads up to"),
+        ('{"schema_version": 2}', "unknown record kind None"),
     ],
 )
 def test_a_line_that_holds_no_readable_record_is_refused_in_one_line(line, message):

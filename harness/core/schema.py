@@ -31,17 +31,16 @@ def decode_line(line: str) -> Any:
         data = json.loads(line)
     except json.JSONDecodeError:
         raise LineError("is not JSON (a run killed mid-write leaves at most its last line so)") from None
-    kind = data.get("kind")
+    data = migrate(data, data.get("schema_version", 1))
+    kind = data.pop("kind", None)
     if kind not in RECORD_KINDS:
         raise LineError(f"has unknown record kind {kind!r}")
-    data = migrate(data, data.get("schema_version", 1))
-    del data["kind"]
     return from_dict(RECORD_KINDS[kind], data)
 
 
 def migrate(data: dict[str, Any], version: int) -> dict[str, Any]:
-    """A line's data (its kind included) written under `version`, laid out as SCHEMA_VERSION lays it out:
-    each step from one version to the next in turn. Raises LineError for a version newer than this harness's."""
+    """A line's data (its kind included) written under `version`, upgraded in place to SCHEMA_VERSION's
+    layout: each step from one version to the next in turn. Raises LineError for a version newer than this harness's."""
     if version > SCHEMA_VERSION:
         raise LineError(f"has schema version {version}; this harness reads up to {SCHEMA_VERSION} (upgrade it)")
     for step in range(max(version, 1), SCHEMA_VERSION):
@@ -70,9 +69,9 @@ def _timings(data: dict[str, Any]) -> Iterator[Any]:
 def _to_2(data: dict[str, Any]) -> dict[str, Any]:
     """Version 2 added the timing protocol (mode, sync, overhead, flush, clock), profiles, baselines,
     the speed-of-light floor and the run end record."""
-    if data["kind"] == "candidate":
+    if data.get("kind") == "candidate":
         _fill(data, {"baseline_ms": {}, "speedups": {}, "sol_ms": None, "sol_fraction": None, "profile": None})
-    if data["kind"] == "reference":
+    if data.get("kind") == "reference":
         _fill(data, {"baselines": [], "speed_of_light": None, "profile": None, "timing_reused_from": ""})
     for timing in _timings(data):
         protocol: dict[str, Any] = {"mode": "eager", "sync": "stream", "sync_reason": "", "fallback": "", "overhead_ms": 0.0, "overhead_subtracted": False}
@@ -84,9 +83,9 @@ def _to_3(data: dict[str, Any]) -> dict[str, Any]:
     """Version 3 added paired rounds (a candidate's and each baseline's) and the null floor; lines of
     version 2 may lack what was added while it was current: lanes, training parity, the other-size
     trial, the declarations, the data plane, own-kernel shares and clock-event reasons."""
-    if data["kind"] == "candidate":
+    if data.get("kind") == "candidate":
         _fill(data, {"paired": None, "custom_kernel_share": None, "lane": "", "gradients": ""})
-    if data["kind"] == "reference":
+    if data.get("kind") == "reference":
         _fill(data, {"null_floor": None, "other_size": {}, "other_size_note": "", "lane": "", "declared": {}, "data_plane": "", "peak_bytes": 0, "notes": []})
         for baseline in data["baselines"]:
             _fill(baseline, {"paired": None})
@@ -100,12 +99,12 @@ def _to_4(data: dict[str, Any]) -> dict[str, Any]:
     """Version 4 added integrity flags, sanitizer runs and the persisting-L2 reset; lines of version 3
     may lack the counts of extension calls; since then: the stricter check, weight pairing, the
     observed ATen operators and the reference's timing mode."""
-    if data["kind"] == "candidate":
+    if data.get("kind") == "candidate":
         found: dict[str, Any] = {"flags": [], "sanitizer": [], "weight_mapping": [], "stricter": None, "weights": "", "forward_ops": None}
         _fill(data, {**found, "sol_floor": "", "notes": [], "extension_calls": {}, "timed_extension_calls": {}})
         for check in [*data.get("checks", []), data.get("same_seed")]:
             _fill(check, {"within_kernelbench": None, "note": ""})
-    if data["kind"] == "reference":
+    if data.get("kind") == "reference":
         _fill(data, {"forward_ops": None, "profile_reused_from": "", "phase_seconds": {}, "timing_mode": "", "timing_mode_reason": ""})
     for timing in _timings(data):
         _fill(timing, {"l2_reset": False, "l2_persisting_found": 0})
