@@ -36,6 +36,7 @@ from harness.core.errors import UserError
 from harness.core.records import CandidateRecord, ReferenceRecord, RunEnd, RunHeader
 from harness.core.store import RunStore, read_records
 from harness.parent.executor import Executor
+from harness.parent.prebuild import BuildAhead
 from harness.parent.quiet import QuietHost
 from harness.parent.resources import Observer, RunResources
 from harness.sources.candidate import Candidate
@@ -75,6 +76,7 @@ _open_lock = threading.Lock()
 
 class Session:
     """Lanes, their judges and the build pool, kept for many submissions; see the module's doc.
+    `resources` (RunResources) are opened with it and released by `close()`.
 
     `store`: the run folder to write into (default: a new one under results_dir). The callbacks
     run in lane threads, one at a time: `on_problem(problem)` when a problem's first candidate
@@ -122,8 +124,8 @@ class Session:
         return self.resources.store
 
     @property
-    def builds(self) -> Any:
-        """The build pool (a harness.parent.prebuild.BuildAhead), or None."""
+    def builds(self) -> Optional[BuildAhead]:
+        """The build pool, or None."""
         return self.resources.builds
 
     def problem(self, problem: str | Path | Problem) -> Problem:
