@@ -70,8 +70,8 @@ class RunResources:
             host = QuietHost(mode, lane_count(cfg, device) if mode != "off" else 1)
             if echo and host.pin_note:
                 print(f"note: timing.quiet={mode}: {host.pin_note}", file=sys.stderr)
-            made = cls(cfg, device, store or RunStore(results_dir, new_run_id()), scratch, host, observer=observer)
-            return dataclasses.replace(made, builds=start_builds(cfg, device, host))
+            store = store or RunStore(results_dir, new_run_id())
+            return cls(cfg, device, store, scratch, host, start_builds(cfg, device, host), observer)
         except BaseException:
             host.close()
             scratch.close()
