@@ -14,29 +14,31 @@ each lane's judge running between candidates (`workers.warm_problems` problems p
 next worker prestarted and the build pool going, so a candidate after the first pays for its
 own build, checks and timing only. `submit` is safe from any thread; a session writes its records
 to a run folder (`results/<run id>/`) as a run does, and one session is open per process at a time.
+
+A session's resources (harness.parent.resources.RunResources: its run folder, scratch folder, quiet
+host and build pool) are opened with it and released when it closes, however it ends.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import datetime
 import hashlib
 import json
 import re
-import sys
 import threading
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from harness.core import nullfloor
 from harness.core.config import Config, load_config, with_overrides
 from harness.core.errors import UserError
 from harness.core.records import CandidateRecord, ReferenceRecord, RunEnd, RunHeader
-from harness.core.store import RunStore, new_run_id, read_records
-from harness.parent import quiet as quiet_hosts
-from harness.parent import scratch
+from harness.core.store import RunStore, read_records
 from harness.parent.executor import Executor
+from harness.parent.prebuild import BuildAhead
+from harness.parent.quiet import QuietHost
+from harness.parent.resources import Observer, RunResources
 from harness.sources.candidate import Candidate
 from harness.sources.extract import extract_code
 from harness.sources.problem import Problem, resolve_problem
@@ -65,12 +67,16 @@ def evaluate(problem: str | Path | Problem, source: str, *, config: ConfigLike =
         return session.evaluate(problem, source, name=name)
 
 
+# One session per process is a rule about the machine, not a place for a run's resources (each
+# session has its own): two sessions would time on the same GPUs at once, and pin their lanes to the
+# same CPUs.
 _open_session: Optional["Session"] = None
 _open_lock = threading.Lock()
 
 
 class Session:
     """Lanes, their judges and the build pool, kept for many submissions; see the module's doc.
+    `resources` (RunResources) are opened with it and released by `close()`.
 
     `store`: the run folder to write into (default: a new one under results_dir). The callbacks
     run in lane threads, one at a time: `on_problem(problem)` when a problem's first candidate
@@ -91,28 +97,36 @@ class Session:
         self.cfg = load(config, overrides)
         self.device = resolve_device(self.cfg)
         self._claim()
-        self._stack = contextlib.ExitStack()
         self._lock = threading.Lock()
         self._names: dict[tuple[str, str], str] = {}  # (problem, candidate name) -> source hash
         self._problems: dict[str, Problem] = {}
         self._closed = False
         self._end: RunEnd  # the run's last record, set by the first close()
+        resources: Optional[RunResources] = None
         try:
-            results_dir = self.cfg.path(self.cfg.results_dir)
-            scratch.check_free_disk([scratch.default_base(), results_dir], self.cfg.limits.min_free_disk_mb * scratch.MIB)
-            self._stack.enter_context(quiet_host(self.cfg, self.device, echo=echo))
-            self.store = store or RunStore(results_dir, new_run_id())
-            self.store.append(run_header(self.store.run_id, self.cfg, argv))
-            self.builds = start_builds(self.cfg, self.device)
-            self.executor: Executor = make_executor(self.cfg, self.device, self.store, self.builds, on_problem=on_problem, on_start=on_start, on_record=on_record)
+            resources = RunResources.open(self.cfg, self.device, store, observer=Observer(on_problem, on_start, on_record), echo=echo)
+            self.resources = resources
+            self.store.append(run_header(self.store.run_id, self.cfg, argv, resources.quiet))
+            self.executor: Executor = make_executor(resources)
         except BaseException:
-            self._stack.close()
+            if resources is not None:
+                resources.close()
             self._release()
             raise
 
     @property
     def run_id(self) -> str:
         return self.store.run_id
+
+    @property
+    def store(self) -> RunStore:
+        """The run folder the session writes its records to."""
+        return self.resources.store
+
+    @property
+    def builds(self) -> Optional[BuildAhead]:
+        """The build pool, or None."""
+        return self.resources.builds
 
     def problem(self, problem: str | Path | Problem) -> Problem:
         """A problem by name (as `--problem` takes it, in the config's problems_dir), path or object."""
@@ -170,10 +184,10 @@ class Session:
         try:
             self.executor.close()
         finally:
-            if self.builds is not None:
-                self.builds.close()
-            self._stack.close()
-            self._release()
+            try:
+                self.resources.close()
+            finally:
+                self._release()
         self._end = finish_run(self.store, self.device, self.cfg.timing.null_tolerance)
         return self._end
 
@@ -242,7 +256,7 @@ def resolve_device(cfg: Config) -> str:
     return cfg.device
 
 
-def run_header(run_id: str, cfg: Config, argv: Sequence[str]) -> RunHeader:
+def run_header(run_id: str, cfg: Config, argv: Sequence[str], quiet: QuietHost) -> RunHeader:
     from harness.device.environment import collect_environment
 
     return RunHeader(
@@ -250,66 +264,22 @@ def run_header(run_id: str, cfg: Config, argv: Sequence[str]) -> RunHeader:
         started_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         argv=tuple(argv),
         config=cfg.to_dict(),
-        environment={**collect_environment(), "quiet_host": quiet_hosts.current().describe()},
+        environment={**collect_environment(), "quiet_host": quiet.describe()},
     )
 
 
-@contextlib.contextmanager
-def quiet_host(cfg: Config, device: str, *, echo: bool = True) -> Iterator[quiet_hosts.QuietHost]:
-    """The quiet host (timing.quiet) for the lanes: one on a CPU run, one per chosen GPU.
-    However it ends (Ctrl-C and SIGTERM included) everything it stopped is continued: a build
-    left stopped would never finish, and the interpreter waits for the build pool."""
-    from harness.parent.local import lane_count
-
-    mode = cfg.timing.quiet if cfg.executor == "local" else "off"  # Ray lanes run in actors of their own
-    if device == "cpu" and mode in ("pin", "both"):
-        mode = "pause"  # a CPU run's checks use every core; pinning would confine them to the lane's few
-    previous = quiet_hosts.current()
-    host = None
-    try:
-        host = quiet_hosts.configure(mode, lane_count(cfg, device) if mode != "off" else 1)
-        if echo and host.pin_note:
-            print(f"note: timing.quiet={mode}: {host.pin_note}", file=sys.stderr)
-        yield host
-    finally:
-        if host is not None:
-            host.close()
-        quiet_hosts.set_current(previous)
-
-
-def start_builds(cfg: Config, device: str, targets: Sequence[tuple[Problem, Sequence[Candidate]]] = ()) -> Any:
-    """A BuildAhead (already compiling every candidate of `targets`, in order) that builds each
-    submitted candidate's extensions in a CPU pool; None when builds.ahead is never, or auto on a
-    CPU run (where building would disturb the timings), or on Ray (builds run in its tasks)."""
-    from harness.parent.prebuild import BuildAhead, default_parallelism, gpu_arch
-
-    if cfg.executor == "ray" or cfg.builds.ahead == "never" or (cfg.builds.ahead == "auto" and device != "cuda"):
-        return None
-    parallel, jobs = default_parallelism()
-    builds = BuildAhead(
-        cfg.path(cfg.build_cache_dir),
-        gpu_arch() if device == "cuda" else "cpu",
-        cfg.builds.parallel or parallel,
-        cfg.builds.jobs_per_build or jobs,
-        timeout=cfg.timeouts.load,
-    )
-    for _, candidates in targets:
-        for candidate in candidates:
-            if candidate.extraction_failure is None:
-                builds.submit(candidate.path)
-    return builds
-
-
-def make_executor(cfg: Config, device: str, store: RunStore, builds: Any, *, on_problem: Callable[[Problem], None], on_start: Callable[[Candidate], None], on_record: Callable[[CandidateRecord], None]) -> Executor:
-    """The local executor (this machine's lanes) or, with executor: ray, the Ray executor; both
-    are an `Executor` (harness.parent.executor): `submit(problem, candidate) -> Future` and the rest."""
+def make_executor(resources: RunResources) -> Executor:
+    """The local executor (this machine's lanes) or, with executor: ray, the Ray executor, on the
+    run's `resources`; both are an `Executor` (harness.parent.executor): `submit(problem, candidate)
+    -> Future` and the rest."""
+    cfg = resources.cfg
     if cfg.executor == "ray":
         from harness.parent.ray_executor import RayExecutor
 
-        return RayExecutor(cfg, device, store, on_record=on_record, on_start=on_start, on_problem=on_problem)
+        return RayExecutor(resources)
     from harness.parent.local import LocalExecutor
 
-    return LocalExecutor(cfg, device, store, on_record=on_record, on_start=on_start, builds=builds, on_problem=on_problem, warm=cfg.workers.warm_problems)
+    return LocalExecutor(resources, warm=cfg.workers.warm_problems)
 
 
 def finish_run(store: RunStore, device: str, null_tolerance: float = nullfloor.DEFAULT_TOLERANCE, written: Optional[list] = None) -> RunEnd:

@@ -1,4 +1,5 @@
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,14 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def isolated_tmp(tmp_path, monkeypatch):
+    """In-process runs (and their workers) put their scratch under tmp_path; the scratch base."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    return tmp_path / "harness-scratch"
 
 
 @pytest.fixture(scope="session")

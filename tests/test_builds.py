@@ -113,7 +113,8 @@ def test_build_inside_init_runs_under_the_load_limit_not_construct(make_config, 
 
 @pytest.mark.slow
 def test_builds_run_ahead_in_a_pool_and_the_worker_loads_them_finished(make_config, tmp_path):
-    from harness.api import start_builds
+    from harness.parent.quiet import QuietHost
+    from harness.parent.resources import start_builds
     from harness.commands.run import run
     from harness.core.store import read_records
 
@@ -126,7 +127,7 @@ def test_builds_run_ahead_in_a_pool_and_the_worker_loads_them_finished(make_conf
     from harness.commands.run import select_targets
 
     targets = select_targets(cfg, problem="1_Scale_Bias_ReLU", solution=None, everything=False)
-    assert start_builds(make_config("builds.ahead=auto"), "cpu", targets) is None  # never on a CPU run unless asked
+    assert start_builds(make_config("builds.ahead=auto"), "cpu", QuietHost()) is None  # never on a CPU run unless asked
     assert run(cfg, targets, run_id="ahead", quiet=True, argv=()) == 0
     records = [r for r in read_records(cfg.path(cfg.results_dir) / "ahead") if hasattr(r, "builds")]
     assert {r.candidate for r in records} == {"ahead_a", "ahead_b"}

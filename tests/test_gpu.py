@@ -271,6 +271,8 @@ def test_every_visible_gpu_is_a_lane_with_its_own_reference(make_config, tmp_pat
     from harness.core.records import ReferenceRecord
     from harness.core.store import read_records
     from harness.parent.local import LocalExecutor
+    from harness.parent.resources import RunResources
+    from harness.parent.scratch import RunScratch
 
     if torch.cuda.device_count() < 2:
         pytest.skip("needs two GPUs")
@@ -287,12 +289,14 @@ def test_every_visible_gpu_is_a_lane_with_its_own_reference(make_config, tmp_pat
         )
         candidates.append(Candidate(path.stem, path))
     store = RunStore(cfg.path(cfg.results_dir), "lanes")
-    executor = LocalExecutor(cfg, "cuda", store, on_record=lambda r: None, on_start=lambda c: None)
+    resources = RunResources(cfg, "cuda", store, RunScratch.create())
+    executor = LocalExecutor(resources)
     try:
         assert len(executor.lanes) == torch.cuda.device_count()
         records = executor.run_problem(problem, candidates)
     finally:
         executor.close()
+        resources.close()
     references = {r.lane: r for r in read_records(store.records_path) if isinstance(r, ReferenceRecord)}
     assert len(references) >= 2 and all(r.ok for r in references.values())
     assert all(r.status is Status.CORRECT for r in records), [r.reason for r in records]

@@ -144,7 +144,7 @@ def test_a_judge_killed_between_candidates_is_restarted(tmp_path, make_config):
 def judge(make_config):
     cfg = make_config("timing.enabled=false").for_problem({})
     problem = resolve_problem("1_Scale_Bias_ReLU", cfg.path(cfg.problems_dir))
-    setting = Setting(problem, cfg, "cpu", None, None, 0, problem.hash)  # what the judge's job needs: the problem, its config, the device
+    setting = Setting(problem, cfg, "cpu", None, None, 0, problem.hash, None, None)  # what the judge's job needs: the problem, its config, the device
     job = LaneJudge(setting).job(Plan.fresh(cfg), measure=False)
     sent = []
     judge = Judge(job, sent.append)

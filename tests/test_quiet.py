@@ -11,6 +11,7 @@ import pytest
 from harness.parent import quiet
 from harness.parent.prebuild import BuildAhead
 from harness.parent.quiet import QuietHost
+from harness.parent.resources import RunResources, quiet_mode
 from harness.parent.supervise import Launcher
 
 SLEEP = "import time; time.sleep(60)"
@@ -67,19 +68,17 @@ def spawn():
 
 
 @pytest.fixture
-def install():
-    """Make a host the process's current one for the test; it is closed and replaced after."""
-    installed = []
+def hosts():
+    """Make a host for the test; it is closed after."""
+    made = []
 
     def make(mode, lanes=1, **kwargs):
-        host = QuietHost(mode, lanes, **kwargs)
-        installed.append((host, quiet.set_current(host)))
-        return host
+        made.append(QuietHost(mode, lanes, **kwargs))
+        return made[-1]
 
     yield make
-    for host, previous in reversed(installed):
+    for host in reversed(made):
         host.close()
-        quiet.set_current(previous)
 
 
 def test_a_hold_stops_registered_background_groups_and_release_resumes_them(spawn):
@@ -164,9 +163,9 @@ def test_closing_the_host_resumes_what_a_hold_stopped(spawn):
     assert not host.held
 
 
-def test_a_taken_prestarted_worker_runs_even_if_a_hold_stopped_it_while_spare(install):
-    host = install("pause")
-    launcher = Launcher(prestart=True)
+def test_a_taken_prestarted_worker_runs_even_if_a_hold_stopped_it_while_spare(hosts):
+    host = hosts("pause")
+    launcher = Launcher(prestart=True, quiet=host)
     taken = []
     try:
         taken.append(launcher.take())
@@ -253,7 +252,7 @@ def test_off_touches_nothing(spawn):
     assert os.sched_getaffinity(proc.pid) == before
     assert not host.background_pids and host.paused_seconds == 0
     assert host.describe() == "off"
-    assert quiet.current().mode == "off"  # the process's host until a run configures one
+    assert QuietHost().mode == "off" and Launcher().quiet.mode == "off"  # what code given no host uses
 
 
 def test_processes_that_exited_are_dropped_without_errors(spawn):
@@ -278,11 +277,11 @@ def test_processes_that_exited_are_dropped_without_errors(spawn):
 
 
 @pytest.mark.slow
-def test_build_processes_are_background_while_they_run(install, tmp_path):
-    host = install("pause")
+def test_build_processes_are_background_while_they_run(hosts, tmp_path):
+    host = hosts("pause")
     candidate = tmp_path / "plain.py"
     candidate.write_text("import torch\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x\n")
-    builds = BuildAhead(tmp_path / "cache", "cpu", builds=1, jobs_per_build=1, timeout=300)
+    builds = BuildAhead(tmp_path / "cache", "cpu", builds=1, jobs_per_build=1, timeout=300, quiet=host)
     try:
         with host.hold():
             builds.submit(candidate)
@@ -298,27 +297,35 @@ def test_build_processes_are_background_while_they_run(install, tmp_path):
     assert state(pid) is None  # ended and reaped
 
 
-def test_the_run_resumes_everything_however_it_ends(make_config, spawn):
-    from harness.api import quiet_host
-
+def test_the_run_resumes_everything_however_it_ends(make_config, spawn, isolated_tmp):
     cfg = make_config("timing.quiet=pause")
     proc = spawn(SLEEP)
     holding, release = threading.Event(), threading.Event()
-
-    def lane():
-        with quiet.current().hold():
-            holding.set()
-            release.wait(30)
-
-    thread = threading.Thread(target=lane, daemon=True)
     with pytest.raises(KeyboardInterrupt):
-        with quiet_host(cfg, "cpu", echo=False) as host:
-            assert quiet.current() is host and host.mode == "pause"
+        with RunResources.open(cfg, "cpu") as resources:
+            host = resources.quiet
+            assert host.mode == "pause"
+
+            def lane():
+                with host.hold():
+                    holding.set()
+                    release.wait(30)
+
             host.register_background(proc)
+            thread = threading.Thread(target=lane, daemon=True)
             thread.start()
             assert holding.wait(10) and stopped(proc.pid)
             raise KeyboardInterrupt  # Ctrl-C (or SIGTERM) while a lane still times
     assert running(proc.pid)
-    assert quiet.current() is not host and quiet.current().mode == "off"
+    with host.hold():  # a closed host stops nothing more
+        time.sleep(0.2)
+        assert state(proc.pid) != "T"
     release.set()
     thread.join(10)
+
+
+def test_a_cpu_run_pauses_but_never_pins_and_ray_lanes_leave_the_host_off(make_config):
+    assert quiet_mode(make_config("timing.quiet=both"), "cpu") == "pause"
+    assert quiet_mode(make_config("timing.quiet=pin"), "cuda") == "pin"
+    assert quiet_mode(make_config("timing.quiet=both"), "cuda") == "both"
+    assert quiet_mode(make_config("timing.quiet=both", "executor=ray"), "cuda") == "off"

@@ -6,6 +6,7 @@ import time
 
 from harness.core.records import SanitizerRun
 from harness.parent.sanitize import ERRORS_EXIT, find_tool, first_error, read_report, sanitize
+from harness.parent.scratch import RunScratch
 
 MEMCHECK_ERRORS = """\
 ========= COMPUTE-SANITIZER
@@ -86,7 +87,7 @@ def test_a_prestarted_run_gets_its_job_on_stdin_and_reports_as_a_fresh_one(tmp_p
     from harness.parent.sanitize import Prestarted
 
     tool = _stdin_tool(tmp_path)
-    spare = Prestarted.start(tool, "memcheck", {})
+    spare = Prestarted.start(tool, "memcheck", {}, RunScratch.create(tmp_path))
     runs, found = sanitize(tool, ("memcheck",), 30, {"source": "x.py", "seed": 3}, {}, tmp_path, spare)
     assert [r.outcome for r in runs] == ["clean"] and found == []
     assert json.loads((tmp_path / "job.json").read_text()) == {"source": "x.py", "seed": 3}
@@ -98,7 +99,7 @@ def test_a_prestarted_run_that_died_waiting_gives_way_to_a_fresh_run(tmp_path):
     from harness.parent.sanitize import Prestarted
 
     tool = _stdin_tool(tmp_path)
-    spare = Prestarted.start(tool, "memcheck", {})
+    spare = Prestarted.start(tool, "memcheck", {}, RunScratch.create(tmp_path))
     spare.proc.kill()
     spare.proc.wait()
     runs, _ = sanitize(tool, ("memcheck",), 30, {"source": "x.py"}, {}, tmp_path, spare)
@@ -111,7 +112,8 @@ def test_a_lane_keeps_one_run_started_ahead_and_ends_it_when_it_closes(tmp_path,
 
     tool = _stdin_tool(tmp_path)
     cfg = make_config(f"sanitizer.path={tool}", "sanitizer.enabled=on")
-    lane = LaneSanitizer(cfg, tmp_path / "problem.py", "cuda", {}, prestart=True)
+    own = RunScratch.create(tmp_path)
+    lane = LaneSanitizer(cfg, tmp_path / "problem.py", "cuda", {}, prestart=True, scratch=own)
     lane.prestart()
     spare = lane._spare
     lane.prestart()  # one at a time
@@ -122,6 +124,6 @@ def test_a_lane_keeps_one_run_started_ahead_and_ends_it_when_it_closes(tmp_path,
     assert following is not None and following is not spare  # the next candidate's, started ahead
     lane.close()
     assert lane._spare is None and following.proc.poll() is not None and not following.scratch.exists()
-    without = LaneSanitizer(cfg, tmp_path / "problem.py", "cuda", {}, prestart=False)
+    without = LaneSanitizer(cfg, tmp_path / "problem.py", "cuda", {}, prestart=False, scratch=own)
     without.prestart()
     assert without._spare is None

@@ -10,6 +10,8 @@ from harness.core.records import CandidateRecord, ReferenceRecord
 from harness.core.status import Status
 from harness.core.store import RunStore, read_records
 from harness.parent.local import Lane, LocalExecutor, local_lanes
+from harness.parent.resources import Observer, RunResources
+from harness.parent.scratch import RunScratch
 from harness.parent.supervise import Launcher
 from harness.sources.candidate import Candidate
 from harness.sources.problem import resolve_problem
@@ -65,11 +67,13 @@ def test_prestarted_workers_give_the_same_verdicts(make_config, tmp_path):
     cfg = make_config("workers.prestart=always", "timing.enabled=false")
     problem = resolve_problem(PROBLEM, cfg.path(cfg.problems_dir))
     candidates = write_candidates(tmp_path / "c", 3, wrong={1})
-    executor = LocalExecutor(cfg, "cpu", RunStore(cfg.path(cfg.results_dir), "prestart"), on_record=lambda r: None, on_start=lambda c: None)
+    resources = RunResources(cfg, "cpu", RunStore(cfg.path(cfg.results_dir), "prestart"), RunScratch.create())
+    executor = LocalExecutor(resources)
     try:
         records = {r.candidate: r for r in executor.run_problem(problem, candidates)}
     finally:
         executor.close()
+        resources.close()
     assert [records[f"plain_{i}"].status for i in range(3)] == [Status.CORRECT, Status.INCORRECT, Status.CORRECT]
 
 
@@ -80,12 +84,14 @@ def test_two_lanes_share_the_candidates_and_each_compares_to_its_own_reference(m
     candidates = write_candidates(tmp_path / "c", 4, wrong={2})
     store = RunStore(cfg.path(cfg.results_dir), "lanes")
     started = []
-    executor = LocalExecutor(cfg, "cpu", store, on_record=lambda r: None, on_start=lambda c: started.append(c.name))
+    resources = RunResources(cfg, "cpu", store, RunScratch.create(), observer=Observer(on_start=lambda c: started.append(c.name)))
+    executor = LocalExecutor(resources)
     executor.lanes = [Lane.single(cfg, "cpu", label="lane-a"), Lane.single(cfg, "cpu", label="lane-b")]  # two lanes, as two GPUs would give
     try:
         records = executor.run_problem(problem, candidates)
     finally:
         executor.close()
+        resources.close()
     assert [r.candidate for r in records] == [f"plain_{i}" for i in range(4)]  # in candidate order, whoever finished first
     assert sorted(started) == sorted(c.name for c in candidates)
     written = read_records(store.records_path)

@@ -8,7 +8,6 @@ import re
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -66,14 +65,6 @@ def _wait_for(condition, process=None, timeout=60.0):
 
 def _gone(pid: int) -> bool:
     return scratch.process_start_time(pid) is None
-
-
-@pytest.fixture
-def isolated_tmp(tmp_path, monkeypatch):
-    """In-process runs (and their workers) put their scratch under tmp_path."""
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    monkeypatch.setenv("TMPDIR", str(tmp_path))
-    return tmp_path / "harness-scratch"
 
 
 @pytest.mark.slow
@@ -206,24 +197,24 @@ def test_a_huge_min_free_disk_setting_gives_one_line_and_exit_5_and_0_turns_the_
     assert "limits.min_free_disk_mb" in capsys.readouterr().err
 
 
-def test_current_scratch_is_made_on_first_use_and_removed_when_the_interpreter_exits(tmp_path):
-    code = "from harness.parent import scratch\ns = scratch.current()\nassert scratch.current() is s\nprint(s.make('part-'))"
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**os.environ, "TMPDIR": str(tmp_path)}, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    part = Path(done.stdout.strip())
-    assert part.parent.parent == tmp_path / "harness-scratch" and part.name.startswith("part-")
-    assert not part.parent.exists()
+def test_a_sessions_scratch_exists_while_it_is_open_and_is_gone_after_it_closes(make_config, isolated_tmp):
+    from harness import api
+
+    with api.Session(make_config()) as session:
+        own = session.resources.scratch
+        assert own.path.parent == isolated_tmp and own.path.is_dir() and (own.path / "owner").is_file()
+        part = own.make("part-")
+        assert part.is_dir()
+    assert not own.path.exists() and _run_folders(isolated_tmp) == []
+    with pytest.raises(RuntimeError):
+        own.make("late-")
 
 
-def test_set_current_installs_a_run_scratch_and_make_gives_fresh_folders(tmp_path):
+def test_a_run_scratch_gives_fresh_folders_and_closing_it_twice_is_harmless(tmp_path):
     with scratch.RunScratch.create(tmp_path) as own:
-        previous = scratch.set_current(own)
-        try:
-            assert scratch.current() is own
-            first, second = own.make("out-"), own.make("out-")
-            assert first != second and first.parent == own.path and first.is_dir()
-        finally:
-            scratch.set_current(previous)
-    assert not own.path.exists()
+        first, second = own.make("out-"), own.make("out-")
+        assert first != second and first.parent == own.path and first.is_dir()
+    assert not own.path.exists() and own.closed
+    own.close()
     with pytest.raises(RuntimeError):
         own.make("late-")

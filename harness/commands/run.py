@@ -159,8 +159,9 @@ def resume_targets(store: RunStore, targets: list[Target]) -> tuple[list[Target]
 def run(cfg: Config, targets: list[Target], *, run_id: str | None = None, resume: bool = False, quiet: bool = False, json_output: bool = False, argv: Sequence[str] = (), kernelbench: bool = False) -> int:
     """Evaluate `targets` into a new (or, with `resume`, an existing) run folder; the exit code.
     With `kernelbench` (a sample folder), the verdicts are also written as KernelBench's eval_results.json.
-    The run owns a scratch folder (harness.parent.scratch) for its lifetime, removed however it ends, and
-    SIGTERM interrupts it as Ctrl-C does. Too little free disk raises ResourceError first."""
+    The run's session owns its resources (a scratch folder, the quiet host, the build pool) and
+    releases them however it ends; SIGTERM interrupts it as Ctrl-C does. Too little free disk raises
+    ResourceError first."""
     with sigterm_interrupts():
         for problem, _ in targets:
             _ = problem.settings  # a malformed HARNESS_* declaration is a usage error before anything runs
@@ -169,13 +170,8 @@ def run(cfg: Config, targets: list[Target], *, run_id: str | None = None, resume
             raise UserError(f"--resume {run_id}: no run with records in {results_dir}")
         if not resume and run_id and (results_dir / run_id / "records.jsonl").is_file():
             raise UserError(f"run {run_id} already has records in {results_dir}; use --resume {run_id} to finish it, or another --run-id")
-        scratch.check_free_disk([scratch.default_base(), results_dir], cfg.limits.min_free_disk_mb * scratch.MIB)  # before the scratch exists
-        with scratch.RunScratch.create() as own:
-            previous = scratch.set_current(own)
-            try:
-                return _run(cfg, targets, results_dir, run_id=run_id, resume=resume, quiet=quiet, json_output=json_output, argv=argv, kernelbench=kernelbench)
-            finally:
-                scratch.set_current(previous)
+        scratch.check_free_disk([scratch.default_base(), results_dir], cfg.limits.min_free_disk_mb * scratch.MIB)  # before the run folder exists
+        return _run(cfg, targets, results_dir, run_id=run_id, resume=resume, quiet=quiet, json_output=json_output, argv=argv, kernelbench=kernelbench)
 
 
 def _run(cfg: Config, targets: list[Target], results_dir: Path, *, run_id: str | None, resume: bool, quiet: bool, json_output: bool, argv: Sequence[str], kernelbench: bool = False) -> int:

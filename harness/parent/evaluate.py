@@ -25,7 +25,9 @@ from harness.core.status import Finding, Status
 from harness.core.store import RunStore
 from harness.parent import verdict
 from harness.parent.lane_judge import LaneJudge, ReferenceRun, Setting, Stopped, Subject
+from harness.parent.resources import RunResources
 from harness.parent.sanitize import LaneSanitizer
+from harness.parent.scratch import RunScratch
 from harness.parent.supervise import JudgeFailed, Lane, default_memory_limit
 from harness.parent.verdict import Case, Reported, Rules
 from harness.sources.candidate import Candidate, needs_cuda_statically
@@ -37,7 +39,9 @@ __all__ = ["Call", "Plan", "ProblemEvaluation", "compare_times", "timing_warning
 class ProblemEvaluation:
     """One problem on one lane: the reference once (on the first candidate), then candidates one
     at a time. `run()` evaluates every candidate; an executor spreading candidates over several
-    lanes gives each lane its own ProblemEvaluation with the same `plan` and calls `evaluate`."""
+    lanes gives each lane its own ProblemEvaluation with the same `plan` and calls `evaluate`.
+    `resources`: the run's (its scratch, quiet host and build pool); without them, the evaluation
+    makes a scratch of its own (and no quiet host, no build pool), removed when it closes."""
 
     def __init__(
         self,
@@ -48,28 +52,29 @@ class ProblemEvaluation:
         store: RunStore,
         on_record: Callable[[CandidateRecord], None] = lambda r: None,
         on_start: Callable[[Candidate], None] = lambda c: None,
-        builds: Optional[Any] = None,
         lane: Optional[Lane] = None,
         plan: Optional[Plan] = None,
+        resources: Optional[RunResources] = None,
     ) -> None:
         self.problem = problem
         self.candidates = candidates
         self.cfg = cfg.for_problem(problem.settings)  # the problem's tolerances and backward contract
-        self.device = device
-        self.store = store
-        self.on_record = on_record
-        self.on_start = on_start
-        self.builds = builds  # a harness.parent.prebuild.BuildAhead already building these candidates, or None
-        self.lane: Lane = lane if lane is not None else Lane.single(cfg, device)
+        self.device, self.store = device, store
+        self.on_record, self.on_start = on_record, on_start
+        self._owns_resources = resources is None  # then its scratch is ours to remove
+        self.resources = resources if resources is not None else RunResources(cfg, device, store, RunScratch.create())
+        self.builds = self.resources.builds  # a harness.parent.prebuild.BuildAhead already building these candidates, or None
+        self.lane: Lane = lane if lane is not None else Lane.single(cfg, device, quiet=self.resources.quiet)
         self._owns_lane = lane is None  # then its prestarted worker is ours to end
         memory_limit = cfg.limits.memory_mb << 20 if cfg.limits.memory_mb else default_memory_limit()
         self.plan: Optional[Plan] = plan  # the secret seeds and calls; None: a fresh one is drawn for the first candidate
         self._reference: Optional[ReferenceRecord] = None  # the reference's record, once its pass ran on this lane
-        self.setting = Setting(problem, self.cfg, device, store, self.lane, memory_limit, problem.hash)
+        self.setting = Setting(problem, self.cfg, device, store, self.lane, memory_limit, problem.hash, self.resources.scratch, self.resources.quiet)
         self.judge = LaneJudge(self.setting)  # the lane's judge for this problem, started with the first candidate
         self.reference_run = ReferenceRun(self.setting, self.judge, lambda: self._stopped)
         self._stopped = False  # stop() was called: nothing more is written
-        self.sanitizer = LaneSanitizer(self.cfg, problem.path, device, self.lane.launcher.env, prestart=self.lane.launcher.prestart and self.cfg.sanitizer.prestart)
+        prestart = self.lane.launcher.prestart and self.cfg.sanitizer.prestart
+        self.sanitizer = LaneSanitizer(self.cfg, problem.path, device, self.lane.launcher.env, prestart, scratch=self.resources.scratch, quiet=self.resources.quiet)
 
     def screen(self) -> tuple[list[CandidateRecord], list[Candidate]]:
         """Records for candidates that cannot run here (written now), and the runnable rest."""
@@ -135,6 +140,8 @@ class ProblemEvaluation:
         self._reference = None
         if self._owns_lane:
             self.lane.launcher.close()
+        if self._owns_resources:
+            self.resources.close()
 
     # -- steps ---------------------------------------------------------------------------------
 

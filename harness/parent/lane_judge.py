@@ -25,9 +25,9 @@ from harness.core.protocol import Call, Failure, WorkerOutcome
 from harness.core.records import Baseline, CallProfile, CheckResult, NullFloor, ReferenceRecord, to_dict
 from harness.core.status import Status
 from harness.core.store import RunStore
-from harness.parent import quiet
+from harness.parent.quiet import QuietHost
 from harness.parent.reference_cache import ProfileCache, TimingCache
-from harness.parent.scratch import current as current_scratch
+from harness.parent.scratch import RunScratch
 from harness.parent.supervise import JudgeClient, JudgeFailed, Lane, Reply, run_worker
 from harness.parent.verdict import Compared
 from harness.sources.problem import Problem
@@ -44,6 +44,8 @@ class Setting:
     lane: Lane  # the GPU (or the CPU) and its worker launcher
     memory_limit: int  # bytes of host memory a worker may hold
     problem_hash: str  # the problem file's hash, read once when the evaluation began
+    scratch: RunScratch  # the run's scratch: the judge's and each worker's working folder go there
+    quiet: QuietHost  # the run's quiet host: timed rounds hold it
 
     def record_fields(self) -> dict[str, Any]:
         """The fields every record of this problem on this lane starts with, finished now."""
@@ -96,7 +98,7 @@ class LaneJudge:
         setting = self.setting
         self.end()
         log = setting.store.log_path(setting.problem.name, "_reference")
-        self.client, self._dir = setting.lane.launcher.take_judge(log, current_scratch().make)
+        self.client, self._dir = setting.lane.launcher.take_judge(log, setting.scratch.make)
         try:
             report = self.client.request(P.Start(self.job(plan, measure, profile)), setting.cfg.timeouts.load, setting.cfg.timeouts)
         except JudgeFailed as exc:
@@ -184,8 +186,8 @@ class ComparedRun:
         cfg, subject = self.setting.cfg, self.subject
         self.session: P.Session = self.judge.request(P.Open(subject.role), cfg.timeouts.construct)
         if cfg.timing.enabled:
-            self.pairing = Pairing(self.judge, self.session.session, cfg.timing, cfg.timeouts.time, subject.name, quiet.current(), self.timing_mode)
-        cwd = current_scratch().make(f"{subject.log_name[:20]}-")
+            self.pairing = Pairing(self.judge, self.session.session, cfg.timing, cfg.timeouts.time, subject.name, self.setting.quiet, self.timing_mode)
+        cwd = self.setting.scratch.make(f"{subject.log_name[:20]}-")
         try:
             outcome = run_worker(
                 self.job(),

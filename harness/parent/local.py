@@ -17,76 +17,50 @@ from __future__ import annotations
 
 import collections
 import functools
-import os
 import threading
 import time
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 from harness.core.config import Config
 from harness.core.errors import UserError
 from harness.core.records import CandidateRecord
-from harness.core.store import RunStore
 from harness.parent.evaluate import Plan, ProblemEvaluation
 from harness.parent.executor import Job, QueuedExecutor, problem_key
+from harness.parent.quiet import QuietHost
+from harness.parent.resources import RunResources, lane_count, visible_gpus
 from harness.parent.supervise import Lane, wants_prestart
-from harness.sources.candidate import Candidate
 from harness.sources.problem import Problem
 
 __all__ = ["FAIR_WAIT_S", "Lane", "LocalExecutor", "lane_count", "local_lanes", "visible_gpus", "wants_prestart"]
 
 
-def visible_gpus() -> list[str]:
-    """The GPUs this process may use, as CUDA_VISIBLE_DEVICES values: the variable's own entries
-    when it is set, else 0 .. device_count - 1."""
-    value = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if value is not None and value.strip():
-        return [v.strip() for v in value.split(",") if v.strip()]
-    import torch
-
-    return [str(i) for i in range(torch.cuda.device_count())]
-
-
-def local_lanes(cfg: Config, device: str) -> list[Lane]:
+def local_lanes(cfg: Config, device: str, quiet: Optional[QuietHost] = None) -> list[Lane]:
+    """The lanes of this machine (lane_count of them), their processes on the run's quiet host `quiet`."""
     if device != "cuda":
-        return [Lane.single(cfg, device)]
+        return [Lane.single(cfg, device, quiet=quiet)]
     visible = visible_gpus()
     chosen = list(cfg.workers.gpus) or list(range(len(visible)))
     wrong = [g for g in chosen if g >= len(visible)]
     if wrong:
         raise UserError(f"workers.gpus names GPU {wrong[0]}, but {len(visible)} GPU(s) are visible (indices 0-{len(visible) - 1})")
-    return [Lane.single(cfg, device, gpu=visible[g], label=f"cuda:{visible[g]}", index=i) for i, g in enumerate(chosen)]
-
-
-def lane_count(cfg: Config, device: str) -> int:
-    """How many lanes `local_lanes` makes: one per chosen GPU on a CUDA run, one on the CPU."""
-    if device != "cuda":
-        return 1
-    return max(1, len(cfg.workers.gpus) or len(visible_gpus()))
+    return [Lane.single(cfg, device, gpu=visible[g], label=f"cuda:{visible[g]}", index=i, quiet=quiet) for i, g in enumerate(chosen)]
 
 
 FAIR_WAIT_S = 30.0  # a candidate queued this long goes next, warm problem or not
 
 
 class LocalExecutor(QueuedExecutor):
-    """Evaluates submitted candidates on this machine's lanes: one thread per lane takes the next
-    job from a shared queue. Each lane keeps the evaluations of its last `warm` problems open (their
-    judges running), and every lane checks a problem on the same plan (the same secret inputs)."""
+    """Evaluates submitted candidates on this machine's lanes, with the run's `resources` (its
+    progress to their observer): one thread per lane takes the next job from a shared queue. Each
+    lane keeps the evaluations of its last `warm` problems open (their judges running), and every
+    lane checks a problem on the same plan (the same secret inputs)."""
 
-    def __init__(
-        self,
-        cfg: Config,
-        device: str,
-        store: RunStore,
-        *,
-        on_record: Callable[[CandidateRecord], None],
-        on_start: Callable[[Candidate], None],
-        builds: Optional[Any] = None,
-        on_problem: Callable[[Problem], None] = lambda p: None,
-        warm: int = 1,
-    ) -> None:
-        super().__init__(on_record=on_record, on_start=on_start, on_problem=on_problem)
-        self.cfg, self.device, self.store, self.builds = cfg, device, store, builds
-        self.lanes = local_lanes(cfg, device)
+    def __init__(self, resources: RunResources, *, warm: int = 1) -> None:
+        observer = resources.observer
+        super().__init__(on_record=observer.on_record, on_start=observer.on_start, on_problem=observer.on_problem)
+        self.resources = resources
+        self.cfg, self.device, self.store = resources.cfg, resources.device, resources.store
+        self.lanes = local_lanes(self.cfg, self.device, resources.quiet)
         self.warm = max(1, warm)
         self._plans: dict[tuple[str, str], Plan] = {}
         self._warm: dict[int, collections.OrderedDict[tuple[str, str], ProblemEvaluation]] = {}  # per lane (from its first job): problem -> its evaluation, oldest first
@@ -168,4 +142,4 @@ class LocalExecutor(QueuedExecutor):
         cfg = self.cfg.for_problem(problem.settings)
         with self._state:
             plan = self._plans.setdefault(problem_key(problem), Plan.fresh(cfg))
-        return ProblemEvaluation(problem, [], self.cfg, self.device, self.store, on_record=self.on_record, on_start=self.on_start, builds=self.builds, lane=lane, plan=plan)
+        return ProblemEvaluation(problem, [], self.cfg, self.device, self.store, on_record=self.on_record, on_start=self.on_start, lane=lane, plan=plan, resources=self.resources)

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Optional
 
 from harness.core.config import ROOT
-from harness.parent import quiet
+from harness.parent.quiet import QuietHost
 
 
 def default_parallelism() -> tuple[int, int]:
@@ -50,10 +50,12 @@ def gpu_arch() -> str:
 
 class BuildAhead:
     """A pool that builds candidates' extensions in the background; `wait` blocks until a given
-    candidate's build has finished (or failed, or run past `timeout`)."""
+    candidate's build has finished (or failed, or run past `timeout`). Its build processes are
+    background work for `quiet`, the run's quiet host."""
 
-    def __init__(self, cache_dir: Path, arch: str, builds: int, jobs_per_build: int, timeout: float) -> None:
+    def __init__(self, cache_dir: Path, arch: str, builds: int, jobs_per_build: int, timeout: float, quiet: Optional[QuietHost] = None) -> None:
         self.cache_dir = cache_dir
+        self.quiet = quiet if quiet is not None else QuietHost()
         self.arch = arch
         self.jobs_per_build = jobs_per_build
         self.timeout = timeout
@@ -101,13 +103,13 @@ class BuildAhead:
 
     def _build(self, path: Path) -> str:
         """Run one build process to its end; its one-line outcome. The process is background work
-        for the quiet host (harness.parent.quiet) while it runs: pinned to the builds' CPUs before its
+        for the run's quiet host while it runs: pinned to the builds' CPUs before its
         compilers start, stopped while a lane times. Time it spends stopped does not count against
         `timeout`."""
         env = {**os.environ, "MAX_JOBS": str(self.jobs_per_build)}
         if self.arch not in ("", "cpu"):
             env["TORCH_CUDA_ARCH_LIST"] = self.arch
-        host = quiet.current()
+        host = self.quiet
         started = time.perf_counter()
         proc = subprocess.Popen(
             [sys.executable, "-m", "harness.parent.prebuild", str(path), str(self.cache_dir), self.arch],

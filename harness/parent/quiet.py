@@ -6,7 +6,7 @@ spare prestarted worker (harness.parent.supervise.Launcher), which imports torch
 job. *Timing* processes are a lane's judge and the worker that was handed a job.
 
 `timing.quiet` says what the run does about it:
-- `pause`: while any lane holds the host (`with current().hold(): ...` around timed rounds),
+- `pause`: while any lane holds the host (`with host.hold(): ...` around timed rounds),
   every background process group is stopped (SIGSTOP) and continued (SIGCONT) when the last
   holder leaves. A background process registered during a hold is stopped at once; one that is
   unregistered (a build that ended, a spare handed out for a job) is continued first.
@@ -16,9 +16,9 @@ job. *Timing* processes are a lane's judge and the worker that was handed a job.
   With too few CPUs for that, nothing is pinned and `pin_note` says why.
 - `both` (the default) does both; `off` touches nothing.
 
-`configure(mode, lanes)` installs the run's host; `current()` is an `off` host until then, so code
-that never configures one (tests, Ray actors) runs as before. The run calls `close()` on every exit
-path: a background process left stopped would never finish.
+Each run has a host of its own (harness.parent.resources.RunResources), handed to what starts its
+processes; code given none (tests, Ray actors) uses an `off` host, which touches nothing. The run
+calls `close()` on every exit path: a background process left stopped would never finish.
 """
 
 from __future__ import annotations
@@ -143,8 +143,8 @@ class CpuPlan:
 
 
 class QuietHost:
-    """The process-wide registry of background and timing processes, and the holds of the lanes
-    that are timing. Thread-safe: several lanes may hold at once."""
+    """A run's registry of background and timing processes, and the holds of the lanes that are
+    timing. Thread-safe: several lanes may hold at once."""
 
     def __init__(self, mode: str = "off", lanes: int = 1, *, cpus: Optional[Iterable[int]] = None, cpus_per_lane: int = CPUS_PER_LANE) -> None:
         if mode not in MODES:
@@ -339,29 +339,3 @@ class QuietHost:
 
     def __repr__(self) -> str:
         return f"QuietHost({self.describe()!r}, holders={self._holders}, background={len(self._background)})"
-
-
-_current = QuietHost("off")
-_current_lock = threading.Lock()
-
-
-def current() -> QuietHost:
-    """This process's quiet host: the one `configure` installed for the run, else an `off` one."""
-    return _current
-
-
-def set_current(host: Optional[QuietHost]) -> QuietHost:
-    """Install `host` (None: a fresh `off` one); returns the one it replaces, which the caller
-    still owns (and should close)."""
-    global _current
-    with _current_lock:
-        previous, _current = _current, host if host is not None else QuietHost("off")
-    return previous
-
-
-def configure(mode: str, lanes: int, *, cpus: Optional[Iterable[int]] = None, cpus_per_lane: int = CPUS_PER_LANE) -> QuietHost:
-    """Make a host for `lanes` lanes in `mode` (timing.quiet) the process's current one, and
-    return it. The caller closes it when the run ends (it resumes whatever is still stopped)."""
-    host = QuietHost(mode, lanes, cpus=cpus, cpus_per_lane=cpus_per_lane)
-    set_current(host)
-    return host

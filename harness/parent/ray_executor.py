@@ -36,9 +36,10 @@ from harness.core.records import CandidateRecord, ReferenceRecord
 from harness.core.schema import decode_line, encode_line
 from harness.core.status import Status
 from harness.core.store import RunStore
-from harness.parent import scratch
 from harness.parent.evaluate import Plan, ProblemEvaluation
 from harness.parent.executor import Job, QueuedExecutor
+from harness.parent.resources import RunResources
+from harness.parent.scratch import RunScratch
 from harness.parent.supervise import Lane
 from harness.sources.candidate import Candidate
 from harness.sources.problem import Problem
@@ -165,14 +166,16 @@ class LaneActor:
 
         self.cfg: Config = build(Config, cfg_data, prefix="")
         self.device = device
-        # The lane's own scratch (harness.parent.scratch): removed by close(), and, when Ray kills the actor
-        # (an interrupted run), swept by the next run on this node, since its owner is gone.
-        self.scratch = scratch.RunScratch.create()
-        scratch.set_current(self.scratch)
-        self.folder = self.scratch.make("ray-lane-")
+        # The lane's own resources: its scratch (harness.parent.scratch), removed by close(), and, when Ray
+        # kills the actor (an interrupted run), swept by the next run on this node, since its owner is
+        # gone; its store; an `off` quiet host (the actor holds its GPU alone) and no build pool (builds
+        # arrive from Ray's tasks).
+        own = RunScratch.create()
+        self.folder = own.make("ray-lane-")
         self.store = LaneStore(self.folder / "results", run_id)
+        self.resources = RunResources(self.cfg, device, self.store, own)
         gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "") if device == "cuda" else ""
-        self.lane = Lane.single(self.cfg, device, label=f"{socket.gethostname()}/cuda:{gpu}" if gpu else f"{socket.gethostname()}/cpu")
+        self.lane = Lane.single(self.cfg, device, label=f"{socket.gethostname()}/cuda:{gpu}" if gpu else f"{socket.gethostname()}/cpu", quiet=self.resources.quiet)
         self.evaluation: Optional[ProblemEvaluation] = None
         self.evaluation_key: Any = None
         self.sent: set[str] = set()
@@ -198,7 +201,7 @@ class LaneActor:
         if self.evaluation is None or self.evaluation_key != key:  # a new problem: its reference runs on this lane first
             if self.evaluation is not None:
                 self.evaluation.close()
-            self.evaluation = ProblemEvaluation(problem, [], self.cfg, self.device, self.store, lane=self.lane, plan=plan)
+            self.evaluation = ProblemEvaluation(problem, [], self.cfg, self.device, self.store, lane=self.lane, plan=plan, resources=self.resources)
             self.evaluation_key = key
         self.evaluation.evaluate(Candidate(candidate_name, candidate_path))
         logs = {}
@@ -213,7 +216,7 @@ class LaneActor:
         if self.evaluation is not None:
             self.evaluation.close()
         self.lane.launcher.close()
-        self.scratch.close()
+        self.resources.close()
 
 
 class RayExecutor(QueuedExecutor):
@@ -221,14 +224,17 @@ class RayExecutor(QueuedExecutor):
     dispatcher thread hands the queued candidates of the oldest job's problem to the lanes
     together (one plan, one batch), and the records to their futures."""
 
-    def __init__(self, cfg: Config, device: str, store: Any, *, on_record: Callable[[CandidateRecord], None], on_start: Callable[[Candidate], None], on_problem: Callable[[Problem], None] = lambda p: None) -> None:
-        super().__init__(on_record=on_record, on_start=on_start, on_problem=on_problem)
+    def __init__(self, resources: RunResources) -> None:
+        observer = resources.observer
+        super().__init__(on_record=observer.on_record, on_start=observer.on_start, on_problem=observer.on_problem)
         ray = _ray()
         self.ray = ray
+        self.resources = resources
+        cfg, device, store = resources.cfg, resources.device, resources.store
         self.cfg, self.device, self.store = cfg, device, store
         self.started_ray = connect(cfg)
-        resources = ray.cluster_resources()
-        gpus, cpus = int(resources.get("GPU", 0)), int(resources.get("CPU", 1))
+        cluster = ray.cluster_resources()
+        gpus, cpus = int(cluster.get("GPU", 0)), int(cluster.get("CPU", 1))
         lanes = cfg.ray.lanes or (gpus if device == "cuda" else 1)
         if device == "cuda" and gpus < 1:
             raise UserError("the Ray cluster has no GPU for a CUDA run")
@@ -265,7 +271,7 @@ class RayExecutor(QueuedExecutor):
     def _run_batch(self, problem: Problem, candidates: list[Candidate]) -> list[CandidateRecord]:
         """Each candidate goes to the next free lane. A lane that fails (its actor dies, a Ray error)
         gives that candidate a `harness error` record (which --resume redoes), never a crash."""
-        screen = ProblemEvaluation(problem, candidates, self.cfg, self.device, self.store, on_record=self.on_record, on_start=self.on_start)
+        screen = ProblemEvaluation(problem, candidates, self.cfg, self.device, self.store, on_record=self.on_record, on_start=self.on_start, resources=self.resources)
         records, runnable = screen.screen()
         if not runnable:
             return records

@@ -26,7 +26,8 @@ from typing import Any, Optional
 
 from harness.core.records import SanitizerOutcome, SanitizerRun
 from harness.core.status import Code, Finding
-from harness.parent.scratch import current as current_scratch
+from harness.parent.quiet import QuietHost
+from harness.parent.scratch import RunScratch
 
 ROOT = Path(__file__).resolve().parents[2]  # the folder the harness package sits in (on the child's PYTHONPATH)
 ERRORS_EXIT = 86  # the tool's exit code when it found errors (--error-exitcode)
@@ -115,21 +116,20 @@ class Prestarted:
     proc: subprocess.Popen[bytes]
     log_path: Path
     scratch: Path  # its working folder, removed with it
+    quiet: QuietHost  # the run's quiet host, which has it as background work while it waits
 
     @classmethod
-    def start(cls, tool: str, name: str, env: dict[str, str]) -> "Prestarted":
-        from harness.parent import quiet
-
-        scratch = current_scratch().make(f"sanitize-spare-{name}-")
-        proc, log_path = _start_tool(tool, name, "-", env, scratch)
-        quiet.current().register_background(proc)
-        return cls(name, proc, log_path, scratch)
+    def start(cls, tool: str, name: str, env: dict[str, str], scratch: RunScratch, quiet: Optional[QuietHost] = None) -> "Prestarted":
+        """Start it in a folder of the run's `scratch`, as background work for `quiet`."""
+        host = quiet if quiet is not None else QuietHost()
+        folder = scratch.make(f"sanitize-spare-{name}-")
+        proc, log_path = _start_tool(tool, name, "-", env, folder)
+        host.register_background(proc)
+        return cls(name, proc, log_path, folder, host)
 
     def run(self, job: dict[str, Any], timeout: float) -> SanitizerRun:
         """Hand it `job` and wait for its report (the limit counts from now)."""
-        from harness.parent import quiet
-
-        quiet.current().unregister(self.proc)
+        self.quiet.unregister(self.proc)
         if self.proc.stdin is None:
             raise RuntimeError("a prestarted sanitizer run has no stdin")
         started = time.monotonic()
@@ -188,10 +188,12 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
 class LaneSanitizer:
     """compute-sanitizer for one problem on one lane: one eval forward of a candidate under each
     tool, at the other-size trial's sizes; a source run again on the same inputs (a resubmission)
-    gets the earlier runs, since the tools would say the same."""
+    gets the earlier runs, since the tools would say the same. Its runs work in folders of the
+    run's `scratch`; a run started ahead is background work for the run's quiet host `quiet`."""
 
-    def __init__(self, cfg: Any, problem_path: Path, device: str, env: dict[str, str], prestart: bool = False) -> None:
+    def __init__(self, cfg: Any, problem_path: Path, device: str, env: dict[str, str], prestart: bool = False, *, scratch: RunScratch, quiet: Optional[QuietHost] = None) -> None:
         self.cfg, self.problem_path, self.device, self.env = cfg, problem_path, device, env  # cfg: the problem's harness.core.config.Config
+        self.scratch, self.quiet = scratch, quiet
         self.runs: dict[tuple[Any, ...], tuple[tuple[SanitizerRun, ...], list[Finding]]] = {}  # a source's sanitizer runs, for a resubmission
         self.prestart_runs = prestart  # keep the first tool's next run started ahead (workers.prestart)
         self._spare: Optional[Prestarted] = None
@@ -204,7 +206,7 @@ class LaneSanitizer:
             return
         tool = find_tool(cfg.path)
         if tool is not None:
-            self._spare = Prestarted.start(tool, cfg.tools[0], self.env)
+            self._spare = Prestarted.start(tool, cfg.tools[0], self.env, self.scratch, self.quiet)
 
     def close(self) -> None:
         """End a run started ahead and never used."""
@@ -233,7 +235,7 @@ class LaneSanitizer:
         if key in self.runs:  # the same source, on the same inputs: the tools would say the same
             runs, found = self.runs[key]
             return tuple(dataclasses.replace(r, detail=f"{r.detail} (the same source's run earlier on this lane)", seconds=0.0) for r in runs), found
-        cwd = current_scratch().make(f"sanitize-{name[:20]}-")
+        cwd = self.scratch.make(f"sanitize-{name[:20]}-")
         spare, self._spare = self._spare, None
         try:
             result = sanitize(find_tool(cfg.path), cfg.tools, cfg.timeout, job, self.env, cwd, spare)

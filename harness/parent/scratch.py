@@ -3,16 +3,16 @@
 Every run gets one folder, `<base>/run-<pid>-<8 hex>` (base: `$TMPDIR/harness-scratch`), with a
 marker file `owner` that names the process owning it: its pid and, where /proc exists, its start
 time (field 22 of /proc/<pid>/stat), so that a later process that happens to get the same pid is
-not mistaken for the owner. The run removes its folder when it ends, interrupted or not. A run
-that could not (SIGKILL, a power cut) leaves it behind, and the next one to start removes it:
-`RunScratch.create` first sweeps every sibling whose owner is gone. A folder of a live process is
-never touched; a folder with no readable marker is removed only once it is an hour old (its owner
-may be between creating it and writing the marker).
+not mistaken for the owner. A session makes the folder when it opens and removes it when it
+closes (harness.parent.resources), interrupted or not. A run that could not (SIGKILL, a power
+cut) leaves it behind, and the next one to start removes it: `RunScratch.create` first sweeps
+every sibling whose owner is gone. A folder of a live process is never touched; a folder with no
+readable marker is removed only once it is an hour old (its owner may be between creating it and
+writing the marker).
 """
 
 from __future__ import annotations
 
-import atexit
 import json
 import os
 import secrets
@@ -185,39 +185,6 @@ class RunScratch:
 
     def __repr__(self) -> str:
         return f"RunScratch({str(self.path)!r}{', closed' if self._closed else ''})"
-
-
-_current: Optional[RunScratch] = None
-_current_lock = threading.Lock()
-_exit_hook = False
-
-
-def current() -> RunScratch:
-    """This process's scratch: the one `set_current` installed (a run's), else one created on
-    first use and removed when the interpreter exits."""
-    global _current, _exit_hook
-    with _current_lock:
-        if _current is None or _current.closed:
-            _current = RunScratch.create()
-            if not _exit_hook:
-                atexit.register(_close_at_exit)
-                _exit_hook = True
-        return _current
-
-
-def set_current(scratch: Optional[RunScratch]) -> Optional[RunScratch]:
-    """Make `scratch` the process's scratch (None: the next `current()` creates one); returns the
-    one it replaces, which the caller still owns."""
-    global _current
-    with _current_lock:
-        previous, _current = _current, scratch
-    return previous
-
-
-def _close_at_exit() -> None:
-    scratch = _current
-    if scratch is not None and scratch.pid == os.getpid():  # not in a forked child
-        scratch.close()
 
 
 def _nearest_existing(path: Path) -> Path:

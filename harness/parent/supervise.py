@@ -26,7 +26,7 @@ from harness.core.config import ROOT, Config
 from harness.core.protocol import Failure, WorkerOutcome
 from harness.core.records import to_dict
 from harness.core.status import Status
-from harness.parent import quiet
+from harness.parent.quiet import QuietHost
 
 POLL_SECONDS = 0.2
 
@@ -116,11 +116,12 @@ class Launcher:
     starts the profiler's CUPTI once (seconds more) while it waits. A prestarted worker has run no model code: every job still
     gets a process of its own. `env` (e.g. CUDA_VISIBLE_DEVICES) applies to every worker.
 
-    For the quiet host (harness.parent.quiet) the spare is background work while it waits (stopped while a
-    lane times, kept on the builds' CPUs); a worker handed out is a timing process of lane
-    `lane_index`: pinned to that lane's CPUs, and running even if a hold had stopped it."""
+    For the run's quiet host (`quiet`, harness.parent.quiet) the spare is background work while it waits
+    (stopped while a lane times, kept on the builds' CPUs); a worker handed out is a timing process of
+    lane `lane_index`: pinned to that lane's CPUs, and running even if a hold had stopped it."""
 
-    def __init__(self, prestart: bool = False, env: Optional[dict[str, str]] = None, lane_index: int = 0, prewarm: str = "", spares: int = 1, judges: bool = False) -> None:
+    def __init__(self, prestart: bool = False, env: Optional[dict[str, str]] = None, lane_index: int = 0, prewarm: str = "", spares: int = 1, judges: bool = False, quiet: Optional[QuietHost] = None) -> None:
+        self.quiet = quiet if quiet is not None else QuietHost()
         self.prestart = prestart
         self.judges = judges  # with prestart: also the next problem's judge (take_judge)
         self.prewarm = prewarm  # "cuda": the spare readies the CUDA context and the profiler while it waits
@@ -138,7 +139,7 @@ class Launcher:
         return self._spares[0] if self._spares else None
 
     def take(self) -> Started:
-        host = quiet.current()
+        host = self.quiet
         while self._spares and self._spares[0].proc.poll() is not None:  # a spare that died waiting
             self._discard_one(self._spares.pop(0))
         started = self._spares.pop(0) if self._spares else start_worker(self.env)
@@ -152,7 +153,7 @@ class Launcher:
 
     def release(self, proc: subprocess.Popen[bytes]) -> None:
         self.active.discard(proc)
-        quiet.current().unregister(proc)
+        self.quiet.unregister(proc)
 
     def take_judge(self, log_path: Path, make_dir: Callable[[str], Path]) -> tuple[JudgeClient, Path]:
         """A judge for the next problem of this lane, and its working folder (`make_dir(prefix)`
@@ -173,12 +174,12 @@ class Launcher:
             if spare is not None:
                 self._discard_judge(spare)
             folder = make_dir("judge-")
-            taken = (JudgeClient(log_path=log_path, cwd=folder, env=self.env, lane_index=self.lane_index), folder)
+            taken = (JudgeClient(log_path=log_path, cwd=folder, env=self.env, lane_index=self.lane_index, quiet=self.quiet), folder)
         if self.prestart and self.judges and not self._closed:
             self._judges_started += 1
             spare_log = log_path.parent.parent / f".judge-spare-{self.lane_index}-{self._judges_started}.out"  # not *.log: no worker's log until adopted
             folder = make_dir("judge-spare-")
-            self._judge_spare = (JudgeClient(log_path=spare_log, cwd=folder, env=self._spare_env(), lane_index=self.lane_index, spare=True), folder)
+            self._judge_spare = (JudgeClient(log_path=spare_log, cwd=folder, env=self._spare_env(), lane_index=self.lane_index, spare=True, quiet=self.quiet), folder)
         return taken
 
     def _spare_env(self) -> dict[str, str]:
@@ -192,7 +193,7 @@ class Launcher:
         self._discard_judge()
         for proc in list(self.active):
             _kill_group(proc)
-            quiet.current().unregister(proc)
+            self.quiet.unregister(proc)
 
     def close(self) -> None:
         self._closed = True
@@ -215,11 +216,10 @@ class Launcher:
         while self._spares:
             self._discard_one(self._spares.pop())
 
-    @staticmethod
-    def _discard_one(spare: Started) -> None:
+    def _discard_one(self, spare: Started) -> None:
         _kill_group(spare.proc)
         spare.proc.wait()
-        quiet.current().unregister(spare.proc)
+        self.quiet.unregister(spare.proc)
         for stream in (spare.proc.stdin, spare.proc.stdout):
             if stream is not None:
                 stream.close()
@@ -427,9 +427,10 @@ class JudgeClient:
     """Parent side of a lane's judge (harness.judge.service): starts it, sends typed requests, waits for
     typed replies under time limits. What the judge prints goes to `log_path`. A judge that hangs
     past a limit or ends is killed with its process group and reported as JudgeFailed. It is a
-    timing process of lane `lane_index` for the quiet host (harness.parent.quiet): pinned to its CPUs."""
+    timing process of lane `lane_index` for the run's quiet host (`quiet`): pinned to its CPUs."""
 
-    def __init__(self, *, log_path: Path, cwd: Path, env: Optional[dict[str, str]] = None, lane_index: int = 0, spare: bool = False) -> None:
+    def __init__(self, *, log_path: Path, cwd: Path, env: Optional[dict[str, str]] = None, lane_index: int = 0, spare: bool = False, quiet: Optional[QuietHost] = None) -> None:
+        self.quiet = quiet if quiet is not None else QuietHost()
         request_read, self._request_write = os.pipe()
         self._reply_read, reply_write = os.pipe()
         full_env = dict(os.environ)
@@ -450,9 +451,9 @@ class JudgeClient:
                 env=full_env,
             )
         if spare:  # prestarted: background work while it waits (harness.parent.supervise.Launcher.take_judge)
-            quiet.current().register_background(self.proc)
+            self.quiet.register_background(self.proc)
         else:
-            quiet.current().register_timing(self.proc, lane_index)
+            self.quiet.register_timing(self.proc, lane_index)
         os.close(request_read)
         os.close(reply_write)
         self._buffer = b""
@@ -465,7 +466,7 @@ class JudgeClient:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         os.rename(self.log_path, log_path)
         self.log_path = log_path
-        quiet.current().register_timing(self.proc, lane_index)
+        self.quiet.register_timing(self.proc, lane_index)
 
     def request(self, message: Any, limit: float, phase_limits: Any = None) -> Any:
         """Send `message`; return the judge's reply. `Phase` replies on the way (the judge's
@@ -541,7 +542,7 @@ class JudgeClient:
         self.alive = False
         _kill_group(self.proc)
         self.proc.wait()
-        quiet.current().unregister(self.proc)
+        self.quiet.unregister(self.proc)
         for fd in (self._request_write, self._reply_read):
             try:
                 os.close(fd)
@@ -568,11 +569,12 @@ class Lane:
     launcher: Launcher
 
     @classmethod
-    def single(cls, cfg: Config, device: str, gpu: str = "", label: str = "", index: int = 0) -> "Lane":
-        """`index`: the lane's place among the run's lanes, which picks its CPUs (harness.parent.quiet)."""
+    def single(cls, cfg: Config, device: str, gpu: str = "", label: str = "", index: int = 0, quiet: Optional[QuietHost] = None) -> "Lane":
+        """`index`: the lane's place among the run's lanes, which picks its CPUs on the run's quiet
+        host `quiet` (none: an `off` host, which touches nothing)."""
         # nvidia-smi (clocks, identity) numbers GPUs in PCI order; CUDA must number them the same way
         env = {"CUDA_VISIBLE_DEVICES": gpu, "CUDA_DEVICE_ORDER": os.environ.get("CUDA_DEVICE_ORDER", "PCI_BUS_ID")} if gpu else {}
-        launcher = Launcher(prestart=wants_prestart(cfg, device), env=env, lane_index=index, prewarm="cuda" if device == "cuda" else "", spares=cfg.workers.spares, judges=cfg.workers.prestart_judge)
+        launcher = Launcher(prestart=wants_prestart(cfg, device), env=env, lane_index=index, prewarm="cuda" if device == "cuda" else "", spares=cfg.workers.spares, judges=cfg.workers.prestart_judge, quiet=quiet)
         return cls(label, gpu, launcher)
 
     @property

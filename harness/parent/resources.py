@@ -1,0 +1,140 @@
+"""One run's resources: what a session opens when it starts and releases when it ends.
+
+A run has a config and a device, a run folder (RunStore), a scratch folder (harness.parent.scratch),
+a quiet host (harness.parent.quiet), a build pool (harness.parent.prebuild, or none) and an observer
+that hears of its progress. `RunResources.open` makes them, `close` releases them (the build pool
+stopped, whatever the quiet host stopped resumed, the scratch removed), however the run ends.
+
+Nothing here is process-wide: each session opens its own, and what starts processes or writes
+scratch files (lanes, their judges, sanitizer runs, builds) is handed them, never looks them up.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from typing import Any, Callable, Optional
+
+from harness.core.config import Config
+from harness.core.records import CandidateRecord
+from harness.core.store import RunStore, new_run_id
+from harness.parent.prebuild import BuildAhead, default_parallelism, gpu_arch
+from harness.parent.quiet import QuietHost
+from harness.parent.scratch import MIB, RunScratch, check_free_disk, default_base
+from harness.sources.candidate import Candidate
+from harness.sources.problem import Problem
+
+__all__ = ["Observer", "RunResources", "lane_count", "quiet_mode", "start_builds", "visible_gpus"]
+
+
+def _ignore(_: Any) -> None:
+    pass
+
+
+@dataclasses.dataclass(frozen=True)
+class Observer:
+    """Where a run's progress goes (a progress display, a trainer's bookkeeping): `on_problem`
+    when a problem's first candidate starts, `on_start` for each candidate, `on_record` for each
+    record. Lane threads call them, one at a time."""
+
+    on_problem: Callable[[Problem], None] = _ignore
+    on_start: Callable[[Candidate], None] = _ignore
+    on_record: Callable[[CandidateRecord], None] = _ignore
+
+
+@dataclasses.dataclass(frozen=True)
+class RunResources:
+    """One run's config, device, run folder, scratch, quiet host, build pool and observer. A `with`
+    block (or `close()`) releases them; closing twice does nothing more."""
+
+    cfg: Config
+    device: str  # cuda | cpu
+    store: RunStore
+    scratch: RunScratch
+    quiet: QuietHost = dataclasses.field(default_factory=QuietHost)  # "off": touches nothing
+    builds: Optional[BuildAhead] = None
+    observer: Observer = Observer()
+
+    @classmethod
+    def open(cls, cfg: Config, device: str, store: Optional[RunStore] = None, *, observer: Observer = Observer(), echo: bool = False) -> "RunResources":
+        """Check the free disk (limits.min_free_disk_mb), then make the scratch, the quiet host
+        (timing.quiet; a note on stderr with `echo` when pinning was skipped), the run folder when
+        `store` is None (a new one under results_dir) and the build pool (builds.ahead)."""
+        results_dir = cfg.path(cfg.results_dir)
+        check_free_disk([default_base(), results_dir], cfg.limits.min_free_disk_mb * MIB)
+        scratch = RunScratch.create()
+        host = QuietHost()
+        try:
+            mode = quiet_mode(cfg, device)
+            host = QuietHost(mode, lane_count(cfg, device) if mode != "off" else 1)
+            if echo and host.pin_note:
+                print(f"note: timing.quiet={mode}: {host.pin_note}", file=sys.stderr)
+            store = store or RunStore(results_dir, new_run_id())
+            return cls(cfg, device, store, scratch, host, start_builds(cfg, device, host), observer)
+        except BaseException:
+            host.close()
+            scratch.close()
+            raise
+
+    def close(self) -> None:
+        """Stop the build pool, resume whatever the quiet host stopped (a build left stopped would
+        never finish), and remove the scratch folder."""
+        try:
+            if self.builds is not None:
+                self.builds.close()
+        finally:
+            try:
+                self.quiet.close()
+            finally:
+                self.scratch.close()
+
+    def __enter__(self) -> "RunResources":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def quiet_mode(cfg: Config, device: str) -> str:
+    """The quiet host's mode for a run: timing.quiet on this machine's lanes (Ray lanes run in
+    actors of their own: off), and no pinning on a CPU run, whose checks use every core."""
+    mode = cfg.timing.quiet if cfg.executor == "local" else "off"
+    if device == "cpu" and mode in ("pin", "both"):
+        mode = "pause"
+    return mode
+
+
+def visible_gpus() -> list[str]:
+    """The GPUs this process may use, as CUDA_VISIBLE_DEVICES values: the variable's own entries
+    when it is set, else 0 .. device_count - 1."""
+    value = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if value is not None and value.strip():
+        return [v.strip() for v in value.split(",") if v.strip()]
+    import torch
+
+    return [str(i) for i in range(torch.cuda.device_count())]
+
+
+def lane_count(cfg: Config, device: str) -> int:
+    """How many lanes this machine's run has: one per chosen GPU on a CUDA run, one on the CPU."""
+    if device != "cuda":
+        return 1
+    return max(1, len(cfg.workers.gpus) or len(visible_gpus()))
+
+
+def start_builds(cfg: Config, device: str, quiet: QuietHost) -> Optional[BuildAhead]:
+    """A BuildAhead that builds each submitted candidate's extensions in a CPU pool, its builds
+    background work for `quiet`; None when builds.ahead is never, or auto on a CPU run (where
+    building would disturb the timings), or on Ray (builds run in its tasks)."""
+    if cfg.executor == "ray" or cfg.builds.ahead == "never" or (cfg.builds.ahead == "auto" and device != "cuda"):
+        return None
+    parallel, jobs = default_parallelism()
+    return BuildAhead(
+        cfg.path(cfg.build_cache_dir),
+        gpu_arch() if device == "cuda" else "cpu",
+        cfg.builds.parallel or parallel,
+        cfg.builds.jobs_per_build or jobs,
+        timeout=cfg.timeouts.load,
+        quiet=quiet,
+    )
