@@ -182,7 +182,7 @@ class ComparedRun:
 
     def run(self) -> Compared:
         cfg, subject = self.setting.cfg, self.subject
-        self.session: P.Session = self.judge.request(P.Open(subject.role), cfg.timeouts.construct)
+        self.session: P.SessionHandle = self.judge.request(P.Open(subject.role), cfg.timeouts.construct)
         if cfg.timing.enabled:
             self.pairing = Pairing(self.judge, self.session.session, cfg.timing, cfg.timeouts.time, subject.name, quiet.current(), self.timing_mode)
         cwd = current_scratch().make(f"{subject.log_name[:20]}-")
@@ -235,7 +235,7 @@ class ComparedRun:
         return None
 
     def on_step(self, step: P.Step) -> Optional[Failure | Reply]:
-        verdict: P.Verdict = self.judge.request(P.Check(self.session.session, step), self.setting.cfg.timeouts.check)
+        verdict: P.StepAnswer = self.judge.request(P.Check(self.session.session, step), self.setting.cfg.timeouts.check)
         if verdict.failure is not None:
             return Status(verdict.failure[0]), verdict.failure[1]
         if verdict.unsafe and not self.unsafe:
