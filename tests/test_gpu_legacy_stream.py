@@ -4,9 +4,9 @@ mode (skipped without a GPU)."""
 
 import pytest
 
+from harness.core.records import OUTSIDE_CAPTURE
 from harness.core.status import Status
 from harness.core.store import RunStore
-from harness.device.graphs import OUTSIDE_CAPTURE
 from harness.parent.evaluate import ProblemEvaluation
 from harness.sources.candidate import Candidate
 from harness.sources.problem import resolve_problem

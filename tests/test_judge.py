@@ -15,11 +15,12 @@ from pathlib import Path
 import pytest
 
 from harness.core import protocol as P
+from harness.core.plan import Plan
 from harness.core.status import Status
 from harness.core.store import RunStore
-from harness.device.regions import GUARD, TensorSpec
+from harness.device.regions import GUARD
 from harness.judge.service import Judge
-from harness.parent.evaluate import Plan, ProblemEvaluation
+from harness.parent.evaluate import ProblemEvaluation
 from harness.parent.lane_judge import LaneJudge, Setting
 from harness.sources.candidate import Candidate
 from harness.sources.problem import resolve_problem
@@ -166,7 +167,7 @@ def test_steps_out_of_the_plans_order_are_refused(judge):
 def test_outputs_said_to_lie_outside_the_mailbox_fail_without_being_read(judge):
     session = judge.open(P.Role.CANDIDATE)
     staged = session.first.sets[0][0].tensor
-    beyond = TensorSpec(session.mailbox.nbytes + 4096, staged.shape, staged.dtype, staged.itemsize)
+    beyond = P.TensorSpec(session.mailbox.nbytes + 4096, staged.shape, staged.dtype, staged.itemsize)
     verdict = judge.check(session.session, P.Step("same_seed", outputs=(P.Output("Tensor", device="cpu", tensor=beyond),), want=P.Want("call", 0)))
     assert verdict.check is not None and not verdict.check.passed
     assert "not where it said" in verdict.check.reason

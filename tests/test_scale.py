@@ -9,8 +9,8 @@ from harness.core.errors import UserError
 from harness.core.records import CandidateRecord, ReferenceRecord
 from harness.core.status import Status
 from harness.core.store import RunStore, read_records
-from harness.parent.local import Lane, LocalExecutor, local_lanes
-from harness.parent.supervise import Launcher
+from harness.parent.local import LocalExecutor, local_lanes
+from harness.parent.supervise import Lane, Launcher
 from harness.sources.candidate import Candidate
 from harness.sources.problem import resolve_problem
 

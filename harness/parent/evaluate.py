@@ -18,7 +18,7 @@ from harness.core.config import Config
 from harness.core.errors import flat
 from harness.core.pairing import launch_bound
 from harness.core.plan import Plan
-from harness.core.protocol import Call, Failure, WorkerOutcome
+from harness.core.protocol import Failure, WorkerOutcome
 from harness.core.records import CallProfile, CandidateRecord, PairedSpeedup, ReferenceRecord, SanitizerRun, TimingStats
 from harness.core.scan import declared_kernels, scan_source
 from harness.core.status import Finding, Status
@@ -31,7 +31,7 @@ from harness.parent.verdict import Case, Reported, Rules
 from harness.sources.candidate import Candidate, needs_cuda_statically
 from harness.sources.problem import Problem
 
-__all__ = ["Call", "Plan", "ProblemEvaluation", "compare_times", "timing_warnings"]
+__all__ = ["ProblemEvaluation", "compare_times", "timing_warnings"]
 
 
 class ProblemEvaluation:

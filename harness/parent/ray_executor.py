@@ -31,11 +31,12 @@ from typing import Any, Callable, Optional
 
 from harness.core.config import ROOT, Config
 from harness.core.errors import UserError, one_line
+from harness.core.plan import Plan
 from harness.core.records import RECORD_KINDS, CandidateRecord, from_dict, to_dict
 from harness.core.status import Status
 from harness.core.store import RunStore
 from harness.parent import scratch
-from harness.parent.evaluate import Plan, ProblemEvaluation
+from harness.parent.evaluate import ProblemEvaluation
 from harness.parent.executor import Job, QueuedExecutor
 from harness.parent.supervise import Lane
 from harness.sources.candidate import Candidate

@@ -23,7 +23,7 @@ from harness.core.protocol import BUFFERS_CHECK, TIMED_CHECK, Call, ExtensionCal
 from harness.core.records import CallProfile, CheckResult, Flag, PairedSpeedup, ReferenceRecord, Stricter, TimingStats
 from harness.core.status import Code, Finding, Gradients, Status
 
-__all__ = ["PRECISION_FLOOR", "Case", "Compared", "Comparison", "Reported", "Rules", "Verdict", "decide", "findings", "settle"]
+__all__ = ["PRECISION_FLOOR", "Case", "Check", "Compared", "Comparison", "Reported", "Rules", "Verdict", "decide", "findings", "settle", "stricter_than_kernelbench"]
 
 PRECISION_FLOOR = 1e-6  # relative errors below this are never called imprecise
 
@@ -250,9 +250,6 @@ def settle(case: Case, first: Verdict, unsafe: list[Finding], compare: Callable[
 # KernelBench's says "stricter: tolerance, max abs error 4.7e-4" rather than a bare `incorrect`.
 #
 # A pure function of the record's evidence and the plan's calls; `verdict` calls it.
-
-
-__all__ = ["Check", "stricter_than_kernelbench"]
 
 
 class Check(str, enum.Enum):
