@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 
 from harness.core import protocol as P
-from harness.core.config import ROOT
+from harness.core.config import ROOT, TimerSettings
 from harness.core.status import Status
 from harness.parent.supervise import Started, run_worker
 
 HARNESS = Path(__file__).resolve().parent.parent / "harness"
-JOBS = (P.WorkerJob, P.JudgeJob, P.TimerSettings)  # not messages of their own, but sent in one
+JOBS = (P.WorkerJob, P.JudgeJob, TimerSettings)  # not messages of their own, but sent in one
 
 
 def sample(tp, name="value", default=dataclasses.MISSING):

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from harness.core import protocol as P
-from harness.core.config import Config
+from harness.core.config import Config, TimerSettings
 from harness.core.errors import flat
 from harness.core.pairing import Pairing, ProblemTiming, resolve_mode
 from harness.core.plan import Plan
@@ -85,7 +85,7 @@ class LaneJudge:
             cpu_threads=cfg.timing.cpu_threads,
             tolerances={k: dataclasses.asdict(v) for k, v in cfg.check.tolerances.items()},
             gradient_tolerance_factor=cfg.check.gradient_tolerance_factor,
-            timing=P.TimerSettings.from_config(cfg.timing) if cfg.timing.enabled else None,
+            timing=TimerSettings.from_config(cfg.timing) if cfg.timing.enabled else None,
             speed_of_light_cache=str(cfg.path(cfg.measurement_cache_dir)) if measure and cfg.timing.enabled and cfg.speed_of_light.enabled else "",
             guard_bands=cfg.check.guard_bands,
             profile=profile,
@@ -216,7 +216,7 @@ class ComparedRun:
             build_cache=str(cfg.path(cfg.build_cache_dir)),
             construct_seed=plan.construct_seed,
             calls=planned_calls(subject.role, plan, cfg.check.modes),
-            timing=P.TimerSettings.from_config(cfg.timing, self.timing_mode.mode) if cfg.timing.enabled else None,
+            timing=TimerSettings.from_config(cfg.timing, self.timing_mode.mode) if cfg.timing.enabled else None,
             allow_tf32=cfg.check.allow_tf32,
             gradients=cfg.check.gradients != "off",
             gradient_seed=plan.gradient_seed,
