@@ -249,7 +249,7 @@ class NullFloor:
 
 @dataclasses.dataclass(frozen=True)
 class Baseline:
-    """A baseline timed in the reference worker next to the eager reference (e.g. torch.compile)."""
+    """A baseline (e.g. torch.compile of the reference), run in a worker of its own and timed in turns with the eager reference."""
 
     name: str  # e.g. "torch.compile(default)"
     ok: bool  # compiled, matched the eager outputs and was timed
@@ -441,7 +441,7 @@ class ReferenceRecord:
     profile_reused_from: str = ""  # run id whose profiled call and speed-of-light the reference cache gave (timing.reuse_profile)
     other_size: dict[str, Any] = dataclasses.field(default_factory=dict)  # module constants of the other-size trial
     other_size_note: str = ""  # why the other-size trial ran at the problem's own size, when it did
-    wall_seconds: float = 0.0  # wall time of the reference's run in its judge (start-up included; baselines and null candidate not)
+    wall_seconds: float = 0.0  # wall time of the reference's pass in its judge (start-up included; baselines and null candidate not)
     phase_seconds: dict[str, float] = dataclasses.field(default_factory=dict)  # where the reference pass's time went: the judge's start-up and phases, the baselines, the null candidate
     finished_at: str = ""  # ISO-8601
     lane: str = ""  # the lane (GPU) this reference ran and was timed on; its candidates compare to it

@@ -24,7 +24,7 @@ from harness.core.scan import declared_kernels, scan_source
 from harness.core.status import Finding, Status
 from harness.core.store import RunStore
 from harness.parent import verdict
-from harness.parent.lane_judge import LaneJudge, ReferenceRun, Setting, Stopped, Subject
+from harness.parent.lane_judge import LaneJudge, ReferencePass, Setting, Stopped, Subject
 from harness.parent.sanitize import LaneSanitizer
 from harness.parent.supervise import JudgeFailed, Lane, default_memory_limit
 from harness.parent.verdict import Case, Reported, Rules
@@ -67,7 +67,7 @@ class ProblemEvaluation:
         self._reference: Optional[ReferenceRecord] = None  # the reference's record, once its pass ran on this lane
         self.setting = Setting(problem, self.cfg, device, store, self.lane, memory_limit, problem.hash)
         self.judge = LaneJudge(self.setting)  # the lane's judge for this problem, started with the first candidate
-        self.reference_run = ReferenceRun(self.setting, self.judge, lambda: self._stopped)
+        self.reference_pass = ReferencePass(self.setting, self.judge, lambda: self._stopped)
         self._stopped = False  # stop() was called: nothing more is written
         self.sanitizer = LaneSanitizer(self.cfg, problem.path, device, self.lane.launcher.env, prestart=self.lane.launcher.prestart and self.cfg.sanitizer.prestart)
 
@@ -108,7 +108,7 @@ class ProblemEvaluation:
         """Evaluate one runnable candidate on this lane (its judge first, once) and write its record."""
         if self._reference is None:
             self.plan = self.plan or Plan.fresh(self.cfg)
-            self._reference = self.reference_run.run(self.plan)
+            self._reference = self.reference_pass.run(self.plan)
         self.on_start(candidate)
         self.sanitizer.prestart()  # memcheck's start-up under the tool overlaps this candidate's checks
         if self.builds is not None:
@@ -156,7 +156,7 @@ class ProblemEvaluation:
         return self._reference
 
     def _run_candidate(self, candidate: Candidate, plan: Plan, reference: ReferenceRecord) -> CandidateRecord:
-        compared = self.judge.compare(plan, self.reference_run.timing_mode, Subject(P.Role.CANDIDATE, candidate.path, candidate.name))
+        compared = self.judge.compare(plan, self.reference_pass.timing_mode, Subject(P.Role.CANDIDATE, candidate.path, candidate.name))
         outcome, checks, same_seed, gradients = compared.outcome, compared.checks, compared.same_seed, compared.gradients
         builds = tuple(m.build for m in outcome.every(P.Built))
         timing = compared.timing

@@ -1,7 +1,7 @@
 """The parent's side of a lane's judge for one problem: its lifetime (`LaneJudge`: started with the
-plan, restarted after a failure, ended with the evaluation) and one compared worker's run against
-it (`ComparedRun`: each step the worker reports is judged before the worker may go on, then the
-worker is timed in turns with the reference), and the reference's pass through it (`ReferenceRun`:
+plan, restarted after a failure, ended with the evaluation), one compared worker's pass against
+it (`ComparedPass`: each step the worker reports is judged before the worker may go on, then the
+worker is timed in turns with the reference), and the reference's pass through it (`ReferencePass`:
 the judge started through the plan, then, when timing, the torch.compile baselines or their cached
 timings, the null candidate and the reference's own timing; a compile baseline's failure never fails
 it). Only typed messages pass here, never tensors.
@@ -131,9 +131,9 @@ class LaneJudge:
         return note
 
     def compare(self, plan: Plan, timing_mode: ProblemTiming, subject: "Subject") -> Compared:
-        """Run one compared worker against this judge (`ComparedRun`), timed under `timing_mode`."""
+        """Run one compared worker against this judge (`ComparedPass`), timed under `timing_mode`."""
         assert self.client is not None
-        return ComparedRun(self.setting, self.client, plan, timing_mode, subject).run()
+        return ComparedPass(self.setting, self.client, plan, timing_mode, subject).run()
 
     def end(self) -> None:
         if self.client is not None:
@@ -166,8 +166,8 @@ class Subject:
     name: str = "the candidate"  # how timing messages name it
 
 
-class ComparedRun:
-    """One compared worker run against the lane's judge: each step it reports is judged before it
+class ComparedPass:
+    """One compared worker's pass against the lane's judge: each step it reports is judged before it
     may go on (a wrong output stops it); then it is timed in turns with the reference
     (harness.core.pairing). `run()` returns what it came to."""
 
@@ -304,7 +304,7 @@ class Stopped(Exception):
     """A stopped run's evaluation ended without a record (ProblemEvaluation.stop)."""
 
 
-class ReferenceRun:
+class ReferencePass:
     """Runs the reference once for a lane (`run`), and with it fixes the problem's timing mode."""
 
     def __init__(self, setting: Setting, judge: LaneJudge, stopped: Callable[[], bool]) -> None:
@@ -359,7 +359,7 @@ class ReferenceRun:
         return record
 
     def record(self, report: P.ReferenceReport, wall_seconds: float) -> ReferenceRecord:
-        """The record of the judge's run of the reference (before baselines and the null candidate)."""
+        """The record of the reference's pass through the judge (before baselines and the null candidate)."""
         setting = self.setting
         problem = setting.problem
         notes = (

@@ -2,7 +2,7 @@
 
 - Each lane is a Ray actor that holds one GPU (`num_gpus=1`; Ray pins its CUDA_VISIBLE_DEVICES)
   or, on a CPU run, one CPU. Inside it, evaluation is exactly the local one: a ProblemEvaluation
-  on that lane, with its own reference worker and a fresh worker process per candidate.
+  on that lane, with its own judge (which runs the reference) and a fresh worker process per candidate.
 - Each candidate's evaluation is one actor call, handed to whichever lane is free next. The
   problem and candidate files travel as text, so nodes need the harness but not the files.
 - Each candidate's build is a CPU task (`num_cpus=ray.build_cpus`) that runs the prebuild into a
