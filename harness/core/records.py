@@ -328,7 +328,7 @@ class Flag:
 
 
 class SanitizerOutcome(Vocabulary):
-    """How one compute-sanitizer tool's run ended."""
+    """How one compute-sanitizer tool's check of a candidate ended."""
 
     CLEAN = "clean"  # the forward completed and the tool reported no error
     ERRORS = "errors"  # the tool reported errors: the flag unsafe-memory
@@ -338,13 +338,13 @@ class SanitizerOutcome(Vocabulary):
 
 
 @dataclasses.dataclass(frozen=True)
-class SanitizerRun:
-    """One compute-sanitizer tool's run over one small forward of a candidate."""
+class SanitizerResult:
+    """One compute-sanitizer tool's check of one small forward of a candidate."""
 
     tool: str  # memcheck | racecheck | initcheck | synccheck
     outcome: SanitizerOutcome  # how it ended (a plain string is read as one)
     detail: str  # the first error and its kernel, the error count, or why it failed or was skipped
-    seconds: float = 0.0  # wall time of the tool's run
+    seconds: float = 0.0  # wall time under the tool
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "outcome", SanitizerOutcome(self.outcome))
@@ -380,7 +380,7 @@ class CandidateRecord:
     custom_kernel_share: Optional[float] = None  # share of the profiled GPU time in the candidate's own kernels
     forward_ops: Optional[ForwardOps] = None  # the ATen operators of one checked forward (CPU), against the reference's
     flags: tuple[Flag, ...] = ()  # integrity findings with the policy applied to each (harness/core/flags.py)
-    sanitizer: tuple[SanitizerRun, ...] = ()  # compute-sanitizer runs over one small forward (CUDA, correct candidates)
+    sanitizer: tuple[SanitizerResult, ...] = ()  # compute-sanitizer checks of one small forward (CUDA, correct candidates)
     weight_mapping: tuple[tuple[str, str], ...] = ()  # (ModelNew's name, the reference's) where the transplant paired renamed weights by position
     stricter: Optional[Stricter] = None  # failed by a check of ours that KernelBench's would have passed: which, and why
     weights: str = ""  # where its checked weights came from: name | position (the reference's, transplanted) | seed (its own, same-seed)

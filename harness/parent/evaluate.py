@@ -19,7 +19,7 @@ from harness.core.errors import flat
 from harness.core.pairing import launch_bound
 from harness.core.plan import Plan
 from harness.core.protocol import Failure, WorkerOutcome
-from harness.core.records import CallProfile, CandidateRecord, PairedSpeedup, ReferenceRecord, SanitizerRun, TimingStats
+from harness.core.records import CallProfile, CandidateRecord, PairedSpeedup, ReferenceRecord, SanitizerResult, TimingStats
 from harness.core.scan import declared_kernels, scan_source
 from harness.core.status import Finding, Status
 from harness.core.store import RunStore
@@ -162,7 +162,7 @@ class ProblemEvaluation:
         timing = compared.timing
         case = Case(compared, plan.calls, plan.randomize_weights, reference, Rules.of(self.cfg), self.device, self._reported(candidate, outcome), self.judge.take_restart_note())
         first = verdict.decide(case)
-        sanitized: tuple[SanitizerRun, ...] = ()
+        sanitized: tuple[SanitizerResult, ...] = ()
         unsafe: list[Finding] = []
         if first.status is Status.CORRECT and self.sanitizer.wanted():
             sanitized, unsafe = self.sanitizer.run(candidate.path, candidate.hash, candidate.name, plan.construct_seed, reference.other_size)
