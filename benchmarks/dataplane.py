@@ -54,7 +54,7 @@ class Result:
     status: str = ""  # the candidate's status ("timeout" or "no record" when there is none)
     reason: str = ""  # the candidate record's one-line reason
     wall_s: float = 0.0  # wall time of run.py
-    reference_s: Optional[float] = None  # the reference worker's wall time
+    reference_s: Optional[float] = None  # the reference's wall time in its judge
     candidate_s: Optional[float] = None  # the candidate's wall time, seen by the parent
     phases: dict[str, float] = dataclasses.field(default_factory=dict)  # the candidate worker's phases
     speedup: Optional[float] = None

@@ -32,7 +32,7 @@ DUPLICATE_WINDOW = 6
 MAX_IMPORT_DEPTH = 10
 
 # The packages by process and trust, and which of them each may import (besides itself and the root
-# package, which holds only the version). The entry points at the top (api, serve, cli, __main__) and
+# package, which holds only the version). The entry points at the top (api, __main__) and
 # the commands may import anything.
 ALLOWED: dict[str, set[str]] = {
     "core": set(),  # vocabularies, records, messages, config: no torch, nothing of ours
@@ -43,7 +43,7 @@ ALLOWED: dict[str, set[str]] = {
     "parent": {"core", "device", "sources"},  # starts the processes; never runs the judge's or the worker's code
     "views": {"core", "sources"},  # reads records; never a device or a process
 }
-ENTRY_POINTS = {"api", "serve", "cli", "__main__", "commands"}
+ENTRY_POINTS = {"api", "__main__", "commands"}
 
 def _files(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts)

@@ -1,7 +1,7 @@
 """Integration: real worker subprocesses evaluate honest and misbehaving candidates on the CPU.
 
 All candidates answer problems/level0/1_Scale_Bias_ReLU.py (relu(x * scale + bias)). One
-evaluation runs them all against one reference run; each test then checks one verdict.
+evaluation runs them all against one pass of the reference; each test then checks one verdict.
 """
 import textwrap
 
@@ -12,25 +12,14 @@ from harness.core.store import RunStore, read_records
 from harness.parent.evaluate import ProblemEvaluation
 from harness.sources.candidate import Candidate
 from harness.sources.problem import resolve_problem
+from tests.sources import HONEST_FORWARD, scale_bias_relu
 
 pytestmark = pytest.mark.slow  # real worker subprocesses for every candidate
 
-HEADER = '''
-import os, sys, time
-import torch
-import torch.nn as nn
-
-class ModelNew(nn.Module):
-    def __init__(self, features, scale):
-        super().__init__()
-        self.bias = nn.Parameter(torch.randn(features))
-        self.scale = scale
-
-    def forward(self, x):
-'''
+BEFORE = "import os, sys, time"  # for the forwards that misbehave
 
 BODIES = {
-    "honest": "return torch.relu(x * self.scale + self.bias)",
+    "honest": HONEST_FORWARD,
     "wrong_value": "return torch.relu(x * self.scale + self.bias) + 1e-2",
     "wrong_shape": "return torch.relu(x * self.scale + self.bias)[:, :-1]",
     "wrong_dtype": "return torch.relu(x * self.scale + self.bias).double()",
@@ -65,19 +54,21 @@ SPECIAL = {
     "syntax_error": "import torch\nclass ModelNew(:\n    pass\n",
     "import_error": "import torch\nimport no_such_module_for_harness_tests\n",
     "no_model_new": "import torch\nclass Model(torch.nn.Module):\n    pass\n",
-    "construct_raises": HEADER.replace("super().__init__()", "super().__init__(); raise ValueError('bad shape')") + "        return x\n",
+    "construct_raises": scale_bias_relu("return x", before=BEFORE).replace("super().__init__()", "super().__init__(); raise ValueError('bad shape')"),
     # renamed, and one more parameter: no pairing by position either, so it keeps its own same-seed weights
     # (tests/test_weights.py has the renames that pair, and the policy that fails these)
-    "unpairable_weights": HEADER.replace("self.bias = nn.Parameter(torch.randn(features))", "self.offset = nn.Parameter(torch.randn(features)); self.gain = nn.Parameter(torch.ones(1))") + "        return torch.relu(x * self.scale * self.gain + self.offset)\n",
-    "needs_cuda_at_runtime": HEADER + "        return torch.relu(x.to('cuda') * self.scale + self.bias)\n",
+    "unpairable_weights": scale_bias_relu("return torch.relu(x * self.scale * self.gain + self.offset)", before=BEFORE).replace(
+        "self.bias = nn.Parameter(torch.randn(features))", "self.offset = nn.Parameter(torch.randn(features)); self.gain = nn.Parameter(torch.ones(1))"
+    ),
+    "needs_cuda_at_runtime": scale_bias_relu("return torch.relu(x.to('cuda') * self.scale + self.bias)", before=BEFORE),
     "exits_at_import": "import sys\nsys.exit(3)\n",
     # Writes a fake "correct" message into every pipe it can find, the result channel among them.
-    "forges_channel": HEADER.replace("import os, sys, time", FORGER) + "        forge()\n        return torch.relu(x * self.scale + self.bias)\n",
+    "forges_channel": scale_bias_relu(f"forge(); {HONEST_FORWARD}", before=FORGER),
 }
 
 
 def candidate_sources():
-    sources = {name: HEADER + "        " + body + "\n" for name, body in BODIES.items()}
+    sources = {name: scale_bias_relu(body, before=BEFORE) for name, body in BODIES.items()}
     sources.update(SPECIAL)
     return sources
 

@@ -6,13 +6,11 @@ from harness.core.store import RunStore
 from harness.parent.evaluate import ProblemEvaluation
 from harness.sources.candidate import Candidate
 from harness.sources.problem import resolve_problem
+from tests.sources import scale_bias_relu, scale_bias_relu_with_side_work
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]  # CUDA builds and whole evaluations on the GPU
 
-KERNEL = r'''
-import torch
-import torch.nn as nn
-from torch.utils.cpp_extension import load_inline
+EXTENSION = r'''from torch.utils.cpp_extension import load_inline
 
 cuda_source = r"""
 #include <torch/extension.h>
@@ -32,15 +30,8 @@ torch::Tensor f(torch::Tensor x, torch::Tensor b, double s) {
 """
 ext = load_inline(name="NAME", cpp_sources="torch::Tensor f(torch::Tensor x, torch::Tensor b, double s);",
                   cuda_sources=cuda_source, functions=["f"])
-
-class ModelNew(nn.Module):
-    def __init__(self, features, scale):
-        super().__init__()
-        self.bias = nn.Parameter(torch.randn(features))
-        self.scale = scale
-    def forward(self, x):
-        return ext.f(x, self.bias, self.scale)
 '''
+KERNEL = scale_bias_relu("return ext.f(x, self.bias, self.scale)", before=EXTENSION)  # NAME: the extension's; OFFSET: where it writes
 
 SOURCES = {
     "cuda_correct": KERNEL.replace("NAME", "gpu_test_ok").replace(" OFFSET", ""),
@@ -110,25 +101,6 @@ def test_reference_has_compile_baseline_speed_of_light_and_profile(verdicts):
     assert record.profile is not None and record.profile.streams == 1 and record.timing.sync == "stream"
     assert record.timing.flush_bytes > 0 and record.timing.overhead_ms > 0 and record.sol_fraction > 0
 
-TORCH_CANDIDATE = '''
-import threading, time
-import torch
-import torch.nn as nn
-
-class ModelNew(nn.Module):
-    def __init__(self, features, scale):
-        super().__init__()
-        self.bias = nn.Parameter(torch.randn(features))
-        self.scale = scale
-        self.extra = None
-    def forward(self, x):
-        out = torch.relu(x * self.scale + self.bias)
-        if self.extra is None:
-            self.extra = torch.randn(2048, 2048, device=x.device)
-            self.side = torch.cuda.Stream(x.device)
-        WORK
-        return out
-'''
 EXTRA_WORK = {
     "plain": "pass",
     "extra_on_main_stream": "for _ in range(20): torch.mm(self.extra, self.extra)",
@@ -149,7 +121,7 @@ def _evaluate(root, build_cache, names, *overrides):
 
     candidates = []
     for name in names:
-        (root / f"{name}.py").write_text(TORCH_CANDIDATE.replace("WORK", EXTRA_WORK[name]))
+        (root / f"{name}.py").write_text(scale_bias_relu_with_side_work(EXTRA_WORK[name]))
         candidates.append(Candidate(name, root / f"{name}.py"))
     # torch-only candidates that exercise the timer: flagged, not failed, so they are timed
     cfg = load_config(overrides=[f"results_dir={root / 'results'}", f"build_cache_dir={build_cache}", "timing.budget_s=1", "baselines.compile_modes=[]", "flags.no_custom_kernel=flag", *overrides])
@@ -281,12 +253,7 @@ def test_every_visible_gpu_is_a_lane_with_its_own_reference(make_config, tmp_pat
     candidates = []
     for index in range(6):
         path = tmp_path / f"plain_{index}.py"
-        path.write_text(
-            "import torch\nimport torch.nn as nn\n\nclass ModelNew(nn.Module):\n"
-            "    def __init__(self, features, scale):\n        super().__init__()\n"
-            "        self.bias = nn.Parameter(torch.randn(features))\n        self.scale = scale\n\n"
-            "    def forward(self, x):\n        return torch.relu(x * self.scale + self.bias)\n"
-        )
+        path.write_text(scale_bias_relu())
         candidates.append(Candidate(path.stem, path))
     store = RunStore(cfg.path(cfg.results_dir), "lanes")
     resources = RunResources(cfg, "cuda", store, RunScratch.create())

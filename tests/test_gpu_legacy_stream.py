@@ -4,19 +4,17 @@ mode (skipped without a GPU)."""
 
 import pytest
 
+from harness.core.records import OUTSIDE_CAPTURE
 from harness.core.status import Status
 from harness.core.store import RunStore
-from harness.device.graphs import OUTSIDE_CAPTURE
 from harness.parent.evaluate import ProblemEvaluation
 from harness.sources.candidate import Candidate
 from harness.sources.problem import resolve_problem
+from tests.sources import scale_bias_relu
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
-LEGACY = r'''
-import torch
-import torch.nn as nn
-from torch.utils.cpp_extension import load_inline
+EXTENSION = r'''from torch.utils.cpp_extension import load_inline
 
 cuda_source = r"""
 #include <torch/extension.h>
@@ -36,14 +34,6 @@ torch::Tensor f(torch::Tensor x, torch::Tensor b, double s, int64_t spin_ns) {
 """
 ext = load_inline(name="NAME", cpp_sources="torch::Tensor f(torch::Tensor x, torch::Tensor b, double s, int64_t spin_ns);",
                   cuda_sources=cuda_source, functions=["f"])
-
-class ModelNew(nn.Module):
-    def __init__(self, features, scale):
-        super().__init__()
-        self.bias = nn.Parameter(torch.randn(features))
-        self.scale = scale
-    def forward(self, x):
-        BODY
 '''
 
 SPIN_NS = 200_000  # the spinning kernel waits 200 us before it writes
@@ -64,7 +54,7 @@ def _evaluate(root, build_cache, mode):
 
     candidates = []
     for name, body in CANDIDATES.items():
-        (root / f"{name}.py").write_text(LEGACY.replace("NAME", "legacy_stream_test").replace("BODY", body))
+        (root / f"{name}.py").write_text(scale_bias_relu(body, before=EXTENSION.replace("NAME", "legacy_stream_test")))
         candidates.append(Candidate(name, root / f"{name}.py"))
     quick = ["timing.budget_s=1", "timing.rounds=4", "baselines.compile_modes=[]", "timing.null_candidate=off", "sanitizer.enabled=off"]
     cfg = load_config(overrides=[f"results_dir={root / 'results'}", f"build_cache_dir={build_cache}", *quick, f"timing.mode={mode}"])

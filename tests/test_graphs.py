@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from harness.core.records import CallProfile, KernelTime
-from harness.device.graphs import OUTSIDE_CAPTURE, disagreement, missing_from_graph, poison, tensors
+from harness.core.records import OUTSIDE_CAPTURE, CallProfile, KernelTime
+from harness.device.graphs import disagreement, missing_from_graph, poison, tensors
 
 
 def test_poisoned_outputs_hold_values_no_computation_leaves():

@@ -15,24 +15,23 @@ from pathlib import Path
 import pytest
 
 from harness.core import protocol as P
+from harness.core.plan import Plan
 from harness.core.status import Status
 from harness.core.store import RunStore
-from harness.device.regions import GUARD, TensorSpec
+from harness.device.regions import GUARD
 from harness.judge.service import Judge
-from harness.parent.evaluate import Plan, ProblemEvaluation
+from harness.parent.evaluate import ProblemEvaluation
 from harness.parent.lane_judge import LaneJudge, Setting
 from harness.sources.candidate import Candidate
 from harness.sources.problem import resolve_problem
+from tests.sources import HONEST_FORWARD, scale_bias_relu
 
 ROOT = Path(__file__).resolve().parent.parent
 
-from test_candidates import HEADER  # the same ModelNew shell, its forward's body per test
-
 pytestmark = pytest.mark.slow  # real judge and worker processes
 
-HONEST = "return torch.relu(x * self.scale + self.bias)"
-BODIES = {
-    "honest": HONEST,
+BODIES = {  # the forward of tests/sources.py's ModelNew, per test
+    "honest": HONEST_FORWARD,
     # Computes the right answer, then overwrites every byte of the memory its input lives in:
     # its other input sets, the reference's weights it was given, everything the judge shared.
     "scribbles_over_its_region": "y = torch.relu(x * self.scale + self.bias); x.untyped_storage().fill_(0); return y",
@@ -54,7 +53,7 @@ def _evaluation(tmp_path, make_config, names, *extra, device="cpu"):
     candidates = []
     for index, name in enumerate(names):
         path = folder / f"{index}_{name}.py"
-        path.write_text(HEADER + "        " + BODIES[name] + "\n")
+        path.write_text(scale_bias_relu(BODIES[name]))
         candidates.append(Candidate(path.stem, path))
     store = RunStore(cfg.path(cfg.results_dir), "judge-test")
     return ProblemEvaluation(problem, candidates, cfg, device, store), candidates
@@ -166,7 +165,7 @@ def test_steps_out_of_the_plans_order_are_refused(judge):
 def test_outputs_said_to_lie_outside_the_mailbox_fail_without_being_read(judge):
     session = judge.open(P.Role.CANDIDATE)
     staged = session.first.sets[0][0].tensor
-    beyond = TensorSpec(session.mailbox.nbytes + 4096, staged.shape, staged.dtype, staged.itemsize)
+    beyond = P.TensorSpec(session.mailbox.nbytes + 4096, staged.shape, staged.dtype, staged.itemsize)
     verdict = judge.check(session.session, P.Step("same_seed", outputs=(P.Output("Tensor", device="cpu", tensor=beyond),), want=P.Want("call", 0)))
     assert verdict.check is not None and not verdict.check.passed
     assert "not where it said" in verdict.check.reason

@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 
 from harness.core import protocol as P
-from harness.core.config import ROOT
+from harness.core.config import ROOT, TimerSettings
 from harness.core.status import Status
 from harness.parent.supervise import Started, run_worker
 
 HARNESS = Path(__file__).resolve().parent.parent / "harness"
-JOBS = (P.WorkerJob, P.JudgeJob, P.TimerSettings)  # not messages of their own, but sent in one
+JOBS = (P.WorkerJob, P.JudgeJob, TimerSettings)  # not messages of their own, but sent in one
 
 
 def sample(tp, name="value", default=dataclasses.MISSING):
@@ -76,7 +76,7 @@ def test_a_job_survives_its_json_line():
 
 
 def _protocol_dataclasses(cls, seen):
-    """`cls` and the protocol's own dataclasses in its fields (a Step's Outputs, a Session's Args...)."""
+    """`cls` and the protocol's own dataclasses in its fields (a Step's Outputs, a SessionHandle's Args...)."""
     if cls in seen:
         return
     seen.add(cls)
@@ -127,7 +127,7 @@ def test_an_unread_field_is_caught():
 
 @pytest.mark.parametrize("data, why", [
     ({"type": "Bogus", "body": {}}, "of type 'Bogus', which workers do not send"),
-    ({"type": "Verdict", "body": {}}, "of type 'Verdict', which workers do not send"),  # the judge's, not a worker's
+    ({"type": "StepAnswer", "body": {}}, "of type 'StepAnswer', which workers do not send"),  # the judge's, not a worker's
     ({"type": "Phase", "body": {"phase": "load", "extra": 1}}, "a malformed Phase message"),
     ({"type": "Failed", "body": {"status": "no such status", "reason": "x"}}, "a malformed Failed message"),
     ({"type": "Done"}, "without a type and body"),

@@ -4,7 +4,7 @@ import os
 import stat
 import time
 
-from harness.core.records import SanitizerRun
+from harness.core.records import SanitizerResult
 from harness.parent.sanitize import ERRORS_EXIT, find_tool, first_error, read_report, sanitize
 from harness.parent.scratch import RunScratch
 
@@ -27,7 +27,7 @@ RACES = "========= COMPUTE-SANITIZER\n========= Error: Race reported between Wri
 
 def test_the_first_error_and_its_kernel_make_the_reason():
     run = read_report("memcheck", ERRORS_EXIT, MEMCHECK_ERRORS, 12.5)
-    assert run == SanitizerRun("memcheck", "errors", "Invalid __global__ write of size 4 bytes at relu_oob(float *, long)+0x70 in /tmp/build/cheat.cu:12", 12.5)
+    assert run == SanitizerResult("memcheck", "errors", "Invalid __global__ write of size 4 bytes at relu_oob(float *, long)+0x70 in /tmp/build/cheat.cu:12", 12.5)
     assert first_error(RACES).startswith("Error: Race reported between Write access at k()+0x10")
     assert read_report("racecheck", 0, RACES).outcome == "errors"  # counted from the summary, whatever the exit code
 

@@ -9,29 +9,16 @@ from harness.core.errors import UserError
 from harness.core.records import CandidateRecord, ReferenceRecord
 from harness.core.status import Status
 from harness.core.store import RunStore, read_records
-from harness.parent.local import Lane, LocalExecutor, local_lanes
+from harness.parent.local import LocalExecutor, local_lanes
 from harness.parent.resources import Observer, RunResources
 from harness.parent.scratch import RunScratch
-from harness.parent.supervise import Launcher
+from harness.parent.supervise import Lane, Launcher
 from harness.sources.candidate import Candidate
 from harness.sources.problem import resolve_problem
+from tests.sources import HONEST_FORWARD, scale_bias_relu
 
 PROBLEM = "1_Scale_Bias_ReLU"
 CPP_CANDIDATE = ROOT / "solutions" / PROBLEM / "cpp_fused.py"
-
-PLAIN = '''
-import torch
-import torch.nn as nn
-
-class ModelNew(nn.Module):
-    def __init__(self, features, scale):
-        super().__init__()
-        self.bias = nn.Parameter(torch.randn(features))
-        self.scale = scale
-
-    def forward(self, x):
-        return torch.relu(x * self.scale + self.bias){suffix}
-'''
 
 
 def write_candidates(folder, count, wrong=()):
@@ -39,7 +26,7 @@ def write_candidates(folder, count, wrong=()):
     paths = []
     for index in range(count):
         path = folder / f"plain_{index}.py"
-        path.write_text(PLAIN.format(suffix=" + 1" if index in wrong else ""))
+        path.write_text(scale_bias_relu(HONEST_FORWARD + (" + 1" if index in wrong else "")))
         paths.append(path)
     return [Candidate(p.stem, p) for p in paths]
 
@@ -199,8 +186,7 @@ def test_a_ray_lane_that_dies_gives_a_harness_error_record_not_a_crash(tmp_path)
 
     solutions = tmp_path / "solutions" / PROBLEM
     write_candidates(solutions, 1)
-    (solutions / "zz_kills_lane.py").write_text(PLAIN.format(suffix="").replace(
-        "    def forward(self, x):\n", "    def forward(self, x):\n        import os, signal\n        os.kill(os.getppid(), signal.SIGKILL)\n"))
+    (solutions / "zz_kills_lane.py").write_text(scale_bias_relu(f"import os, signal; os.kill(os.getppid(), signal.SIGKILL); {HONEST_FORWARD}"))
     from harness.parent.scratch import default_base
 
     before = set(default_base().glob("run-*"))

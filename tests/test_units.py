@@ -182,20 +182,20 @@ def test_progress_line_tells_the_whole_run_failures_builds_and_time_left(capsys)
 
 
 def test_closed_vocabularies_are_stored_and_shown_as_their_words():
-    from harness.core.records import SanitizerOutcome, SanitizerRun
+    from harness.core.records import SanitizerOutcome, SanitizerResult
     from harness.judge.lint import LintCheck
-    from harness.views.gate import Regression, Verdict
+    from harness.views.gate import GateOutcome, Regression
 
-    record = sample_record(sanitizer=(SanitizerRun("memcheck", SanitizerOutcome.CLEAN, "0 errors", 1.5), SanitizerRun("racecheck", "errors", "a race")))
+    record = sample_record(sanitizer=(SanitizerResult("memcheck", SanitizerOutcome.CLEAN, "0 errors", 1.5), SanitizerResult("racecheck", "errors", "a race")))
     data = to_dict(record)
     assert [run["outcome"] for run in data["sanitizer"]] == ["clean", "errors"] and json.loads(json.dumps(data)) == data
     back = from_dict(CandidateRecord, json.loads(json.dumps(data)))
     assert back == record and [run.outcome for run in back.sanitizer] == [SanitizerOutcome.CLEAN, SanitizerOutcome.ERRORS]
-    assert f"{Verdict.NOT_COMPARABLE}|{Regression.TIME}" == "not comparable|time" and " | ".join(Verdict).startswith("regressed | improved")
+    assert f"{GateOutcome.NOT_COMPARABLE}|{Regression.TIME}" == "not comparable|time" and " | ".join(GateOutcome).startswith("regressed | improved")
     check = LintCheck(**json.loads(json.dumps({"name": "runs", "verdict": "fail", "detail": "x"})))
     assert check.verdict == "fail" and json.dumps(check.__dict__) == '{"name": "runs", "verdict": "fail", "detail": "x"}'
     with pytest.raises(ValueError):
-        SanitizerRun("memcheck", "dirty", "")
+        SanitizerResult("memcheck", "dirty", "")
 
 
 def test_overhead_is_taken_off_the_samples_only_when_subtracted():

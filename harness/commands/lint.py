@@ -16,7 +16,7 @@ from harness.commands import add_config_arguments, load_config
 from harness.core.config import DEFAULT_TOLERANCE, DEVICES, ROOT, TimerSettings
 from harness.core.errors import ExitCode, UserError
 from harness.core.records import to_dict
-from harness.judge.lint import LintCheck, Verdict
+from harness.judge.lint import LintCheck, LintOutcome
 from harness.sources.problem import Problem, discover_problems, resolve_problem
 from harness.views.text import markdown_text
 
@@ -48,7 +48,7 @@ def run_from_args(args: argparse.Namespace, argv: Sequence[str]) -> int:
         settings = {"atol": tolerance.atol, "rtol": tolerance.rtol, "norm": tolerance.norm, "memory_gb": cfg.lint.memory_gb, "time_ms": list(cfg.lint.time_ms), "timing": timing}
         checks = lint_in_subprocess(problem, "cuda" if device == "cuda" else "cpu", settings, cfg.lint.timeout_s)
         results.append((problem, checks))
-        failed = [c.name for c in checks if c.verdict is Verdict.FAIL]
+        failed = [c.name for c in checks if c.verdict is LintOutcome.FAIL]
         print(f"[{number}/{len(problems)}] {problem.name}: {'FAIL (' + ', '.join(failed) + ')' if failed else 'ok'}", file=sys.stderr, flush=True)
     text = report(results, device)
     out = Path(args.out) if args.out else cfg.path(cfg.results_dir) / "lint.md"
@@ -56,7 +56,7 @@ def run_from_args(args: argparse.Namespace, argv: Sequence[str]) -> int:
     out.write_text(text)
     print(text)
     print(f"wrote {out}", file=sys.stderr)
-    return int(ExitCode.CANDIDATES_FAILED if any(c.verdict is Verdict.FAIL for _, checks in results for c in checks) else ExitCode.OK)
+    return int(ExitCode.CANDIDATES_FAILED if any(c.verdict is LintOutcome.FAIL for _, checks in results for c in checks) else ExitCode.OK)
 
 
 def lint_in_subprocess(problem: Problem, device: str, settings: dict, timeout: float) -> list[LintCheck]:
@@ -65,21 +65,21 @@ def lint_in_subprocess(problem: Problem, device: str, settings: dict, timeout: f
     try:
         done = subprocess.run([sys.executable, "-m", "harness.judge.lint", str(problem.path), device, json.dumps(settings)], capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env)
     except subprocess.TimeoutExpired:
-        return [LintCheck("runs", Verdict.FAIL, f"the checks ran past {timeout:g} s")]
+        return [LintCheck("runs", LintOutcome.FAIL, f"the checks ran past {timeout:g} s")]
     lines = [line for line in done.stdout.splitlines() if line.startswith("[")]
     if done.returncode != 0 or not lines:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        return [LintCheck("runs", Verdict.FAIL, f"the lint process exited {done.returncode}: {last}"[:300])]
+        return [LintCheck("runs", LintOutcome.FAIL, f"the lint process exited {done.returncode}: {last}"[:300])]
     return [LintCheck(**c) for c in json.loads(lines[-1])]
 
 
 def report(results: list[tuple[Problem, list[LintCheck]]], device: str) -> str:
     """The markdown report; names and details (a problem's own error messages among them) as literal text."""
-    failing = [markdown_text(p.name) for p, checks in results if any(c.verdict is Verdict.FAIL for c in checks)]
+    failing = [markdown_text(p.name) for p, checks in results if any(c.verdict is LintOutcome.FAIL for c in checks)]
     lines = ["# Problem lint", "", f"{len(results)} problem(s) on {device}; {len(failing)} fail" + (f": {', '.join(failing)}" if failing else "") + ".", ""]
     lines += ["| problem | check | verdict | detail |", "|---|---|---|---|"]
     for problem, checks in results:
         for check in checks:
-            mark = "**fail**" if check.verdict is Verdict.FAIL else check.verdict.value
+            mark = "**fail**" if check.verdict is LintOutcome.FAIL else check.verdict.value
             lines.append(f"| {markdown_text(problem.name)} | {markdown_text(check.name)} | {mark} | {markdown_text(check.detail)} |")
     return "\n".join(lines) + "\n"

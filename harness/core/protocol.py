@@ -204,7 +204,7 @@ class Step:
 
 
 @dataclasses.dataclass(frozen=True)
-class Verdict:
+class StepAnswer:
     """The judge's answer to one step (judge -> parent); the parent passes only `staged` on."""
 
     check: Optional[CheckResult] = None  # the comparison of the step's outputs
@@ -224,7 +224,7 @@ class Named:
 
 
 @dataclasses.dataclass(frozen=True)
-class Session:
+class SessionHandle:
     """One compared worker's view of the judge (judge -> parent -> worker job)."""
 
     session: int  # the judge's number for it
@@ -330,7 +330,7 @@ class WorkerJob:
     cpu_threads: int  # torch's intra-op threads while timing on the CPU (0: torch's default)
     guard_bands: bool  # report a write past the end of an input the worker copied to the device
     weights: str  # check.weights: "transplant" (the reference's weights) or "seed" (its own same-seed ones)
-    session: Session  # the worker's view of the judge: its regions, weights and first inputs
+    session: SessionHandle  # the worker's view of the judge: its regions, weights and first inputs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -403,7 +403,10 @@ class Failed:
 
 WORKER_MESSAGES: tuple[type, ...] = (Phase, Built, WeightsBySeed, WeightsMapped, Threads, Unsafe, Compiled, ExtensionCalls, Step, Ready, RoundTimed, Done, Failed)  # what a worker sends on its channel
 
-MESSAGES: dict[str, type] = {cls.__name__: cls for cls in (Start, Open, Check, Close, Phase, Closed, Fault, Step, Verdict, Session, ReferenceReport, Staged, PrepareTiming, Ready, TimeRound, RoundTimed, TimingProtocol) + WORKER_MESSAGES}
+# what parent and judge send each other (a worker's messages pass through the parent on to the judge)
+JUDGE_MESSAGES: tuple[type, ...] = (Start, Open, Check, Close, Phase, Closed, Fault, Step, StepAnswer, SessionHandle, ReferenceReport, Staged, PrepareTiming, Ready, TimeRound, RoundTimed, TimingProtocol)
+
+MESSAGES: dict[str, type] = {cls.__name__: cls for cls in JUDGE_MESSAGES + WORKER_MESSAGES}
 
 
 def encode(message: Any) -> dict[str, Any]:

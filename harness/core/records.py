@@ -240,7 +240,7 @@ class NullFloor:
 
 @dataclasses.dataclass(frozen=True)
 class Baseline:
-    """A baseline timed in the reference worker next to the eager reference (e.g. torch.compile)."""
+    """A baseline (e.g. torch.compile of the reference), run in a worker of its own and timed in turns with the eager reference."""
 
     name: str  # e.g. "torch.compile(default)"
     ok: bool  # compiled, matched the eager outputs and was timed
@@ -319,7 +319,7 @@ class Flag:
 
 
 class SanitizerOutcome(Vocabulary):
-    """How one compute-sanitizer tool's run ended."""
+    """How one compute-sanitizer tool's check of a candidate ended."""
 
     CLEAN = "clean"  # the forward completed and the tool reported no error
     ERRORS = "errors"  # the tool reported errors: the flag unsafe-memory
@@ -329,13 +329,13 @@ class SanitizerOutcome(Vocabulary):
 
 
 @dataclasses.dataclass(frozen=True)
-class SanitizerRun:
-    """One compute-sanitizer tool's run over one small forward of a candidate."""
+class SanitizerResult:
+    """One compute-sanitizer tool's check of one small forward of a candidate."""
 
     tool: str  # memcheck | racecheck | initcheck | synccheck
     outcome: SanitizerOutcome  # how it ended (a plain string is read as one)
     detail: str  # the first error and its kernel, the error count, or why it failed or was skipped
-    seconds: float = 0.0  # wall time of the tool's run
+    seconds: float = 0.0  # wall time under the tool
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "outcome", SanitizerOutcome(self.outcome))
@@ -371,7 +371,7 @@ class CandidateRecord:
     custom_kernel_share: Optional[float] = None  # share of the profiled GPU time in the candidate's own kernels
     forward_ops: Optional[ForwardOps] = None  # the ATen operators of one checked forward (CPU), against the reference's
     flags: tuple[Flag, ...] = ()  # integrity findings with the policy applied to each (harness/core/flags.py)
-    sanitizer: tuple[SanitizerRun, ...] = ()  # compute-sanitizer runs over one small forward (CUDA, correct candidates)
+    sanitizer: tuple[SanitizerResult, ...] = ()  # compute-sanitizer checks of one small forward (CUDA, correct candidates)
     weight_mapping: tuple[tuple[str, str], ...] = ()  # (ModelNew's name, the reference's) where the transplant paired renamed weights by position
     stricter: Optional[Stricter] = None  # failed by a check of ours that KernelBench's would have passed: which, and why
     weights: str = ""  # where its checked weights came from: name | position (the reference's, transplanted) | seed (its own, same-seed)
@@ -432,7 +432,7 @@ class ReferenceRecord:
     profile_reused_from: str = ""  # run id whose profiled call and speed-of-light the reference cache gave (timing.reuse_profile)
     other_size: dict[str, Any] = dataclasses.field(default_factory=dict)  # module constants of the other-size trial
     other_size_note: str = ""  # why the other-size trial ran at the problem's own size, when it did
-    wall_seconds: float = 0.0  # wall time of the reference's run in its judge (start-up included; baselines and null candidate not)
+    wall_seconds: float = 0.0  # wall time of the reference's pass in its judge (start-up included; baselines and null candidate not)
     phase_seconds: dict[str, float] = dataclasses.field(default_factory=dict)  # where the reference pass's time went: the judge's start-up and phases, the baselines, the null candidate
     finished_at: str = ""  # ISO-8601
     lane: str = ""  # the lane (GPU) this reference ran and was timed on; its candidates compare to it

@@ -14,7 +14,7 @@ from harness.core.errors import no_space, one_line
 from harness.core.status import Status
 from harness.device.buildcache import BuildFailedError, NeedsCudaError
 
-__all__ = ["LEAK_SHARE", "WorkerFailure", "classify", "load_module", "one_line"]
+__all__ = ["LEAK_SHARE", "WorkerFailure", "classify", "load_module"]
 
 
 class WorkerFailure(Exception):

@@ -8,6 +8,7 @@ from typing import Any, Callable, Collection
 import torch
 
 from harness.core import protocol as P
+from harness.core.config import TimerSettings
 from harness.core.errors import one_line
 from harness.core.pairing import device_sync_reason
 from harness.core.status import Status
@@ -19,7 +20,7 @@ from harness.device.setup import synchronize
 from harness.device.timing import Timer
 
 
-def prepare_timer(runner: Any, sets: list[list[Any]], device: Any, settings: P.TimerSettings, *, profiled: bool, own: Collection[str] = ()) -> tuple[Timer, P.Ready, Callable[[], Any]]:
+def prepare_timer(runner: Any, sets: list[list[Any]], device: Any, settings: TimerSettings, *, profiled: bool, own: Collection[str] = ()) -> tuple[Timer, P.Ready, Callable[[], Any]]:
     """One side of a paired timing, ready for its rounds: warmed up (CUDA graphs captured when
     `settings.mode` is graph, and kept only when they do the call's work: harness.device.graphs) and,
     on CUDA when `profiled`, one call profiled (with a replay of a kept graph, which must run

@@ -11,7 +11,7 @@
 - An output that is *rounding noise*: on every call of the plan the float64 twin's output is under
   `compare.NOISE_RATIO` of the float32 output's rms (`compare.rounding_noise`): a mean of
   group-normalised values is zero in exact arithmetic, and its float32 values (~1e-9, both signs)
-  are the reference's rounding, not an answer. `NoiseScan` follows it through the reference's run
+  are the reference's rounding, not an answer. `NoiseScan` follows it through the reference's pass
   of the plan; the comparison then judges that output against the noise's level.
 """
 

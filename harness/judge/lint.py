@@ -23,7 +23,7 @@ from harness.core.records import from_dict
 from harness.core.status import Vocabulary
 
 
-class Verdict(Vocabulary):
+class LintOutcome(Vocabulary):
     """A lint check's verdict; a problem with any `fail` fails the lint."""
 
     PASS = "pass"  # the problem can tell right from wrong here
@@ -37,17 +37,17 @@ class LintCheck:
     """One check on one problem, as the lint process prints it (JSON) and the report shows it."""
 
     name: str  # what is checked, e.g. "deterministic"
-    verdict: Verdict  # its verdict (a plain string from JSON is read as one)
+    verdict: LintOutcome  # its verdict (a plain string from JSON is read as one)
     detail: str  # the numbers behind it
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "verdict", Verdict(self.verdict))
+        object.__setattr__(self, "verdict", LintOutcome(self.verdict))
 
 
-def _by_share(share: float) -> Verdict:
+def _by_share(share: float) -> LintOutcome:
     """The verdict on a wrong output that matches `share` of the elements: fail when it passes the
     tolerance (every element), warn when it nearly does (over 90%), else pass."""
-    return Verdict.FAIL if share == 1.0 else (Verdict.WARN if share > 0.9 else Verdict.PASS)
+    return LintOutcome.FAIL if share == 1.0 else (LintOutcome.WARN if share > 0.9 else LintOutcome.PASS)
 
 
 def _compared(outputs: list[Any]) -> list[Any]:
@@ -105,15 +105,15 @@ def lint(path: Path, device_name: str, settings: dict[str, Any]) -> list[LintChe
         again = _compared(as_outputs(model(*first_inputs)))
         other = _compared(as_outputs(model(*other_inputs)))
         if not first:
-            return [LintCheck("compared outputs", Verdict.FAIL, "the reference returns no floating or integer tensor: nothing to compare")]
+            return [LintCheck("compared outputs", LintOutcome.FAIL, "the reference returns no floating or integer tensor: nothing to compare")]
         same = _share_within(again, first, 0.0, 0.0)
         close = _share_within(again, first, atol, rtol, norm)
-        checks.append(LintCheck("deterministic", Verdict.PASS if close == 1.0 else Verdict.FAIL, f"the same inputs twice: {same:.2%} of elements bit-identical, {close:.2%} within tolerance"))
+        checks.append(LintCheck("deterministic", LintOutcome.PASS if close == 1.0 else LintOutcome.FAIL, f"the same inputs twice: {same:.2%} of elements bit-identical, {close:.2%} within tolerance"))
         zeros = _share_within([torch.zeros_like(o) for o in first], first, atol, rtol, norm)
         checks.append(LintCheck("zeros fail", _by_share(zeros), f"an all-zeros output matches {zeros:.2%} of elements"))
         checks.append(_rounding_noise(model, [first_inputs, other_inputs]))
         if all(o.numel() <= 1 for o in first):  # a loss: a constant equal to it is the output itself
-            checks.append(LintCheck("constant fails", Verdict.SKIP, "every output has one element: its own mean is itself; 'depends on inputs' judges it"))
+            checks.append(LintCheck("constant fails", LintOutcome.SKIP, "every output has one element: its own mean is itself; 'depends on inputs' judges it"))
         else:
             constant = _share_within([torch.full_like(o, float(o.float().mean())) for o in first], first, atol, rtol, norm)
             checks.append(LintCheck("constant fails", _by_share(constant), f"a constant output (the mean) matches {constant:.2%} of elements"))
@@ -125,7 +125,7 @@ def lint(path: Path, device_name: str, settings: dict[str, Any]) -> list[LintChe
             kept = _share_within(moved, first, atol, rtol, norm)
             checks.append(LintCheck("depends on weights", _by_share(kept), f"with redrawn weights the output still matches {kept:.2%} of elements"))
         else:
-            checks.append(LintCheck("depends on weights", Verdict.SKIP, "the model has no parameters or buffers"))
+            checks.append(LintCheck("depends on weights", LintOutcome.SKIP, "the model has no parameters or buffers"))
     return checks + _memory_and_launches(model, first_inputs, first, device, settings)
 
 
@@ -149,10 +149,10 @@ def _rounding_noise(model: Any, sets: list[list[Any]]) -> LintCheck:
             wide = as_outputs(twin(*[a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]))
             scan.observe(as_outputs(model(*args)), output_rms(wide))
     except Exception as exc:
-        return LintCheck("not rounding noise", Verdict.SKIP, f"the float64 copy of the model does not run: {one_line(exc)}")
+        return LintCheck("not rounding noise", LintOutcome.SKIP, f"the float64 copy of the model does not run: {one_line(exc)}")
     if not scan.levels:
-        return LintCheck("not rounding noise", Verdict.PASS, f"every floating output's float64 value is at least {NOISE_RATIO:g} of its float32 rms (or both are zero), on {len(sets)} input sets")
-    return LintCheck("not rounding noise", Verdict.FAIL, "; ".join(scan.notes(f"{len(sets)} input sets", ": no kernel's answer to it can be judged")))
+        return LintCheck("not rounding noise", LintOutcome.PASS, f"every floating output's float64 value is at least {NOISE_RATIO:g} of its float32 rms (or both are zero), on {len(sets)} input sets")
+    return LintCheck("not rounding noise", LintOutcome.FAIL, "; ".join(scan.notes(f"{len(sets)} input sets", ": no kernel's answer to it can be judged")))
 
 
 def _memory_and_launches(model: Any, args: list[Any], outputs: list[Any], device: Any, settings: dict[str, Any]) -> list[LintCheck]:
@@ -163,12 +163,12 @@ def _memory_and_launches(model: Any, args: list[Any], outputs: list[Any], device
     limit = settings["memory_gb"] * (1 << 30)
     if device.type == "cuda":
         peak = torch.cuda.max_memory_allocated(device)
-        return [LintCheck("fits in memory", Verdict.PASS if peak <= limit else Verdict.FAIL, f"peak {peak / (1 << 30):.2f} GiB allocated, limit {settings['memory_gb']:g} GiB"), *_launch_bound(model, args, device, settings)]
+        return [LintCheck("fits in memory", LintOutcome.PASS if peak <= limit else LintOutcome.FAIL, f"peak {peak / (1 << 30):.2f} GiB allocated, limit {settings['memory_gb']:g} GiB"), *_launch_bound(model, args, device, settings)]
     tensors = [a for a in args if isinstance(a, torch.Tensor)] + outputs + list(model.parameters()) + list(model.buffers())
     floor = sum(t.numel() * t.element_size() for t in tensors)
     return [
-        LintCheck("fits in memory", Verdict.PASS if floor <= limit else Verdict.FAIL, f"inputs, outputs and weights take {floor / (1 << 30):.2f} GiB (a floor), limit {settings['memory_gb']:g} GiB"),
-        LintCheck("not launch-bound", Verdict.SKIP, "needs CUDA to judge"),
+        LintCheck("fits in memory", LintOutcome.PASS if floor <= limit else LintOutcome.FAIL, f"inputs, outputs and weights take {floor / (1 << 30):.2f} GiB (a floor), limit {settings['memory_gb']:g} GiB"),
+        LintCheck("not launch-bound", LintOutcome.SKIP, "needs CUDA to judge"),
     ]
 
 
@@ -185,9 +185,9 @@ def _launch_bound(model: Any, args: list[Any], device: Any, settings: dict[str, 
         profile = profile_call(model, args, device, flush_buffer(device))
     busy = profile.kernel_ms / stats.median_ms if stats.median_ms > 0 else 0.0
     low, high = settings["time_ms"]
-    checks = [LintCheck("not launch-bound", Verdict.PASS if busy >= 0.5 else Verdict.FAIL, f"GPU work is {profile.kernel_ms:.4g} ms of a {stats.median_ms:.4g} ms call ({busy:.0%}) in {profile.launches} launches")]
+    checks = [LintCheck("not launch-bound", LintOutcome.PASS if busy >= 0.5 else LintOutcome.FAIL, f"GPU work is {profile.kernel_ms:.4g} ms of a {stats.median_ms:.4g} ms call ({busy:.0%}) in {profile.launches} launches")]
     inside = low <= stats.median_ms <= high
-    checks.append(LintCheck("time in range", Verdict.PASS if inside else Verdict.WARN, f"eager reference {stats.median_ms:.4g} ms; the suite aims for {low:g}-{high:g} ms"))
+    checks.append(LintCheck("time in range", LintOutcome.PASS if inside else LintOutcome.WARN, f"eager reference {stats.median_ms:.4g} ms; the suite aims for {low:g}-{high:g} ms"))
     return checks
 
 
@@ -196,7 +196,7 @@ def main() -> None:
     try:
         checks = lint(path, device, settings)
     except Exception as exc:  # the problem itself does not run: that is the finding
-        checks = [LintCheck("runs", Verdict.FAIL, one_line(exc))]
+        checks = [LintCheck("runs", LintOutcome.FAIL, one_line(exc))]
     print(json.dumps([dataclasses.asdict(c) for c in checks]))
 
 

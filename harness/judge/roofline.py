@@ -1,6 +1,6 @@
 """Speed-of-light: the roofline floor of a problem on a device.
 
-Per problem (counted in the judge on the reference's forward): the floating-point operations
+Per problem (counted in the judge on one forward of the reference): the floating-point operations
 (`torch.utils.flop_counter`, which counts matrix products and convolutions) and the fewest bytes
 any implementation must move (each input read once, each output written once, each parameter and
 buffer read once). Per device: the peak device-to-device copy bandwidth (bytes read plus bytes

@@ -54,7 +54,7 @@ from harness.judge.compare import compare_gradients, compare_outputs, relative_e
 from harness.judge.degenerate import NOISE_THEN, InertBuffers, judge_buffers
 from harness.judge.reference import Reference, device_memory, release, structure_notes
 from harness.judge.roofline import count_work, device_peaks, floor
-from harness.judge.staging import Footprint, Session, Stager
+from harness.judge.staging import Footprint, SessionState, Stager
 
 
 class Checker:
@@ -70,14 +70,14 @@ class Checker:
         self.tolerances = tolerances
         self.inert = InertBuffers(reference.model, reference.randomized, lambda: [reference.inputs(0), reference.inputs(min(1, len(job.input_seeds) - 1))], job.rng_seed)
 
-    def check(self, number: int, step: P.Step) -> P.Verdict:
+    def check(self, number: int, step: P.Step) -> P.StepAnswer:
         """The verdict on one step of session `number`, with what it asks for next staged."""
         session = self.stager.sessions.get(number)
         if session is None:
-            return P.Verdict(failure=(Status.HARNESS_ERROR.value, f"no session {number}"))
+            return P.StepAnswer(failure=(Status.HARNESS_ERROR.value, f"no session {number}"))
         order = self._out_of_order(session, step)
         if order:
-            return P.Verdict(failure=(Status.FORGED_RESULT.value, order))
+            return P.StepAnswer(failure=(Status.FORGED_RESULT.value, order))
         session.seen.append(step.step)
         with torch.no_grad():
             verdict = self._judge_step(session, step)
@@ -87,7 +87,7 @@ class Checker:
         release(self.device)  # what this step held goes back before the worker's next step
         return verdict
 
-    def _out_of_order(self, session: Session, step: P.Step) -> str:
+    def _out_of_order(self, session: SessionState, step: P.Step) -> str:
         """Why the step is not the one the plan has next for this session, or ""."""
         calls = len(self.job.calls)
         if step.step == "same_seed":
@@ -106,15 +106,15 @@ class Checker:
             return f"unknown step {step.step!r}"
         return "" if ok else f"step {step.step} {step.index} arrived out of the plan's order (after {', '.join(session.seen[-2:]) or 'nothing'})"
 
-    def _judge_step(self, session: Session, step: P.Step) -> P.Verdict:
+    def _judge_step(self, session: SessionState, step: P.Step) -> P.StepAnswer:
         """The reference's side of one step, and the verdict on the worker's."""
         if step.step == "stage":
-            return P.Verdict()
+            return P.StepAnswer()
         if step.step == "buffers":
             buffers = dict(self.reference.model.named_buffers())
             if session.own_weights and not all(self.inert(k) for k in sorted(set(buffers) - {o.name for o in step.outputs})):
-                return P.Verdict()  # its own state under other names: nothing to pair them by (the verdict is flagged)
-            return P.Verdict(check=self._compare_named(P.BUFFERS_CHECK, buffers, session, step))
+                return P.StepAnswer()  # its own state under other names: nothing to pair them by (the verdict is flagged)
+            return P.StepAnswer(check=self._compare_named(P.BUFFERS_CHECK, buffers, session, step))
         if step.step == "grads":
             return self._gradients(session, step)
         if step.step == "same_seed":
@@ -122,28 +122,28 @@ class Checker:
         if step.step == "timed":
             self.reference.model.eval()
             expected = self.reference.forward(self.reference.inputs(0), aliases=True)
-            return P.Verdict(check=self._compare(P.TIMED_CHECK, expected, session, step, self.reference.noise.levels))
+            return P.StepAnswer(check=self._compare(P.TIMED_CHECK, expected, session, step, self.reference.noise.levels))
         return self._call(session, step)
 
-    def _gradients(self, session: Session, step: P.Step) -> P.Verdict:
+    def _gradients(self, session: SessionState, step: P.Step) -> P.StepAnswer:
         """The worker's gradients against the reference's on the same inputs (no verdict where the
         reference's own backward fails)."""
         if self.reference.gradients_note:
-            return P.Verdict()
+            return P.StepAnswer()
         status, reason, grads = model_gradients(self.reference.model, self.stager.staged_inputs(session, 0), self.job.gradient_seed)
         if status is not Backward.RAN or not grads:  # the reference's own backward failed here (memory): no verdict
-            return P.Verdict()
+            return P.StepAnswer()
         if session.own_weights:  # its own parameters pair by name and shape or not at all; the inputs' gradients always do
             grads = paired_gradients(grads, {o.name: tuple(o.tensor.shape) for o in step.outputs if o.tensor is not None})
         actual: dict[str, Any] = {"status": step.status, "reason": step.reason, "tensors": {}}
         for output in (o for o in step.outputs if o.name in grads):  # the reference's gradients; others are not compared
             tensor = self._mailbox_tensor(session, output)
             if isinstance(tensor, str):
-                return P.Verdict(gradients=("mismatch", tensor))
+                return P.StepAnswer(gradients=("mismatch", tensor))
             actual["tensors"][output.name] = tensor
-        return P.Verdict(gradients=compare_gradients({"tensors": grads}, actual, self.tolerances, self.job.gradient_tolerance_factor))
+        return P.StepAnswer(gradients=compare_gradients({"tensors": grads}, actual, self.tolerances, self.job.gradient_tolerance_factor))
 
-    def _same_seed(self, session: Session, step: P.Step) -> P.Verdict:
+    def _same_seed(self, session: SessionState, step: P.Step) -> P.StepAnswer:
         """The worker's model built under the construct seed, in eval mode, against the reference's
         initial state; whether it keeps those weights decides which ones its calls are judged by."""
         reference = self.reference
@@ -157,9 +157,9 @@ class Checker:
         if not step.own_weights:  # its calls run with the weights it is given: the redrawn ones
             reference.load(reference.randomized)
         check = self._compare("same-seed construction (eval)", expected, session, step, reference.same_seed_noise.levels)
-        return changed or P.Verdict(check=check, unsafe=unsafe)
+        return changed or P.StepAnswer(check=check, unsafe=unsafe)
 
-    def _call(self, session: Session, step: P.Step) -> P.Verdict:
+    def _call(self, session: SessionState, step: P.Step) -> P.StepAnswer:
         """One planned call: the worker must leave its inputs alone, and its outputs must match the
         reference's (on the precision call, both are measured against the float64 twin's)."""
         reference = self.reference
@@ -183,9 +183,9 @@ class Checker:
         if wide is not None:
             del wide
             release(self.device)  # the twin's memory goes back to the device, for the worker beside us
-        return P.Verdict(check=check, precision=precision, unsafe=unsafe)
+        return P.StepAnswer(check=check, precision=precision, unsafe=unsafe)
 
-    def _precision(self, session: Session, step: P.Step, expected: dict[str, Any], wide: list[Any]) -> dict[str, float]:
+    def _precision(self, session: SessionState, step: P.Step, expected: dict[str, Any], wide: list[Any]) -> dict[str, float]:
         """The worker's and the reference's relative errors against the float64 twin's outputs,
         those that are rounding noise aside ({} when the worker's cannot be read, or an error is
         not a number)."""
@@ -198,7 +198,7 @@ class Checker:
                 return {"candidate": candidate, "reference": reference}
         return {}
 
-    def _mailbox_tensor(self, session: Session, output: P.Output) -> Any:
+    def _mailbox_tensor(self, session: SessionState, output: P.Output) -> Any:
         """The tensor an output names in the mailbox, or why it cannot be read (a string)."""
         if output.tensor is None:
             return f"{output.type} is not a tensor"
@@ -207,7 +207,7 @@ class Checker:
         except ValueError as exc:
             return f"its outputs are not where it said ({exc})"
 
-    def _compare(self, name: str, expected: dict[str, Any], session: Session, step: P.Step, noise: Optional[dict[int, float]] = None) -> CheckResult:
+    def _compare(self, name: str, expected: dict[str, Any], session: SessionState, step: P.Step, noise: Optional[dict[int, float]] = None) -> CheckResult:
         """The step's outputs, read in place in the mailbox, against the reference's (`noise`: those
         that are rounding noise around zero, with their levels: harness.judge.degenerate)."""
         tensors: list[Any] = []
@@ -231,7 +231,7 @@ class Checker:
         }
         return compare_outputs(name, expected, actual, self.tolerances, noise)
 
-    def _compare_named(self, name: str, expected: dict[str, Any], session: Session, step: P.Step) -> Optional[CheckResult]:
+    def _compare_named(self, name: str, expected: dict[str, Any], session: SessionState, step: P.Step) -> Optional[CheckResult]:
         """Module state after every planned call (BatchNorm running statistics and the like)
         against the reference's, by name; a buffer no output depends on (harness.judge.degenerate) that
         is missing or differs is a note, not a failure. None when the reference has none."""
@@ -361,7 +361,7 @@ class Judge:
         self._phase_started = 0.0
 
     @property
-    def sessions(self) -> dict[int, Session]:
+    def sessions(self) -> dict[int, SessionState]:
         """The open sessions, by number."""
         stager = getattr(self, "stager", None)
         return stager.sessions if stager is not None else {}
@@ -455,7 +455,7 @@ class Judge:
 
     # -- sessions ----------------------------------------------------------------------------
 
-    def open(self, role: P.Role) -> P.Session:
+    def open(self, role: P.Role) -> P.SessionHandle:
         """A new session for a compared worker of `role`."""
         return self.stager.open(role)
 
@@ -463,7 +463,7 @@ class Judge:
         """End session `number`."""
         return self.stager.close(number)
 
-    def check(self, number: int, step: P.Step) -> P.Verdict:
+    def check(self, number: int, step: P.Step) -> P.StepAnswer:
         """The verdict on one step of session `number`."""
         return self.checker.check(number, step)
 
@@ -516,7 +516,7 @@ def serve(requests: Any, send: Callable[[Any], None]) -> None:
                 send(P.Fault(f"{failure.status.value}: {failure.reason}"))
                 return
             if isinstance(request, P.Check):
-                send(P.Verdict(failure=(Status.HARNESS_ERROR.value, f"the judge failed on this step: {failure.reason}")))
+                send(P.StepAnswer(failure=(Status.HARNESS_ERROR.value, f"the judge failed on this step: {failure.reason}")))
             else:
                 send(P.Fault(f"{failure.status.value}: {failure.reason}"))
                 return

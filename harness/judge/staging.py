@@ -35,7 +35,7 @@ class Footprint:
     timed_slots: int  # input-set slots in a session's inputs region
 
 
-class Session:
+class SessionState:
     """One compared worker's session: its regions, where it is in the plan, and what is staged."""
 
     def __init__(self, number: int, role: P.Role, inputs: Region, mailbox: Region, slots: list[int]) -> None:
@@ -69,10 +69,10 @@ class Stager:
         self.reference = reference
         self.footprint = footprint
         self.device = reference.device
-        self.sessions: dict[int, Session] = {}
+        self.sessions: dict[int, SessionState] = {}
         self._count = 0
 
-    def open(self, role: P.Role) -> P.Session:
+    def open(self, role: P.Role) -> P.SessionHandle:
         """A new session: its regions, the weights and init inputs written, the first inputs staged."""
         reference, footprint = self.reference, self.footprint
         self._count += 1
@@ -87,7 +87,7 @@ class Stager:
         except BaseException:
             inputs.free()
             raise
-        session = Session(self._count, role, inputs, mailbox, slots)
+        session = SessionState(self._count, role, inputs, mailbox, slots)
         self.sessions[session.number] = session
         write(inputs.tensor, [v for _, v in weights], weight_specs)
         init = self._write_set(session, reference.init_args, weights_end, "get_init_inputs()")
@@ -95,7 +95,7 @@ class Stager:
         reference.load(reference.randomized)
         synchronize(self.device)
         assert first is not None
-        return P.Session(session.number, inputs.handle, mailbox.handle, init, tuple(P.Named(k, s) for (k, _), s in zip(weights, weight_specs)), first)
+        return P.SessionHandle(session.number, inputs.handle, mailbox.handle, init, tuple(P.Named(k, s) for (k, _), s in zip(weights, weight_specs)), first)
 
     def close(self, number: int) -> P.Closed:
         """End a session: its regions freed (a session not open is closed already)."""
@@ -107,7 +107,7 @@ class Stager:
         release(self.device)
         return P.Closed(number)
 
-    def stage(self, session: Session, want: P.Want) -> Optional[P.Staged]:
+    def stage(self, session: SessionState, want: P.Want) -> Optional[P.Staged]:
         """Stage what the worker asks for next (a trial's or a call's inputs in slot 0, or every
         timing set); None when it asks for something the plan does not have."""
         if want.kind == "none":
@@ -138,7 +138,7 @@ class Stager:
         session.in_slot, session.in_slot_args = trial, staged
         return P.Staged((staged,))
 
-    def _inputs_again(self, session: Session, trial: int) -> list[Any]:
+    def _inputs_again(self, session: SessionState, trial: int) -> list[Any]:
         """The judge's own copy of a trial's inputs once more. On the CPU, making them is the
         costly part of a step: the copy the reference just used is kept when it is still bit for
         bit what the slot holds (the reference may write into its inputs). On a GPU, make them again."""
@@ -150,7 +150,7 @@ class Stager:
                 return used
         return self.reference.inputs(trial)
 
-    def _write_set(self, session: Session, args: list[Any], offset: int, where: str = "get_inputs()") -> tuple[P.Arg, ...]:
+    def _write_set(self, session: SessionState, args: list[Any], offset: int, where: str = "get_inputs()") -> tuple[P.Arg, ...]:
         """Write `args`' tensors into the worker's inputs region from `offset`; their Args."""
         tensors = tensors_of(args)
         specs, _ = layout(tensors, offset)
@@ -158,7 +158,7 @@ class Stager:
         found = iter(specs)
         return tuple(P.Arg(tensor=next(found)) if isinstance(a, torch.Tensor) else P.Arg(value=_json_value(a, where)) for a in args)
 
-    def staged_inputs(self, session: Session, trial: int) -> list[Any]:
+    def staged_inputs(self, session: SessionState, trial: int) -> list[Any]:
         """The judge's own copy of what it staged for this call (made afresh if it was not kept)."""
         if session.pristine is not None and session.pristine_trial == trial:
             args = session.pristine
@@ -172,7 +172,7 @@ class Stager:
         """Whether workers compute on device copies of a host region, which the judge cannot see."""
         return self.footprint.region_kind == "host" and self.device.type == "cuda"
 
-    def mutated(self, session: Session, args: list[Any], label: str) -> Optional[P.Verdict]:
+    def mutated(self, session: SessionState, args: list[Any], label: str) -> Optional[P.StepAnswer]:
         """The worker's copy of the inputs must still hold what the judge staged. (A worker on a
         CUDA device with a host region computes on device copies the judge cannot see; it checks
         them itself.)"""
@@ -181,10 +181,10 @@ class Stager:
         staged = [view(session.inputs.tensor, spec) for spec in layout(tensors_of(args), session.slots[0])[0]]
         for position, (mine, theirs) in enumerate(zip(tensors_of(args), staged)):
             if not same_bits(mine, theirs):
-                return P.Verdict(failure=(Status.MUTATED_INPUT.value, f"forward changed input {position} in place ({label})"))
+                return P.StepAnswer(failure=(Status.MUTATED_INPUT.value, f"forward changed input {position} in place ({label})"))
         return None
 
-    def guards(self, session: Session, args: list[Any], label: str) -> str:
+    def guards(self, session: SessionState, args: list[Any], label: str) -> str:
         """Why the guard band after one of the worker's inputs no longer holds its poison (a write
         past the input's end), or "". Not kept where the worker computes on device copies."""
         if self.worker_copies or not self.job.guard_bands:

@@ -18,13 +18,13 @@ from harness.core.config import Config
 from harness.core.errors import flat
 from harness.core.pairing import launch_bound
 from harness.core.plan import Plan
-from harness.core.protocol import Call, Failure, WorkerOutcome
-from harness.core.records import CallProfile, CandidateRecord, PairedSpeedup, ReferenceRecord, SanitizerRun, TimingStats
+from harness.core.protocol import Failure, WorkerOutcome
+from harness.core.records import CallProfile, CandidateRecord, PairedSpeedup, ReferenceRecord, SanitizerResult, TimingStats
 from harness.core.scan import declared_kernels, scan_source
 from harness.core.status import Finding, Status
 from harness.core.store import RunStore
 from harness.parent import verdict
-from harness.parent.lane_judge import LaneJudge, ReferenceRun, Setting, Stopped, Subject
+from harness.parent.lane_judge import LaneJudge, ReferencePass, Setting, Stopped, Subject
 from harness.parent.resources import RunResources
 from harness.parent.sanitize import LaneSanitizer
 from harness.parent.scratch import RunScratch
@@ -33,7 +33,7 @@ from harness.parent.verdict import Case, Reported, Rules
 from harness.sources.candidate import Candidate, needs_cuda_statically
 from harness.sources.problem import Problem
 
-__all__ = ["Call", "Plan", "ProblemEvaluation", "compare_times", "timing_warnings"]
+__all__ = ["ProblemEvaluation", "compare_times", "timing_warnings"]
 
 
 class ProblemEvaluation:
@@ -71,7 +71,7 @@ class ProblemEvaluation:
         self._reference: Optional[ReferenceRecord] = None  # the reference's record, once its pass ran on this lane
         self.setting = Setting(problem, self.cfg, device, store, self.lane, memory_limit, problem.hash, self.resources.scratch, self.resources.quiet)
         self.judge = LaneJudge(self.setting)  # the lane's judge for this problem, started with the first candidate
-        self.reference_run = ReferenceRun(self.setting, self.judge, lambda: self._stopped)
+        self.reference_pass = ReferencePass(self.setting, self.judge, lambda: self._stopped)
         self._stopped = False  # stop() was called: nothing more is written
         prestart = self.lane.launcher.prestart and self.cfg.sanitizer.prestart
         self.sanitizer = LaneSanitizer(self.cfg, problem.path, device, self.lane.launcher.env, prestart, scratch=self.resources.scratch, quiet=self.resources.quiet)
@@ -113,7 +113,7 @@ class ProblemEvaluation:
         """Evaluate one runnable candidate on this lane (its judge first, once) and write its record."""
         if self._reference is None:
             self.plan = self.plan or Plan.fresh(self.cfg)
-            self._reference = self.reference_run.run(self.plan)
+            self._reference = self.reference_pass.run(self.plan)
         self.on_start(candidate)
         self.sanitizer.prestart()  # memcheck's start-up under the tool overlaps this candidate's checks
         if self.builds is not None:
@@ -163,13 +163,13 @@ class ProblemEvaluation:
         return self._reference
 
     def _run_candidate(self, candidate: Candidate, plan: Plan, reference: ReferenceRecord) -> CandidateRecord:
-        compared = self.judge.compare(plan, self.reference_run.timing_mode, Subject(P.Role.CANDIDATE, candidate.path, candidate.name))
+        compared = self.judge.compare(plan, self.reference_pass.timing_mode, Subject(P.Role.CANDIDATE, candidate.path, candidate.name))
         outcome, checks, same_seed, gradients = compared.outcome, compared.checks, compared.same_seed, compared.gradients
         builds = tuple(m.build for m in outcome.every(P.Built))
         timing = compared.timing
         case = Case(compared, plan.calls, plan.randomize_weights, reference, Rules.of(self.cfg), self.device, self._reported(candidate, outcome), self.judge.take_restart_note())
         first = verdict.decide(case)
-        sanitized: tuple[SanitizerRun, ...] = ()
+        sanitized: tuple[SanitizerResult, ...] = ()
         unsafe: list[Finding] = []
         if first.status is Status.CORRECT and self.sanitizer.wanted():
             sanitized, unsafe = self.sanitizer.run(candidate.path, candidate.hash, candidate.name, plan.construct_seed, reference.other_size)

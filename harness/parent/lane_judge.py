@@ -1,7 +1,7 @@
 """The parent's side of a lane's judge for one problem: its lifetime (`LaneJudge`: started with the
-plan, restarted after a failure, ended with the evaluation) and one compared worker's run against
-it (`ComparedRun`: each step the worker reports is judged before the worker may go on, then the
-worker is timed in turns with the reference), and the reference's pass through it (`ReferenceRun`:
+plan, restarted after a failure, ended with the evaluation), one compared worker's pass against
+it (`ComparedPass`: each step the worker reports is judged before the worker may go on, then the
+worker is timed in turns with the reference), and the reference's pass through it (`ReferencePass`:
 the judge started through the plan, then, when timing, the torch.compile baselines or their cached
 timings, the null candidate and the reference's own timing; a compile baseline's failure never fails
 it). Only typed messages pass here, never tensors.
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from harness.core import protocol as P
-from harness.core.config import Config
+from harness.core.config import Config, TimerSettings
 from harness.core.errors import flat
 from harness.core.pairing import Pairing, ProblemTiming, resolve_mode
 from harness.core.plan import Plan
@@ -87,7 +87,7 @@ class LaneJudge:
             cpu_threads=cfg.timing.cpu_threads,
             tolerances={k: dataclasses.asdict(v) for k, v in cfg.check.tolerances.items()},
             gradient_tolerance_factor=cfg.check.gradient_tolerance_factor,
-            timing=P.TimerSettings.from_config(cfg.timing) if cfg.timing.enabled else None,
+            timing=TimerSettings.from_config(cfg.timing) if cfg.timing.enabled else None,
             speed_of_light_cache=str(cfg.path(cfg.measurement_cache_dir)) if measure and cfg.timing.enabled and cfg.speed_of_light.enabled else "",
             guard_bands=cfg.check.guard_bands,
             profile=profile,
@@ -133,9 +133,9 @@ class LaneJudge:
         return note
 
     def compare(self, plan: Plan, timing_mode: ProblemTiming, subject: "Subject") -> Compared:
-        """Run one compared worker against this judge (`ComparedRun`), timed under `timing_mode`."""
+        """Run one compared worker against this judge (`ComparedPass`), timed under `timing_mode`."""
         assert self.client is not None
-        return ComparedRun(self.setting, self.client, plan, timing_mode, subject).run()
+        return ComparedPass(self.setting, self.client, plan, timing_mode, subject).run()
 
     def end(self) -> None:
         if self.client is not None:
@@ -168,8 +168,8 @@ class Subject:
     name: str = "the candidate"  # how timing messages name it
 
 
-class ComparedRun:
-    """One compared worker run against the lane's judge: each step it reports is judged before it
+class ComparedPass:
+    """One compared worker's pass against the lane's judge: each step it reports is judged before it
     may go on (a wrong output stops it); then it is timed in turns with the reference
     (harness.core.pairing). `run()` returns what it came to."""
 
@@ -184,7 +184,7 @@ class ComparedRun:
 
     def run(self) -> Compared:
         cfg, subject = self.setting.cfg, self.subject
-        self.session: P.Session = self.judge.request(P.Open(subject.role), cfg.timeouts.construct)
+        self.session: P.SessionHandle = self.judge.request(P.Open(subject.role), cfg.timeouts.construct)
         if cfg.timing.enabled:
             self.pairing = Pairing(self.judge, self.session.session, cfg.timing, cfg.timeouts.time, subject.name, self.setting.quiet, self.timing_mode)
         cwd = self.setting.scratch.make(f"{subject.log_name[:20]}-")
@@ -218,7 +218,7 @@ class ComparedRun:
             build_cache=str(cfg.path(cfg.build_cache_dir)),
             construct_seed=plan.construct_seed,
             calls=planned_calls(subject.role, plan, cfg.check.modes),
-            timing=P.TimerSettings.from_config(cfg.timing, self.timing_mode.mode) if cfg.timing.enabled else None,
+            timing=TimerSettings.from_config(cfg.timing, self.timing_mode.mode) if cfg.timing.enabled else None,
             allow_tf32=cfg.check.allow_tf32,
             gradients=cfg.check.gradients != "off",
             gradient_seed=plan.gradient_seed,
@@ -237,7 +237,7 @@ class ComparedRun:
         return None
 
     def on_step(self, step: P.Step) -> Optional[Failure | Reply]:
-        verdict: P.Verdict = self.judge.request(P.Check(self.session.session, step), self.setting.cfg.timeouts.check)
+        verdict: P.StepAnswer = self.judge.request(P.Check(self.session.session, step), self.setting.cfg.timeouts.check)
         if verdict.failure is not None:
             return Status(verdict.failure[0]), verdict.failure[1]
         if verdict.unsafe and not self.unsafe:
@@ -306,7 +306,7 @@ class Stopped(Exception):
     """A stopped run's evaluation ended without a record (ProblemEvaluation.stop)."""
 
 
-class ReferenceRun:
+class ReferencePass:
     """Runs the reference once for a lane (`run`), and with it fixes the problem's timing mode."""
 
     def __init__(self, setting: Setting, judge: LaneJudge, stopped: Callable[[], bool]) -> None:
@@ -361,7 +361,7 @@ class ReferenceRun:
         return record
 
     def record(self, report: P.ReferenceReport, wall_seconds: float) -> ReferenceRecord:
-        """The record of the judge's run of the reference (before baselines and the null candidate)."""
+        """The record of the reference's pass through the judge (before baselines and the null candidate)."""
         setting = self.setting
         problem = setting.problem
         notes = (

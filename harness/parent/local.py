@@ -23,15 +23,16 @@ from typing import Callable, Optional
 
 from harness.core.config import Config
 from harness.core.errors import UserError
+from harness.core.plan import Plan
 from harness.core.records import CandidateRecord
-from harness.parent.evaluate import Plan, ProblemEvaluation
+from harness.parent.evaluate import ProblemEvaluation
 from harness.parent.executor import Job, QueuedExecutor, problem_key
 from harness.parent.quiet import QuietHost
 from harness.parent.resources import RunResources, lane_count, visible_gpus
-from harness.parent.supervise import Lane, wants_prestart
+from harness.parent.supervise import Lane
 from harness.sources.problem import Problem
 
-__all__ = ["FAIR_WAIT_S", "Lane", "LocalExecutor", "lane_count", "local_lanes", "visible_gpus", "wants_prestart"]
+__all__ = ["FAIR_WAIT_S", "LocalExecutor", "lane_count", "local_lanes", "visible_gpus"]
 
 
 def local_lanes(cfg: Config, device: str, quiet: Optional[QuietHost] = None) -> list[Lane]:

@@ -2,7 +2,7 @@
 
 - Each lane is a Ray actor that holds one GPU (`num_gpus=1`; Ray pins its CUDA_VISIBLE_DEVICES)
   or, on a CPU run, one CPU. Inside it, evaluation is exactly the local one: a ProblemEvaluation
-  on that lane, with its own reference worker and a fresh worker process per candidate.
+  on that lane, with its own judge (which runs the reference) and a fresh worker process per candidate.
 - Each candidate's evaluation is one actor call, handed to whichever lane is free next. The
   problem and candidate files travel as text, so nodes need the harness but not the files.
 - Each candidate's build is a CPU task (`num_cpus=ray.build_cpus`) that runs the prebuild into a
@@ -32,11 +32,12 @@ from typing import Any, Callable, Optional
 
 from harness.core.config import ROOT, Config
 from harness.core.errors import UserError, one_line
+from harness.core.plan import Plan
 from harness.core.records import CandidateRecord, ReferenceRecord
 from harness.core.schema import decode_line, encode_line
 from harness.core.status import Status
 from harness.core.store import RunStore
-from harness.parent.evaluate import Plan, ProblemEvaluation
+from harness.parent.evaluate import ProblemEvaluation
 from harness.parent.executor import Job, QueuedExecutor
 from harness.parent.resources import RunResources
 from harness.parent.scratch import RunScratch

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from harness.core.records import SanitizerOutcome, SanitizerRun
+from harness.core.records import SanitizerOutcome, SanitizerResult
 from harness.core.status import Code, Finding
 from harness.parent.quiet import QuietHost
 from harness.parent.scratch import RunScratch
@@ -51,12 +51,12 @@ def find_tool(path: str) -> Optional[str]:
     return None
 
 
-def sanitize(tool: Optional[str], tools: tuple[str, ...], timeout: float, job: dict[str, Any], env: dict[str, str], scratch: Path, spare: Optional["Prestarted"] = None) -> tuple[tuple[SanitizerRun, ...], list[Finding]]:
+def sanitize(tool: Optional[str], tools: tuple[str, ...], timeout: float, job: dict[str, Any], env: dict[str, str], scratch: Path, spare: Optional["Prestarted"] = None) -> tuple[tuple[SanitizerResult, ...], list[Finding]]:
     """Run each of `tools` over one forward of the candidate `job` describes (the first tool's
     run on `spare` when it is that tool's and still alive). Returns the runs and the unsafe-memory
     findings (the first error line of each tool that found any)."""
     if tool is None:
-        return tuple(SanitizerRun(t, SanitizerOutcome.SKIPPED, "compute-sanitizer was not found (sanitizer.path, PATH, $CUDA_HOME/bin, /usr/local/cuda/bin)") for t in tools), []
+        return tuple(SanitizerResult(t, SanitizerOutcome.SKIPPED, "compute-sanitizer was not found (sanitizer.path, PATH, $CUDA_HOME/bin, /usr/local/cuda/bin)") for t in tools), []
     job_path = scratch / "sanitize-job.json"
     job_path.write_text(json.dumps(job))
     runs, found = [], []
@@ -85,13 +85,13 @@ def _start_tool(tool: str, name: str, job: str, env: dict[str, str], scratch: Pa
     return proc, log_path
 
 
-def _finish_tool(name: str, proc: subprocess.Popen[bytes], log_path: Path, timeout: float, started: float) -> SanitizerRun:
+def _finish_tool(name: str, proc: subprocess.Popen[bytes], log_path: Path, timeout: float, started: float) -> SanitizerResult:
     """Wait for a tool run (its job already given) up to `timeout`, and read its report."""
     try:
         code = proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         _kill(proc)
-        return SanitizerRun(name, SanitizerOutcome.TIMEOUT, f"no verdict within sanitizer.timeout={timeout:g} s", round(time.monotonic() - started, 2))
+        return SanitizerResult(name, SanitizerOutcome.TIMEOUT, f"no verdict within sanitizer.timeout={timeout:g} s", round(time.monotonic() - started, 2))
     except BaseException:
         _kill(proc)
         raise
@@ -99,7 +99,7 @@ def _finish_tool(name: str, proc: subprocess.Popen[bytes], log_path: Path, timeo
     return read_report(name, code, log_path.read_text(errors="replace"), seconds)
 
 
-def _run_tool(tool: str, name: str, timeout: float, job_path: Path, env: dict[str, str], scratch: Path) -> SanitizerRun:
+def _run_tool(tool: str, name: str, timeout: float, job_path: Path, env: dict[str, str], scratch: Path) -> SanitizerResult:
     started = time.monotonic()
     proc, log_path = _start_tool(tool, name, str(job_path), env, scratch)
     return _finish_tool(name, proc, log_path, timeout, started)
@@ -127,7 +127,7 @@ class Prestarted:
         host.register_background(proc)
         return cls(name, proc, log_path, folder, host)
 
-    def run(self, job: dict[str, Any], timeout: float) -> SanitizerRun:
+    def run(self, job: dict[str, Any], timeout: float) -> SanitizerResult:
         """Hand it `job` and wait for its report (the limit counts from now)."""
         self.quiet.unregister(self.proc)
         if self.proc.stdin is None:
@@ -154,16 +154,16 @@ class Prestarted:
         shutil.rmtree(self.scratch, ignore_errors=True)
 
 
-def read_report(name: str, code: int, text: str, seconds: float = 0.0) -> SanitizerRun:
+def read_report(name: str, code: int, text: str, seconds: float = 0.0) -> SanitizerResult:
     """A tool run's outcome from its exit code and output: errors (with the first error and where
     it happened), clean, or failed (the candidate's forward did not complete under the tool)."""
     counts = [int(m.group(1)) for m in _SUMMARY.finditer(text)]
     if code == ERRORS_EXIT or any(counts):
-        return SanitizerRun(name, SanitizerOutcome.ERRORS, first_error(text), seconds)
+        return SanitizerResult(name, SanitizerOutcome.ERRORS, first_error(text), seconds)
     if code == 0 and "[sanitize] forward ran" in text:
-        return SanitizerRun(name, SanitizerOutcome.CLEAN, f"{counts[0] if counts else 0} errors", seconds)
+        return SanitizerResult(name, SanitizerOutcome.CLEAN, f"{counts[0] if counts else 0} errors", seconds)
     tail = next((line.strip() for line in reversed(text.splitlines()) if line.strip() and not line.startswith(_PREFIX)), "")
-    return SanitizerRun(name, SanitizerOutcome.FAILED, f"exit code {code}: {tail[:200]}" if tail else f"exit code {code}", seconds)
+    return SanitizerResult(name, SanitizerOutcome.FAILED, f"exit code {code}: {tail[:200]}" if tail else f"exit code {code}", seconds)
 
 
 def first_error(text: str) -> str:
@@ -194,7 +194,7 @@ class LaneSanitizer:
     def __init__(self, cfg: Any, problem_path: Path, device: str, env: dict[str, str], prestart: bool = False, *, scratch: RunScratch, quiet: Optional[QuietHost] = None) -> None:
         self.cfg, self.problem_path, self.device, self.env = cfg, problem_path, device, env  # cfg: the problem's harness.core.config.Config
         self.scratch, self.quiet = scratch, quiet
-        self.runs: dict[tuple[Any, ...], tuple[tuple[SanitizerRun, ...], list[Finding]]] = {}  # a source's sanitizer runs, for a resubmission
+        self.runs: dict[tuple[Any, ...], tuple[tuple[SanitizerResult, ...], list[Finding]]] = {}  # a source's sanitizer runs, for a resubmission
         self.prestart_runs = prestart  # keep the first tool's next run started ahead (workers.prestart)
         self._spare: Optional[Prestarted] = None
 
@@ -218,11 +218,11 @@ class LaneSanitizer:
         setting = self.cfg.sanitizer.enabled
         return setting == "on" or (setting == "auto" and self.device == "cuda")
 
-    def run(self, source: Path, source_hash: str, name: str, seed: int, sizes: dict[str, Any]) -> tuple[tuple[SanitizerRun, ...], list[Finding]]:
+    def run(self, source: Path, source_hash: str, name: str, seed: int, sizes: dict[str, Any]) -> tuple[tuple[SanitizerResult, ...], list[Finding]]:
         """The runs over candidate `name` (its file `source`) and their unsafe-memory findings."""
         cfg = self.cfg.sanitizer
         if self.device != "cuda":
-            return tuple(SanitizerRun(t, SanitizerOutcome.SKIPPED, "compute-sanitizer checks CUDA runs only") for t in cfg.tools), []
+            return tuple(SanitizerResult(t, SanitizerOutcome.SKIPPED, "compute-sanitizer checks CUDA runs only") for t in cfg.tools), []
         job = {
             "source": str(source.resolve()),
             "problem": str(self.problem_path.resolve()),

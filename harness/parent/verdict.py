@@ -23,7 +23,7 @@ from harness.core.protocol import BUFFERS_CHECK, TIMED_CHECK, Call, ExtensionCal
 from harness.core.records import CallProfile, CheckResult, Flag, PairedSpeedup, ReferenceRecord, Stricter, TimingStats
 from harness.core.status import Code, Finding, Gradients, Status
 
-__all__ = ["PRECISION_FLOOR", "Case", "Compared", "Comparison", "Reported", "Rules", "Verdict", "decide", "findings", "settle"]
+__all__ = ["PRECISION_FLOOR", "Case", "Check", "Compared", "Comparison", "Reported", "Rules", "Verdict", "decide", "findings", "settle", "stricter_than_kernelbench"]
 
 PRECISION_FLOOR = 1e-6  # relative errors below this are never called imprecise
 
@@ -155,7 +155,7 @@ def _same_seed_cause(compared: Compared) -> str:
 
 
 def findings(case: Case, status: Status) -> tuple[list[Finding], dict[str, Any]]:
-    """The integrity findings on a candidate's run (before the sanitizer and the timing
+    """The integrity findings on a candidate's evaluation (before the sanitizer and the timing
     comparison add theirs), and the record fields that hold their evidence."""
     compared, rules, reported = case.compared, case.rules, case.reported
     gradients, precision, profile = compared.gradients, compared.precision, compared.profile
@@ -252,9 +252,6 @@ def settle(case: Case, first: Verdict, unsafe: list[Finding], compare: Callable[
 # A pure function of the record's evidence and the plan's calls; `verdict` calls it.
 
 
-__all__ = ["Check", "stricter_than_kernelbench"]
-
-
 class Check(str, enum.Enum):
     """The stable codes: one per check of ours that KernelBench does not make."""
 
@@ -289,7 +286,7 @@ def stricter_than_kernelbench(
         return Stricter(Check.MUTATED_INPUT.value, "KernelBench does not look at the inputs after a call")
     if status is not Status.INCORRECT or not checks or checks[-1].passed:
         return None
-    check = checks[-1]  # a failing check ends the worker's run: it is the last one made
+    check = checks[-1]  # a failing check ends the worker: it is the last one made
     within = "within KernelBench's atol = rtol = 1e-2"  # compare.KERNELBENCH_TOLERANCE, which set within_kernelbench
     loose = f"; max abs error {check.max_abs_error:.2e}, {within}" if check.within_kernelbench else ""
     if check.name == BUFFERS_CHECK:

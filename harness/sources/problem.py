@@ -54,7 +54,7 @@ def declared_settings(path: Path) -> dict[str, object]:
     try:
         tree = ast.parse(path.read_text(encoding="utf-8"))
     except (OSError, SyntaxError, ValueError):
-        return {}  # the reference worker reports an unreadable problem
+        return {}  # the judge reports an unreadable problem
     found: dict[str, object] = {}
     for node in tree.body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) and node.targets[0].id in DECLARABLE:

@@ -34,7 +34,7 @@ from harness.views.text import markdown_code, markdown_text
 PROTOCOL_KEYS = PROTOCOL_SETTINGS
 
 
-class Verdict(Vocabulary):
+class GateOutcome(Vocabulary):
     """What became of one candidate between the runs, in the order the report counts them."""
 
     REGRESSED = "regressed"
@@ -52,8 +52,8 @@ class Regression(Vocabulary):
     TIME = "time"  # it is correct on both sides and significantly slower (rule: median)
 
 
-REGRESSED, IMPROVED, UNCHANGED, NOT_COMPARABLE, NEW, MISSING = Verdict
-VERDICTS = tuple(Verdict)
+REGRESSED, IMPROVED, UNCHANGED, NOT_COMPARABLE, NEW, MISSING = GateOutcome
+VERDICTS = tuple(GateOutcome)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,7 +73,7 @@ class Comparison:
 
     problem: str  # problem name
     candidate: str  # candidate name
-    verdict: Verdict  # what became of it
+    verdict: GateOutcome  # what became of it
     reason: str  # one line: why that verdict (the change in time and its p, or what changed)
     baseline_status: Optional[str] = None  # its status in the baseline (None: not there)
     current_status: Optional[str] = None  # its status now (None: not in this run)
@@ -155,7 +155,7 @@ class GateResult:
     def passed(self) -> bool:
         return not self.failures
 
-    def count(self, verdict: Verdict) -> int:
+    def count(self, verdict: GateOutcome) -> int:
         return sum(c.verdict == verdict for c in self.comparisons)
 
 
@@ -304,7 +304,7 @@ def compare_one(
     return Comparison(problem, name, UNCHANGED, f"{_percent(ratio)}, within {threshold:.0%}{changed}", **statuses, **times)
 
 
-def _status_change(old: CandidateRecord, new: CandidateRecord, changed: str) -> Optional[tuple[Verdict, str]]:
+def _status_change(old: CandidateRecord, new: CandidateRecord, changed: str) -> Optional[tuple[GateOutcome, str]]:
     """The verdict and reason when the candidate is not correct on both sides; None when it is.
     `changed` names what differs between the runs (its source, the problem's, the device, the
     protocol), for the reason: none of it keeps correctness from being compared."""

@@ -202,7 +202,7 @@ class Worker:
         return outputs
 
 
-# -- the steps every role's run is made of ---------------------------------------------------------
+# -- the steps every role's pass is made of --------------------------------------------------------
 
 
 def load(worker: Worker) -> tuple[type, BuildCache]:
