@@ -113,8 +113,9 @@ def checked(case: Case) -> tuple[Status, str]:
     the candidate, else correct with what was matched."""
     compared, rules = case.compared, case.rules
     same_seed = compared.same_seed
-    if compared.outcome.failure is not None:
-        return compared.outcome.failure
+    failure = compared.outcome.failure
+    if failure is not None:
+        return failure.status, failure.reason
     if same_seed is not None and not same_seed.passed and rules.require_same_seed:
         return Status.INCORRECT, f"{same_seed.name}: {same_seed.reason}"
     worst = max((c.max_abs_error or 0.0) for c in compared.checks)
