@@ -14,14 +14,13 @@ is still correct after its integrity findings:
 from __future__ import annotations
 
 import dataclasses
-import enum
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from harness.core import integrity
 from harness.core.flags import decide as decide_flags
 from harness.core.protocol import BUFFERS_CHECK, TIMED_CHECK, Call, ExtensionCalls, Threads, WorkerOutcome
 from harness.core.records import CallProfile, CheckResult, Flag, PairedSpeedup, ReferenceRecord, Stricter, TimingStats
-from harness.core.status import Code, Finding, Gradients, Status
+from harness.core.status import Code, Finding, Gradients, Status, Vocabulary
 
 __all__ = ["PRECISION_FLOOR", "Case", "Compared", "Comparison", "Reported", "Rules", "Verdict", "decide", "findings", "settle"]
 
@@ -256,7 +255,7 @@ def settle(case: Case, first: Verdict, unsafe: list[Finding], compare: Callable[
 __all__ = ["Check", "stricter_than_kernelbench"]
 
 
-class Check(str, enum.Enum):
+class Check(Vocabulary):
     """The stable codes: one per check of ours that KernelBench does not make."""
 
     TOLERANCE = "tolerance"  # the output is within allclose(1e-2) but outside our float tolerance
