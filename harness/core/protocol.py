@@ -103,8 +103,27 @@ def role_calls(role: Role, calls: tuple[Call, ...]) -> tuple[Call, ...]:
     return calls if role is Role.CANDIDATE else tuple(takewhile(lambda c: c.input == 0 and not c.repeat, calls))
 
 
-BUFFERS_CHECK = "buffers after the calls"  # the name of the check of module state after every planned call
-TIMED_CHECK = "last timed call on trial 1 (eval)"  # the name of the check of the last timed call's output
+class CheckKind(Vocabulary):
+    """What a check (a record's CheckResult) compared: its name says it to a reader, its kind to the code."""
+
+    SAME_SEED = "same_seed"  # the first call, on the weights both models built under the shared seed
+    CALL = "call"  # one planned call (named by `Call.label`)
+    BUFFERS = "buffers"  # module state after every planned call
+    TIMED = "timed"  # the last timed call's output
+
+
+# The names of the checks that are not planned calls, as records store them (a planned call's is its label).
+CHECK_NAMES: dict[CheckKind, str] = {
+    CheckKind.SAME_SEED: "same-seed construction (eval)",
+    CheckKind.BUFFERS: "buffers after the calls",
+    CheckKind.TIMED: "last timed call on trial 1 (eval)",
+}
+SAME_SEED_CHECK, BUFFERS_CHECK, TIMED_CHECK = (CHECK_NAMES[k] for k in (CheckKind.SAME_SEED, CheckKind.BUFFERS, CheckKind.TIMED))
+
+
+def check_kind(check: CheckResult) -> CheckKind:
+    """The kind of a check, by its stored name (CHECK_NAMES; any other name is a planned call's)."""
+    return next((kind for kind, name in CHECK_NAMES.items() if name == check.name), CheckKind.CALL)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -137,7 +137,7 @@ class Checker:
         session.own_weights = step.own_weights
         if not step.own_weights:  # its calls run with the weights it is given: the redrawn ones
             reference.load(reference.randomized)
-        check = self._compare("same-seed construction (eval)", expected, session, step, reference.same_seed_noise.levels)
+        check = self._compare(P.SAME_SEED_CHECK, expected, session, step, reference.same_seed_noise.levels)
         return changed or P.Verdict(check=check, unsafe=unsafe)
 
     def _call(self, session: Session, step: P.Step) -> P.Verdict:

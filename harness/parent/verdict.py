@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from harness.core import integrity
 from harness.core.flags import decide as decide_flags
-from harness.core.protocol import BUFFERS_CHECK, TIMED_CHECK, Call, ExtensionCalls, Threads, WorkerOutcome
+from harness.core.protocol import Call, CheckKind, ExtensionCalls, Threads, WorkerOutcome, check_kind
 from harness.core.records import CallProfile, CheckResult, Flag, PairedSpeedup, ReferenceRecord, Stricter, TimingStats
 from harness.core.status import Code, Finding, Gradients, Status, Vocabulary
 
@@ -270,6 +270,13 @@ class Check(Vocabulary):
     FLAG = "flag"  # an integrity flag with policy fail (its code follows: "flag:no-custom-kernel")
 
 
+# The checks of ours that are not planned calls, by kind (protocol.CHECK_NAMES): their code, and what KernelBench does instead.
+NOT_CALLS: dict[CheckKind, tuple[Check, str]] = {
+    CheckKind.BUFFERS: (Check.BUFFERS, "KernelBench compares outputs only"),
+    CheckKind.TIMED: (Check.TIMED_OUTPUT, "KernelBench does not check what its timed calls return"),
+}
+
+
 def stricter_than_kernelbench(
     status: Status,
     checks: Sequence[CheckResult],
@@ -292,11 +299,11 @@ def stricter_than_kernelbench(
     check = checks[-1]  # a failing check ends the worker's run: it is the last one made
     within = "within KernelBench's atol = rtol = 1e-2"  # compare.KERNELBENCH_TOLERANCE, which set within_kernelbench
     loose = f"; max abs error {check.max_abs_error:.2e}, {within}" if check.within_kernelbench else ""
-    if check.name == BUFFERS_CHECK:
-        return Stricter(Check.BUFFERS.value, "KernelBench compares outputs only" + loose)
-    if check.name == TIMED_CHECK:
-        return Stricter(Check.TIMED_OUTPUT.value, "KernelBench does not check what its timed calls return" + loose)
-    if len(checks) > len(calls):
+    kind = check_kind(check)
+    if kind in NOT_CALLS:
+        code, why = NOT_CALLS[kind]
+        return Stricter(code.value, why + loose)
+    if kind is not CheckKind.CALL or len(checks) > len(calls):
         return None
     call = calls[len(checks) - 1]
     if call.distribution != "given":
