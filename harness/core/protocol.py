@@ -492,7 +492,7 @@ def dumps(message: Any) -> str:
 def out_of_order(role: Role, seen: Sequence[str], step: Step, calls: int, gradients: bool) -> str:
     """Why `step` is not one that STEPS allows a `role` worker next, after the steps `seen`, when it
     makes `calls` calls and reports gradients only if `gradients`; "" when it is."""
-    if step.step not in StepKind._value2member_map_:
+    if step.step not in StepKind.words():
         return f"unknown step {step.step!r}"
     kind, order = StepKind(step.step), STEPS[role]
     at = order.index(kind) if kind in order else -1
