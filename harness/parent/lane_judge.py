@@ -247,7 +247,7 @@ class ComparedRun:
             self.calls.append(verdict.check)
             self.precision.update(verdict.precision)
         elif step.step == P.StepKind.GRADS:
-            self.found["grads"] = verdict.gradients
+            self.found[P.StepKind.GRADS] = verdict.gradients
         else:
             self.found[step.step] = verdict.check
         if step.step == P.StepKind.SAME_SEED and step.own_weights:
@@ -278,7 +278,7 @@ class ComparedRun:
         if outcome.failure is None and len(self.calls) != planned:
             outcome = dataclasses.replace(outcome, failure=Failure(Status.HARNESS_ERROR, f"{len(self.calls)} of {planned} checks arrived"))
         else:
-            checks.extend(c for c in (self.found.get("buffers"), self.found.get("timed")) if c is not None)
+            checks.extend(c for c in (self.found.get(P.StepKind.BUFFERS), self.found.get(P.StepKind.TIMED)) if c is not None)
         pairing = self.pairing
         timed = pairing.result() if pairing is not None and outcome.failure is None else None
         if outcome.failure is None and pairing is not None and timed is None:
@@ -287,9 +287,9 @@ class ComparedRun:
         return Compared(
             outcome,
             checks,
-            self.found.get("same_seed"),
+            self.found.get(P.StepKind.SAME_SEED),
             self.precision,
-            self.found.get("grads"),
+            self.found.get(P.StepKind.GRADS),
             own_weights=bool(self.found.get("own_weights")),
             timing=timed[0] if timed else None,
             paired=timed[1] if timed else None,
