@@ -21,7 +21,7 @@ from harness.core.store import RunStore
 from harness.device.regions import GUARD
 from harness.judge.service import Judge
 from harness.parent.evaluate import ProblemEvaluation
-from harness.parent.lane_judge import LaneJudge, Setting
+from harness.parent.lane_judge import LaneJudge, Setting, Subject
 from harness.sources.candidate import Candidate
 from harness.sources.problem import resolve_problem
 from tests.sources import HONEST_FORWARD, scale_bias_relu
@@ -136,6 +136,31 @@ def test_a_judge_killed_between_candidates_is_restarted(tmp_path, make_config):
     assert again.status is Status.CORRECT and not any("judge" in w for w in again.warnings)
 
 
+def test_a_candidates_worker_reports_exactly_the_steps_its_role_declares(tmp_path, make_config):
+    cfg = make_config("timing.rounds=2", "timing.max_rounds=2", "check.gradients=flag")
+    problem = resolve_problem("1_Scale_Bias_ReLU", cfg.path(cfg.problems_dir))
+    path = tmp_path / "honest.py"
+    path.write_text(scale_bias_relu())
+    evaluation = ProblemEvaluation(problem, [Candidate("honest", path)], cfg, "cpu", RunStore(cfg.path(cfg.results_dir), "steps-test"))
+    try:
+        evaluation.evaluate(evaluation.candidates[0])  # the lane's judge started, through the reference
+        compared = evaluation.judge.compare(evaluation.plan, evaluation.reference_pass.timing_mode, Subject(P.Role.CANDIDATE, path, "steps"))
+    finally:
+        evaluation.close()
+    calls = len(evaluation.plan.calls)
+    declared = [kind for kind in P.STEPS[P.Role.CANDIDATE] for _ in range(calls if kind is P.StepKind.CALL else 1)]
+    assert compared.outcome.failure is None, compared.outcome.failure
+    assert [(s.step, s.index) for s in compared.outcome.every(P.Step)] == [(kind, k if kind is P.StepKind.CALL else 0) for k, kind in _numbered(declared)]
+
+
+def _numbered(kinds):
+    """Each kind with its call's index (its position among the calls)."""
+    calls = 0
+    for kind in kinds:
+        yield (calls, kind)
+        calls += kind is P.StepKind.CALL
+
+
 # -- the judge in this process: its protocol rules -------------------------------------------------
 
 
@@ -157,9 +182,9 @@ def judge(make_config):
 
 def test_steps_out_of_the_plans_order_are_refused(judge):
     session = judge.open(P.Role.CANDIDATE)
-    verdict = judge.check(session.session, P.Step("call", 3))
-    assert verdict.failure is not None and verdict.failure[0] == Status.FORGED_RESULT.value
-    assert "out of the plan's order" in verdict.failure[1]
+    verdict = judge.check(session.session, P.Step(P.StepKind.CALL, 3))
+    assert verdict.failure is not None and verdict.failure.status is Status.FORGED_RESULT
+    assert "out of the plan's order" in verdict.failure.reason
 
 
 def test_outputs_said_to_lie_outside_the_mailbox_fail_without_being_read(judge):

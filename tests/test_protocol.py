@@ -167,5 +167,111 @@ class _FakeLauncher:
 def test_a_message_of_an_unknown_type_ends_the_worker_as_a_forged_result(tmp_path):
     timeouts = types.SimpleNamespace(load=60, construct=60)
     outcome = run_worker(build(P.WorkerJob), timeouts=timeouts, memory_limit=0, log_path=tmp_path / "log", log_limit=1 << 16, cwd=tmp_path, launcher=_FakeLauncher())
-    assert outcome.failure == (Status.FORGED_RESULT, "the worker sent a message of type 'Bogus', which workers do not send on the result channel")
+    assert outcome.failure == P.Failure(Status.FORGED_RESULT, "the worker sent a message of type 'Bogus', which workers do not send on the result channel")
     assert outcome.phase == "construct" and outcome.messages == (P.Phase("construct"),)
+
+
+# -- each role's declared step order (protocol.STEPS) -----------------------------------------------
+
+S = P.StepKind
+OUT = (P.Output("Tensor"),)
+
+
+def _refusal(role, steps, calls=3, gradients=True):
+    """Why the last of `steps` (kind, index, outputs) is refused after the others ("" when every one is allowed)."""
+    seen = []
+    for kind, index, outputs in steps:
+        why = P.out_of_order(role, seen, P.Step(kind, index, outputs), calls, gradients)
+        if why:
+            return why
+        seen.append(kind)
+    return ""
+
+
+def _declared(role, calls, gradients=True, timed=True):
+    """The steps STEPS declares for `role`, each call once, and the skippable ones when asked for."""
+    wanted = {S.GRADS: gradients, S.TIMED: timed, S.STAGE: timed}
+    steps = []
+    for kind in P.STEPS[role]:
+        if kind is S.CALL:
+            steps += [(S.CALL, k, OUT) for k in range(calls)]
+        elif wanted.get(kind, True):
+            steps.append((kind, 0, () if kind is S.STAGE else OUT))
+    return steps
+
+
+@pytest.mark.parametrize("role, gradients, timed", [(P.Role.CANDIDATE, True, True), (P.Role.CANDIDATE, False, False), (P.Role.CANDIDATE, True, False), (P.Role.BASELINE, False, True), (P.Role.BASELINE, False, False)])
+def test_the_declared_steps_of_each_role_are_allowed_in_their_order(role, gradients, timed):
+    assert _refusal(role, _declared(role, 3, gradients, timed), gradients=gradients) == ""
+
+
+@pytest.mark.parametrize("role, steps, gradients", [
+    (P.Role.CANDIDATE, [(S.CALL, 0, OUT)], True),  # a call before same_seed
+    (P.Role.CANDIDATE, [(S.SAME_SEED, 0, OUT), (S.CALL, 1, OUT)], True),  # a call skipped
+    (P.Role.CANDIDATE, [(S.SAME_SEED, 0, OUT), (S.CALL, 0, OUT), (S.CALL, 0, OUT)], True),  # a call twice
+    (P.Role.CANDIDATE, [(S.SAME_SEED, 0, OUT), (S.CALL, 0, OUT), (S.BUFFERS, 0, OUT)], True),  # buffers before every call
+    (P.Role.CANDIDATE, _declared(P.Role.CANDIDATE, 3)[:4] + [(S.TIMED, 0, OUT)], True),  # timed without buffers
+    (P.Role.CANDIDATE, _declared(P.Role.CANDIDATE, 3)[:5] + [(S.GRADS, 0, OUT)], False),  # gradients not asked for
+    (P.Role.CANDIDATE, _declared(P.Role.CANDIDATE, 3)[:7] + [(S.BUFFERS, 0, OUT)], True),  # buffers after timed
+    (P.Role.CANDIDATE, [(S.SAME_SEED, 0, OUT), (S.SAME_SEED, 0, OUT)], True),  # a step again
+    (P.Role.CANDIDATE, _declared(P.Role.CANDIDATE, 3)[:4] + [(S.STAGE, 0, ())], True),  # not a candidate's step
+    (P.Role.BASELINE, [(S.SAME_SEED, 0, OUT)], False),  # not a baseline's step
+    (P.Role.BASELINE, [(S.CALL, 0, OUT), (S.STAGE, 0, ())], False),  # staging before every call
+    (P.Role.BASELINE, _declared(P.Role.BASELINE, 3, False, False) + [(S.STAGE, 0, OUT)], False),  # a stage with outputs
+])
+def test_a_step_out_of_its_roles_declared_order_is_refused(role, steps, gradients):
+    assert "arrived out of the plan's order" in _refusal(role, steps, gradients=gradients)
+
+
+def test_a_step_of_no_declared_kind_is_refused():
+    assert P.out_of_order(P.Role.CANDIDATE, [], P.Step("bogus"), 3, True) == "unknown step 'bogus'"
+
+
+@pytest.mark.parametrize("extra", [(), ("check.modes=[eval]",), ("check.repeats=0", "check.trials=1"), ("check.other_size=true", "check.trials=1")])
+def test_a_baseline_makes_the_first_trials_calls_once_per_mode(make_config, extra):
+    from harness.core.plan import Plan
+
+    cfg = make_config(*extra)
+    calls = Plan.fresh(cfg).calls
+    assert P.role_calls(P.Role.BASELINE, calls) == calls[: len(cfg.check.modes)]
+    assert P.role_calls(P.Role.CANDIDATE, calls) == calls
+
+
+class _Judge:
+    """A judge client that passes every step and records what it was asked."""
+
+    def __init__(self):
+        self.asked = []
+
+    def request(self, message, timeout):
+        from harness.core.records import CheckResult
+
+        self.asked.append(message.step.step)
+        return P.StepAnswer(check=CheckResult("ok", True, "ok", 3e-5, 1e-4, 0.0), staged=P.Staged(()))
+
+
+def _compared_run(make_config, role):
+    from harness.core.pairing import ProblemTiming
+    from harness.core.plan import Plan
+    from harness.parent.lane_judge import ComparedPass, Setting, Subject
+
+    cfg = make_config("timing.enabled=false")
+    run = ComparedPass(Setting(None, cfg, "cpu", None, None, 0, "", None, None), _Judge(), Plan.fresh(cfg), ProblemTiming("eager"), Subject(role, Path("x.py"), "x"))
+    run.session = P.SessionHandle(1, None, None, (), (), P.Staged(()))
+    return run
+
+
+def test_the_parent_passes_the_declared_steps_to_the_judge(make_config):
+    run = _compared_run(make_config, P.Role.CANDIDATE)
+    steps = _declared(P.Role.CANDIDATE, len(run.plan.calls), timed=False)
+    replies = [run.on_step(P.Step(kind, index, outputs)) for kind, index, outputs in steps]
+    assert not any(isinstance(r, P.Failure) for r in replies)
+    assert run.judge.asked == [kind for kind, _, _ in steps]
+
+
+def test_the_parent_refuses_a_step_out_of_the_declared_order_before_the_judge_sees_it(make_config):
+    run = _compared_run(make_config, P.Role.CANDIDATE)
+    assert not isinstance(run.on_step(P.Step(S.SAME_SEED, 0, OUT)), P.Failure)
+    refused = run.on_step(P.Step(S.BUFFERS, 0, OUT))
+    assert refused == P.Failure(Status.FORGED_RESULT, "step buffers 0 arrived out of the plan's order (after same_seed)")
+    assert run.judge.asked == [S.SAME_SEED]

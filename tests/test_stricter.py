@@ -2,6 +2,8 @@
 as a pure function of the evidence: table-driven, no workers."""
 import pytest
 
+from harness.core import protocol as P
+from harness.core.plan import Plan
 from harness.core.protocol import Call
 from harness.core.records import CheckResult, Flag
 from harness.core.status import Status
@@ -52,3 +54,18 @@ def test_a_failing_flag_and_a_mutated_input_are_ours_and_a_correct_record_has_no
     assert stricter_than_kernelbench(Status.MUTATED_INPUT, [], CALLS, OK, (), True).code == "mutated-input"
     assert stricter_than_kernelbench(Status.CORRECT, [OK], CALLS, OK, flags, True) is None
     assert stricter_than_kernelbench(Status.CRASHED, [], CALLS, None, (), True) is None
+
+
+@pytest.mark.parametrize("kind", sorted(P.CHECK_NAMES))
+def test_a_check_of_a_declared_kind_is_known_by_its_stored_name(kind):
+    assert P.check_kind(CheckResult(P.CHECK_NAMES[kind], False, "...")) is kind
+
+
+def test_every_planned_calls_check_is_a_call(make_config):
+    cfg = make_config("check.other_size=true", "check.repeats=2", "check.input_distributions=[given, normal, signed, shifted]", "check.trials=4")
+    labels = [c.label for c in Plan.fresh(cfg).calls] + [c.label for c in CALLS]
+    assert {P.check_kind(CheckResult(label, False, "...")) for label in labels} == {P.CheckKind.CALL}
+
+
+def test_a_failing_check_of_no_call_beyond_the_plan_is_no_difference():
+    assert stricter_than_kernelbench(Status.INCORRECT, [OK] * 6 + [failed("trial 9 (eval)")], CALLS, OK, (), True) is None

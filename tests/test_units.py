@@ -5,6 +5,7 @@ import math
 import pytest
 
 from harness.core.channel import ChannelReader, ChannelWriter, ForgedMessage, new_key
+from harness.core import config
 from harness.core.config import load_config
 from harness.core.errors import UserError
 from harness.core.records import CandidateRecord, CheckResult, ExtensionBuild, TimingStats, from_dict, to_dict
@@ -75,11 +76,48 @@ def test_config_layers_file_then_overrides(tmp_path):
         ("check.trials=0", "at least 1"),
         ("device=tpu", "device must be auto, cuda or cpu"),
         ("no_equals_sign", "--set expects key=value"),
+        ("executor=slurm", "executor must be local or ray, got 'slurm'"),
+        ("check.input_distributions=[uniform]", "check.input_distributions must be a non-empty list of ['given', 'normal', 'signed', 'shifted'], got ['uniform']"),
+        ("check.modes=[test]", "check.modes must be a non-empty list of ['train', 'eval'], got ['test']"),
+        ("check.gradients=warn", "check.gradients must be flag, fail or off, got 'warn'"),
+        ("check.weights=mine", "check.weights must be transplant or seed, got 'mine'"),
+        ("flags.fallback=warn", "flags.fallback must be fail, flag or ignore, got 'warn'"),
+        ("timing.mode=fast", "timing.mode must be one of ['eager', 'graph', 'auto'], got 'fast'"),
+        ("timing.sync=host", "timing.sync must be one of ['auto', 'stream', 'device'], got 'host'"),
+        ("timing.quiet=loud", "timing.quiet must be one of ['pause', 'pin', 'both', 'off'], got 'loud'"),
+        ("timing.null_candidate=maybe", "timing.null_candidate must be auto, on or off, got 'maybe'"),
+        ("baselines.compile_modes=[fast]", "baselines.compile_modes: unknown mode 'fast' (valid: default, reduce-overhead, max-autotune, max-autotune-no-cudagraphs)"),
+        ("sanitizer.enabled=maybe", "sanitizer.enabled must be auto, on or off, got 'maybe'"),
+        ("sanitizer.tools=[leakcheck]", "sanitizer.tools: unknown tool 'leakcheck' (valid: memcheck, racecheck, initcheck, synccheck)"),
+        ("builds.ahead=maybe", "builds.ahead must be auto, always or never, got 'maybe'"),
+        ("workers.prestart=maybe", "workers.prestart must be auto, always or never, got 'maybe'"),
     ],
 )
 def test_bad_config_is_a_clear_user_error(override, message):
-    with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[").replace("]", r"\]")):
         load_config(overrides=[override])
+
+
+@pytest.mark.parametrize(
+    "key, vocabulary",
+    [
+        ("executor", config.Executor), ("device", config.Device), ("check.gradients", config.GradientPolicy), ("check.weights", config.WeightSource),
+        ("flags.fallback", config.Policy), ("timing.mode", config.TimingMode), ("timing.sync", config.SyncMode), ("timing.quiet", config.QuietMode),
+        ("timing.null_candidate", config.Switch), ("sanitizer.enabled", config.Switch), ("builds.ahead", config.Ahead), ("workers.prestart", config.Ahead),
+    ],
+)
+def test_every_word_of_a_config_choices_vocabulary_is_accepted_as_itself(key, vocabulary):
+    for word in vocabulary.words():
+        section, _, name = key.rpartition(".")
+        cfg = load_config(overrides=[f"{key}={word}"])
+        value = getattr(getattr(cfg, section) if section else cfg, name)
+        assert value == word and value == vocabulary(word) and f"{vocabulary(word)}" == word and hash(vocabulary(word)) == hash(word)
+
+
+@pytest.mark.parametrize("key, vocabulary", [("check.input_distributions", config.Distribution), ("check.modes", config.ModuleMode), ("baselines.compile_modes", config.CompileMode), ("sanitizer.tools", config.SanitizerTool)])
+def test_every_word_of_a_config_lists_vocabulary_is_accepted(key, vocabulary):
+    section, _, name = key.rpartition(".")
+    assert getattr(getattr(load_config(overrides=[f"{key}=[{', '.join(vocabulary.words())}]"]), section), name) == vocabulary.words()
 
 
 def test_config_file_errors_name_the_file(tmp_path):

@@ -51,8 +51,8 @@ def verdict(c, unsafe=(), compare=never):
 
 
 @pytest.mark.parametrize("given, status, reason", [
-    (case(failure=(Status.CRASHED, "killed by signal 11")), Status.CRASHED, "killed by signal 11"),
-    (case(failure=(Status.INCORRECT, "trial 1 (train): output differs"), checks=[OK]), Status.INCORRECT, "trial 1 (train): output differs"),
+    (case(failure=P.Failure(Status.CRASHED, "killed by signal 11")), Status.CRASHED, "killed by signal 11"),
+    (case(failure=P.Failure(Status.INCORRECT, "trial 1 (train): output differs"), checks=[OK]), Status.INCORRECT, "trial 1 (train): output differs"),
     (case(same_seed=SAME_SEED_DIFFERS, rules=[("require_same_seed", True)]), Status.INCORRECT, "same-seed construction (eval): output: 40% of elements outside"),
     (case(same_seed=SAME_SEED_DIFFERS), Status.CORRECT, "matched 5 calls (train, eval, repeats); max abs error 3e-05"),
     (case(checks=[OK] * 6), Status.CORRECT, "matched 5 calls (train, eval, repeats) and the buffers after them; max abs error 3e-05"),
@@ -147,7 +147,7 @@ def test_timing_findings_and_measures(policy, status, measured):
 @pytest.mark.parametrize("given, unsafe", [
     (case(timing=TIMING, paired=None), ()),  # no paired rounds: nothing to compare
     (case(timing=None, paired=PAIRED), ()),
-    (case(timing=TIMING, paired=PAIRED, failure=(Status.INCORRECT, "trial 1 (train): differs")), ()),
+    (case(timing=TIMING, paired=PAIRED, failure=P.Failure(Status.INCORRECT, "trial 1 (train): differs")), ()),
     (case(timing=TIMING, paired=PAIRED), [(Code.UNSAFE_MEMORY, "compute-sanitizer memcheck: invalid write")]),  # the sanitizer failed it first
 ], ids=["no-paired", "no-timing", "incorrect", "sanitizer-failed"])
 def test_no_timing_comparison_unless_correct_and_timed(given, unsafe):
@@ -175,7 +175,7 @@ LOOSE = CheckResult("trial 1 (train)", False, "output: 1% of elements outside", 
       "so it builds other weights or buffers under the same seed", "restarted",
       "the other-size trial ran at the problem's own size: fixed shapes", "printed 1048576 bytes; the log keeps the first and last 128 KiB")),
     # a wrong kernel's same-seed output differs for the kernel's reason: no claim about its weights
-    (case(same_seed=SAME_SEED_DIFFERS, failure=(Status.INCORRECT, "trial 1 (train): differs"), checks=[LOOSE]),
+    (case(same_seed=SAME_SEED_DIFFERS, failure=P.Failure(Status.INCORRECT, "trial 1 (train): differs"), checks=[LOOSE]),
      ("same-seed construction differs from the reference (output: 40% of elements outside)",)),
     (case(same_seed=SAME_SEED_DIFFERS, own_weights=True, rules=[("weights", "seed")]), ("same-seed construction differs from the reference (output: 40% of elements outside)",)),
 ], ids=["none", "restart-note", "other-size-note", "mapping", "profile-error", "log-at-limit", "log-over-limit", "in-order", "wrong-kernel", "own-weights"])
@@ -185,11 +185,11 @@ def test_warnings(given, expected):
 
 @pytest.mark.parametrize("given, code", [
     (case(), None),
-    (case(failure=(Status.INCORRECT, "trial 1 (train): differs"), checks=[LOOSE]), "tolerance"),
-    (case(failure=(Status.INCORRECT, "trial 1 (train): differs"), checks=[dataclasses.replace(LOOSE, within_kernelbench=False)]), "redrawn-weights"),
-    (case(failure=(Status.INCORRECT, "trial 1 (train): differs"), checks=[dataclasses.replace(LOOSE, within_kernelbench=False)], own_weights=True, rules=[("weights", "seed")]), None),
-    (case(failure=(Status.INCORRECT, "trial 1 (train): differs"), checks=[dataclasses.replace(LOOSE, within_kernelbench=False)], randomize_weights=False), None),
-    (case(failure=(Status.CRASHED, "killed")), None),
+    (case(failure=P.Failure(Status.INCORRECT, "trial 1 (train): differs"), checks=[LOOSE]), "tolerance"),
+    (case(failure=P.Failure(Status.INCORRECT, "trial 1 (train): differs"), checks=[dataclasses.replace(LOOSE, within_kernelbench=False)]), "redrawn-weights"),
+    (case(failure=P.Failure(Status.INCORRECT, "trial 1 (train): differs"), checks=[dataclasses.replace(LOOSE, within_kernelbench=False)], own_weights=True, rules=[("weights", "seed")]), None),
+    (case(failure=P.Failure(Status.INCORRECT, "trial 1 (train): differs"), checks=[dataclasses.replace(LOOSE, within_kernelbench=False)], randomize_weights=False), None),
+    (case(failure=P.Failure(Status.CRASHED, "killed")), None),
     (case(unsafe="wrote 4 bytes past input 0"), "flag:unsafe-memory"),
 ], ids=["correct", "tolerance", "redrawn-weights", "own-weights", "weights-not-redrawn", "crashed", "failing-flag"])
 def test_stricter_only_where_ours_failed_it_and_kernelbench_would_not(given, code):

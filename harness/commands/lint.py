@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Sequence
 
 from harness.commands import add_config_arguments, load_config
-from harness.core.config import DEFAULT_TOLERANCE, DEVICES, ROOT, TimerSettings
+from harness.core.config import DEFAULT_TOLERANCE, ROOT, Device, TimerSettings
 from harness.core.errors import ExitCode, UserError
 from harness.core.records import to_dict
 from harness.judge.lint import LintCheck, LintOutcome
@@ -25,7 +25,7 @@ LINT_TIMING_BUDGET_S = 2.0  # the timing config's budget, capped: the lint needs
 
 def setup_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("problems", nargs="*", metavar="PROBLEM", help="problem names or unique prefixes (default: every problem)")
-    parser.add_argument("--device", choices=DEVICES, help="where to run the references (default: config device)")
+    parser.add_argument("--device", choices=Device.words(), help="where to run the references (default: config device)")
     parser.add_argument("--out", metavar="FILE", help="the markdown report (default: lint.md in the results folder, config results_dir)")
     add_config_arguments(parser, section="the lint section", example="lint.memory_gb=80")
 

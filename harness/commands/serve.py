@@ -49,7 +49,7 @@ from urllib.parse import ParseResult, parse_qs, urlparse
 
 from harness.api import Session
 from harness.commands import add_config_arguments, load_config, sigterm_interrupts
-from harness.core.config import DEVICES
+from harness.core.config import Device
 from harness.core.errors import ExitCode, UserError, flat, one_line
 from harness.core.records import CandidateRecord, to_dict
 from harness.sources.problem import Problem, resolve_named_problem
@@ -325,7 +325,7 @@ def setup_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--problems-dir", metavar="DIR", help="the problem tree (config problems_dir); clients name its problems, never files")
     parser.add_argument("--allow-problem-dir", metavar="DIR", help="also take problem files a client names by path, when they lie inside DIR (symlinks resolved): the problem is the trusted reference, so name a directory only you write to")
     add_config_arguments(parser, example="workers.warm_problems=4")
-    parser.add_argument("--device", choices=DEVICES, help="where to run (default: config, auto)")
+    parser.add_argument("--device", choices=Device.words(), help="where to run (default: config, auto)")
 
 
 def run_from_args(args: argparse.Namespace, argv: Sequence[str]) -> int:

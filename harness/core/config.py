@@ -14,25 +14,126 @@ from typing import Any, Optional
 import yaml
 
 from harness.core.errors import UserError
+from harness.core.status import Vocabulary
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent  # harness/
 DEFAULT_CONFIG = PACKAGE_DIR / "default.yaml"  # shipped with the package; configs/default.yaml in a checkout links to it
 # The project root, which relative config paths (problems, solutions, results, caches) start from:
 # the checkout the package sits in, or, for an installed package, the folder it was started in.
 ROOT = PACKAGE_DIR.parent if (PACKAGE_DIR.parent / "run.py").is_file() and (PACKAGE_DIR.parent / "configs").is_dir() else Path.cwd()
-POLICIES = ("fail", "flag", "ignore")  # flags.*: what an integrity flag does
-MODES = ("train", "eval")
-DISTRIBUTIONS = ("given", "normal", "signed", "shifted")
-TIMING_MODES = ("eager", "graph", "auto")
-SYNC_MODES = ("auto", "stream", "device")
-QUIET_MODES = ("pause", "pin", "both", "off")
-COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-DEVICES = ("auto", "cuda", "cpu")  # device (and the commands' --device)
-EXECUTORS = ("local", "ray")  # executor
-SWITCHES = ("auto", "on", "off")  # sanitizer.enabled, timing.null_candidate
-GRADIENT_POLICIES = ("flag", "fail", "off")  # check.gradients
-WEIGHT_SOURCES = ("transplant", "seed")  # check.weights
-SANITIZER_TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")  # sanitizer.tools
+
+
+class Policy(Vocabulary):
+    """flags.*: what an integrity flag does."""
+
+    FAIL = "fail"
+    FLAG = "flag"
+    IGNORE = "ignore"
+
+
+class ModuleMode(Vocabulary):
+    """check.modes: the module mode of a planned call."""
+
+    TRAIN = "train"
+    EVAL = "eval"
+
+
+class Distribution(Vocabulary):
+    """check.input_distributions: how a trial's floating inputs are drawn."""
+
+    GIVEN = "given"
+    NORMAL = "normal"
+    SIGNED = "signed"
+    SHIFTED = "shifted"
+
+
+class TimingMode(Vocabulary):
+    """timing.mode."""
+
+    EAGER = "eager"
+    GRAPH = "graph"
+    AUTO = "auto"
+
+
+class SyncMode(Vocabulary):
+    """timing.sync."""
+
+    AUTO = "auto"
+    STREAM = "stream"
+    DEVICE = "device"
+
+
+class QuietMode(Vocabulary):
+    """timing.quiet (harness.parent.quiet)."""
+
+    PAUSE = "pause"
+    PIN = "pin"
+    BOTH = "both"
+    OFF = "off"
+
+
+class CompileMode(Vocabulary):
+    """baselines.compile_modes: torch.compile's modes."""
+
+    DEFAULT = "default"
+    REDUCE_OVERHEAD = "reduce-overhead"
+    MAX_AUTOTUNE = "max-autotune"
+    MAX_AUTOTUNE_NO_CUDAGRAPHS = "max-autotune-no-cudagraphs"
+
+
+class Device(Vocabulary):
+    """device (and the commands' --device)."""
+
+    AUTO = "auto"
+    CUDA = "cuda"
+    CPU = "cpu"
+
+
+class Executor(Vocabulary):
+    """executor."""
+
+    LOCAL = "local"
+    RAY = "ray"
+
+
+class Switch(Vocabulary):
+    """sanitizer.enabled, timing.null_candidate."""
+
+    AUTO = "auto"
+    ON = "on"
+    OFF = "off"
+
+
+class Ahead(Vocabulary):
+    """builds.ahead, workers.prestart: do work ahead of its use."""
+
+    AUTO = "auto"
+    ALWAYS = "always"
+    NEVER = "never"
+
+
+class GradientPolicy(Vocabulary):
+    """check.gradients."""
+
+    FLAG = "flag"
+    FAIL = "fail"
+    OFF = "off"
+
+
+class WeightSource(Vocabulary):
+    """check.weights."""
+
+    TRANSPLANT = "transplant"
+    SEED = "seed"
+
+
+class SanitizerTool(Vocabulary):
+    """sanitizer.tools: compute-sanitizer's tools."""
+
+    MEMCHECK = "memcheck"
+    RACECHECK = "racecheck"
+    INITCHECK = "initcheck"
+    SYNCCHECK = "synccheck"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,14 +170,14 @@ class CheckConfig:
     def __post_init__(self) -> None:
         if self.trials < 1:
             raise ValueError("check.trials must be at least 1")
-        bad = [d for d in self.input_distributions if d not in DISTRIBUTIONS]
+        bad = [d for d in self.input_distributions if d not in Distribution.words()]
         if bad or not self.input_distributions:
-            raise ValueError(f"check.input_distributions must be a non-empty list of {list(DISTRIBUTIONS)}, got {list(self.input_distributions)}")
+            raise ValueError(f"check.input_distributions must be a non-empty list of {list(Distribution.words())}, got {list(self.input_distributions)}")
         if not 0 <= self.own_share_floor < 1:
             raise ValueError("check.own_share_floor must be in [0, 1)")
-        if self.gradients not in GRADIENT_POLICIES:
+        if self.gradients not in GradientPolicy.words():
             raise ValueError(f"check.gradients must be flag, fail or off, got {self.gradients!r}")
-        if self.weights not in WEIGHT_SOURCES:
+        if self.weights not in WeightSource.words():
             raise ValueError(f"check.weights must be transplant or seed, got {self.weights!r}")
         if self.gradient_tolerance_factor < 1:
             raise ValueError("check.gradient_tolerance_factor must be 1 or more")
@@ -84,9 +185,9 @@ class CheckConfig:
             raise ValueError("check.repeats must be 0 or more")
         if self.max_plausible_speedup <= 1:
             raise ValueError("check.max_plausible_speedup must be above 1")
-        bad = [m for m in self.modes if m not in MODES]
+        bad = [m for m in self.modes if m not in ModuleMode.words()]
         if bad or not self.modes:
-            raise ValueError(f"check.modes must be a non-empty list of {list(MODES)}, got {list(self.modes)}")
+            raise ValueError(f"check.modes must be a non-empty list of {list(ModuleMode.words())}, got {list(self.modes)}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,7 +209,7 @@ class FlagPolicies:
 
     def __post_init__(self) -> None:
         for name, value in dataclasses.asdict(self).items():
-            if value not in POLICIES:
+            if value not in Policy.words():
                 raise ValueError(f"flags.{name} must be fail, flag or ignore, got {value!r}")
 
     def policies(self, gradients: str) -> dict[str, str]:
@@ -126,9 +227,9 @@ class SanitizerConfig:
     prestart: bool  # with workers.prestart: the first tool's next run is started while a candidate is checked
 
     def __post_init__(self) -> None:
-        if self.enabled not in SWITCHES:
+        if self.enabled not in Switch.words():
             raise ValueError(f"sanitizer.enabled must be auto, on or off, got {self.enabled!r}")
-        bad = [t for t in self.tools if t not in SANITIZER_TOOLS]
+        bad = [t for t in self.tools if t not in SanitizerTool.words()]
         if bad:
             raise ValueError(f"sanitizer.tools: unknown tool {bad[0]!r} (valid: memcheck, racecheck, initcheck, synccheck)")
         if self.timeout <= 0:
@@ -194,20 +295,20 @@ class TimingConfig(TimerSettings):
             raise ValueError("timing.max_rounds must be at least timing.rounds")
         if not 0 < self.interval < 1:
             raise ValueError("timing.interval must be in (0, 1)")
-        if self.null_candidate not in SWITCHES:
+        if self.null_candidate not in Switch.words():
             raise ValueError(f"timing.null_candidate must be auto, on or off, got {self.null_candidate!r}")
         if not 0 < self.null_tolerance < 1:
             raise ValueError("timing.null_tolerance must be in (0, 1)")
-        if self.quiet not in QUIET_MODES:
-            raise ValueError(f"timing.quiet must be one of {list(QUIET_MODES)}, got {self.quiet!r}")
+        if self.quiet not in QuietMode.words():
+            raise ValueError(f"timing.quiet must be one of {list(QuietMode.words())}, got {self.quiet!r}")
         if not 1 <= self.min_reps <= self.max_reps:
             raise ValueError("timing needs 1 <= min_reps <= max_reps")
         if self.budget_s <= 0 or self.target_rse <= 0 or self.warmup_ms < 0:
             raise ValueError("timing.budget_s and timing.target_rse must be positive, warmup_ms >= 0")
-        if self.mode not in TIMING_MODES:
-            raise ValueError(f"timing.mode must be one of {list(TIMING_MODES)}, got {self.mode!r}")
-        if self.sync not in SYNC_MODES:
-            raise ValueError(f"timing.sync must be one of {list(SYNC_MODES)}, got {self.sync!r}")
+        if self.mode not in TimingMode.words():
+            raise ValueError(f"timing.mode must be one of {list(TimingMode.words())}, got {self.mode!r}")
+        if self.sync not in SyncMode.words():
+            raise ValueError(f"timing.sync must be one of {list(SyncMode.words())}, got {self.sync!r}")
         if self.unstable_iqr <= 0:
             raise ValueError("timing.unstable_iqr must be positive")
 
@@ -225,9 +326,9 @@ class BaselinesConfig:
     compile_modes: tuple[str, ...]  # torch.compile modes timed next to the eager reference ([] = none)
 
     def __post_init__(self) -> None:
-        bad = [m for m in self.compile_modes if m not in COMPILE_MODES]
+        bad = [m for m in self.compile_modes if m not in CompileMode.words()]
         if bad:
-            raise ValueError(f"baselines.compile_modes: unknown mode {bad[0]!r} (valid: {', '.join(COMPILE_MODES)})")
+            raise ValueError(f"baselines.compile_modes: unknown mode {bad[0]!r} (valid: {', '.join(CompileMode.words())})")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -247,7 +348,7 @@ class BuildsConfig:
     jobs_per_build: int  # MAX_JOBS for each build's ninja (0: cores / parallel builds)
 
     def __post_init__(self) -> None:
-        if self.ahead not in ("auto", "always", "never"):
+        if self.ahead not in Ahead.words():
             raise ValueError(f"builds.ahead must be auto, always or never, got {self.ahead!r}")
         if self.parallel < 0 or self.jobs_per_build < 0:
             raise ValueError("builds.parallel and builds.jobs_per_build must be 0 (auto) or more")
@@ -262,7 +363,7 @@ class WorkersConfig:
     prestart_judge: bool  # with prestart: the next problem's judge is started while this problem runs
 
     def __post_init__(self) -> None:
-        if self.prestart not in ("auto", "always", "never"):
+        if self.prestart not in Ahead.words():
             raise ValueError(f"workers.prestart must be auto, always or never, got {self.prestart!r}")
         if self.warm_problems < 1 or self.spares < 1:
             raise ValueError(f"workers.warm_problems and workers.spares must be 1 or more, got {self.warm_problems} and {self.spares}")
@@ -344,9 +445,9 @@ class Config:
     lint: LintConfig
 
     def __post_init__(self) -> None:
-        if self.device not in DEVICES:
+        if self.device not in Device.words():
             raise ValueError(f"device must be auto, cuda or cpu, got {self.device!r}")
-        if self.executor not in EXECUTORS:
+        if self.executor not in Executor.words():
             raise ValueError(f"executor must be local or ray, got {self.executor!r}")
 
     def for_problem(self, declared: dict[str, Any]) -> "Config":

@@ -10,7 +10,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from typing import Any, Optional, TypeVar
+from itertools import takewhile
+from typing import Any, Optional, Sequence, TypeVar
 
 from harness.core.config import TimerSettings
 from harness.core.records import CallProfile, CheckResult, ExtensionBuild, ForwardOps, SpeedOfLight, TimingStats, from_dict, to_dict
@@ -48,6 +49,35 @@ class Role(Vocabulary):
     BASELINE = "baseline"
 
 
+class StepKind(Vocabulary):
+    """A step a compared worker reports (`Step.step`), its outputs in the mailbox."""
+
+    SAME_SEED = "same_seed"  # its first call, on the weights it built under the shared seed
+    CALL = "call"  # one planned call, once per call the role makes, in the plan's order
+    BUFFERS = "buffers"  # its module state after the calls
+    GRADS = "grads"  # its gradients (when the job asks for them)
+    TIMED = "timed"  # the last timed call's output
+    STAGE = "stage"  # inputs asked for, no outputs to judge (a baseline's timing sets)
+
+
+class WantKind(Vocabulary):
+    """What a worker asks the judge to stage next (`Want.kind`)."""
+
+    CALL = "call"  # the inputs of call `index`
+    TRIAL = "trial"  # trial `index`'s inputs
+    TIMING = "timing"  # the timed input sets
+    NONE = "none"  # nothing
+
+
+# Each role's steps in the order a worker reports them: CALL once per call the role makes, every other
+# kind at most once; SKIPPABLE kinds may be left out (GRADS only comes when the job asks for gradients).
+STEPS: dict[Role, tuple[StepKind, ...]] = {
+    Role.CANDIDATE: (StepKind.SAME_SEED, StepKind.CALL, StepKind.BUFFERS, StepKind.GRADS, StepKind.TIMED),
+    Role.BASELINE: (StepKind.CALL, StepKind.STAGE),
+}
+SKIPPABLE = frozenset({StepKind.GRADS, StepKind.TIMED, StepKind.STAGE})
+
+
 @dataclasses.dataclass(frozen=True)
 class Call:
     """One planned forward call, made by the reference and every compared model alike."""
@@ -66,8 +96,34 @@ class Call:
         return f"{again}trial {self.input + 1} ({self.mode}{inputs}{size})"
 
 
-BUFFERS_CHECK = "buffers after the calls"  # the name of the check of module state after every planned call
-TIMED_CHECK = "last timed call on trial 1 (eval)"  # the name of the check of the last timed call's output
+def role_calls(role: Role, calls: tuple[Call, ...]) -> tuple[Call, ...]:
+    """The planned calls a role's worker makes: a candidate every one; a compile baseline (the
+    reference itself, compiled) only the first trial's, once per mode: its check is that compiling
+    kept the function."""
+    return calls if role is Role.CANDIDATE else tuple(takewhile(lambda c: c.input == 0 and not c.repeat, calls))
+
+
+class CheckKind(Vocabulary):
+    """What a check (a record's CheckResult) compared: its name says it to a reader, its kind to the code."""
+
+    SAME_SEED = "same_seed"  # the first call, on the weights both models built under the shared seed
+    CALL = "call"  # one planned call (named by `Call.label`)
+    BUFFERS = "buffers"  # module state after every planned call
+    TIMED = "timed"  # the last timed call's output
+
+
+# The names of the checks that are not planned calls, as records store them (a planned call's is its label).
+CHECK_NAMES: dict[CheckKind, str] = {
+    CheckKind.SAME_SEED: "same-seed construction (eval)",
+    CheckKind.BUFFERS: "buffers after the calls",
+    CheckKind.TIMED: "last timed call on trial 1 (eval)",
+}
+SAME_SEED_CHECK, BUFFERS_CHECK, TIMED_CHECK = (CHECK_NAMES[k] for k in (CheckKind.SAME_SEED, CheckKind.BUFFERS, CheckKind.TIMED))
+
+
+def check_kind(check: CheckResult) -> CheckKind:
+    """The kind of a check, by its stored name (CHECK_NAMES; any other name is a planned call's)."""
+    return next((kind for kind, name in CHECK_NAMES.items() if name == check.name), CheckKind.CALL)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,7 +227,7 @@ class Staged:
 class Want:
     """What a worker asks the judge to stage next, along with a step's outputs."""
 
-    kind: str  # "call" (the inputs of call `index`), "trial" (trial `index`'s inputs), "timing", "none"
+    kind: WantKind
     index: int = 0
 
 
@@ -190,15 +246,14 @@ class Output:
 @dataclasses.dataclass(frozen=True)
 class Step:
     """A worker finished one step and put its outputs in the mailbox (worker -> parent -> judge).
-    Steps come in the plan's order: same_seed, call 0..n-1, buffers, grads, timed; "stage" asks for
-    inputs with no outputs to judge (a compile baseline's timing sets)."""
+    Steps come in the order STEPS declares for the worker's role (`out_of_order`)."""
 
-    step: str  # "same_seed" | "call" | "buffers" | "grads" | "timed"
+    step: StepKind
     index: int = 0  # the call's index for step "call"
     outputs: tuple[Output, ...] = ()
     status: Backward = Backward.RAN  # grads: whether its backward ran
     reason: str = ""  # grads: why there are none
-    want: Want = Want("none")
+    want: Want = Want(WantKind.NONE)
     own_weights: bool = False  # same_seed: ModelNew keeps the weights it built under the shared seed (no transplant);
     # the judge checks its calls against the reference's initial weights
 
@@ -208,7 +263,7 @@ class StepAnswer:
     """The judge's answer to one step (judge -> parent); the parent passes only `staged` on."""
 
     check: Optional[CheckResult] = None  # the comparison of the step's outputs
-    failure: Optional[tuple[str, str]] = None  # (status value, reason) when the step fails outright
+    failure: Optional[Failure] = None  # when the step fails outright
     precision: dict[str, float] = dataclasses.field(default_factory=dict)  # against float64 (precision call)
     gradients: Optional[tuple[str, str]] = None  # grads: (match | mismatch | forward only, why)
     staged: Optional[Staged] = None  # the inputs the worker asked for, now in its region
@@ -437,9 +492,36 @@ def dumps(message: Any) -> str:
     return json.dumps(encode(message), separators=(",", ":"))
 
 
+def out_of_order(role: Role, seen: Sequence[str], step: Step, calls: int, gradients: bool) -> str:
+    """Why `step` is not one that STEPS allows a `role` worker next, after the steps `seen`, when it
+    makes `calls` calls and reports gradients only if `gradients`; "" when it is."""
+    if step.step not in StepKind.words():
+        return f"unknown step {step.step!r}"
+    kind, order = StepKind(step.step), STEPS[role]
+    at = order.index(kind) if kind in order else -1
+    last = order.index(StepKind(seen[-1])) if seen else -1
+    made = sum(s == StepKind.CALL for s in seen)
+    ok = at >= 0 and (at > last or (at == last and kind is StepKind.CALL))
+    ok = ok and not any(k not in SKIPPABLE and k is not StepKind.CALL for k in order[last + 1 : at])  # a required step left out
+    if kind is StepKind.CALL:
+        ok = ok and step.index == made < calls
+    elif StepKind.CALL in order[:at]:
+        ok = ok and made == calls  # every call before what follows them
+    ok = ok and (kind is not StepKind.GRADS or gradients) and (kind is not StepKind.STAGE or not step.outputs)
+    return "" if ok else f"step {step.step} {step.index} arrived out of the plan's order (after {', '.join(seen[-2:]) or 'nothing'})"
+
+
 # -- how a worker ended, as the parent saw it ----------------------------------------------------------------
 
-Failure = tuple[Status, str]  # a failing status and its reason
+
+@dataclasses.dataclass(frozen=True)
+class Failure:
+    """A failing status and its reason: how a worker's run ended, or why a step was refused."""
+
+    status: Status
+    reason: str
+
+
 M = TypeVar("M")
 
 

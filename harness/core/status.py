@@ -16,8 +16,13 @@ class Vocabulary(str, enum.Enum):
     def __format__(self, format_spec: str) -> str:
         return str.__format__(self, format_spec)
 
+    @classmethod
+    def words(cls) -> tuple[str, ...]:
+        """Its words, in their declared order, as plain strings."""
+        return tuple(member.value for member in cls)
 
-class Status(str, enum.Enum):
+
+class Status(Vocabulary):
     CORRECT = "correct"
     INCORRECT = "incorrect"
     EXTRACT_FAILED = "extract failed"
@@ -101,7 +106,7 @@ DESCRIPTIONS: dict[Status, str] = {
 
 
 # Integrity flags' codes (harness.core.flags applies their policies).
-class Code(str, enum.Enum):
+class Code(Vocabulary):
     NO_CUSTOM_KERNEL = "no-custom-kernel"  # none of the candidate's own kernels (or extension functions) ran
     WRAPS_REFERENCE = "wraps-reference"  # every kernel of the reference's call ran too: its own kernels only add work
     OWN_SHARE_LOW = "own-share-low"  # its own kernels are a sliver of the GPU time

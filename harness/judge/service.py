@@ -58,8 +58,8 @@ from harness.judge.staging import Footprint, SessionState, Stager
 
 
 class Checker:
-    """The verdict on each step a worker reports: the step must come in the plan's order; the
-    reference runs the same step on the judge's own copy of the inputs, and the worker's outputs
+    """The verdict on each step a worker reports: the step must come in the order its role declares
+    (protocol.STEPS); the reference runs the same step on the judge's own copy of the inputs, and the worker's outputs
     are compared with its outputs in place, in the worker's mailbox."""
 
     def __init__(self, job: P.JudgeJob, reference: Reference, stager: Stager, tolerances: dict[str, Tolerance]) -> None:
@@ -74,52 +74,33 @@ class Checker:
         """The verdict on one step of session `number`, with what it asks for next staged."""
         session = self.stager.sessions.get(number)
         if session is None:
-            return P.StepAnswer(failure=(Status.HARNESS_ERROR.value, f"no session {number}"))
-        order = self._out_of_order(session, step)
+            return P.StepAnswer(failure=P.Failure(Status.HARNESS_ERROR, f"no session {number}"))
+        order = P.out_of_order(session.role, session.seen, step, len(P.role_calls(session.role, self.job.calls)), self.job.gradients)
         if order:
-            return P.StepAnswer(failure=(Status.FORGED_RESULT.value, order))
+            return P.StepAnswer(failure=P.Failure(Status.FORGED_RESULT, order))
         session.seen.append(step.step)
         with torch.no_grad():
             verdict = self._judge_step(session, step)
-        if verdict.failure is None and (verdict.check is None or verdict.check.passed or step.step == "same_seed"):
+        if verdict.failure is None and (verdict.check is None or verdict.check.passed or step.step == P.StepKind.SAME_SEED):
             verdict = dataclasses.replace(verdict, staged=self.stager.stage(session, step.want))
         synchronize(self.device)
         release(self.device)  # what this step held goes back before the worker's next step
         return verdict
 
-    def _out_of_order(self, session: SessionState, step: P.Step) -> str:
-        """Why the step is not the one the plan has next for this session, or ""."""
-        calls = len(self.job.calls)
-        if step.step == "same_seed":
-            ok = not session.seen and session.role is not P.Role.BASELINE
-        elif step.step == "call":
-            ok = step.index == session.next_call and (session.role is P.Role.BASELINE or "same_seed" in session.seen)
-        elif step.step == "buffers":
-            ok = session.next_call == calls and "buffers" not in session.seen
-        elif step.step == "grads":
-            ok = session.seen[-1:] == ["buffers"] and self.job.gradients and session.role is not P.Role.BASELINE
-        elif step.step == "timed":
-            ok = "buffers" in session.seen and "timed" not in session.seen
-        elif step.step == "stage":  # inputs asked for, no outputs to judge (a baseline's timing sets)
-            ok = not step.outputs and session.next_call > 0
-        else:
-            return f"unknown step {step.step!r}"
-        return "" if ok else f"step {step.step} {step.index} arrived out of the plan's order (after {', '.join(session.seen[-2:]) or 'nothing'})"
-
     def _judge_step(self, session: SessionState, step: P.Step) -> P.StepAnswer:
         """The reference's side of one step, and the verdict on the worker's."""
-        if step.step == "stage":
+        if step.step == P.StepKind.STAGE:
             return P.StepAnswer()
-        if step.step == "buffers":
+        if step.step == P.StepKind.BUFFERS:
             buffers = dict(self.reference.model.named_buffers())
             if session.own_weights and not all(self.inert(k) for k in sorted(set(buffers) - {o.name for o in step.outputs})):
                 return P.StepAnswer()  # its own state under other names: nothing to pair them by (the verdict is flagged)
             return P.StepAnswer(check=self._compare_named(P.BUFFERS_CHECK, buffers, session, step))
-        if step.step == "grads":
+        if step.step == P.StepKind.GRADS:
             return self._gradients(session, step)
-        if step.step == "same_seed":
+        if step.step == P.StepKind.SAME_SEED:
             return self._same_seed(session, step)
-        if step.step == "timed":
+        if step.step == P.StepKind.TIMED:
             self.reference.model.eval()
             expected = self.reference.forward(self.reference.inputs(0), aliases=True)
             return P.StepAnswer(check=self._compare(P.TIMED_CHECK, expected, session, step, self.reference.noise.levels))
@@ -156,7 +137,7 @@ class Checker:
         session.own_weights = step.own_weights
         if not step.own_weights:  # its calls run with the weights it is given: the redrawn ones
             reference.load(reference.randomized)
-        check = self._compare("same-seed construction (eval)", expected, session, step, reference.same_seed_noise.levels)
+        check = self._compare(P.SAME_SEED_CHECK, expected, session, step, reference.same_seed_noise.levels)
         return changed or P.StepAnswer(check=check, unsafe=unsafe)
 
     def _call(self, session: SessionState, step: P.Step) -> P.StepAnswer:
@@ -516,7 +497,7 @@ def serve(requests: Any, send: Callable[[Any], None]) -> None:
                 send(P.Fault(f"{failure.status.value}: {failure.reason}"))
                 return
             if isinstance(request, P.Check):
-                send(P.StepAnswer(failure=(Status.HARNESS_ERROR.value, f"the judge failed on this step: {failure.reason}")))
+                send(P.StepAnswer(failure=P.Failure(Status.HARNESS_ERROR, f"the judge failed on this step: {failure.reason}")))
             else:
                 send(P.Fault(f"{failure.status.value}: {failure.reason}"))
                 return

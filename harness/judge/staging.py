@@ -91,7 +91,7 @@ class Stager:
         self.sessions[session.number] = session
         write(inputs.tensor, [v for _, v in weights], weight_specs)
         init = self._write_set(session, reference.init_args, weights_end, "get_init_inputs()")
-        first = self.stage(session, P.Want("trial", 0) if role is not P.Role.BASELINE else P.Want("call", 0))
+        first = self.stage(session, P.Want(P.WantKind.TRIAL) if role is not P.Role.BASELINE else P.Want(P.WantKind.CALL))
         reference.load(reference.randomized)
         synchronize(self.device)
         assert first is not None
@@ -110,20 +110,20 @@ class Stager:
     def stage(self, session: SessionState, want: P.Want) -> Optional[P.Staged]:
         """Stage what the worker asks for next (a trial's or a call's inputs in slot 0, or every
         timing set); None when it asks for something the plan does not have."""
-        if want.kind == "none":
+        if want.kind == P.WantKind.NONE:
             return P.Staged(())
-        if want.kind == "timing":
+        if want.kind == P.WantKind.TIMING:
             session.in_slot = None
             sets = []
             for k, offset in enumerate(session.slots):
                 sets.append(self._write_set(session, self.reference.inputs(k), offset))
             session.pristine, session.pristine_trial = None, None
             return P.Staged(tuple(sets))
-        if want.kind == "call":
+        if want.kind == P.WantKind.CALL:
             if not 0 <= want.index < len(self.job.calls):
                 return None
             trial = self.job.calls[want.index].input
-        elif want.kind == "trial" and 0 <= want.index < len(self.job.input_seeds):
+        elif want.kind == P.WantKind.TRIAL and 0 <= want.index < len(self.job.input_seeds):
             trial = want.index
         else:
             return None
@@ -181,7 +181,7 @@ class Stager:
         staged = [view(session.inputs.tensor, spec) for spec in layout(tensors_of(args), session.slots[0])[0]]
         for position, (mine, theirs) in enumerate(zip(tensors_of(args), staged)):
             if not same_bits(mine, theirs):
-                return P.StepAnswer(failure=(Status.MUTATED_INPUT.value, f"forward changed input {position} in place ({label})"))
+                return P.StepAnswer(failure=P.Failure(Status.MUTATED_INPUT, f"forward changed input {position} in place ({label})"))
         return None
 
     def guards(self, session: SessionState, args: list[Any], label: str) -> str:

@@ -94,7 +94,7 @@ class ProblemEvaluation:
         if skip is None:
             return None
         self.on_start(candidate)
-        return self._finish(self._record(candidate, *skip))
+        return self._finish(self._record(candidate, skip.status, skip.reason))
 
     def failed(self, candidate: Candidate, status: Status, reason: str) -> CandidateRecord:
         """The record of a candidate whose evaluation failed outside this one (an executor lost
@@ -147,11 +147,11 @@ class ProblemEvaluation:
 
     def _prescreen(self, candidate: Candidate) -> Optional[Failure]:
         if candidate.extraction_failure is not None:
-            return Status.EXTRACT_FAILED, candidate.extraction_failure
+            return Failure(Status.EXTRACT_FAILED, candidate.extraction_failure)
         if self.device == "cpu":
             why = needs_cuda_statically(candidate.path)
             if why:
-                return Status.NEEDS_CUDA, f"{why}; this run is on the CPU"
+                return Failure(Status.NEEDS_CUDA, f"{why}; this run is on the CPU")
         return None
 
     def _restart_judge(self) -> ReferenceRecord:

@@ -21,7 +21,7 @@ from harness.core.config import Config, TimerSettings
 from harness.core.errors import flat
 from harness.core.pairing import Pairing, ProblemTiming, resolve_mode
 from harness.core.plan import Plan
-from harness.core.protocol import Call, Failure, WorkerOutcome
+from harness.core.protocol import Failure, WorkerOutcome
 from harness.core.records import Baseline, CallProfile, CheckResult, NullFloor, ReferenceRecord, to_dict
 from harness.core.status import Status
 from harness.core.store import RunStore
@@ -150,12 +150,6 @@ class LaneJudge:
             self.client.kill()
 
 
-def planned_calls(role: P.Role, plan: Plan, modes: tuple[str, ...] | list[str]) -> tuple[Call, ...]:
-    """A candidate makes every planned call; a compile baseline (the reference itself, compiled)
-    only the first trial's, once per mode: its check is that compiling kept the function."""
-    return plan.calls if role is P.Role.CANDIDATE else plan.calls[: len(modes)]
-
-
 @dataclasses.dataclass(frozen=True)
 class Subject:
     """What one compared worker runs: a candidate's ModelNew, the null candidate, or a compile baseline."""
@@ -180,6 +174,7 @@ class ComparedPass:
         self.found: dict[str, Any] = {}  # the other steps' verdicts, by step
         self.precision: dict[str, float] = {}
         self.unsafe: list[str] = []  # writes past an input's end, as the judge found them (the first is kept)
+        self.seen: list[P.StepKind] = []  # the steps the worker reported, in the order protocol.STEPS declares
         self.pairing: Optional[Pairing] = None
 
     def run(self) -> Compared:
@@ -217,7 +212,7 @@ class ComparedPass:
             device=self.setting.device,
             build_cache=str(cfg.path(cfg.build_cache_dir)),
             construct_seed=plan.construct_seed,
-            calls=planned_calls(subject.role, plan, cfg.check.modes),
+            calls=P.role_calls(subject.role, plan.calls),
             timing=TimerSettings.from_config(cfg.timing, self.timing_mode.mode) if cfg.timing.enabled else None,
             allow_tf32=cfg.check.allow_tf32,
             gradients=cfg.check.gradients != "off",
@@ -237,29 +232,36 @@ class ComparedPass:
         return None
 
     def on_step(self, step: P.Step) -> Optional[Failure | Reply]:
+        """The judge's verdict on a step the worker reported in its role's declared order; a step
+        out of that order is refused before the judge sees it."""
+        role = self.subject.role
+        order = P.out_of_order(role, self.seen, step, len(P.role_calls(role, self.plan.calls)), self.setting.cfg.check.gradients != "off")
+        if order:
+            return Failure(Status.FORGED_RESULT, order)
+        self.seen.append(step.step)
         verdict: P.StepAnswer = self.judge.request(P.Check(self.session.session, step), self.setting.cfg.timeouts.check)
         if verdict.failure is not None:
-            return Status(verdict.failure[0]), verdict.failure[1]
+            return verdict.failure
         if verdict.unsafe and not self.unsafe:
             self.unsafe.append(verdict.unsafe)
-        if step.step == "call":
+        if step.step == P.StepKind.CALL:
             assert verdict.check is not None  # the judge answers a call step with a check, or with the failure handled above
             self.calls.append(verdict.check)
             self.precision.update(verdict.precision)
-        elif step.step == "grads":
-            self.found["grads"] = verdict.gradients
+        elif step.step == P.StepKind.GRADS:
+            self.found[P.StepKind.GRADS] = verdict.gradients
         else:
             self.found[step.step] = verdict.check
-        if step.step == "same_seed" and step.own_weights:
+        if step.step == P.StepKind.SAME_SEED and step.own_weights:
             self.found["own_weights"] = True
-        if verdict.check is not None and not verdict.check.passed and step.step != "same_seed":
-            return Status.INCORRECT, f"{verdict.check.name}: {verdict.check.reason}"
+        if verdict.check is not None and not verdict.check.passed and step.step != P.StepKind.SAME_SEED:
+            return Failure(Status.INCORRECT, f"{verdict.check.name}: {verdict.check.reason}")
         return Reply({"staged": to_dict(verdict.staged)})
 
     def on_timing(self, message: P.Ready | P.RoundTimed) -> Optional[Failure | Reply]:
         pairing = self.pairing
         if pairing is None:
-            return Status.FORGED_RESULT, "the worker sent a timing message in a run that times nothing"
+            return Failure(Status.FORGED_RESULT, "the worker sent a timing message in a run that times nothing")
         try:
             if isinstance(message, P.Ready):
                 assert pairing.ready is None
@@ -268,28 +270,28 @@ class ComparedPass:
         except JudgeFailed:
             raise
         except Exception as exc:
-            return Status.FORGED_RESULT, f"the worker's timing messages are not the harness's ({type(exc).__name__}: {exc})"[:300]
+            return Failure(Status.FORGED_RESULT, f"the worker's timing messages are not the harness's ({type(exc).__name__}: {exc})"[:300])
 
     def result(self, outcome: WorkerOutcome) -> Compared:
         """What the run came to: a worker that finished without every check or timing round it
         owed is a harness error."""
         checks: list[CheckResult] = list(self.calls)
-        planned = len(planned_calls(self.subject.role, self.plan, self.setting.cfg.check.modes))
+        planned = len(P.role_calls(self.subject.role, self.plan.calls))
         if outcome.failure is None and len(self.calls) != planned:
-            outcome = dataclasses.replace(outcome, failure=(Status.HARNESS_ERROR, f"{len(self.calls)} of {planned} checks arrived"))
+            outcome = dataclasses.replace(outcome, failure=Failure(Status.HARNESS_ERROR, f"{len(self.calls)} of {planned} checks arrived"))
         else:
-            checks.extend(c for c in (self.found.get("buffers"), self.found.get("timed")) if c is not None)
+            checks.extend(c for c in (self.found.get(P.StepKind.BUFFERS), self.found.get(P.StepKind.TIMED)) if c is not None)
         pairing = self.pairing
         timed = pairing.result() if pairing is not None and outcome.failure is None else None
         if outcome.failure is None and pairing is not None and timed is None:
-            outcome = dataclasses.replace(outcome, failure=(Status.HARNESS_ERROR, "the worker finished before every timing round arrived"))
+            outcome = dataclasses.replace(outcome, failure=Failure(Status.HARNESS_ERROR, "the worker finished before every timing round arrived"))
         ready = pairing.ready if pairing is not None else None
         return Compared(
             outcome,
             checks,
-            self.found.get("same_seed"),
+            self.found.get(P.StepKind.SAME_SEED),
             self.precision,
-            self.found.get("grads"),
+            self.found.get(P.StepKind.GRADS),
             own_weights=bool(self.found.get("own_weights")),
             timing=timed[0] if timed else None,
             paired=timed[1] if timed else None,
@@ -401,8 +403,8 @@ class ReferencePass:
             self.judge.failed(str(exc))
             return NullFloor(Status.HARNESS_ERROR.value, flat(f"the lane's judge failed: {exc}"))
         if compared.outcome.failure is not None:
-            status, reason = compared.outcome.failure
-            return NullFloor(status.value, flat(reason))
+            failure = compared.outcome.failure
+            return NullFloor(failure.status.value, flat(failure.reason))
         worst = max((c.max_abs_error or 0.0 for c in compared.checks), default=0.0)
         return NullFloor(Status.CORRECT.value, f"matched {len(plan.calls)} calls; max abs error {worst:.2g}", compared.paired)
 
@@ -420,7 +422,7 @@ class ReferencePass:
         seconds = compiled.seconds if compiled is not None else None
         worst = max((c.max_abs_error or 0.0 for c in checks), default=None)
         if outcome.failure is not None:
-            return Baseline(name, False, flat(f"{outcome.failure[0].value}: {outcome.failure[1]}"), compile_seconds=seconds, max_abs_error=worst)
+            return Baseline(name, False, flat(f"{outcome.failure.status.value}: {outcome.failure.reason}"), compile_seconds=seconds, max_abs_error=worst)
         if compared.timing is None:
             return Baseline(name, False, "compiled and matched, but no timing arrived", compile_seconds=seconds, max_abs_error=worst)
         return Baseline(name, True, "ok", timing=compared.timing, compile_seconds=seconds, max_abs_error=worst, paired=compared.paired)

@@ -31,7 +31,8 @@ import threading
 import time
 from typing import Any, Iterable, Iterator, Optional, Union
 
-MODES = ("pause", "pin", "both", "off")
+from harness.core.config import QuietMode
+
 CPUS_PER_LANE = 2  # a lane's judge and worker, each with a CPU of its own
 MIN_BACKGROUND_CPUS = 2  # pinning is not worth it with fewer left for builds and prestarts
 
@@ -147,8 +148,8 @@ class QuietHost:
     timing. Thread-safe: several lanes may hold at once."""
 
     def __init__(self, mode: str = "off", lanes: int = 1, *, cpus: Optional[Iterable[int]] = None, cpus_per_lane: int = CPUS_PER_LANE) -> None:
-        if mode not in MODES:
-            raise ValueError(f"quiet mode must be one of {list(MODES)}, got {mode!r}")
+        if mode not in QuietMode.words():
+            raise ValueError(f"quiet mode must be one of {list(QuietMode.words())}, got {mode!r}")
         self.mode = mode
         self.lanes = max(1, int(lanes))
         self.cpus_per_lane = max(1, int(cpus_per_lane))

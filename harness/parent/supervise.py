@@ -293,7 +293,7 @@ class _Watch:
         self.reported: Optional[Failure] = None  # the failure it reported itself (a Failed message)
 
     def stop(self, status: Status, reason: str) -> None:
-        self.failure = (status, reason)
+        self.failure = Failure(status, reason)
         _kill_group(self.proc)
 
     def run(self) -> None:
@@ -343,7 +343,7 @@ class _Watch:
             self.phase_limit = float(getattr(self.timeouts, self.phase))
             self.deadline = time.monotonic() + self.phase_limit
         elif isinstance(message, P.Failed):
-            self.reported = (message.status, str(message.reason))
+            self.reported = Failure(message.status, str(message.reason))
         elif isinstance(message, P.Done):
             self.done = message
         else:
@@ -355,7 +355,7 @@ class _Watch:
                 except (BrokenPipeError, ValueError):
                     pass  # it ended meanwhile; the ending below says how
             elif verdict is not None:
-                self.stop(*verdict)
+                self.stop(verdict.status, verdict.reason)
 
     def end(self, launcher: Optional[Launcher]) -> int:
         """Collect the rest of its output, wait for it to exit (its group is killed), close the
@@ -382,7 +382,7 @@ class _Watch:
             try:
                 self.reader.finish()
             except ForgedMessage as exc:
-                self.failure = (Status.FORGED_RESULT, str(exc))
+                self.failure = Failure(Status.FORGED_RESULT, str(exc))
         return returncode
 
 
@@ -405,11 +405,11 @@ def _ending_without_report(returncode: int, phase: str) -> Failure:
         signum = -returncode
         name = signal.Signals(signum).name if signum in signal.Signals._value2member_map_ else str(signum)
         if signum == signal.SIGKILL:
-            return Status.OUT_OF_MEMORY, f"worker killed by SIGKILL in phase {phase} (most often the kernel's out-of-memory killer)"
-        return Status.CRASHED, f"worker killed by {name} (exit {128 + signum}) in phase {phase}"
+            return Failure(Status.OUT_OF_MEMORY, f"worker killed by SIGKILL in phase {phase} (most often the kernel's out-of-memory killer)")
+        return Failure(Status.CRASHED, f"worker killed by {name} (exit {128 + signum}) in phase {phase}")
     if returncode == 0:
-        return Status.EXITED_EARLY, f"worker exited with code 0 in phase {phase} without reporting a result"
-    return Status.CRASHED, f"worker exited with code {returncode} in phase {phase} without reporting a result"
+        return Failure(Status.EXITED_EARLY, f"worker exited with code 0 in phase {phase} without reporting a result")
+    return Failure(Status.CRASHED, f"worker exited with code {returncode} in phase {phase} without reporting a result")
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:

@@ -14,14 +14,13 @@ is still correct after its integrity findings:
 from __future__ import annotations
 
 import dataclasses
-import enum
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from harness.core import integrity
 from harness.core.flags import decide as decide_flags
-from harness.core.protocol import BUFFERS_CHECK, TIMED_CHECK, Call, ExtensionCalls, Threads, WorkerOutcome
+from harness.core.protocol import Call, CheckKind, ExtensionCalls, Threads, WorkerOutcome, check_kind
 from harness.core.records import CallProfile, CheckResult, Flag, PairedSpeedup, ReferenceRecord, Stricter, TimingStats
-from harness.core.status import Code, Finding, Gradients, Status
+from harness.core.status import Code, Finding, Gradients, Status, Vocabulary
 
 __all__ = ["PRECISION_FLOOR", "Case", "Check", "Compared", "Comparison", "Reported", "Rules", "Verdict", "decide", "findings", "settle", "stricter_than_kernelbench"]
 
@@ -113,8 +112,9 @@ def checked(case: Case) -> tuple[Status, str]:
     the candidate, else correct with what was matched."""
     compared, rules = case.compared, case.rules
     same_seed = compared.same_seed
-    if compared.outcome.failure is not None:
-        return compared.outcome.failure
+    failure = compared.outcome.failure
+    if failure is not None:
+        return failure.status, failure.reason
     if same_seed is not None and not same_seed.passed and rules.require_same_seed:
         return Status.INCORRECT, f"{same_seed.name}: {same_seed.reason}"
     worst = max((c.max_abs_error or 0.0) for c in compared.checks)
@@ -252,7 +252,7 @@ def settle(case: Case, first: Verdict, unsafe: list[Finding], compare: Callable[
 # A pure function of the record's evidence and the plan's calls; `verdict` calls it.
 
 
-class Check(str, enum.Enum):
+class Check(Vocabulary):
     """The stable codes: one per check of ours that KernelBench does not make."""
 
     TOLERANCE = "tolerance"  # the output is within allclose(1e-2) but outside our float tolerance
@@ -265,6 +265,13 @@ class Check(str, enum.Enum):
     TIMED_OUTPUT = "timed-output"  # the output of the last timed call
     MUTATED_INPUT = "mutated-input"  # an input changed by the call
     FLAG = "flag"  # an integrity flag with policy fail (its code follows: "flag:no-custom-kernel")
+
+
+# The checks of ours that are not planned calls, by kind (protocol.CHECK_NAMES): their code, and what KernelBench does instead.
+NOT_CALLS: dict[CheckKind, tuple[Check, str]] = {
+    CheckKind.BUFFERS: (Check.BUFFERS, "KernelBench compares outputs only"),
+    CheckKind.TIMED: (Check.TIMED_OUTPUT, "KernelBench does not check what its timed calls return"),
+}
 
 
 def stricter_than_kernelbench(
@@ -289,11 +296,11 @@ def stricter_than_kernelbench(
     check = checks[-1]  # a failing check ends the worker: it is the last one made
     within = "within KernelBench's atol = rtol = 1e-2"  # compare.KERNELBENCH_TOLERANCE, which set within_kernelbench
     loose = f"; max abs error {check.max_abs_error:.2e}, {within}" if check.within_kernelbench else ""
-    if check.name == BUFFERS_CHECK:
-        return Stricter(Check.BUFFERS.value, "KernelBench compares outputs only" + loose)
-    if check.name == TIMED_CHECK:
-        return Stricter(Check.TIMED_OUTPUT.value, "KernelBench does not check what its timed calls return" + loose)
-    if len(checks) > len(calls):
+    kind = check_kind(check)
+    if kind in NOT_CALLS:
+        code, why = NOT_CALLS[kind]
+        return Stricter(code.value, why + loose)
+    if kind is not CheckKind.CALL or len(checks) > len(calls):
         return None
     call = calls[len(checks) - 1]
     if call.distribution != "given":

@@ -48,7 +48,7 @@ def declared_settings(path: Path) -> dict[str, object]:
     never imports a problem). Only literal values count; a wrong type is a usage error."""
     import ast
 
-    from harness.core.config import DISTRIBUTIONS, POLICIES, FlagPolicies
+    from harness.core.config import Distribution, FlagPolicies, Policy
     from harness.core.errors import UserError
 
     try:
@@ -65,12 +65,12 @@ def declared_settings(path: Path) -> dict[str, object]:
                 raise UserError(f"{path}: {name} must be a literal {DECLARABLE[name].__name__}") from None
             if not isinstance(value, DECLARABLE[name]):
                 raise UserError(f"{path}: {name} must be a {DECLARABLE[name].__name__}, got {value!r}")
-            if name == "HARNESS_INPUT_DISTRIBUTIONS" and (not value or any(v not in DISTRIBUTIONS for v in value)):
-                raise UserError(f"{path}: {name} must be a non-empty list of {list(DISTRIBUTIONS)}, got {value!r}")
+            if name == "HARNESS_INPUT_DISTRIBUTIONS" and (not value or any(v not in Distribution.words() for v in value)):
+                raise UserError(f"{path}: {name} must be a non-empty list of {list(Distribution.words())}, got {value!r}")
             if name == "HARNESS_TOLERANCES" and not _tolerances_ok(value):
                 raise UserError(f"{path}: {name} must map dtype names to {{'atol': number >= 0, 'rtol': number >= 0}}, got {value!r}")
             codes = [f.name.replace("_", "-") for f in dataclasses.fields(FlagPolicies)]
-            if name == "HARNESS_FLAGS" and not all(c in codes and p in POLICIES for c, p in value.items()):
+            if name == "HARNESS_FLAGS" and not all(c in codes and p in Policy.words() for c, p in value.items()):
                 raise UserError(f"{path}: {name} must map flag codes ({', '.join(codes)}) to fail, flag or ignore, got {value!r}")
             found[name] = value
     return found

@@ -33,7 +33,7 @@ class Baseline(Worker):
             staged = check_calls(self, model, runner, self.session.first)
         checked = _delta(cache.calls, before_checks)
         timing = self.job.timing is not None
-        timing_staged = self._ask("timing") if timing else staged
+        timing_staged = self._ask(P.WantKind.TIMING) if timing else staged
         self.end_phase()
         before_timing = dict(cache.calls)
         if timing:

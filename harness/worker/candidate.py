@@ -13,9 +13,9 @@ from harness.worker.compared import Worker, _delta, check_calls, construct, fini
 
 
 class Candidate(Worker):
-    """Steps, in the plan's order: same_seed (its own weights, under the shared seed), then the
-    reference's weights loaded, every planned call, its buffers, its gradients (when asked), and
-    the last timed call's output."""
+    """Steps, in the order protocol.STEPS declares: same_seed (its own weights, under the shared
+    seed), then the reference's weights loaded, every planned call, its buffers, its gradients
+    (when asked), and the last timed call's output."""
 
     role = P.Role.CANDIDATE
 
@@ -30,9 +30,9 @@ class Candidate(Worker):
             staged = check_calls(self, model, model, staged, cache)
         checked = _delta(cache.calls, before_checks)
         timing = self.job.timing is not None
-        after_buffers = ("trial", 0) if self.job.gradients else ("timing", 0) if timing else ("none", 0)
+        after_buffers = P.Want(P.WantKind.TRIAL if self.job.gradients else P.WantKind.TIMING if timing else P.WantKind.NONE)
         buffers = list(model.named_buffers())
-        staged = self._step("buffers", 0, [v.detach() for _, v in buffers], [], want=after_buffers, names=[self.reference_names(k) for k, _ in buffers])
+        staged = self._step(P.StepKind.BUFFERS, 0, [v.detach() for _, v in buffers], [], want=after_buffers, names=[self.reference_names(k) for k, _ in buffers])
         if self.job.gradients:
             staged = self._gradients(model, staged, own)
         self.end_phase()
@@ -41,7 +41,7 @@ class Candidate(Worker):
             sets = start_timing(self, staged)
             output = time_rounds(self, model, sets, profiled=True)
             if output is not None and all(isinstance(o, torch.Tensor) for o in output):
-                self._step("timed", 0, output, sets[0], want=("none", 0))
+                self._step(P.StepKind.TIMED, 0, output, sets[0], want=P.Want(P.WantKind.NONE))
             self.end_phase()
         finish(self, cache, checked, before_timing)
 
@@ -52,7 +52,7 @@ class Candidate(Worker):
         args = self._set(self.session.first.sets[0])
         pairs = reference_pairs(self, model)
         own = pairs is None
-        staged = self._step("same_seed", 0, self._call(model, args, "same_seed"), args, want=("call", 0), own_weights=own)
+        staged = self._step(P.StepKind.SAME_SEED, 0, self._call(model, args, "same_seed"), args, want=P.Want(P.WantKind.CALL), own_weights=own)
         if not own:
             load_reference_weights(self, model, pairs)
         return staged, own
@@ -65,8 +65,8 @@ class Candidate(Worker):
         if own:  # its own parameters: only those the reference has, by name and shape, can be compared
             grads = paired_gradients(grads, {f"parameter {w.name}": tuple(w.tensor.shape) for w in self.session.weights})
         names = [f"parameter {self.reference_names(k.removeprefix('parameter '))}" if k.startswith("parameter ") else k for k in grads]
-        want = ("timing", 0) if self.job.timing is not None else ("none", 0)
-        staged = self._step("grads", 0, list(grads.values()), [], want=want, names=names, status=status, reason=reason)
+        want = P.Want(P.WantKind.TIMING if self.job.timing is not None else P.WantKind.NONE)
+        staged = self._step(P.StepKind.GRADS, 0, list(grads.values()), [], want=want, names=names, status=status, reason=reason)
         del grads
         if self.device.type == "cuda":
             torch.cuda.empty_cache()

@@ -62,6 +62,7 @@ class Worker:
         self._views: dict[Any, Any] = {}
         self._bands: dict[int, Any] = {}  # id of a device copy -> the guard band after it
         self._unsafe_reported = False
+        self._steps: list[P.StepKind] = []  # the steps reported so far, in the order protocol.STEPS declares
         self.forward_ops: Optional[ForwardOps] = None  # the ATen operators of the observed checked call (a candidate on the CPU)
 
     def run(self) -> None:
@@ -135,12 +136,17 @@ class Worker:
                     self.send(P.Unsafe(past_end(position, changed, label)))
 
     def _step(
-        self, step: str, index: int, outputs: list[Any], inputs: list[Any], *, want: tuple[str, int], names: Optional[list[str]] = None, status: Backward = Backward.RAN, reason: str = "", own_weights: bool = False
+        self, step: P.StepKind, index: int, outputs: list[Any], inputs: list[Any], *, want: P.Want, names: Optional[list[str]] = None, status: Backward = Backward.RAN, reason: str = "", own_weights: bool = False
     ) -> Optional[P.Staged]:
         """Put `outputs` in the mailbox, report the step, and wait for the parent's go-ahead; the
-        inputs the judge staged for the next step come with it."""
-        if step in ("same_seed", "call"):
-            self._check_copies(step if step == "same_seed" else f"call_{index}")
+        inputs the judge staged for the next step come with it. A step out of the role's declared
+        order (protocol.STEPS) is the harness's own error."""
+        order = P.out_of_order(self.role, self._steps, P.Step(step, index, outputs=tuple(P.Output("") for _ in outputs)), len(self.job.calls), self.job.gradients)
+        if order:
+            raise WorkerFailure(Status.HARNESS_ERROR, f"the worker's {order}")
+        self._steps.append(step)
+        if step in (P.StepKind.SAME_SEED, P.StepKind.CALL):
+            self._check_copies(step if step == P.StepKind.SAME_SEED else f"call_{index}")
         tensors = [o for o in outputs if isinstance(o, torch.Tensor)]
         specs, end = layout(tensors)
         fits = end <= self.mailbox.nbytes
@@ -158,7 +164,7 @@ class Worker:
                 described.append(P.Output(type(o).__name__, name, str(o.layout), o.device.type, aliased_input(o, inputs), spec))
             else:
                 described.append(P.Output(type(o).__name__, name))
-        reply = self._exchange(P.Step(step, index, tuple(described), status, reason, P.Want(*want), own_weights))
+        reply = self._exchange(P.Step(step, index, tuple(described), status, reason, want, own_weights))
         return from_dict(P.Staged, reply["staged"]) if reply.get("staged") is not None else None
 
     def _exchange(self, message: Any) -> dict[str, Any]:
@@ -169,9 +175,9 @@ class Worker:
             raise WorkerFailure(Status.HARNESS_ERROR, f"the parent went away after a {type(message).__name__} message")
         return json.loads(line)
 
-    def _ask(self, kind: str) -> Optional[P.Staged]:
+    def _ask(self, kind: P.WantKind) -> Optional[P.Staged]:
         """Ask for inputs without reporting outputs (a step with none)."""
-        return self._step("stage", 0, [], [], want=(kind, 0))
+        return self._step(P.StepKind.STAGE, 0, [], [], want=P.Want(kind))
 
     def _observed(self, model: Any, args: list[Any], label: str, index: int, cache: BuildCache) -> list[Any]:
         """A checked forward (`_call`) with the ATen operators it runs recorded, those its extension
@@ -261,7 +267,7 @@ def check_calls(worker: Worker, model: Any, runner: Any, staged: P.Staged, cache
         torch.manual_seed(worker.job.rng_seed + index)  # as the judge seeds its reference call
         out = worker._observed(runner, args, f"call_{index}", index, cache) if index == observed and cache is not None else worker._call(runner, args, f"call_{index}")
         last = index + 1 == len(calls)
-        reply = worker._step("call", index, out, args, want=("none", 0) if last else ("call", index + 1))
+        reply = worker._step(P.StepKind.CALL, index, out, args, want=P.Want(P.WantKind.NONE) if last else P.Want(P.WantKind.CALL, index + 1))
         # The judge stages what a passing call asks for; a failing one ends the worker instead.
         assert reply is not None
         staged = reply
