@@ -213,6 +213,7 @@ def test_the_declared_steps_of_each_role_are_allowed_in_their_order(role, gradie
     (P.Role.CANDIDATE, _declared(P.Role.CANDIDATE, 3)[:4] + [(S.TIMED, 0, OUT)], True),  # timed without buffers
     (P.Role.CANDIDATE, _declared(P.Role.CANDIDATE, 3)[:5] + [(S.GRADS, 0, OUT)], False),  # gradients not asked for
     (P.Role.CANDIDATE, _declared(P.Role.CANDIDATE, 3)[:7] + [(S.BUFFERS, 0, OUT)], True),  # buffers after timed
+    (P.Role.CANDIDATE, _declared(P.Role.CANDIDATE, 3)[:5] + [(S.TIMED, 0, OUT)], True),  # gradients asked for and left out
     (P.Role.CANDIDATE, [(S.SAME_SEED, 0, OUT), (S.SAME_SEED, 0, OUT)], True),  # a step again
     (P.Role.CANDIDATE, _declared(P.Role.CANDIDATE, 3)[:4] + [(S.STAGE, 0, ())], True),  # not a candidate's step
     (P.Role.BASELINE, [(S.SAME_SEED, 0, OUT)], False),  # not a baseline's step

@@ -70,7 +70,7 @@ class WantKind(Vocabulary):
 
 
 # Each role's steps in the order a worker reports them: CALL once per call the role makes, every other
-# kind at most once; SKIPPABLE kinds may be left out (GRADS only comes when the job asks for gradients).
+# kind at most once; SKIPPABLE kinds may be left out (GRADS only when the job does not ask for gradients).
 STEPS: dict[Role, tuple[StepKind, ...]] = {
     Role.CANDIDATE: (StepKind.SAME_SEED, StepKind.CALL, StepKind.BUFFERS, StepKind.GRADS, StepKind.TIMED),
     Role.BASELINE: (StepKind.CALL, StepKind.STAGE),
@@ -502,7 +502,8 @@ def out_of_order(role: Role, seen: Sequence[str], step: Step, calls: int, gradie
     last = order.index(StepKind(seen[-1])) if seen else -1
     made = sum(s == StepKind.CALL for s in seen)
     ok = at >= 0 and (at > last or (at == last and kind is StepKind.CALL))
-    ok = ok and not any(k not in SKIPPABLE and k is not StepKind.CALL for k in order[last + 1 : at])  # a required step left out
+    skippable = SKIPPABLE - {StepKind.GRADS} if gradients else SKIPPABLE  # asked for, the gradients must come
+    ok = ok and not any(k not in skippable and k is not StepKind.CALL for k in order[last + 1 : at])  # a required step left out
     if kind is StepKind.CALL:
         ok = ok and step.index == made < calls
     elif StepKind.CALL in order[:at]:
