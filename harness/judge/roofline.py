@@ -5,8 +5,7 @@ Per problem (counted in the judge on one forward of the reference): the floating
 any implementation must move (each input read once, each output written once, each parameter and
 buffer read once). Per device: the peak device-to-device copy bandwidth (bytes read plus bytes
 written) and the matrix-multiply rate for the problem's dtype, measured once and cached in a file
-per (device, torch, dtype, TF32, probe version); on a CPU the copy is a cache-resident one, since
-nothing flushes a CPU's caches before a timed call. The floor is the larger of operations / rate and bytes /
+per (device, torch, dtype, TF32). The floor is the larger of operations / rate and bytes /
 bandwidth; a time under it means the measurement or the computation is not what it claims.
 """
 
@@ -95,7 +94,7 @@ def device_peaks(device: torch.device, dtype: str, cache_dir: Path) -> Peaks:
     A lock on the file keeps two workers from measuring (and disturbing each other) at once."""
     tf32 = device.type == "cuda" and dtype == "float32" and torch.backends.cuda.matmul.allow_tf32
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
-    label = f"{name}|torch {torch.__version__}|{dtype}|tf32={tf32}|threads={torch.get_num_threads() if device.type == 'cpu' else 0}|probe {PROBE}"
+    label = f"{name}|torch {torch.__version__}|{dtype}|tf32={tf32}|threads={torch.get_num_threads() if device.type == 'cpu' else 0}"
     slug = re.sub(r"[^A-Za-z0-9]+", "-", name).strip("-")[:40]
     path = cache_dir / f"{slug}-{hashlib.sha256(label.encode()).hexdigest()[:16]}.json"
     cache_dir.mkdir(parents=True, exist_ok=True)
@@ -111,10 +110,6 @@ def device_peaks(device: torch.device, dtype: str, cache_dir: Path) -> Peaks:
         gbps = _copy_gbps(device)
         path.write_text(json.dumps({"label": label, "tflops": tflops, "gbps": gbps, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, indent=1))
         return Peaks(tflops=tflops, gbps=gbps, source="measured")
-
-
-CPU_COPY_BYTES = 256 << 10  # the CPU copy probe's buffer: within a core's L2
-PROBE = 2  # the probes' version, in the cache key: a changed probe measures again
 
 
 def _best_ms(fn: Any, device: torch.device, reps: int) -> float:
@@ -148,11 +143,8 @@ def _copy_gbps(device: torch.device) -> float:
         free, _ = torch.cuda.mem_get_info(device)
         nbytes = min(1 << 30, free // 8)
     else:
-        # A CPU has no L2 flush before a timed call: a small problem runs from its caches, faster than
-        # any DRAM copy. The floor must hold for it too, so the CPU's peak is a cache-resident copy's,
-        # the best of many short ones (a short copy also finds a quiet moment on a loaded machine).
-        nbytes = CPU_COPY_BYTES
+        nbytes = 64 << 20
     src = torch.empty(nbytes // 4, dtype=torch.float32, device=device).uniform_()
     dst = torch.empty_like(src)
-    ms = _best_ms(lambda: dst.copy_(src), device, reps=20 if device.type == "cuda" else 200)
+    ms = _best_ms(lambda: dst.copy_(src), device, reps=20 if device.type == "cuda" else 5)
     return 2 * nbytes / (ms * 1e-3) / 1e9
