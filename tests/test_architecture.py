@@ -4,7 +4,8 @@
 - no import cycle among harness modules, imports inside functions included;
 - no block of DUPLICATE_WINDOW or more (normalized) lines that occurs twice in harness/;
 - every import between harness's packages follows an arrow of ALLOWED (no allowlist of exceptions);
-- no chain of imports deeper than MAX_IMPORT_DEPTH modules.
+- no chain of imports deeper than MAX_IMPORT_DEPTH modules;
+- only the packages of RUNS_USER_CODE execute a problem's or a candidate's code.
 
 Each check fails on any offender, named with its file and line. Each detector takes a package folder, so the
 self-tests run it on a synthetic package in tmp_path. `python3 tests/test_architecture.py` prints the current
@@ -44,6 +45,12 @@ ALLOWED: dict[str, set[str]] = {
     "views": {"core", "sources"},  # reads records; never a device or a process
 }
 ENTRY_POINTS = {"api", "__main__", "commands"}
+
+# The packages whose code executes a problem file or a candidate (the judge, the worker and the
+# device helpers both call). The parent, the views and the sources only read them as text.
+RUNS_USER_CODE = {"judge", "worker", "device"}
+LOADERS = {"load_module", "exec_module", "run_path", "run_module"}  # called as a function or a method
+BUILTIN_LOADERS = {"exec", "eval"}  # Python's own, called by name (`model.eval()` is a module's mode)
 
 def _files(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts)
@@ -254,6 +261,25 @@ def deepest_chain(root: Path) -> list[str]:
     return max((chain(m) for m in sorted(graph)), key=len, default=[])
 
 
+# -- who runs user code ------------------------------------------------------------------------------------
+
+
+def code_runners(root: Path, allowed: set[str]) -> dict[str, str]:
+    """{"pkg/file.py:line": "call"} for every call of a loader (LOADERS: executing a file's or a string's
+    code) in a module outside the packages `allowed`."""
+    found = {}
+    for file in _files(root):
+        if package_of(_module_name(root, file)) in allowed:
+            continue
+        for node in ast.walk(_parse(file.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call):
+                if isinstance(node.func, ast.Attribute) and node.func.attr in LOADERS:
+                    found[f"{_name(root, file)}:{node.lineno}"] = node.func.attr
+                elif isinstance(node.func, ast.Name) and node.func.id in LOADERS | BUILTIN_LOADERS:
+                    found[f"{_name(root, file)}:{node.lineno}"] = node.func.id
+    return found
+
+
 # -- duplicated blocks ---------------------------------------------------------------------------------------
 
 # Lines left out before comparing: blank lines, comments, docstrings (string-only statements), lines of
@@ -346,6 +372,12 @@ def test_no_chain_of_imports_is_deeper_than_the_limit() -> None:
     assert len(chain) <= MAX_IMPORT_DEPTH, f"{len(chain)} modules deep: " + " -> ".join(chain)
 
 
+def test_only_the_judge_and_the_worker_run_a_problem_or_a_candidate() -> None:
+    found = code_runners(PACKAGE, RUNS_USER_CODE)
+    bad = [f"{where}: {call}()" for where, call in sorted(found.items())]
+    assert not bad, f"code executed outside {sorted(RUNS_USER_CODE)} (a child process that runs user code belongs in worker/ or judge/):\n" + "\n".join(bad)
+
+
 def test_no_duplicated_block() -> None:
     found = _on_harness(duplicate_blocks)
     bad = [f"{key}: {total} lines: " + "; ".join(blocks) for key, (total, blocks) in sorted(found.items())]
@@ -412,6 +444,22 @@ def test_forbidden_imports_names_an_import_against_the_arrows_and_passes_the_all
     allowed = {"core": set(), "judge": {"core"}, "worker": {"core"}}
     assert forbidden_imports(root, allowed, {"cli"}) == {"pkg.worker.w -> pkg.judge.j": "pkg/worker/w.py:4"}
     assert deepest_chain(root) == ["pkg.cli", "pkg.worker.w", "pkg.judge.j", "pkg.core.a"]
+
+
+def test_code_runners_finds_a_module_loaded_outside_the_sandbox_and_passes_the_worker(tmp_path: Path) -> None:
+    root = _package(
+        tmp_path,
+        {
+            "parent/__init__.py": "",
+            "parent/build.py": "from pkg.device.failures import load_module\n\ndef main(path):\n    load_module(path, 'c')\n",
+            "parent/ok.py": "def f(text, model):\n    model.eval()\n    return text.count('exec')\n",
+            "parent/run.py": "def f(text):\n    exec(text)\n",
+            "views/v.py": "import importlib.util\n\ndef f(spec, m):\n    spec.loader.exec_module(m)\n",
+            "worker/__init__.py": "",
+            "worker/build.py": "from pkg.device.failures import load_module\n\ndef main(path):\n    load_module(path, 'c')\n",
+        },
+    )
+    assert code_runners(root, {"worker", "device"}) == {"pkg/parent/build.py:4": "load_module", "pkg/parent/run.py:2": "exec", "pkg/views/v.py:4": "exec_module"}
 
 
 def test_duplicate_blocks_finds_a_6_line_block_and_ignores_imports_comments_and_brackets(tmp_path: Path) -> None:

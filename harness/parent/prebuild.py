@@ -3,18 +3,15 @@ their own processes, into the same content-addressed cache the worker uses. The 
 loads the finished build instead of compiling while the GPU waits. While a lane times, the builds
 are stopped or kept off its CPUs (harness.parent.quiet, `timing.quiet`).
 
-A build process imports the candidate module (that is what triggers `load_inline`), exactly as the
-worker's load phase would, in a subprocess of its own; it never evaluates anything. A build that
-fails, or that only happens in `__init__`, is simply left to the worker, which reports it.
-
-    python -m harness.parent.prebuild FILE CACHE_DIR ARCH [KEYS_FILE]
-        (one build; prints one line; KEYS_FILE gets the JSON list of cache keys it used)
+A build process (`python -m harness.worker.build`, untrusted like the worker) imports the candidate
+module (that is what triggers `load_inline`), exactly as the worker's load phase would; it never
+evaluates anything. A build that fails, or that only happens in `__init__`, is simply left to the
+worker, which reports it.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import signal
 import subprocess
@@ -112,7 +109,7 @@ class BuildAhead:
         host = self.quiet
         started = time.perf_counter()
         proc = subprocess.Popen(
-            [sys.executable, "-m", "harness.parent.prebuild", str(path), str(self.cache_dir), self.arch],
+            [sys.executable, "-m", "harness.worker.build", str(path), str(self.cache_dir), self.arch],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -158,26 +155,3 @@ def _end_group(proc: subprocess.Popen) -> None:
             if stream is not None:
                 stream.close()
         proc.wait()
-
-
-def main() -> None:
-    path, cache_dir, arch = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
-    keys_file = Path(sys.argv[4]) if len(sys.argv) > 4 else None
-    from harness.device.buildcache import BuildCache
-    from harness.device.failures import WorkerFailure, load_module
-
-    cache = BuildCache(cache_dir, arch or "cpu")
-    cache.install()
-    try:
-        load_module(path, "__candidate__")
-        print("ok", [(e["name"], "cached" if e["cached"] else "built") for e in cache.events])
-    except WorkerFailure as failure:
-        print(failure.status.value, failure.reason)
-    if keys_file is not None:  # the cache entries this candidate uses, for shipping them elsewhere
-        keys_file.write_text(json.dumps([e["cache_key"] for e in cache.events]))
-    sys.stdout.flush()
-    os._exit(0)  # threads or atexit hooks the module left must not keep the build process alive
-
-
-if __name__ == "__main__":
-    main()

@@ -133,7 +133,7 @@ def build_remote(file_name: str, source: str, arch: str, jobs: int, timeout: flo
         if arch not in ("", "cpu"):
             env["TORCH_CUDA_ARCH_LIST"] = arch
         try:
-            subprocess.run([sys.executable, "-m", "harness.parent.prebuild", str(path), str(cache), arch, str(keys_file)], capture_output=True, cwd=ROOT, env=env, timeout=timeout, start_new_session=True)
+            subprocess.run([sys.executable, "-m", "harness.worker.build", str(path), str(cache), arch, str(keys_file)], capture_output=True, cwd=ROOT, env=env, timeout=timeout, start_new_session=True)
             keys = json.loads(keys_file.read_text()) if keys_file.is_file() else []
         except (subprocess.TimeoutExpired, ValueError):
             return b""  # the lane's worker builds it, under its own limit, and reports

@@ -1,13 +1,12 @@
 """Memory safety under compute-sanitizer: one small forward of a correct candidate, in a process of
 its own, run by the tool (memcheck by default; racecheck, initcheck, synccheck by config).
 
-The parent side (`sanitize`) finds the tool, runs `compute-sanitizer --tool T python -m
-harness.parent.sanitize JOB` for each configured tool under its time limit, and reads the tool's report:
-any error is the flag unsafe-memory, with the first error line as its reason. The child side
-(`main`) builds nothing new (the build cache already holds the candidate's extensions), makes the
-problem's inputs at the other-size trial's sizes, and calls forward once in eval mode. The caching
-allocator is off in the child, so every tensor is an allocation of its own and a write past one
-lands outside any allocation, where memcheck sees it.
+This module is the parent's side: `sanitize` finds the tool, runs `compute-sanitizer --tool T python
+-m harness.worker.sanitized JOB` for each configured tool under its time limit, and reads the tool's
+report: any error is the flag unsafe-memory, with the first error line as its reason. The forward
+itself runs in `harness.worker.sanitized`, with the caching allocator off (set here), so every
+tensor is an allocation of its own and a write past one lands outside any allocation, where
+memcheck sees it.
 """
 
 from __future__ import annotations
@@ -70,13 +69,13 @@ def sanitize(tool: Optional[str], tools: tuple[str, ...], timeout: float, job: d
 
 
 def _start_tool(tool: str, name: str, job: str, env: dict[str, str], scratch: Path) -> tuple[subprocess.Popen[bytes], Path]:
-    """`compute-sanitizer --tool name` over the child (`main`), its output to a log in `scratch`.
+    """`compute-sanitizer --tool name` over the forward (`harness.worker.sanitized`), its output to a log in `scratch`.
     `job`: the job file's path, or "-": the child readies torch and the device under the tool,
     then reads its job from stdin (a prestarted run, `Prestarted`)."""
     # memcheck: a padding after every allocation, so a write just past one buffer does not land
     # unseen in its neighbour
     padding = ["--padding", str(PADDING)] if name == "memcheck" else []
-    command = [tool, "--tool", name, *padding, "--error-exitcode", str(ERRORS_EXIT), "--print-limit", "20", sys.executable, "-m", "harness.parent.sanitize", job]
+    command = [tool, "--tool", name, *padding, "--error-exitcode", str(ERRORS_EXIT), "--print-limit", "20", sys.executable, "-m", "harness.worker.sanitized", job]
     full_env = {**os.environ, **env, "PYTORCH_NO_CUDA_MEMORY_CACHING": "1", "PYTHONUNBUFFERED": "1", "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
     log_path = scratch / f"sanitize-{name}.log"
     with open(log_path, "wb") as log:
@@ -247,39 +246,3 @@ class LaneSanitizer:
         if all(r.outcome in (SanitizerOutcome.CLEAN, SanitizerOutcome.ERRORS) for r in result[0]):  # a timeout or a failed run is tried again
             self.runs[key] = result
         return result
-
-
-def main() -> None:
-    """The child: one eval-mode forward of the candidate at the other-size trial's sizes."""
-    import torch
-
-    from harness.device.buildcache import BuildCache
-    from harness.device.failures import load_module
-    from harness.device.inputs import as_outputs
-
-    device = torch.device("cuda", 0)
-    torch.cuda.set_device(device)
-    if sys.argv[1] == "-":  # prestarted: the device readied under the tool, then the job from stdin
-        torch.empty(1, device=device)
-        job = json.loads(sys.stdin.readline())
-    else:
-        job = json.loads(Path(sys.argv[1]).read_text())
-    major, minor = torch.cuda.get_device_capability(device)
-    os.environ["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}"
-    BuildCache(Path(job["build_cache"]), f"{major}.{minor}").install()
-    problem = load_module(Path(job["problem"]), "__problem__")
-    for name, value in job["sizes"].items():
-        setattr(problem, name, value)
-    torch.manual_seed(job["seed"])
-    init = problem.get_init_inputs()
-    inputs = [a.to(device) if isinstance(a, torch.Tensor) else a for a in problem.get_inputs()]
-    module = load_module(Path(job["source"]), "__candidate__")
-    model = getattr(module, job["class_name"])(*init).to(device).eval()
-    with torch.no_grad():
-        outputs = as_outputs(model(*inputs))
-    torch.cuda.synchronize(device)
-    print(f"[sanitize] forward ran: {len(outputs)} outputs", flush=True)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,0 +1,56 @@
+"""The forward compute-sanitizer watches: one eval-mode forward of a correct candidate at the
+other-size trial's sizes, in a process of its own under the tool. It runs the candidate's code, so it
+is untrusted like the worker; the parent (`harness.parent.sanitize`) starts it under the tool and
+reads the tool's report, never this process's word.
+
+    compute-sanitizer --tool T python -m harness.worker.sanitized JOB
+        JOB: a JSON file (problem, source, class_name, sizes, seed, build_cache), or "-": ready
+        torch and the device first, then read the job as one JSON line on stdin
+
+It builds nothing new (the build cache already holds the candidate's extensions). The parent
+turns the caching allocator off here, so every tensor is an allocation of its own and a write past
+one lands outside any allocation, where memcheck sees it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+
+def main() -> None:
+    """One eval-mode forward of the candidate the job names, at the sizes it gives."""
+    import torch
+
+    from harness.device.buildcache import BuildCache
+    from harness.device.failures import load_module
+    from harness.device.inputs import as_outputs
+
+    device = torch.device("cuda", 0)
+    torch.cuda.set_device(device)
+    if sys.argv[1] == "-":  # prestarted: the device readied under the tool, then the job from stdin
+        torch.empty(1, device=device)
+        job = json.loads(sys.stdin.readline())
+    else:
+        job = json.loads(Path(sys.argv[1]).read_text())
+    major, minor = torch.cuda.get_device_capability(device)
+    os.environ["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}"
+    BuildCache(Path(job["build_cache"]), f"{major}.{minor}").install()
+    problem = load_module(Path(job["problem"]), "__problem__")
+    for name, value in job["sizes"].items():
+        setattr(problem, name, value)
+    torch.manual_seed(job["seed"])
+    init = problem.get_init_inputs()
+    inputs = [a.to(device) if isinstance(a, torch.Tensor) else a for a in problem.get_inputs()]
+    module = load_module(Path(job["source"]), "__candidate__")
+    model = getattr(module, job["class_name"])(*init).to(device).eval()
+    with torch.no_grad():
+        outputs = as_outputs(model(*inputs))
+    torch.cuda.synchronize(device)
+    print(f"[sanitize] forward ran: {len(outputs)} outputs", flush=True)
+
+
+if __name__ == "__main__":
+    main()
