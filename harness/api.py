@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from harness.core import nullfloor
-from harness.core.config import Config, load_config, with_overrides
+from harness.core.config import Config, Device, load_config, with_overrides
+from harness.core.config import Executor as ExecutorKind  # the config choice (local, ray); Executor here is the protocol
 from harness.core.errors import UserError
 from harness.core.records import CandidateRecord, ReferenceRecord, RunEnd, RunHeader
 from harness.core.store import RunStore, read_records
@@ -243,16 +244,16 @@ class Session:
 
 
 def resolve_device(cfg: Config) -> str:
-    if cfg.executor == "ray":  # the cluster's GPUs count, not this machine's
+    if cfg.executor == ExecutorKind.RAY:  # the cluster's GPUs count, not this machine's
         from harness.parent.ray_executor import cluster_device
 
         return cluster_device(cfg)
     import torch
 
-    if cfg.device == "cuda" and not torch.cuda.is_available():
+    if cfg.device == Device.CUDA and not torch.cuda.is_available():
         raise UserError("device cuda was asked for, but torch sees no CUDA device (use --device cpu or auto)")
-    if cfg.device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
+    if cfg.device == Device.AUTO:
+        return Device.CUDA if torch.cuda.is_available() else Device.CPU
     return cfg.device
 
 
@@ -273,7 +274,7 @@ def make_executor(resources: RunResources) -> Executor:
     run's `resources`; both are an `Executor` (harness.parent.executor): `submit(problem, candidate)
     -> Future` and the rest."""
     cfg = resources.cfg
-    if cfg.executor == "ray":
+    if cfg.executor == ExecutorKind.RAY:
         from harness.parent.ray_executor import RayExecutor
 
         return RayExecutor(resources)
@@ -309,7 +310,7 @@ def finish_run(store: RunStore, device: str, null_tolerance: float = nullfloor.D
     end = RunEnd(
         run_id=store.run_id,
         finished_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        gpu_end=gpu_state() if device == "cuda" else {},
+        gpu_end=gpu_state() if device == Device.CUDA else {},
         sm_clocks_mhz=tuple(c for _, _, c in clocks),
         warnings=tuple(warnings),
     )

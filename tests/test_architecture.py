@@ -5,7 +5,9 @@
 - no block of DUPLICATE_WINDOW or more (normalized) lines that occurs twice in harness/;
 - every import between harness's packages follows an arrow of ALLOWED (no allowlist of exceptions);
 - no chain of imports deeper than MAX_IMPORT_DEPTH modules;
-- only the packages of RUNS_USER_CODE execute a problem's or a candidate's code.
+- only the packages of RUNS_USER_CODE execute a problem's or a candidate's code;
+- no comparison (==, !=, in, not in) spells a Vocabulary's word as a string literal: it names the member
+  (`device == Device.CUDA`, never `device == "cuda"`); a literal tested `in` a string is a substring test.
 
 Each check fails on any offender, named with its file and line. Each detector takes a package folder, so the
 self-tests run it on a synthetic package in tmp_path. `python3 tests/test_architecture.py` prints the current
@@ -22,7 +24,7 @@ import re
 import tokenize
 from collections import defaultdict
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Optional
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "harness"
@@ -341,6 +343,58 @@ def duplicate_blocks(root: Path, window: int = DUPLICATE_WINDOW) -> dict[str, tu
     return found
 
 
+# -- vocabulary words compared as strings -------------------------------------------------------------------
+
+
+def _base_name(node: ast.expr) -> str:
+    return node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+
+
+def vocabulary_words(root: Path) -> dict[str, list[str]]:
+    """{word: [the Vocabulary classes under root that have it]}: the string values of the members of every
+    class deriving from `Vocabulary` (by name: `Vocabulary` or `module.Vocabulary`)."""
+    words: dict[str, list[str]] = defaultdict(list)
+    for file in _files(root):
+        for node in ast.walk(_parse(file.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef) and any(_base_name(b) == "Vocabulary" for b in node.bases):
+                for statement in node.body:
+                    if isinstance(statement, ast.Assign) and isinstance(statement.value, ast.Constant) and isinstance(statement.value.value, str):
+                        words[statement.value.value].append(node.name)
+    return dict(words)
+
+
+def _literal_strings(node: ast.expr) -> Optional[list[str]]:
+    """The strings of a str literal, or of a tuple, set or list of str literals; None for anything else."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, (ast.Tuple, ast.Set, ast.List)) and all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.elts):
+        return [e.value for e in node.elts if isinstance(e, ast.Constant)]
+    return None
+
+
+def string_twins(root: Path) -> dict[str, str]:
+    """{"pkg/file.py:line": "word (Vocab1, Vocab2)"} for each ==, !=, in or not in comparison under root
+    with an operand that is a str literal, or a tuple, set or list of them, spelling a Vocabulary's word
+    (`vocabulary_words`). `"literal" in text`, a literal on the left of in or not in and no tuple, set or
+    list display on the right, is a substring test, not a word compared, and is skipped."""
+    words = vocabulary_words(root)
+    found: dict[str, dict[str, None]] = defaultdict(dict)  # place -> the words spelled there, each once, in order
+    for file in _files(root):
+        for node in ast.walk(_parse(file.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Compare):
+                continue
+            operands = [node.left, *node.comparators]
+            for op, left, right in zip(node.ops, operands, operands[1:]):
+                if not isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)):
+                    continue
+                if isinstance(op, (ast.In, ast.NotIn)) and isinstance(left, ast.Constant) and not isinstance(right, (ast.Tuple, ast.Set, ast.List)):
+                    continue  # a substring test
+                for word in [*(_literal_strings(left) or ()), *(_literal_strings(right) or ())]:
+                    if word in words:
+                        found[f"{_name(root, file)}:{node.lineno}"][word] = None
+    return {place: "; ".join(f"{w} ({', '.join(sorted(words[w]))})" for w in spelled) for place, spelled in found.items()}
+
+
 # -- the checks on harness/ ----------------------------------------------------------------------------------
 
 
@@ -382,6 +436,12 @@ def test_no_duplicated_block() -> None:
     found = _on_harness(duplicate_blocks)
     bad = [f"{key}: {total} lines: " + "; ".join(blocks) for key, (total, blocks) in sorted(found.items())]
     assert not bad, f"duplicated blocks of {DUPLICATE_WINDOW} or more lines:\n" + "\n".join(bad)
+
+
+def test_no_comparison_spells_a_vocabulary_word_as_a_string() -> None:
+    found = _on_harness(string_twins)
+    bad = [f"{where}: {words}" for where, words in sorted(found.items(), key=lambda item: (item[0].rpartition(":")[0], int(item[0].rpartition(":")[2])))]
+    assert not bad, "vocabulary words compared as strings (compare the Vocabulary's member instead):\n" + "\n".join(bad)
 
 
 # -- the detectors on synthetic packages ---------------------------------------------------------------------
@@ -477,6 +537,50 @@ def test_duplicate_blocks_finds_a_6_line_block_and_ignores_imports_comments_and_
     assert duplicate_blocks(root) == {"pkg/one.py <> pkg/two.py": (6, ["pkg/one.py:11 and pkg/two.py:11, 6 lines"])}
 
 
+def test_string_twins_finds_a_word_compared_as_a_string_and_skips_substring_tests(tmp_path: Path) -> None:
+    words = """import enum
+from pkg.core import base
+
+
+class Vocabulary(str, enum.Enum):
+    pass
+
+
+class Device(Vocabulary):
+    CUDA = "cuda"
+    CPU = "cpu"
+
+
+class Switch(base.Vocabulary):
+    AUTO = "auto"
+    OFF = "off"
+
+
+class Ahead(Vocabulary):
+    AUTO = "auto"
+"""
+    use = """from pkg.core.words import Device, Switch
+
+
+def run(device, setting, message, name):
+    if device == "cuda" or name == "other":  # a word, then a string that is no word
+        return setting in ("auto", "sometimes")
+    if "cpu" != device:  # the literal on the left
+        return "off" not in {setting}
+    if "out of memory" in message.lower() or "auto" in message:  # substring tests, one of a word
+        return device == Device.CUDA and setting != Switch.OFF  # members
+    return name in ("exec", "eval") and setting not in [Switch.AUTO, "never"]
+"""
+    root = _package(tmp_path, {"core/__init__.py": "", "core/base.py": "", "core/words.py": words, "use.py": use})
+    assert vocabulary_words(root) == {"cuda": ["Device"], "cpu": ["Device"], "auto": ["Switch", "Ahead"], "off": ["Switch"]}
+    assert string_twins(root) == {
+        "pkg/use.py:5": "cuda (Device)",
+        "pkg/use.py:6": "auto (Ahead, Switch)",
+        "pkg/use.py:7": "cpu (Device)",
+        "pkg/use.py:8": "off (Switch)",
+    }
+
+
 if __name__ == "__main__":  # print today's offenders: python3 tests/test_architecture.py
     for key, (line, size) in sorted(long_definitions(PACKAGE).items()):
         print(f"long: {key} (line {line}): {size} lines")
@@ -486,5 +590,7 @@ if __name__ == "__main__":  # print today's offenders: python3 tests/test_archit
         print(f"duplicate: {key}: {total} lines: " + "; ".join(blocks))
     for edge, where in sorted(forbidden_imports(PACKAGE, ALLOWED, ENTRY_POINTS).items()):
         print(f"against the arrows: {edge} ({where})")
+    for where, words in sorted(string_twins(PACKAGE).items()):
+        print(f"vocabulary word as a string: {where}: {words}")
     chain = deepest_chain(PACKAGE)
     print(f"deepest chain, {len(chain)} modules: " + " -> ".join(chain))

@@ -46,7 +46,7 @@ def run_from_args(args: argparse.Namespace, argv: Sequence[str]) -> int:
         print(f"[{number}/{len(problems)}] {problem.name}: linting on {device} ({time.monotonic() - started:.0f} s so far)", file=sys.stderr, flush=True)
         tolerance = cfg.for_problem(problem.settings).check.tolerances.get("float32", DEFAULT_TOLERANCE)  # what its candidates will face
         settings = {"atol": tolerance.atol, "rtol": tolerance.rtol, "norm": tolerance.norm, "memory_gb": cfg.lint.memory_gb, "time_ms": list(cfg.lint.time_ms), "timing": timing}
-        checks = lint_in_subprocess(problem, "cuda" if device == "cuda" else "cpu", settings, cfg.lint.timeout_s)
+        checks = lint_in_subprocess(problem, Device.CUDA if device == Device.CUDA else Device.CPU, settings, cfg.lint.timeout_s)
         results.append((problem, checks))
         failed = [c.name for c in checks if c.verdict is LintOutcome.FAIL]
         print(f"[{number}/{len(problems)}] {problem.name}: {'FAIL (' + ', '.join(failed) + ')' if failed else 'ok'}", file=sys.stderr, flush=True)

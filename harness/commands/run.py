@@ -217,7 +217,7 @@ def _evaluate(session: Session, targets: list[Target], progress: Progress) -> tu
     """Every target's candidate submitted to `session`, and their records in target order; on
     Ctrl-C or SIGTERM, the records finished so far. The session is closed however this ends."""
     progress.builds = session.builds.counts if session.builds is not None else None
-    if session.device == "cpu":
+    if session.device == Device.CPU:
         progress.message("note: no CUDA device in use: running on the CPU; candidates that need CUDA get the status 'needs CUDA'")
     if session.executor.describe():
         progress.message(session.executor.describe())

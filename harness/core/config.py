@@ -164,7 +164,7 @@ class CheckConfig:
     guard_bands: bool  # poisoned bytes around every input handed to a worker, checked after each call (writes past an input)
     gradients: str  # flag | fail | off: backward of the same loss must give the reference's gradients
     gradient_tolerance_factor: float  # gradients sum over the batch: their atol and rtol are the output's times this
-    weights: str = "transplant"  # transplant: ModelNew gets the reference's (redrawn) weights, by name, else by position, else
+    weights: str = WeightSource.TRANSPLANT  # transplant: ModelNew gets the reference's (redrawn) weights, by name, else by position, else
     # keeps its own same-seed ones (flag weights-by-seed); seed: always its own (KernelBench's way)
 
     def __post_init__(self) -> None:
@@ -205,7 +205,7 @@ class FlagPolicies:
     implausible_time: str  # below the bytes floor, also when re-timed eagerly with device sync
     suspect_time: str  # below the call's own profiled GPU time, or over max_plausible_speedup
     unsafe_memory: str  # a write into an input's guard bands, or a compute-sanitizer finding
-    weights_by_seed: str = "flag"  # the reference's weights pair with ModelNew's neither by name nor by position: checked with its own same-seed weights
+    weights_by_seed: str = Policy.FLAG  # the reference's weights pair with ModelNew's neither by name nor by position: checked with its own same-seed weights
 
     def __post_init__(self) -> None:
         for name, value in dataclasses.asdict(self).items():
@@ -214,7 +214,7 @@ class FlagPolicies:
 
     def policies(self, gradients: str) -> dict[str, str]:
         """Policy by flag key (flags.Code.key), the gradient flags' from check.gradients."""
-        gradient = "fail" if gradients == "fail" else "flag"
+        gradient = Policy.FAIL if gradients == GradientPolicy.FAIL else Policy.FLAG
         return {**dataclasses.asdict(self), "wrong_gradients": gradient, "forward_only": gradient}
 
 

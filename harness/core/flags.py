@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping
 
+from harness.core.config import Policy
 from harness.core.records import Flag
 from harness.core.status import Code, Finding, Status
 
@@ -30,10 +31,10 @@ def decide(status: Status, reason: str, found: Iterable[Finding], policies: Mapp
     flags = []
     for code, why in found:
         policy = policies[code.key]
-        if policy == "ignore":
+        if policy == Policy.IGNORE:
             continue
         flags.append(Flag(code.value, policy, " ".join(why.split())))
-        if policy == "fail" and status is Status.CORRECT:
+        if policy == Policy.FAIL and status is Status.CORRECT:
             status = FAILING_STATUS.get(code, Status.FLAGGED)
             reason = f"{code.value}: {why}"
     return status, reason, tuple(flags)
@@ -43,6 +44,6 @@ def column(flags: Iterable[Flag]) -> str:
     """The leaderboard's `flags` cell: each code once, failing ones marked with `!`."""
     seen: dict[str, str] = {}
     for f in flags:
-        if seen.get(f.code) != "fail":
+        if seen.get(f.code) != Policy.FAIL:
             seen[f.code] = f.policy
-    return ", ".join(f"{code}!" if policy == "fail" else code for code, policy in seen.items())
+    return ", ".join(f"{code}!" if policy == Policy.FAIL else code for code, policy in seen.items())

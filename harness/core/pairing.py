@@ -25,6 +25,7 @@ import statistics
 from typing import Any, Optional
 
 from harness.core import protocol as P
+from harness.core.config import SyncMode, TimingMode
 from harness.core.records import OUTSIDE_CAPTURE, CallProfile, PairedSpeedup, TimingStats
 
 BOOTSTRAP_RESAMPLES = 2000
@@ -89,10 +90,10 @@ class ProblemTiming:
 def resolve_mode(mode: str, reference_profile: Optional[CallProfile]) -> tuple[str, str]:
     """The timing mode for a problem from timing.mode: eager, graph, or auto (graph when the
     reference is launch-bound, `launch_bound`, else eager); and, for auto, the measurement that chose it."""
-    if mode != "auto":
+    if mode != TimingMode.AUTO:
         return mode, ""
     bound, why = launch_bound(reference_profile)
-    return ("graph" if bound else "eager"), why
+    return (TimingMode.GRAPH if bound else TimingMode.EAGER), why
 
 
 def choose_protocol(mode: str, sync: str, reference: P.Ready, compared: P.Ready, compared_name: str = "the candidate", mode_reason: str = "") -> P.TimingProtocol:
@@ -100,17 +101,17 @@ def choose_protocol(mode: str, sync: str, reference: P.Ready, compared: P.Ready,
     `mode` is the problem's resolved timing mode (eager or graph, `resolve_mode`), `sync` the
     configured timing.sync; `mode_reason` says why graph was chosen, when it was chosen for the problem."""
     sides = (("the reference", reference), (compared_name, compared))
-    chosen_sync, sync_reason = ("device" if sync == "device" else "stream"), ""
+    chosen_sync, sync_reason = (SyncMode.DEVICE if sync == SyncMode.DEVICE else SyncMode.STREAM), ""
     needs = [f"{name}: {ready.needs_device}" for name, ready in sides if ready.needs_device]
-    if sync == "auto" and needs:
-        chosen_sync, sync_reason = "device", "device sync for both sides because " + "; ".join(needs)
-    chosen_mode, why_mode = "eager", ""
-    if mode == "graph":
+    if sync == SyncMode.AUTO and needs:
+        chosen_sync, sync_reason = SyncMode.DEVICE, "device sync for both sides because " + "; ".join(needs)
+    chosen_mode, why_mode = TimingMode.EAGER, ""
+    if mode == TimingMode.GRAPH:
         failed = [f"{name}: {ready.graph_error}" for name, ready in sides if ready.graph_error]
         if failed:
             why_mode = graph_failure(failed)
         else:
-            chosen_mode, why_mode = "graph", f"CUDA graphs for both sides because {mode_reason}" if mode_reason else ""
+            chosen_mode, why_mode = TimingMode.GRAPH, f"CUDA graphs for both sides because {mode_reason}" if mode_reason else ""
     return P.TimingProtocol(chosen_mode, chosen_sync, sync_reason, why_mode)
 
 
@@ -172,7 +173,7 @@ def pooled(rounds: list[TimingStats], protocol: P.TimingProtocol, overhead: Opti
         mode=protocol.mode,
         sync=protocol.sync,
         sync_reason=protocol.sync_reason,
-        fallback=protocol.mode_reason if protocol.mode == "eager" else "",
+        fallback=protocol.mode_reason if protocol.mode == TimingMode.EAGER else "",
         input_sets=last.input_sets,
         flush_bytes=last.flush_bytes,
         sm_clock_mhz=last.sm_clock_mhz,
@@ -211,7 +212,7 @@ class Pairing:
     def on_ready(self, ready: P.Ready) -> dict[str, Any]:
         """The worker is ready: prepare the reference, choose the protocol, run up to the worker's first round."""
         self.ready = ready
-        self.reference_ready = self.judge.request(P.PrepareTiming(self.session, graph=self.mode == "graph"), self.limit)
+        self.reference_ready = self.judge.request(P.PrepareTiming(self.session, graph=self.mode == TimingMode.GRAPH), self.limit)
         self.protocol = choose_protocol(self.mode, self.timing.sync, self.reference_ready, ready, self.compared_name, self.mode_reason)
         if self.quiet is not None:
             self._held.enter_context(self.quiet.hold())
@@ -248,7 +249,7 @@ class Pairing:
         """Whether the finished rounds put the compared model below the hard floor, under a
         protocol other than eager with device sync (which leaves nothing out)."""
         assert self.protocol is not None
-        if self.first_protocol is not None or self.plan.floor_ms <= 0 or (self.protocol.mode, self.protocol.sync) == ("eager", "device"):
+        if self.first_protocol is not None or self.plan.floor_ms <= 0 or (self.protocol.mode, self.protocol.sync) == (TimingMode.EAGER, SyncMode.DEVICE):
             return False
         done = self.result()
         return done is not None and done[0].median_ms < self.plan.floor_ms
@@ -266,11 +267,11 @@ class Pairing:
         assert self.protocol is not None
         done = self.result()
         assert done is not None
-        sync = "device" if self.protocol.mode == "eager" else self.protocol.sync
-        how = "eagerly with device sync" if sync == "device" else "eagerly"
+        sync = SyncMode.DEVICE if self.protocol.mode == TimingMode.EAGER else self.protocol.sync
+        how = "eagerly with device sync" if sync == SyncMode.DEVICE else "eagerly"
         why = f"re-timed {how}: under {self.protocol.describe()} its median {done[0].median_ms:.4g} ms was below the bytes floor {self.plan.floor_ms:.4g} ms"
         self.first_protocol = self.protocol
-        self.protocol = P.TimingProtocol("eager", sync, "its time was below the bytes floor" if sync == "device" else self.protocol.sync_reason, why)
+        self.protocol = P.TimingProtocol(TimingMode.EAGER, sync, "its time was below the bytes floor" if sync == SyncMode.DEVICE else self.protocol.sync_reason, why)
         self.rounds = {REFERENCE: [], COMPARED: []}
         self._order, self._next = schedule(self.timing.rounds), 0
 

@@ -7,7 +7,7 @@ import dataclasses
 import secrets
 from typing import Optional
 
-from harness.core.config import Config
+from harness.core.config import Config, ModuleMode
 from harness.core.protocol import Call
 
 
@@ -29,7 +29,7 @@ class Plan:
     @property
     def precision_call(self) -> Optional[int]:
         """The call the reference also makes in float64: the first regular eval call."""
-        return next((i for i, c in enumerate(self.calls) if c.mode == "eval" and not c.repeat and not c.other_size), None)
+        return next((i for i, c in enumerate(self.calls) if c.mode == ModuleMode.EVAL and not c.repeat and not c.other_size), None)
 
     @property
     def timed_inputs(self) -> int:

@@ -13,16 +13,23 @@ import math
 from itertools import takewhile
 from typing import Any, Optional, Sequence, TypeVar
 
-from harness.core.config import TimerSettings
+from harness.core.config import Distribution, TimerSettings
 from harness.core.records import CallProfile, CheckResult, ExtensionBuild, ForwardOps, SpeedOfLight, TimingStats, from_dict, to_dict
 from harness.core.status import Backward, Status, Vocabulary
+
+
+class RegionKind(Vocabulary):
+    """Where a region the judge shares with a worker lives (`RegionHandle.kind`; a reference's `data_plane`)."""
+
+    CUDA = "cuda"  # device memory, mapped through a CUDA IPC handle
+    HOST = "host"  # host shared memory, a memfd mapped through /proc
 
 
 @dataclasses.dataclass(frozen=True)
 class RegionHandle:
     """What a worker needs to map a region: sent to it in its job."""
 
-    kind: str  # "cuda" (an IPC handle) or "host" (a memfd path)
+    kind: str  # a RegionKind: cuda (an IPC handle) or host (a memfd path)
     nbytes: int  # size of the allocation
     handle: str  # cuda: the 64-byte IPC handle in hex; cpu: /proc/<pid>/fd/<fd>
 
@@ -84,13 +91,13 @@ class Call:
 
     input: int  # index of the input set
     mode: str  # "train" or "eval"
-    distribution: str = "given"  # how the trial's floating inputs were drawn
+    distribution: str = Distribution.GIVEN  # how the trial's floating inputs were drawn
     repeat: int = 0  # > 0: a repeat of an earlier call on the same inputs (determinism)
     other_size: bool = False  # the generalisation trial: inputs at another size
 
     @property
     def label(self) -> str:
-        inputs = "" if self.distribution == "given" else f", {self.distribution} inputs"
+        inputs = "" if self.distribution == Distribution.GIVEN else f", {self.distribution} inputs"
         size = ", other size" if self.other_size else ""
         again = f"repeat {self.repeat} of " if self.repeat else ""
         return f"{again}trial {self.input + 1} ({self.mode}{inputs}{size})"

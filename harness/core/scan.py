@@ -23,6 +23,7 @@ SUSPICIOUS_MODULES = {
     "signal": (Code.TAMPER_SUSPECT, "can interfere with the worker's time limits"),
     "builtins": (Code.TAMPER_SUSPECT, "can replace Python's own functions"),
 }
+CODE_FROM_TEXT = {"exec", "eval", "__import__", "compile"}  # builtins that run code read only at run time
 FRAME_CALLS = {("sys", "_getframe"), ("inspect", "currentframe"), ("inspect", "stack"), ("inspect", "getouterframes"), ("gc", "get_objects"), ("gc", "get_referrers")}
 PATCHABLE_ROOTS = {"torch", "time", "sys", "builtins", "os", "harness"}
 NATIVE_MARKERS = {
@@ -110,7 +111,7 @@ def _scan_call(node: ast.Call, library: set[str], note: Note) -> None:
     tail = tuple(name.split(".")[-2:])
     if tail in FRAME_CALLS:
         note(Code.TAMPER_SUSPECT, f"calls {name}: frame or object walking can reach the harness", node)
-    elif name in ("exec", "eval", "__import__", "compile"):
+    elif name in CODE_FROM_TEXT:
         note(Code.TAMPER_SUSPECT, f"calls {name}: code that cannot be read before it runs", node)
     elif name == "setattr" and node.args and _dotted(node.args[0]).split(".")[0] in library:
         note(Code.TAMPER_SUSPECT, f"calls setattr on {_dotted(node.args[0])}: replaces a library attribute", node)

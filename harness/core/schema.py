@@ -12,6 +12,11 @@ from typing import Any, Callable, Iterator
 
 from harness.core.records import RECORD_KINDS, SCHEMA_VERSION, from_dict, to_dict
 
+# A record's kind as versions 1-3 wrote it: a migration step matches these spellings, which stay frozen
+# whatever the record kinds (RECORD_KINDS) or the roles (protocol.Role) are called later.
+CANDIDATE_KIND = "candidate"  # as versions 1-3 wrote a candidate's kind
+REFERENCE_KIND = "reference"  # as versions 1-3 wrote a reference's kind
+
 KINDS: dict[type, str] = {cls: name for name, cls in RECORD_KINDS.items()}  # record class -> its kind in a records file
 
 
@@ -69,9 +74,9 @@ def _timings(data: dict[str, Any]) -> Iterator[Any]:
 def _to_2(data: dict[str, Any]) -> dict[str, Any]:
     """Version 2 added the timing protocol (mode, sync, overhead, flush, clock), profiles, baselines,
     the speed-of-light floor and the run end record."""
-    if data.get("kind") == "candidate":
+    if data.get("kind") == CANDIDATE_KIND:
         _fill(data, {"baseline_ms": {}, "speedups": {}, "sol_ms": None, "sol_fraction": None, "profile": None})
-    if data.get("kind") == "reference":
+    if data.get("kind") == REFERENCE_KIND:
         _fill(data, {"baselines": [], "speed_of_light": None, "profile": None, "timing_reused_from": ""})
     for timing in _timings(data):
         protocol: dict[str, Any] = {"mode": "eager", "sync": "stream", "sync_reason": "", "fallback": "", "overhead_ms": 0.0, "overhead_subtracted": False}
@@ -83,9 +88,9 @@ def _to_3(data: dict[str, Any]) -> dict[str, Any]:
     """Version 3 added paired rounds (a candidate's and each baseline's) and the null floor; lines of
     version 2 may lack what was added while it was current: lanes, training parity, the other-size
     trial, the declarations, the data plane, own-kernel shares and clock-event reasons."""
-    if data.get("kind") == "candidate":
+    if data.get("kind") == CANDIDATE_KIND:
         _fill(data, {"paired": None, "custom_kernel_share": None, "lane": "", "gradients": ""})
-    if data.get("kind") == "reference":
+    if data.get("kind") == REFERENCE_KIND:
         _fill(data, {"null_floor": None, "other_size": {}, "other_size_note": "", "lane": "", "declared": {}, "data_plane": "", "peak_bytes": 0, "notes": []})
         for baseline in data["baselines"]:
             _fill(baseline, {"paired": None})
@@ -99,12 +104,12 @@ def _to_4(data: dict[str, Any]) -> dict[str, Any]:
     """Version 4 added integrity flags, sanitizer runs and the persisting-L2 reset; lines of version 3
     may lack the counts of extension calls; since then: the stricter check, weight pairing, the
     observed ATen operators and the reference's timing mode."""
-    if data.get("kind") == "candidate":
+    if data.get("kind") == CANDIDATE_KIND:
         found: dict[str, Any] = {"flags": [], "sanitizer": [], "weight_mapping": [], "stricter": None, "weights": "", "forward_ops": None}
         _fill(data, {**found, "sol_floor": "", "notes": [], "extension_calls": {}, "timed_extension_calls": {}})
         for check in [*data.get("checks", []), data.get("same_seed")]:
             _fill(check, {"within_kernelbench": None, "note": ""})
-    if data.get("kind") == "reference":
+    if data.get("kind") == REFERENCE_KIND:
         _fill(data, {"forward_ops": None, "profile_reused_from": "", "phase_seconds": {}, "timing_mode": "", "timing_mode_reason": ""})
     for timing in _timings(data):
         _fill(timing, {"l2_reset": False, "l2_persisting_found": 0})

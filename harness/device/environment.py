@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from harness import __version__
-from harness.core.config import ROOT
+from harness.core.config import ROOT, Device
 
 
 def _package_version(name: str) -> str:
@@ -91,7 +91,7 @@ def device_identity(device: str, cpu_threads: int = 0, gpu: str = "") -> str:
     """Which physical device a run's workers use, without creating a CUDA context: the GPU's name
     and UUID (`gpu`, an nvidia-smi index or UUID, else the first visible one), or the CPU model
     and thread count."""
-    if device == "cuda":
+    if device == Device.CUDA:
         return ", ".join(query_gpu(["name", "uuid"], ["-i", gpu] if gpu else None)) or "unknown GPU"
     return f"{cpu_name()} x{cpu_threads or os.cpu_count()}"
 

@@ -9,12 +9,14 @@ from typing import Any
 
 import torch
 
+from harness.core.config import Device, Distribution
+
 CHUNK = 1 << 24  # elements compared at a time on a GPU (few launches per GB)
 CPU_CHUNK = 1 << 20  # on the CPU: a chunk's temporaries stay in cache across the passes over it
 
 
 def chunk(tensor: torch.Tensor) -> int:
-    return CHUNK if tensor.device.type == "cuda" else CPU_CHUNK
+    return CHUNK if tensor.device.type == Device.CUDA else CPU_CHUNK
 
 
 def same_tensor_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -113,14 +115,14 @@ def redistribute(value: Any, distribution: str, seed: int, keep: tuple[str, ...]
     `keep`: the input's structure (harness.device.inputs.structure), which the redraw keeps: a mask or
     integer values are not redrawn; otherwise the fresh values are made non-negative (|x|, or
     uniform in [0, 4)), put on the simplex (softmax), given the zero pattern, symmetrised or sorted."""
-    if not isinstance(value, torch.Tensor) or not value.is_floating_point() or distribution == "given" or "0/1 mask" in keep or "integer-valued" in keep:
+    if not isinstance(value, torch.Tensor) or not value.is_floating_point() or distribution == Distribution.GIVEN or "0/1 mask" in keep or "integer-valued" in keep:
         return value
     generator = torch.Generator(device=value.device).manual_seed(seed)
-    if distribution == "normal" or (distribution == "shifted" and "rows on the simplex" in keep):
+    if distribution == Distribution.NORMAL or (distribution == Distribution.SHIFTED and "rows on the simplex" in keep):
         fresh = torch.randn(value.shape, generator=generator, device=value.device)
-    elif distribution == "signed":
+    elif distribution == Distribution.SIGNED:
         fresh = torch.rand(value.shape, generator=generator, device=value.device).mul_(4).sub_(0 if "non-negative" in keep else 2)
-    elif distribution == "shifted":
+    elif distribution == Distribution.SHIFTED:
         fresh = value.float() + 3
     else:
         raise ValueError(f"unknown input distribution {distribution!r}")

@@ -22,6 +22,7 @@ from typing import Any, Callable, Collection, Iterable, Optional, Sequence
 
 import torch
 
+from harness.core.config import ModuleMode
 from harness.core.errors import one_line
 from harness.core.records import CallProfile, ForwardOps, KernelTime, OpCount
 
@@ -160,7 +161,7 @@ def observed_call(calls: Sequence[Any]) -> int:
     """The planned call (harness.core.protocol.Call) whose ATen operators are observed on the CPU, the
     candidate's in its worker and the reference's in the judge: the first in eval mode at the
     problem's own size (a warm call: the same-seed call came first), else the first."""
-    return next((index for index, call in enumerate(calls) if call.mode == "eval" and not call.other_size), 0)
+    return next((index for index, call in enumerate(calls) if call.mode == ModuleMode.EVAL and not call.other_size), 0)
 
 
 def observe_ops(thunk: Callable[[], Any], compute: Callable[[str], bool], functions: Collection[str] = (), call: int = -1) -> tuple[Any, ForwardOps]:

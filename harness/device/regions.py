@@ -24,7 +24,8 @@ from typing import Any, Optional
 
 import torch
 
-from harness.core.protocol import RegionHandle, TensorSpec
+from harness.core.config import Device
+from harness.core.protocol import RegionHandle, RegionKind, TensorSpec
 from harness.device.cuda_driver import IpcHandle, check, driver
 
 ALIGN = 256  # every tensor in a region starts on this boundary (any dtype's alignment)
@@ -129,8 +130,8 @@ class Region:
         """A new region owned by this process (the judge): device memory (kind "cuda", the
         default on a CUDA device) or host shared memory ("host")."""
         nbytes = max(int(nbytes), ALIGN)
-        kind = kind or ("cuda" if device.type == "cuda" else "host")
-        if kind == "cuda":
+        kind = kind or (RegionKind.CUDA if device.type == Device.CUDA else RegionKind.HOST)
+        if kind == RegionKind.CUDA:
             torch.cuda.synchronize(device)  # the primary context is current on this thread
             lib = driver()
             pointer = ctypes.c_uint64()
@@ -141,7 +142,7 @@ class Region:
                 lib.cuMemFree_v2(pointer)
                 check(result, "cuIpcGetMemHandle")
             tensor = torch.as_tensor(_CudaMemory(pointer.value, nbytes), device=device)
-            return cls("cuda", nbytes, tensor, bytes(handle.reserved).hex(), lambda: check(lib.cuMemFree_v2(pointer), "cuMemFree"))
+            return cls(RegionKind.CUDA, nbytes, tensor, bytes(handle.reserved).hex(), lambda: check(lib.cuMemFree_v2(pointer), "cuMemFree"))
         fd = os.memfd_create("harness-region")
         try:
             os.ftruncate(fd, nbytes)
@@ -160,12 +161,12 @@ class Region:
                 pass  # a view is still alive; the mapping goes with the process
             os.close(fd)
 
-        return cls("host", nbytes, tensor, f"/proc/{os.getpid()}/fd/{fd}", release)
+        return cls(RegionKind.HOST, nbytes, tensor, f"/proc/{os.getpid()}/fd/{fd}", release)
 
     @classmethod
     def open(cls, handle: RegionHandle, device: torch.device) -> "Region":
         """Map a region another process exported (in the worker)."""
-        if handle.kind == "cuda":
+        if handle.kind == RegionKind.CUDA:
             torch.cuda.synchronize(device)
             lib = driver()
             raw = IpcHandle()
@@ -173,14 +174,14 @@ class Region:
             pointer = ctypes.c_uint64()
             check(lib.cuIpcOpenMemHandle_v2(ctypes.byref(pointer), raw, 1), "cuIpcOpenMemHandle")
             tensor = torch.as_tensor(_CudaMemory(pointer.value, handle.nbytes), device=device)
-            return cls("cuda", handle.nbytes, tensor, handle.handle, lambda: lib.cuIpcCloseMemHandle(pointer))
+            return cls(RegionKind.CUDA, handle.nbytes, tensor, handle.handle, lambda: lib.cuIpcCloseMemHandle(pointer))
         fd = os.open(handle.handle, os.O_RDWR)
         try:
             memory = mmap.mmap(fd, handle.nbytes)
         finally:
             os.close(fd)
         tensor = torch.frombuffer(memory, dtype=torch.uint8)
-        return cls("host", handle.nbytes, tensor, handle.handle, _pin(tensor, device))
+        return cls(RegionKind.HOST, handle.nbytes, tensor, handle.handle, _pin(tensor, device))
 
     def free(self) -> None:
         """Release the allocation. The judge calls this only once the worker that mapped it has ended."""
@@ -193,7 +194,7 @@ class Region:
 def _pin(tensor: torch.Tensor, device: torch.device) -> Any:
     """Page-lock host memory a CUDA device copies to and from (a faster DMA); returns the undo.
     Where the driver refuses, copies go through pageable memory, slower but the same."""
-    if device.type != "cuda" or tensor.numel() == 0:
+    if device.type != Device.CUDA or tensor.numel() == 0:
         return lambda: None
     cudart = torch.cuda.cudart()
     pointer = tensor.data_ptr()

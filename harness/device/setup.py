@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from harness.core.config import Device
 from harness.core.status import Status
 from harness.device.environment import cpu_name
 from harness.device.failures import WorkerFailure
@@ -24,7 +25,7 @@ def setup_device(job: Any) -> tuple[Any, str, str]:
     WorkerJob or JudgeJob (its `device` and `allow_tf32`)."""
     torch.backends.cuda.matmul.allow_tf32 = bool(job.allow_tf32)
     torch.backends.cudnn.allow_tf32 = bool(job.allow_tf32)
-    if job.device == "cuda":
+    if job.device == Device.CUDA:
         if not torch.cuda.is_available():
             raise WorkerFailure(Status.NEEDS_CUDA, "the run asked for CUDA and the process sees no CUDA device")
         device = torch.device("cuda", 0)
@@ -39,7 +40,7 @@ def setup_device(job: Any) -> tuple[Any, str, str]:
 
 def synchronize(device: Any) -> None:
     """Wait for the device's queued work (nothing to wait for on the CPU)."""
-    if device.type == "cuda":
+    if device.type == Device.CUDA:
         torch.cuda.synchronize(device)
 
 

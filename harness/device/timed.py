@@ -8,7 +8,7 @@ from typing import Any, Callable, Collection
 import torch
 
 from harness.core import protocol as P
-from harness.core.config import TimerSettings
+from harness.core.config import Device, TimerSettings, TimingMode
 from harness.core.errors import one_line
 from harness.core.pairing import device_sync_reason
 from harness.core.status import Status
@@ -32,8 +32,8 @@ def prepare_timer(runner: Any, sets: list[list[Any]], device: Any, settings: Tim
     try:
         with torch.no_grad():
             timer = Timer(runner, sets, device, settings)
-            graph_error = timer.prepare(graph=settings.mode == "graph")
-            if device.type == "cuda" and profiled:
+            graph_error = timer.prepare(graph=settings.mode == TimingMode.GRAPH)
+            if device.type == Device.CUDA and profiled:
                 try:
                     profile, graph_error = _profile(runner, sets[0], timer, graph_error, own)
                 except Exception as exc:

@@ -25,6 +25,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
+from harness.core.config import Device, SyncMode, TimingMode
 from harness.core.records import OUTSIDE_CAPTURE, TimingStats, minus_overhead, relative_standard_error_of_median
 from harness.device.cuda_driver import persisting_l2, reset_persisting_l2
 from harness.device.graphs import GraphCaptureError, capture_graphs, replay_mismatch
@@ -54,7 +55,7 @@ def _stop_reason(samples: list[float], started: float, cfg: Any, overhead: float
     return None
 
 
-def time_forward(fn: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], device: torch.device, cfg: Any, *, sync: str = "stream") -> TimingStats:
+def time_forward(fn: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], device: torch.device, cfg: Any, *, sync: str = SyncMode.STREAM) -> TimingStats:
     """Time `fn(*args)` over `arg_sets` (rotated) with the timing config `cfg`, in one go.
 
     `sync` is "stream" (end event on the calling stream) or "device" (device-wide synchronise
@@ -65,8 +66,8 @@ def time_forward(fn: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], devi
     if not arg_sets:
         raise ValueError("time_forward needs at least one input set")
     timer = Timer(fn, arg_sets, device, cfg)
-    error = timer.prepare(graph=cfg.mode == "graph")
-    mode = "graph" if timer.graphs is not None else "eager"
+    error = timer.prepare(graph=cfg.mode == TimingMode.GRAPH)
+    mode = TimingMode.GRAPH if timer.graphs is not None else TimingMode.EAGER
     fallback = (error if error.startswith((OUTSIDE_CAPTURE, NO_GRAPHS_ON_CPU)) else f"graph capture failed, timed eagerly: {error}") if error else ""
     stats = timer.sample(mode, sync, cfg)
     return dataclasses.replace(stats, warmup_calls=timer.warmup_calls + stats.warmup_calls, fallback=fallback)
@@ -87,8 +88,8 @@ class Timer:
         self.graphs: Optional[list[Callable[[], Any]]] = None
         self._graph_first: Any = None  # the first set's graph's static outputs (each replay rewrites them)
         self.warmup_calls = 0
-        self.last_mode = "eager"  # the mode of the latest sampling: whose output is the latest timed one
-        self.flush = flush_buffer(device) if device.type == "cuda" and cfg.flush_l2 else None
+        self.last_mode: str = TimingMode.EAGER  # the mode of the latest sampling: whose output is the latest timed one
+        self.flush = flush_buffer(device) if device.type == Device.CUDA and cfg.flush_l2 else None
 
     def _keeping(self, fn: Callable[..., Any], args: Sequence[Any]) -> Callable[[], Any]:
         def call() -> Any:
@@ -101,12 +102,12 @@ class Timer:
     def latest_output(self) -> Any:
         """The output of the latest timed call on the first input set: the first graph's static
         outputs when graphs are timed, else the latest eager call's (None before any call)."""
-        if self.graphs is not None and self.last_mode == "graph":
+        if self.graphs is not None and self.last_mode == TimingMode.GRAPH:
             return self._graph_first
         return self._latest[0] if self._latest else None
 
     def _sync(self) -> None:
-        if self.device.type == "cuda":
+        if self.device.type == Device.CUDA:
             torch.cuda.synchronize(self.device)
 
     def prepare(self, graph: bool) -> str:
@@ -116,7 +117,7 @@ class Timer:
         self.warmup_calls = _warm_up(self.eager, self.cfg.warmup_ms, self._sync)
         if not graph:
             return ""
-        if self.device.type != "cuda":
+        if self.device.type != Device.CUDA:
             return NO_GRAPHS_ON_CPU
         try:
             captured = capture_graphs(self.fn, self.arg_sets, self.device)
@@ -145,12 +146,12 @@ class Timer:
 
     def sample(self, mode: str, sync: str, cfg: Any, warm: bool = False, clocks: bool = True, min_s: float = 0.0) -> TimingStats:
         """Sample `mode` calls under `cfg`'s stopping rule, for at least `min_s` seconds."""
-        calls = self.graphs if mode == "graph" else self.eager
+        calls = self.graphs if mode == TimingMode.GRAPH else self.eager
         if calls is None:
             raise ValueError("graph mode needs graphs captured by prepare(graph=True)")
         self.last_mode = mode
         warmup = _warm_up(calls, cfg.warmup_ms, self._sync) if warm else 0
-        if self.device.type == "cuda":
+        if self.device.type == Device.CUDA:
             stats = _sample_cuda(calls, self.device, cfg, sync, self.flush, clocks, min_s)
         else:
             stats = _sample_cpu(calls, cfg, min_s)
@@ -214,7 +215,7 @@ def _sample_cuda(calls: Sequence[Callable[[], Any]], device: torch.device, cfg: 
                 flush.zero_()  # outside the events
             start.record()
             call()
-            if sync == "device":
+            if sync == SyncMode.DEVICE:
                 torch.cuda.synchronize(device)
             end.record()
         ends[len(chosen) - 1].synchronize()

@@ -23,6 +23,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from harness.core.config import Device
 from harness.core.records import CheckResult
 from harness.device.inputs import as_outputs
 from harness.device.inputs import same_tensor_bits as same_bits
@@ -96,7 +97,7 @@ class InertBuffers:
     def _probe(self, name: str) -> bool:
         device = next((t.device for t in self.state.values() if isinstance(t, torch.Tensor)), torch.device("cpu"))
         try:
-            with torch.no_grad(), torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            with torch.no_grad(), torch.random.fork_rng(devices=[device] if device.type == Device.CUDA else []):
                 twin, sets = copy.deepcopy(self.model), self.inputs()
                 if name not in dict(twin.named_buffers()):
                     return False

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.core.config import TimerSettings
+from harness.core.config import Device, TimerSettings
 from harness.core.errors import one_line
 from harness.core.records import from_dict
 from harness.core.status import Vocabulary
@@ -97,7 +97,7 @@ def lint(path: Path, device_name: str, settings: dict[str, Any]) -> list[LintChe
     torch.manual_seed(1)
     model = module.Model(*module.get_init_inputs()).to(device).eval()
     checks: list[LintCheck] = []
-    if device.type == "cuda":
+    if device.type == Device.CUDA:
         torch.cuda.reset_peak_memory_stats(device)
     with torch.no_grad():
         first_inputs, other_inputs = inputs(11), inputs(12)
@@ -161,7 +161,7 @@ def _memory_and_launches(model: Any, args: list[Any], outputs: list[Any], device
     import torch
 
     limit = settings["memory_gb"] * (1 << 30)
-    if device.type == "cuda":
+    if device.type == Device.CUDA:
         peak = torch.cuda.max_memory_allocated(device)
         return [LintCheck("fits in memory", LintOutcome.PASS if peak <= limit else LintOutcome.FAIL, f"peak {peak / (1 << 30):.2f} GiB allocated, limit {settings['memory_gb']:g} GiB"), *_launch_bound(model, args, device, settings)]
     tensors = [a for a in args if isinstance(a, torch.Tensor)] + outputs + list(model.parameters()) + list(model.buffers())

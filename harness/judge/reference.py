@@ -19,6 +19,7 @@ from typing import Any, Optional
 import torch
 
 from harness.core import protocol as P
+from harness.core.config import Device, ModuleMode
 from harness.core.errors import one_line
 from harness.core.status import Backward, Status
 from harness.device.checks import model_gradients
@@ -69,7 +70,7 @@ class Reference:
         """The model under the construct seed (its state kept as `initial`), the other size probed,
         then its weights redrawn when the job asks (kept as `randomized`)."""
         job = self.job
-        if self.device.type == "cuda":
+        if self.device.type == Device.CUDA:
             torch.cuda.reset_peak_memory_stats(self.device)
         try:
             self.init_args = list(self.module.get_init_inputs())
@@ -98,7 +99,7 @@ class Reference:
                 scanned(self, self.same_seed_noise, self.inputs(0), probe=False)
                 self.load(self.randomized)
                 for index, call in enumerate(job.calls):
-                    self.model.train(call.mode == "train")
+                    self.model.train(call.mode == ModuleMode.TRAIN)
                     args = self.inputs(call.input)
                     self.set_bytes = max(self.set_bytes, layout(tensors_of(args))[1])
                     sizes.append(output_bytes(scanned(self, self.noise, args, probe=index == job.precision_call)))
@@ -205,7 +206,7 @@ class Reference:
 
     def peak(self) -> int:
         """The peak memory so far: the device's allocator on a GPU, the process's on the CPU."""
-        if self.device.type == "cuda":
+        if self.device.type == Device.CUDA:
             return max(self.peak_floor, int(torch.cuda.max_memory_allocated(self.device)))
         return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
@@ -225,7 +226,7 @@ def scanned(reference: Reference, scan: NoiseScan, args: list[Any], probe: bool)
         except Exception as exc:
             reference.float64_note = f"the float64 twin cannot run: {one_line(exc)}"
         reference.peak_floor = before
-        if reference.device.type == "cuda":
+        if reference.device.type == Device.CUDA:
             torch.cuda.reset_peak_memory_stats(reference.device)
     out = reference.forward(args)
     if scan.open:
@@ -251,7 +252,7 @@ RELEASE_ABOVE = 256 << 20  # cached, unused device memory the judge keeps at mos
 def release(device: torch.device) -> None:
     """Give cached device memory back, so that the worker beside the judge can have it (only when
     there is much of it: emptying the cache after every small step would cost its reallocation)."""
-    if device.type == "cuda" and torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device) > RELEASE_ABOVE:
+    if device.type == Device.CUDA and torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device) > RELEASE_ABOVE:
         torch.cuda.empty_cache()
 
 
@@ -279,14 +280,14 @@ def output_bytes(outputs: Any) -> int:
 
 def device_memory(device: torch.device) -> int:
     """The device's total memory (the machine's, for the CPU)."""
-    if device.type == "cuda":
+    if device.type == Device.CUDA:
         return int(torch.cuda.get_device_properties(device).total_memory)
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def free_memory(device: torch.device) -> int:
     """The device's free memory (the machine's available memory, for the CPU)."""
-    if device.type == "cuda":
+    if device.type == Device.CUDA:
         return int(torch.cuda.mem_get_info(device)[0])
     try:
         with open("/proc/meminfo") as f:

@@ -22,6 +22,7 @@ from typing import Any, Sequence
 
 import torch
 
+from harness.core.config import Device
 from harness.core.records import SpeedOfLight
 from harness.device.environment import cpu_name
 
@@ -92,9 +93,9 @@ def floor(work: Work, peaks: Peaks) -> SpeedOfLight:
 def device_peaks(device: torch.device, dtype: str, cache_dir: Path) -> Peaks:
     """Peaks for `dtype` on `device`: from the cache file when there, else measured and cached.
     A lock on the file keeps two workers from measuring (and disturbing each other) at once."""
-    tf32 = device.type == "cuda" and dtype == "float32" and torch.backends.cuda.matmul.allow_tf32
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
-    label = f"{name}|torch {torch.__version__}|{dtype}|tf32={tf32}|threads={torch.get_num_threads() if device.type == 'cpu' else 0}"
+    tf32 = device.type == Device.CUDA and dtype == "float32" and torch.backends.cuda.matmul.allow_tf32
+    name = torch.cuda.get_device_name(device) if device.type == Device.CUDA else cpu_name()
+    label = f"{name}|torch {torch.__version__}|{dtype}|tf32={tf32}|threads={torch.get_num_threads() if device.type == Device.CPU else 0}"
     slug = re.sub(r"[^A-Za-z0-9]+", "-", name).strip("-")[:40]
     path = cache_dir / f"{slug}-{hashlib.sha256(label.encode()).hexdigest()[:16]}.json"
     cache_dir.mkdir(parents=True, exist_ok=True)
@@ -116,7 +117,7 @@ def _best_ms(fn: Any, device: torch.device, reps: int) -> float:
     fn()
     best = float("inf")
     for _ in range(reps):
-        if device.type == "cuda":
+        if device.type == Device.CUDA:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             fn()
@@ -131,20 +132,20 @@ def _best_ms(fn: Any, device: torch.device, reps: int) -> float:
 
 
 def _matmul_tflops(device: torch.device, dtype: torch.dtype) -> float:
-    n = 8192 if device.type == "cuda" else 1024
+    n = 8192 if device.type == Device.CUDA else 1024
     a = torch.randn(n, n, device=device, dtype=dtype)  # random data: zeros run faster than real data
     b = torch.randn(n, n, device=device, dtype=dtype)
-    ms = _best_ms(lambda: torch.mm(a, b), device, reps=10 if device.type == "cuda" else 3)
+    ms = _best_ms(lambda: torch.mm(a, b), device, reps=10 if device.type == Device.CUDA else 3)
     return 2 * n**3 / (ms * 1e-3) / 1e12
 
 
 def _copy_gbps(device: torch.device) -> float:
-    if device.type == "cuda":
+    if device.type == Device.CUDA:
         free, _ = torch.cuda.mem_get_info(device)
         nbytes = min(1 << 30, free // 8)
     else:
         nbytes = 64 << 20
     src = torch.empty(nbytes // 4, dtype=torch.float32, device=device).uniform_()
     dst = torch.empty_like(src)
-    ms = _best_ms(lambda: dst.copy_(src), device, reps=20 if device.type == "cuda" else 5)
+    ms = _best_ms(lambda: dst.copy_(src), device, reps=20 if device.type == Device.CUDA else 5)
     return 2 * nbytes / (ms * 1e-3) / 1e9

@@ -36,7 +36,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from harness.core import protocol as P
-from harness.core.config import Tolerance
+from harness.core.config import Device, ModuleMode, Tolerance
 from harness.core.errors import one_line
 from harness.core.integrity import is_compute
 from harness.core.pairing import device_sync_reason
@@ -151,7 +151,7 @@ class Checker:
         if changed:
             return changed
         unsafe = self.stager.guards(session, args, f"call_{step.index}")
-        reference.model.train(call.mode == "train")
+        reference.model.train(call.mode == ModuleMode.TRAIN)
         wide = reference.float64(args) if step.index == self.job.precision_call else None
         reference.output_bytes = 0
         torch.manual_seed(self.job.rng_seed + step.index)  # the worker seeds its call the same way
@@ -242,10 +242,10 @@ class ReferenceTiming:
         job, reference = self.job, self.reference
         reference.load(reference.randomized)
         sets = [reference.inputs(t) for t in range(self.stager.footprint.timed_slots)]
-        if job.timing is not None and self.device.type == "cuda" and job.profile is not None:
+        if job.timing is not None and self.device.type == Device.CUDA and job.profile is not None:
             self.profile = job.profile  # from the reference cache: no profiler start in this judge
             report = dataclasses.replace(report, profile=self.profile)
-        elif job.timing is not None and self.device.type == "cuda":
+        elif job.timing is not None and self.device.type == Device.CUDA:
             reference.model.eval()
             try:
                 with torch.no_grad():
@@ -297,7 +297,7 @@ class ReferenceTiming:
     @contextlib.contextmanager
     def _threads(self) -> Any:
         """On the CPU the reference is timed with timing.cpu_threads threads, as workers are."""
-        if self.device.type == "cpu" and self.job.cpu_threads:
+        if self.device.type == Device.CPU and self.job.cpu_threads:
             torch.set_num_threads(self.job.cpu_threads)
         try:
             yield
@@ -314,7 +314,7 @@ def reference_ops(reference: Reference, calls: tuple[P.Call, ...]) -> ForwardOps
     index = observed_call(calls)
     call = calls[index]
     reference.load(reference.randomized)
-    reference.model.train(call.mode == "train")
+    reference.model.train(call.mode == ModuleMode.TRAIN)
     args = reference.inputs(call.input)
     with torch.no_grad():
         _, ops = observe_ops(lambda: reference.forward(args), is_compute, call=index)
@@ -374,7 +374,7 @@ class Judge:
         self._phase("load")
         reference, device_name, check_threads = self._load()
         # Regions in device memory where another process can map it, else in host shared memory.
-        region_kind = "cuda" if reference.device.type == "cuda" and device_sharing() else "host"
+        region_kind = P.RegionKind.CUDA if reference.device.type == Device.CUDA and device_sharing() else P.RegionKind.HOST
 
         self._phase("construct")
         reference.construct()
@@ -393,7 +393,7 @@ class Judge:
             input_structure=structure_notes(reference.structures),
             degenerate=reference.noise.notes("every call of the plan", NOISE_THEN) or reference.same_seed_noise.notes("the same-seed call (the initial weights)", NOISE_THEN),
         )
-        if reference.device.type == "cpu":
+        if reference.device.type == Device.CPU:
             report = dataclasses.replace(report, forward_ops=reference_ops(reference, job.calls))
         self.reference, self.stager = reference, Stager(job, reference, footprint)
         self.checker = Checker(job, reference, self.stager, self.tolerances)
@@ -504,7 +504,7 @@ def serve(requests: Any, send: Callable[[Any], None]) -> None:
 
 
 def _device_broken(device: Optional[torch.device]) -> bool:
-    if device is None or device.type != "cuda":
+    if device is None or device.type != Device.CUDA:
         return False
     try:
         torch.cuda.synchronize(device)
@@ -517,7 +517,7 @@ def main() -> None:
     request_fd, reply_fd = int(sys.argv[1]), int(sys.argv[2])
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
-    if os.environ.get(PREWARM) == "cuda":  # a prestarted judge readies the device while it waits for its problem
+    if os.environ.get(PREWARM) == Device.CUDA:  # a prestarted judge readies the device while it waits for its problem
         prewarm_cuda()
 
     def send(message: Any) -> None:

@@ -17,6 +17,7 @@ from typing import Any, Optional
 import torch
 
 from harness.core import protocol as P
+from harness.core.config import Device
 from harness.core.status import Status
 from harness.device.failures import WorkerFailure
 from harness.device.inputs import same_bits
@@ -29,7 +30,7 @@ from harness.judge.reference import Reference, release, tensors_of
 class Footprint:
     """What a session's regions hold, fixed once the reference has run through the plan."""
 
-    region_kind: str  # "cuda": device memory another process can map; "host": host shared memory
+    region_kind: str  # a RegionKind: cuda, device memory another process can map; host, host shared memory
     set_bytes: int  # the largest input set of the plan: one slot
     mailbox_bytes: int  # the largest step's outputs
     timed_slots: int  # input-set slots in a session's inputs region
@@ -144,7 +145,7 @@ class Stager:
         bit what the slot holds (the reference may write into its inputs). On a GPU, make them again."""
         used = session.last_args
         session.last_args = None
-        if self.device.type == "cpu" and used is not None and session.last_trial == trial:
+        if self.device.type == Device.CPU and used is not None and session.last_trial == trial:
             slot = [view(session.inputs.tensor, spec) for spec in layout(tensors_of(used), session.slots[0])[0]]
             if all(same_bits(mine, theirs) for mine, theirs in zip(tensors_of(used), slot)):
                 return used
@@ -170,7 +171,7 @@ class Stager:
     @property
     def worker_copies(self) -> bool:
         """Whether workers compute on device copies of a host region, which the judge cannot see."""
-        return self.footprint.region_kind == "host" and self.device.type == "cuda"
+        return self.footprint.region_kind == P.RegionKind.HOST and self.device.type == Device.CUDA
 
     def mutated(self, session: SessionState, args: list[Any], label: str) -> Optional[P.StepAnswer]:
         """The worker's copy of the inputs must still hold what the judge staged. (A worker on a

@@ -14,7 +14,7 @@ from typing import Any, Callable, Optional
 
 from harness.core import integrity
 from harness.core import protocol as P
-from harness.core.config import Config
+from harness.core.config import Config, Device, TimingMode
 from harness.core.errors import flat
 from harness.core.pairing import launch_bound
 from harness.core.plan import Plan
@@ -148,7 +148,7 @@ class ProblemEvaluation:
     def _prescreen(self, candidate: Candidate) -> Optional[Failure]:
         if candidate.extraction_failure is not None:
             return Failure(Status.EXTRACT_FAILED, candidate.extraction_failure)
-        if self.device == "cpu":
+        if self.device == Device.CPU:
             why = needs_cuda_statically(candidate.path)
             if why:
                 return Failure(Status.NEEDS_CUDA, f"{why}; this run is on the CPU")
@@ -256,7 +256,7 @@ def compare_times(timing: TimingStats, paired: PairedSpeedup, profile: Optional[
         if theirs.protocol != paired.protocol:
             warnings.append(f"no speedup over {name}: it was timed with {theirs.protocol}, this candidate needs {paired.protocol}")
     bound, measured = launch_bound(reference.profile)
-    if timing.mode == "eager" and bound:
+    if timing.mode == TimingMode.EAGER and bound:
         warnings.append(f"the reference is launch-bound ({measured}): this speedup measures host launch overhead as much as GPU work; timing.mode=graph times both sides without it")
     sol = reference.speed_of_light
     if sol is not None and sol.floor_ms > 0:
@@ -312,6 +312,6 @@ def timing_warnings(timing: TimingStats, cfg: Any, profile: Optional[CallProfile
         warnings.append(timing.fallback)
     if timing.sync_reason:
         warnings.append(f"timed with a device-wide synchronise because {timing.sync_reason}")
-    if profile is not None and timing.mode == "eager" and launch_bound(profile)[0]:
+    if profile is not None and timing.mode == TimingMode.EAGER and launch_bound(profile)[0]:
         warnings.append(f"launch-bound: its kernels keep the GPU busy for {profile.kernel_ms / profile.span_ms:.0%} of its call's GPU span; the rest is host overhead between launches; timing.mode=graph times it without the launch gaps")
     return warnings

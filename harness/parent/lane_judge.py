@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from harness.core import protocol as P
-from harness.core.config import Config, TimerSettings
+from harness.core.config import Config, Device, GradientPolicy, Switch, TimerSettings, TimingMode
 from harness.core.errors import flat
 from harness.core.pairing import Pairing, ProblemTiming, resolve_mode
 from harness.core.plan import Plan
@@ -80,7 +80,7 @@ class LaneJudge:
             randomize_weights=plan.randomize_weights,
             precision_call=plan.precision_call,
             timed_inputs=plan.timed_inputs,
-            gradients=cfg.check.gradients != "off",
+            gradients=cfg.check.gradients != GradientPolicy.OFF,
             gradient_seed=plan.gradient_seed,
             rng_seed=plan.rng_seed,
             allow_tf32=cfg.check.allow_tf32,
@@ -215,7 +215,7 @@ class ComparedPass:
             calls=P.role_calls(subject.role, plan.calls),
             timing=TimerSettings.from_config(cfg.timing, self.timing_mode.mode) if cfg.timing.enabled else None,
             allow_tf32=cfg.check.allow_tf32,
-            gradients=cfg.check.gradients != "off",
+            gradients=cfg.check.gradients != GradientPolicy.OFF,
             gradient_seed=plan.gradient_seed,
             rng_seed=plan.rng_seed,
             cpu_threads=cfg.timing.cpu_threads,
@@ -235,7 +235,7 @@ class ComparedPass:
         """The judge's verdict on a step the worker reported in its role's declared order; a step
         out of that order is refused before the judge sees it."""
         role = self.subject.role
-        order = P.out_of_order(role, self.seen, step, len(P.role_calls(role, self.plan.calls)), self.setting.cfg.check.gradients != "off")
+        order = P.out_of_order(role, self.seen, step, len(P.role_calls(role, self.plan.calls)), self.setting.cfg.check.gradients != GradientPolicy.OFF)
         if order:
             return Failure(Status.FORGED_RESULT, order)
         self.seen.append(step.step)
@@ -314,14 +314,14 @@ class ReferencePass:
     def __init__(self, setting: Setting, judge: LaneJudge, stopped: Callable[[], bool]) -> None:
         self.setting, self.judge, self.stopped = setting, judge, stopped
         cfg = setting.cfg
-        self.timing_mode = ProblemTiming(cfg.timing.mode if cfg.timing.mode != "auto" else "eager")  # resolved once the reference is profiled
+        self.timing_mode = ProblemTiming(cfg.timing.mode if cfg.timing.mode != TimingMode.AUTO else TimingMode.EAGER)  # resolved once the reference is profiled
 
     def run(self, plan: Plan) -> ReferenceRecord:
         """The reference's record, written to the store (a stopped run raises Stopped instead)."""
         setting, cfg = self.setting, self.setting.cfg
         cache = TimingCache(cfg, setting.problem_hash, setting.device, setting.lane.gpu) if cfg.timing.reuse_reference and cfg.timing.enabled else None
         cached = cache.load() if cache is not None else None
-        learned = ProfileCache(cfg, setting.problem_hash, setting.lane.gpu) if cfg.timing.reuse_profile and cfg.timing.enabled and setting.device == "cuda" else None
+        learned = ProfileCache(cfg, setting.problem_hash, setting.lane.gpu) if cfg.timing.reuse_profile and cfg.timing.enabled and setting.device == Device.CUDA else None
         known = learned.load() if learned is not None else None
         known_sol = (cached.speed_of_light if cached is not None else None) or (known.speed_of_light if known is not None else None)
         started = datetime.datetime.now()
@@ -336,7 +336,7 @@ class ReferencePass:
             record = dataclasses.replace(record, speed_of_light=record.speed_of_light or known.speed_of_light, profile_reused_from=known.run_id)
         elif record.ok and learned is not None and record.profile is not None:
             learned.save(record)
-        if cfg.timing.enabled and setting.device == "cuda":
+        if cfg.timing.enabled and setting.device == Device.CUDA:
             record = dataclasses.replace(record, timing_mode=self.timing_mode.mode, timing_mode_reason=self.timing_mode.reason)
         if record.ok and cached is not None:
             # Reused: the torch.compile baselines' paired timings and the speed-of-light (the eager
@@ -392,7 +392,7 @@ class ReferencePass:
 
     def wants_null(self) -> bool:
         setting = self.setting.cfg.timing.null_candidate
-        return setting == "on" or (setting == "auto" and self.setting.device == "cuda")
+        return setting == Switch.ON or (setting == Switch.AUTO and self.setting.device == Device.CUDA)
 
     def null(self, plan: Plan) -> NullFloor:
         """The null candidate: the problem's own Model through the candidate path (every check, then

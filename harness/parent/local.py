@@ -21,7 +21,7 @@ import threading
 import time
 from typing import Callable, Optional
 
-from harness.core.config import Config
+from harness.core.config import Config, Device
 from harness.core.errors import UserError
 from harness.core.plan import Plan
 from harness.core.records import CandidateRecord
@@ -37,7 +37,7 @@ __all__ = ["FAIR_WAIT_S", "LocalExecutor", "lane_count", "local_lanes", "visible
 
 def local_lanes(cfg: Config, device: str, quiet: Optional[QuietHost] = None) -> list[Lane]:
     """The lanes of this machine (lane_count of them), their processes on the run's quiet host `quiet`."""
-    if device != "cuda":
+    if device != Device.CUDA:
         return [Lane.single(cfg, device, quiet=quiet)]
     visible = visible_gpus()
     chosen = list(cfg.workers.gpus) or list(range(len(visible)))

@@ -22,7 +22,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Optional
 
-from harness.core.config import ROOT
+from harness.core.config import ROOT, Device
 from harness.parent.quiet import QuietHost
 
 
@@ -104,7 +104,7 @@ class BuildAhead:
         compilers start, stopped while a lane times. Time it spends stopped does not count against
         `timeout`."""
         env = {**os.environ, "MAX_JOBS": str(self.jobs_per_build)}
-        if self.arch not in ("", "cpu"):
+        if self.arch not in ("", Device.CPU):
             env["TORCH_CUDA_ARCH_LIST"] = self.arch
         host = self.quiet
         started = time.perf_counter()

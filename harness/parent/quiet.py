@@ -147,14 +147,14 @@ class QuietHost:
     """A run's registry of background and timing processes, and the holds of the lanes that are
     timing. Thread-safe: several lanes may hold at once."""
 
-    def __init__(self, mode: str = "off", lanes: int = 1, *, cpus: Optional[Iterable[int]] = None, cpus_per_lane: int = CPUS_PER_LANE) -> None:
+    def __init__(self, mode: str = QuietMode.OFF, lanes: int = 1, *, cpus: Optional[Iterable[int]] = None, cpus_per_lane: int = CPUS_PER_LANE) -> None:
         if mode not in QuietMode.words():
             raise ValueError(f"quiet mode must be one of {list(QuietMode.words())}, got {mode!r}")
         self.mode = mode
         self.lanes = max(1, int(lanes))
         self.cpus_per_lane = max(1, int(cpus_per_lane))
-        self.pausing = mode in ("pause", "both")
-        self.cpus = CpuPlan.partition(sorted(set(cpus if cpus is not None else os.sched_getaffinity(0))), self.lanes, self.cpus_per_lane) if mode in ("pin", "both") else CpuPlan()
+        self.pausing = mode in (QuietMode.PAUSE, QuietMode.BOTH)
+        self.cpus = CpuPlan.partition(sorted(set(cpus if cpus is not None else os.sched_getaffinity(0))), self.lanes, self.cpus_per_lane) if mode in (QuietMode.PIN, QuietMode.BOTH) else CpuPlan()
         self.pin_note = self.cpus.note
         self._lock = threading.RLock()
         self._background: dict[int, tuple[Process, bool]] = {}  # pid -> (process, leads its own group)
@@ -212,14 +212,14 @@ class QuietHost:
 
     def describe(self) -> str:
         """One line for logs and records, e.g. `pause+pin: lanes on CPUs 14-15, builds on 0-13`."""
-        return "off" if self.mode == "off" else self.cpus.describe(self.pausing)
+        return QuietMode.OFF if self.mode == QuietMode.OFF else self.cpus.describe(self.pausing)
 
     # -- registering ----------------------------------------------------------------------------
 
     def register_background(self, proc: Process) -> None:
         """`proc` (best: the leader of its own process group, start_new_session=True) is background
         work: pinned to the builds' CPUs, and stopped with its group at once if a lane holds."""
-        if self.mode == "off":
+        if self.mode == QuietMode.OFF:
             return
         pid = _pid(proc)
         with self._lock:
@@ -240,7 +240,7 @@ class QuietHost:
         """`proc` times for lane `lane_index` (its judge, or the worker handed a job): pinned to the
         lane's CPUs, never stopped. A background process (a spare worker taken for a job) stops being
         background: it is pinned first, then continued if a hold had stopped it."""
-        if self.mode == "off":
+        if self.mode == QuietMode.OFF:
             return
         pid = _pid(proc)
         with self._lock:
@@ -256,7 +256,7 @@ class QuietHost:
     def unregister(self, proc: Process) -> None:
         """Forget `proc` (it ended, or is no longer background); a process a hold stopped is
         continued first. Unknown processes are ignored."""
-        if self.mode == "off":
+        if self.mode == QuietMode.OFF:
             return
         pid = _pid(proc)
         with self._lock:

@@ -30,7 +30,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from harness.core.config import ROOT, Config
+from harness.core.config import ROOT, Config, Device
 from harness.core.errors import UserError, one_line
 from harness.core.plan import Plan
 from harness.core.records import CandidateRecord, ReferenceRecord
@@ -78,13 +78,13 @@ def cluster_device(cfg: Config) -> str:
     """cuda when the cluster has GPUs (auto, cuda), else cpu; asking for cuda without any is an error."""
     connect(cfg)
     gpus = int(_ray().cluster_resources().get("GPU", 0))
-    if cfg.device == "cpu":
-        return "cpu"
+    if cfg.device == Device.CPU:
+        return Device.CPU
     if gpus == 0:
-        if cfg.device == "cuda":
+        if cfg.device == Device.CUDA:
             raise UserError("device cuda was asked for, but the Ray cluster has no GPU")
-        return "cpu"
-    return "cuda"
+        return Device.CPU
+    return Device.CUDA
 
 
 def pack_builds(cache_dir: Path, keys: list[str]) -> bytes:
@@ -130,7 +130,7 @@ def build_remote(file_name: str, source: str, arch: str, jobs: int, timeout: flo
         path.write_text(source)
         keys_file = Path(folder) / "keys.json"
         env = {**os.environ, "MAX_JOBS": str(jobs)}
-        if arch not in ("", "cpu"):
+        if arch not in ("", Device.CPU):
             env["TORCH_CUDA_ARCH_LIST"] = arch
         try:
             subprocess.run([sys.executable, "-m", "harness.worker.build", str(path), str(cache), arch, str(keys_file)], capture_output=True, cwd=ROOT, env=env, timeout=timeout, start_new_session=True)
@@ -175,7 +175,7 @@ class LaneActor:
         self.folder = own.make("ray-lane-")
         self.store = LaneStore(self.folder / "results", run_id)
         self.resources = RunResources(self.cfg, device, self.store, own)
-        gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "") if device == "cuda" else ""
+        gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "") if device == Device.CUDA else ""
         self.lane = Lane.single(self.cfg, device, label=f"{socket.gethostname()}/cuda:{gpu}" if gpu else f"{socket.gethostname()}/cpu", quiet=self.resources.quiet)
         self.evaluation: Optional[ProblemEvaluation] = None
         self.evaluation_key: Any = None
@@ -184,7 +184,7 @@ class LaneActor:
     def arch(self) -> str:
         from harness.parent.prebuild import gpu_arch
 
-        return gpu_arch() if self.device == "cuda" else "cpu"
+        return gpu_arch() if self.device == Device.CUDA else Device.CPU
 
     def evaluate(self, problem_file: str, problem_source: str, plan: Plan, candidate_name: str, candidate_source: str, builds: bytes) -> dict[str, Any]:
         """One candidate on this lane (after the problem's reference, when the problem or the plan
@@ -236,19 +236,19 @@ class RayExecutor(QueuedExecutor):
         self.started_ray = connect(cfg)
         cluster = ray.cluster_resources()
         gpus, cpus = int(cluster.get("GPU", 0)), int(cluster.get("CPU", 1))
-        lanes = cfg.ray.lanes or (gpus if device == "cuda" else 1)
-        if device == "cuda" and gpus < 1:
+        lanes = cfg.ray.lanes or (gpus if device == Device.CUDA else 1)
+        if device == Device.CUDA and gpus < 1:
             raise UserError("the Ray cluster has no GPU for a CUDA run")
-        options = {"num_gpus": 1, "num_cpus": 0} if device == "cuda" else {"num_cpus": 1}
+        options = {"num_gpus": 1, "num_cpus": 0} if device == Device.CUDA else {"num_cpus": 1}
         actor = ray.remote(**options)(LaneActor)
         self.actors = [actor.remote(cfg.to_dict(), device, store.run_id) for _ in range(lanes)]
         self.arch = ray.get(self.actors[0].arch.remote())
         widest = max((int(n["Resources"].get("CPU", 0)) for n in ray.nodes() if n.get("Alive")), default=cpus)
-        self.build_cpus = max(1, min(cfg.ray.build_cpus, widest - (0 if device == "cuda" else 1)))  # CPU lanes hold one each
+        self.build_cpus = max(1, min(cfg.ray.build_cpus, widest - (0 if device == Device.CUDA else 1)))  # CPU lanes hold one each
         self.builder = ray.remote(num_cpus=self.build_cpus)(build_remote)
 
     def describe(self) -> str:
-        return f"ray: {len(self.actors)} lane(s) ({'one GPU' if self.device == 'cuda' else 'one CPU'} each), builds in tasks of {self.build_cpus} CPU(s)"
+        return f"ray: {len(self.actors)} lane(s) ({'one GPU' if self.device == Device.CUDA else 'one CPU'} each), builds in tasks of {self.build_cpus} CPU(s)"
 
     def _servers(self) -> list[tuple[str, Callable[[], None]]]:
         return [("ray-dispatch", self._dispatch)]

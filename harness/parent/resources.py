@@ -16,7 +16,7 @@ import os
 import sys
 from typing import Any, Callable, Optional
 
-from harness.core.config import Config
+from harness.core.config import Ahead, Config, Device, Executor, QuietMode
 from harness.core.records import CandidateRecord
 from harness.core.store import RunStore, new_run_id
 from harness.parent.prebuild import BuildAhead, default_parallelism, gpu_arch
@@ -67,7 +67,7 @@ class RunResources:
         host = QuietHost()
         try:
             mode = quiet_mode(cfg, device)
-            host = QuietHost(mode, lane_count(cfg, device) if mode != "off" else 1)
+            host = QuietHost(mode, lane_count(cfg, device) if mode != QuietMode.OFF else 1)
             if echo and host.pin_note:
                 print(f"note: timing.quiet={mode}: {host.pin_note}", file=sys.stderr)
             store = store or RunStore(results_dir, new_run_id())
@@ -99,9 +99,9 @@ class RunResources:
 def quiet_mode(cfg: Config, device: str) -> str:
     """The quiet host's mode for a run: timing.quiet on this machine's lanes (Ray lanes run in
     actors of their own: off), and no pinning on a CPU run, whose checks use every core."""
-    mode = cfg.timing.quiet if cfg.executor == "local" else "off"
-    if device == "cpu" and mode in ("pin", "both"):
-        mode = "pause"
+    mode = cfg.timing.quiet if cfg.executor == Executor.LOCAL else QuietMode.OFF
+    if device == Device.CPU and mode in (QuietMode.PIN, QuietMode.BOTH):
+        mode = QuietMode.PAUSE
     return mode
 
 
@@ -118,7 +118,7 @@ def visible_gpus() -> list[str]:
 
 def lane_count(cfg: Config, device: str) -> int:
     """How many lanes this machine's run has: one per chosen GPU on a CUDA run, one on the CPU."""
-    if device != "cuda":
+    if device != Device.CUDA:
         return 1
     return max(1, len(cfg.workers.gpus) or len(visible_gpus()))
 
@@ -127,12 +127,12 @@ def start_builds(cfg: Config, device: str, quiet: QuietHost) -> Optional[BuildAh
     """A BuildAhead that builds each submitted candidate's extensions in a CPU pool, its builds
     background work for `quiet`; None when builds.ahead is never, or auto on a CPU run (where
     building would disturb the timings), or on Ray (builds run in its tasks)."""
-    if cfg.executor == "ray" or cfg.builds.ahead == "never" or (cfg.builds.ahead == "auto" and device != "cuda"):
+    if cfg.executor == Executor.RAY or cfg.builds.ahead == Ahead.NEVER or (cfg.builds.ahead == Ahead.AUTO and device != Device.CUDA):
         return None
     parallel, jobs = default_parallelism()
     return BuildAhead(
         cfg.path(cfg.build_cache_dir),
-        gpu_arch() if device == "cuda" else "cpu",
+        gpu_arch() if device == Device.CUDA else Device.CPU,
         cfg.builds.parallel or parallel,
         cfg.builds.jobs_per_build or jobs,
         timeout=cfg.timeouts.load,

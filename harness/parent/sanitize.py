@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
+from harness.core.config import Device, SanitizerTool, Switch
 from harness.core.records import SanitizerOutcome, SanitizerResult
 from harness.core.status import Code, Finding
 from harness.parent.quiet import QuietHost
@@ -74,7 +75,7 @@ def _start_tool(tool: str, name: str, job: str, env: dict[str, str], scratch: Pa
     then reads its job from stdin (a prestarted run, `Prestarted`)."""
     # memcheck: a padding after every allocation, so a write just past one buffer does not land
     # unseen in its neighbour
-    padding = ["--padding", str(PADDING)] if name == "memcheck" else []
+    padding = ["--padding", str(PADDING)] if name == SanitizerTool.MEMCHECK else []
     command = [tool, "--tool", name, *padding, "--error-exitcode", str(ERRORS_EXIT), "--print-limit", "20", sys.executable, "-m", "harness.worker.sanitized", job]
     full_env = {**os.environ, **env, "PYTORCH_NO_CUDA_MEMORY_CACHING": "1", "PYTHONUNBUFFERED": "1", "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
     log_path = scratch / f"sanitize-{name}.log"
@@ -201,7 +202,7 @@ class LaneSanitizer:
         """Start the first tool's next run ahead, when prestarting and none is waiting (a CUDA lane
         with the sanitizer on and the tool found)."""
         cfg = self.cfg.sanitizer
-        if not self.prestart_runs or self._spare is not None or self.device != "cuda" or not self.wanted() or not cfg.tools:
+        if not self.prestart_runs or self._spare is not None or self.device != Device.CUDA or not self.wanted() or not cfg.tools:
             return
         tool = find_tool(cfg.path)
         if tool is not None:
@@ -215,12 +216,12 @@ class LaneSanitizer:
 
     def wanted(self) -> bool:
         setting = self.cfg.sanitizer.enabled
-        return setting == "on" or (setting == "auto" and self.device == "cuda")
+        return setting == Switch.ON or (setting == Switch.AUTO and self.device == Device.CUDA)
 
     def run(self, source: Path, source_hash: str, name: str, seed: int, sizes: dict[str, Any]) -> tuple[tuple[SanitizerResult, ...], list[Finding]]:
         """The runs over candidate `name` (its file `source`) and their unsafe-memory findings."""
         cfg = self.cfg.sanitizer
-        if self.device != "cuda":
+        if self.device != Device.CUDA:
             return tuple(SanitizerResult(t, SanitizerOutcome.SKIPPED, "compute-sanitizer checks CUDA runs only") for t in cfg.tools), []
         job = {
             "source": str(source.resolve()),

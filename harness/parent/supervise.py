@@ -22,7 +22,7 @@ from typing import Any, Callable, Optional
 
 from harness.core import protocol as P
 from harness.core.channel import ChannelReader, ForgedMessage, new_key
-from harness.core.config import ROOT, Config
+from harness.core.config import ROOT, Ahead, Config, Device
 from harness.core.protocol import Failure, WorkerOutcome
 from harness.core.records import to_dict
 from harness.core.status import Status
@@ -574,7 +574,7 @@ class Lane:
         host `quiet` (none: an `off` host, which touches nothing)."""
         # nvidia-smi (clocks, identity) numbers GPUs in PCI order; CUDA must number them the same way
         env = {"CUDA_VISIBLE_DEVICES": gpu, "CUDA_DEVICE_ORDER": os.environ.get("CUDA_DEVICE_ORDER", "PCI_BUS_ID")} if gpu else {}
-        launcher = Launcher(prestart=wants_prestart(cfg, device), env=env, lane_index=index, prewarm="cuda" if device == "cuda" else "", spares=cfg.workers.spares, judges=cfg.workers.prestart_judge, quiet=quiet)
+        launcher = Launcher(prestart=wants_prestart(cfg, device), env=env, lane_index=index, prewarm=Device.CUDA if device == Device.CUDA else "", spares=cfg.workers.spares, judges=cfg.workers.prestart_judge, quiet=quiet)
         return cls(label, gpu, launcher)
 
     @property
@@ -585,4 +585,4 @@ class Lane:
 def wants_prestart(cfg: Config, device: str) -> bool:
     """Prestarted workers import torch while another worker runs: on by default for CUDA runs only,
     where the GPU is timed; on a CPU run that import would share the CPU with a timing."""
-    return cfg.workers.prestart == "always" or (cfg.workers.prestart == "auto" and device == "cuda")
+    return cfg.workers.prestart == Ahead.ALWAYS or (cfg.workers.prestart == Ahead.AUTO and device == Device.CUDA)

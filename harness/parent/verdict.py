@@ -17,6 +17,7 @@ import dataclasses
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from harness.core import integrity
+from harness.core.config import Device, Distribution, ModuleMode, Policy, WeightSource
 from harness.core.flags import decide as decide_flags
 from harness.core.protocol import Call, CheckKind, ExtensionCalls, Threads, WorkerOutcome, check_kind
 from harness.core.records import CallProfile, CheckResult, Flag, PairedSpeedup, ReferenceRecord, Stricter, TimingStats
@@ -178,13 +179,13 @@ def findings(case: Case, status: Status) -> tuple[list[Finding], dict[str, Any]]
     extension_calls = dict(counted.checked) if counted is not None else {}
     share, kernels = integrity.own_kernels(profile, case.reference.profile, set(reported.declared), rules.own_share_floor)
     found.extend(kernels)
-    if case.device == "cpu" and status is Status.CORRECT:  # no profile on the CPU: the extensions' counted calls and the ATen operators are the evidence
+    if case.device == Device.CPU and status is Status.CORRECT:  # no profile on the CPU: the extensions' counted calls and the ATen operators are the evidence
         uncalled = integrity.extension_use(extension_calls if counted is not None else None)
         found.extend(uncalled or integrity.reference_ops(counted.forward_ops if counted is not None else None, case.reference.forward_ops, extension_calls))
     found.extend(integrity.side_work(profile, reported.threads))
     if compared.unsafe:
         found.append((Code.UNSAFE_MEMORY, compared.unsafe))
-    if compared.own_weights and rules.weights == "transplant":
+    if compared.own_weights and rules.weights == WeightSource.TRANSPLANT:
         found.append(
             (
                 Code.WEIGHTS_BY_SEED,
@@ -286,7 +287,7 @@ def stricter_than_kernelbench(
     record is correct, or KernelBench's check fails it too (or cannot be told from the evidence)."""
     if status is Status.CORRECT:
         return None
-    failing = next((f for f in flags if f.policy == "fail"), None)
+    failing = next((f for f in flags if f.policy == Policy.FAIL), None)
     if failing is not None:
         return Stricter(f"{Check.FLAG.value}:{failing.code}", failing.reason[:200])
     if status is Status.MUTATED_INPUT:
@@ -303,13 +304,13 @@ def stricter_than_kernelbench(
     if kind is not CheckKind.CALL or len(checks) > len(calls):
         return None
     call = calls[len(checks) - 1]
-    if call.distribution != "given":
+    if call.distribution != Distribution.GIVEN:
         return Stricter(Check.REDRAWN_INPUTS.value, f"{check.name}: KernelBench runs get_inputs() only" + loose)
     if call.other_size:
         return Stricter(Check.OTHER_SIZE.value, f"{check.name}: KernelBench runs one size" + loose)
     if call.repeat:
         return Stricter(Check.REPEAT.value, f"{check.name}: KernelBench calls once per trial" + loose)
-    if call.mode == "eval":
+    if call.mode == ModuleMode.EVAL:
         return Stricter(Check.EVAL_MODE.value, f"{check.name}: KernelBench calls both models in train mode" + loose)
     if check.within_kernelbench:
         return Stricter(Check.TOLERANCE.value, f"{check.name}: max abs error {check.max_abs_error:.2e}, max rel error {check.max_rel_error:.2e}; {within}")

@@ -11,6 +11,8 @@ from typing import Optional
 from harness.sources.extract import extract_code
 from harness.sources.problem import file_hash, natural_key
 
+CUDA_METHOD = "cuda"  # the name of tensor.cuda() and module.cuda() as a candidate's source calls them: torch's spelling, not a device setting
+
 
 @dataclasses.dataclass(frozen=True)
 class Candidate:
@@ -59,6 +61,6 @@ def needs_cuda_statically(path: Path) -> Optional[str]:
                         return f"compiles CUDA sources (load_inline cuda_sources=..., line {node.lineno})"
                     if keyword.arg == "with_cuda" and isinstance(keyword.value, ast.Constant) and keyword.value.value is True:
                         return f"builds with CUDA (load_inline with_cuda=True, line {node.lineno})"
-            if name == "cuda" and isinstance(func, ast.Attribute) and not node.args:
+            if name == CUDA_METHOD and isinstance(func, ast.Attribute) and not node.args:
                 return f"moves tensors to CUDA (.cuda(), line {node.lineno})"
     return None

@@ -52,6 +52,18 @@ class Regression(Vocabulary):
     TIME = "time"  # it is correct on both sides and significantly slower (rule: median)
 
 
+class FailOn(Vocabulary):
+    """The words of `--fail-on` (`Rules.parse`): a rule of `Rules` each, or a whole set of them."""
+
+    DEFAULT = "default"  # correctness and median at the command's default threshold (as an empty --fail-on)
+    NONE = "none"  # nothing fails the gate
+    STATUS = "status"  # Rules.status
+    MEDIAN = "median"  # median:N%, Rules.median
+    GEOMEAN = "geomean"  # geomean:N%, Rules.geomean
+    MISSING = "missing"  # Rules.missing
+    INCOMPARABLE = "incomparable"  # Rules.incomparable
+
+
 REGRESSED, IMPROVED, UNCHANGED, NOT_COMPARABLE, NEW, MISSING = GateOutcome
 VERDICTS = tuple(GateOutcome)
 
@@ -116,27 +128,27 @@ class Rules:
     @classmethod
     def parse(cls, text: str, median_default: float) -> "Rules":
         text = text.strip()
-        if text in ("", "default"):
+        if text in ("", FailOn.DEFAULT):
             return cls(median=median_default)
-        if text == "none":
+        if text == FailOn.NONE:
             return cls(status=False, median=None)
         fields: dict[str, Any] = {"status": True, "median": None}
         for item in (part.strip() for part in text.split(",")):
-            match = re.fullmatch(r"(median|geomean):(\d+(?:\.\d+)?)%", item)
+            match = re.fullmatch(rf"({FailOn.MEDIAN}|{FailOn.GEOMEAN}):(\d+(?:\.\d+)?)%", item)
             if match:
                 fields[match.group(1)] = float(match.group(2)) / 100
-            elif item in ("status", "missing", "incomparable"):
+            elif item in (FailOn.STATUS, FailOn.MISSING, FailOn.INCOMPARABLE):
                 fields[item] = True
             else:
                 raise UserError(f"--fail-on: cannot read {item!r}; use comma-separated status, median:10%, geomean:5%, missing, incomparable or none")
         return cls(**fields)
 
     def describe(self) -> str:
-        parts = ["status" if self.status else ""]
-        parts.append(f"median:{self.median:.0%}" if self.median is not None else "")
-        parts.append(f"geomean:{self.geomean:.0%}" if self.geomean is not None else "")
-        parts += ["missing" if self.missing else "", "incomparable" if self.incomparable else ""]
-        return ",".join(p for p in parts if p) or "none"
+        parts = [FailOn.STATUS if self.status else ""]
+        parts.append(f"{FailOn.MEDIAN}:{self.median:.0%}" if self.median is not None else "")
+        parts.append(f"{FailOn.GEOMEAN}:{self.geomean:.0%}" if self.geomean is not None else "")
+        parts += [FailOn.MISSING if self.missing else "", FailOn.INCOMPARABLE if self.incomparable else ""]
+        return ",".join(p for p in parts if p) or FailOn.NONE
 
 
 @dataclasses.dataclass(frozen=True)

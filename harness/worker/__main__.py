@@ -13,6 +13,7 @@ import traceback
 
 from harness.core import protocol as P
 from harness.core.channel import ChannelWriter
+from harness.core.config import Device
 from harness.core.errors import one_line
 from harness.core.records import from_dict
 from harness.core.status import Status
@@ -27,7 +28,7 @@ ROLES: dict[P.Role, type[Worker]] = {cls.role: cls for cls in (Candidate, Baseli
 
 def main() -> None:
     """Run one job (the modules above, torch among them, were imported before it is read: a prestarted worker waits with them loaded)."""
-    if os.environ.get(PREWARM) == "cuda":
+    if os.environ.get(PREWARM) == Device.CUDA:
         prewarm_cuda()
     text = sys.stdin.buffer.readline()
     if not text.strip():  # the parent went away, or no longer needs this prestarted worker

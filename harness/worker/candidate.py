@@ -8,6 +8,7 @@ from typing import Any, Optional
 import torch
 
 from harness.core import protocol as P
+from harness.core.config import Device
 from harness.device.checks import model_gradients, paired_gradients
 from harness.worker.compared import Worker, _delta, check_calls, construct, finish, load, load_reference_weights, reference_pairs, start_timing, time_rounds
 
@@ -68,6 +69,6 @@ class Candidate(Worker):
         want = P.Want(P.WantKind.TIMING if self.job.timing is not None else P.WantKind.NONE)
         staged = self._step(P.StepKind.GRADS, 0, list(grads.values()), [], want=want, names=names, status=status, reason=reason)
         del grads
-        if self.device.type == "cuda":
+        if self.device.type == Device.CUDA:
             torch.cuda.empty_cache()
         return staged

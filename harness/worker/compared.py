@@ -21,6 +21,7 @@ import torch
 
 from harness.core import protocol as P
 from harness.core.channel import ChannelWriter
+from harness.core.config import Device, ModuleMode, WeightSource
 from harness.core.errors import one_line
 from harness.core.integrity import is_compute
 from harness.core.records import ExtensionBuild, ForwardOps, from_dict
@@ -240,7 +241,7 @@ def construct(worker: Worker, model_class: type) -> Any:
         worker.mailbox = Region.open(worker.session.mailbox, worker.device)
     except Exception as exc:
         raise WorkerFailure(Status.HARNESS_ERROR, f"could not map the judge's regions: {one_line(exc)}") from None
-    worker._copies = worker.inputs.kind == "host" and worker.device.type == "cuda"
+    worker._copies = worker.inputs.kind == P.RegionKind.HOST and worker.device.type == Device.CUDA
     init_args = [a.clone() if isinstance(a, torch.Tensor) else a for a in worker._args(worker.session.init_args)]
     try:
         torch.manual_seed(worker.job.construct_seed)
@@ -258,9 +259,9 @@ def check_calls(worker: Worker, model: Any, runner: Any, staged: P.Staged, cache
     each reported as a step; returns what the judge staged after the last. With `cache` (a
     candidate's) on the CPU, the ATen operators of one call are observed (`Worker._observed`)."""
     calls = worker.job.calls
-    observed = observed_call(calls) if cache is not None and worker.device.type == "cpu" else -1
+    observed = observed_call(calls) if cache is not None and worker.device.type == Device.CPU else -1
     for index, call in enumerate(calls):
-        model.train(call.mode == "train")
+        model.train(call.mode == ModuleMode.TRAIN)
         # The inputs of every call are written by the judge into the same memory: an answer
         # memoised by input identity or address comes back stale and fails the comparison.
         args = worker._set(staged.sets[0], staged.fresh)
@@ -279,7 +280,7 @@ def reference_pairs(worker: Worker, model: Any) -> Optional[list[tuple[str, str]
     """How the reference's weights go into the model (`weight_pairs`), or None when it keeps the
     weights it built under the shared seed: check.weights is seed (KernelBench's way), or they
     pair neither by name nor by position (then `WeightsBySeed` says why; the verdict is flagged)."""
-    if worker.job.weights == "seed":
+    if worker.job.weights == WeightSource.SEED:
         return None
     reference = {w.name: w.tensor for w in worker.session.weights}
     own = model.state_dict()
@@ -335,7 +336,7 @@ def start_timing(worker: Worker, staged: Optional[P.Staged]) -> list[list[Any]]:
     """Phase time begins: the timing threads set, and the input sets the judge staged for timing."""
     assert staged is not None
     worker.phase("time")
-    if worker.device.type == "cpu" and worker.job.cpu_threads:
+    if worker.device.type == Device.CPU and worker.job.cpu_threads:
         torch.set_num_threads(worker.job.cpu_threads)  # checks use every core; timings this many
     return [worker._set(s) for s in staged.sets]
 
