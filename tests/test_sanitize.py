@@ -1,5 +1,6 @@
 """compute-sanitizer runs: the report is read into a verdict, the tool's time limit holds, and a
 missing tool is a note, not a failure. (The real tool on a real kernel: tests/test_gpu_integrity.py.)"""
+import importlib.util
 import os
 import stat
 import time
@@ -50,6 +51,15 @@ def test_findings_become_unsafe_memory_with_the_tools_first_error(tmp_path):
     runs, found = sanitize(tool, ("memcheck",), 30, {"source": "x.py"}, {}, tmp_path)
     assert [r.outcome for r in runs] == ["errors"]
     assert [(code.value, why) for code, why in found] == [("unsafe-memory", "compute-sanitizer memcheck: " + runs[0].detail)]
+
+
+def test_the_tool_runs_the_forward_from_the_worker_package(tmp_path):
+    tool = _fake_tool(tmp_path, 'echo "$@" > "$0.args"\necho "========= ERROR SUMMARY: 0 errors"\n')
+    runs, _ = sanitize(tool, ("memcheck",), 30, {"source": "x.py"}, {}, tmp_path)
+    args = (tmp_path / "compute-sanitizer.args").read_text().split()
+    module = args[args.index("-m") + 1]
+    assert module == "harness.worker.sanitized" and importlib.util.find_spec(module) is not None  # the candidate's code runs in the sandbox's package
+    assert args[args.index("-m") + 2].endswith("sanitize-job.json") and runs[0].tool == "memcheck"
 
 
 def test_a_tool_run_past_its_limit_is_killed_and_reported(tmp_path):
