@@ -94,10 +94,11 @@ def measure(config: str, problem: str, source: str, repeats: int, overrides: lis
             text = source + (f"\n# variant {index}\n" if fresh else "")  # fresh: a new source (its sanitizer runs), the same kernels
             started, record = submit_built(session, problem, text, f"{'cold' if index == 0 else 'warm'}_{index}")
             seconds = time.perf_counter() - started
-            rows.append({"seconds": round(seconds, 3), "status": record.status.value, "reason": record.reason, "speedup": record.speedup,
-                         "phases": record.phase_seconds, "stages": {k: round(v, 3) for k, v in STAGES.items()}, "sanitizer_s": sum(s.seconds for s in record.sanitizer), "wall_seconds": record.wall_seconds,
+            decision, provenance = record.decision, record.provenance
+            rows.append({"seconds": round(seconds, 3), "status": decision.status.value, "reason": decision.reason, "speedup": record.timing.speedup,
+                         "phases": provenance.phase_seconds, "stages": {k: round(v, 3) for k, v in STAGES.items()}, "sanitizer_s": sum(s.seconds for s in record.integrity.sanitizer), "wall_seconds": provenance.wall_seconds,
                          "record": to_dict(record) if index in (0, repeats) else None})
-            print(f"{config} #{index}: {seconds:.2f} s, {record.status.value}, speedup {record.speedup}, phases {record.phase_seconds}, stages {rows[-1]['stages']}", flush=True)
+            print(f"{config} #{index}: {seconds:.2f} s, {decision.status.value}, speedup {record.timing.speedup}, phases {provenance.phase_seconds}, stages {rows[-1]['stages']}", flush=True)
     warm = [r["seconds"] for r in rows[1:]]
     return {"config": config, "overrides": overrides, "fresh": fresh, "device": session.device, "cold_s": rows[0]["seconds"],
             "warm_median_s": statistics.median(warm) if warm else None, "warm_max_s": max(warm) if warm else None, "rows": rows}

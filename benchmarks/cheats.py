@@ -22,6 +22,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from harness.core.schema import migrate  # noqa: E402
+
 CATALOG = ROOT / "benchmarks" / "cheats"
 PROBLEMS = ROOT / "benchmarks" / "problems"
 LEVEL0 = ROOT / "problems" / "level0"
@@ -57,9 +60,21 @@ def expectations(folder: Path, key: str = "Expect") -> dict[str, list[tuple[str,
     return found
 
 
+def candidate_records(text: str) -> list[dict]:
+    """The candidate records `run.py --json` printed (each record's data without its kind, one a line),
+    in this harness's layout: a record of an earlier schema version upgraded (harness.core.schema.migrate)."""
+    records = []
+    for line in text.splitlines():
+        if line.startswith("{"):
+            data = json.loads(line)
+            records.append(migrate({"kind": "candidate", **data}, data.get("schema_version", 1)))
+    return [r for r in records if "candidate" in r["identity"] and "status" in r["decision"]]
+
+
 def matches(record: dict, options: list[tuple[str, str]]) -> bool:
-    codes = {f["code"] for f in record.get("flags", [])}
-    return any(record["status"] == status and (not code or code in codes) for status, code in options)
+    """Whether a candidate record (its data, in its parts) got one of the verdicts `options` allows."""
+    codes = {f["code"] for f in record["integrity"].get("flags", [])}
+    return any(record["decision"]["status"] == status and (not code or code in codes) for status, code in options)
 
 
 def run_catalog(problem: str, out: Path, overrides: list[str], timeout: float = 3000) -> tuple[list[dict], float]:
@@ -72,15 +87,14 @@ def run_catalog(problem: str, out: Path, overrides: list[str], timeout: float = 
     started = time.monotonic()
     proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
     (out / f"{problem}.stderr.txt").write_text(proc.stderr)
-    records = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-    return [r for r in records if "candidate" in r and "status" in r], time.monotonic() - started
+    return candidate_records(proc.stdout), time.monotonic() - started
 
 
 def table(records: list[dict], expected: dict[str, list[tuple[str, str]]]) -> tuple[str, int]:
     """A markdown table of verdicts against expectations, and the count of mismatches."""
     lines = ["| candidate | expected | status | flags | ranked | reason |", "|---|---|---|---|---|---|"]
     wrong = 0
-    by_name = {r["candidate"]: r for r in records}
+    by_name = {r["identity"]["candidate"]: r for r in records}
     for name, options in expected.items():
         record = by_name.get(name)
         want = " or ".join(f"{s} + {c}" if c else s for s, c in options)
@@ -90,10 +104,11 @@ def table(records: list[dict], expected: dict[str, list[tuple[str, str]]]) -> tu
             continue
         ok = matches(record, options)
         wrong += not ok
-        flags = ", ".join(dict.fromkeys(f["code"] + ("!" if f["policy"] == "fail" else "") for f in record.get("flags", [])))
-        ranked = "yes" if record["status"] == "correct" else "no"
-        reason = record["reason"].replace("|", "\\|")[:140]
-        lines.append(f"| {name} | {want} | {'' if ok else '**'}{record['status']}{'' if ok else '**'} | {flags} | {ranked} | {reason} |")
+        decision = record["decision"]
+        flags = ", ".join(dict.fromkeys(f["code"] + ("!" if f["policy"] == "fail" else "") for f in record["integrity"].get("flags", [])))
+        ranked = "yes" if decision["status"] == "correct" else "no"
+        reason = decision["reason"].replace("|", "\\|")[:140]
+        lines.append(f"| {name} | {want} | {'' if ok else '**'}{decision['status']}{'' if ok else '**'} | {flags} | {ranked} | {reason} |")
     return "\n".join(lines), wrong
 
 

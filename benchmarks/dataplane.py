@@ -41,6 +41,10 @@ from pathlib import Path
 from typing import Optional
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from harness.core.records import CandidateRecord, ReferenceRecord  # noqa: E402
+from harness.core.schema import LineError, decode_line  # noqa: E402
+
 KERNELBENCH_LIST = ROOT / "benchmarks" / "kernelbench.txt"
 KERNELBENCH_DIR = ROOT / "benchmarks" / "kernelbench"
 POLL_SECONDS = 0.25
@@ -144,21 +148,22 @@ def stage(problem: Path, scratch: Path) -> str:
 
 
 def read_outcome(result: Result, results_dir: Path) -> None:
-    """Fill `result` from the run's records (the last candidate and reference records found)."""
+    """Fill `result` from the run's records (the last candidate and reference records found; a line of an
+    earlier schema version is read as today's)."""
     for records in sorted(results_dir.glob("*/records.jsonl")):
         for line in records.read_text(encoding="utf-8").splitlines():
             try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
+                record = decode_line(line)
+            except LineError:
                 continue  # a half-written last line
-            if record.get("kind") == "reference":
-                result.reference_s = record.get("wall_seconds")
-            elif record.get("kind") == "candidate":
-                result.status = record.get("status", "")
-                result.reason = record.get("reason", "")
-                result.speedup = record.get("speedup")
-                result.candidate_s = record.get("wall_seconds")
-                result.phases = record.get("phase_seconds") or {}
+            if isinstance(record, ReferenceRecord):
+                result.reference_s = record.wall_seconds
+            elif isinstance(record, CandidateRecord):
+                result.status = record.decision.status.value
+                result.reason = record.decision.reason
+                result.speedup = record.timing.speedup
+                result.candidate_s = record.provenance.wall_seconds
+                result.phases = dict(record.provenance.phase_seconds)
 
 
 def measure(problem: Path, device: str, overrides: list[str], timeout: float, keep: bool) -> Result:

@@ -37,9 +37,12 @@ from typing import Any, Optional
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT))
 
 from pipeline import CUDA_TEMPLATE  # noqa: E402
 from pipeline import PROBLEM as BUILDS_PROBLEM
+
+from harness.core.schema import migrate  # noqa: E402
 
 
 def null_candidate(text: str) -> str:
@@ -87,19 +90,19 @@ def read_run(results: Path, name: str) -> dict[str, Any]:
                 record = json.loads(line)
             except json.JSONDecodeError:
                 continue
-            if record.get("problem") != name:
-                continue
-            if record.get("kind") == "reference" and record.get("null_floor"):
+            record = migrate(record, record.get("schema_version", 1))  # a line of an earlier version (a --root checkout's) in this harness's layout
+            if record.get("kind") == "reference" and record.get("problem") == name and record.get("null_floor"):
                 floor = record["null_floor"]
                 paired = floor.get("paired") or {}
                 out["floor"] = {"status": floor["status"], "speedup": paired.get("speedup"), "low": paired.get("low"), "high": paired.get("high"), "protocol": paired.get("protocol")}
-            elif record.get("kind") == "candidate":
-                paired = record.get("paired") or {}
-                out["candidates"][record["candidate"]] = {
-                    "status": record["status"], "speedup": record.get("speedup"), "low": paired.get("low"), "high": paired.get("high"),
-                    "protocol": paired.get("protocol") or (record.get("timing") or {}).get("sync", ""), "reason": record["reason"][:120],
+            elif record.get("kind") == "candidate" and record["identity"].get("problem") == name:
+                identity, decision, timing = record["identity"], record["decision"], record["timing"]
+                paired = timing.get("paired") or {}
+                out["candidates"][identity["candidate"]] = {
+                    "status": decision["status"], "speedup": timing.get("speedup"), "low": paired.get("low"), "high": paired.get("high"),
+                    "protocol": paired.get("protocol") or (timing.get("stats") or {}).get("sync", ""), "reason": decision["reason"][:120],
                 }
-                out["warnings"] += [f"{record['candidate']}: {w[:160]}" for w in record.get("warnings", []) if "launch-bound" in w or "synchronise" in w]
+                out["warnings"] += [f"{identity['candidate']}: {w[:160]}" for w in decision.get("warnings", []) if "launch-bound" in w or "synchronise" in w]
     return out
 
 

@@ -43,7 +43,7 @@ EOF
     matmul) timeout 580 python3 benchmarks/cheats.py --out "$OUT/cheats" "${SHORT[@]}" 1_Matmul_Square 2>&1 | tee "$OUT/matmul.txt" ;;
     catalog) timeout 590 python3 benchmarks/cheats.py --out "$OUT/cheats" "${SHORT[@]}" linear_relu_256x1024 2>&1 | tee "$OUT/catalog.txt" ;;
     team) timeout 590 python3 run.py --all --results "$OUT/results" --run-id team --json --quiet "${SHORT[@]}" > "$OUT/team.jsonl" 2> "$OUT/team.stderr.txt"
-          python3 -c "import json,sys; [print(r['problem'], r['candidate'], r['status'], [f['code'] for f in r['flags']], [s['outcome'] for s in r['sanitizer']]) for r in map(json.loads, open(sys.argv[1])) if 'candidate' in r]" "$OUT/team.jsonl" | tee "$OUT/team.txt" ;;
+          python3 -c "import json,sys; [print(r['identity']['problem'], r['identity']['candidate'], r['decision']['status'], [f['code'] for f in r['integrity']['flags']], [s['outcome'] for s in r['integrity']['sanitizer']]) for r in map(json.loads, open(sys.argv[1])) if 'candidate' in r['identity']]" "$OUT/team.jsonl" | tee "$OUT/team.txt" ;;
     corpus) timeout 590 python3 benchmarks/verdict_corpus.py --out "$OUT/corpus" "${SHORT[@]}" --set timing.null_candidate=off --set sanitizer.enabled=off 2>&1 | tee "$OUT/corpus.txt" ;;
     floor) timeout 400 python3 benchmarks/fairness.py --variants 0 --repeats 2 --out "$OUT/floor" 3_Linear_BatchNorm 2>&1 | tee "$OUT/floor.txt" ;;
     tests) timeout 590 python3 -m pytest -q -m gpu tests/test_gpu.py tests/test_judge.py 2>&1 | tee "$OUT/gpu_tests.txt" ;;

@@ -74,10 +74,13 @@ from typing import Any, Iterable, Optional
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT))
 from kernelbench_levels import Finished, append_line, read_text, run_bounded, tail  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+from harness.core.schema import migrate  # noqa: E402
+
 DEFECTS = ROOT / "benchmarks" / "kbcorpus_defects.yaml"
 PROFILES: dict[str, list[str]] = {  # extra run.py arguments of each profile, after the caller's --set
     "default": [],
@@ -217,40 +220,42 @@ def now() -> str:
 
 
 def state_line(profile: str, kernel: Kernel, record: dict[str, Any], reference: Optional[dict[str, Any]] = None, run_id: str = "", log_tail: str = "") -> dict[str, Any]:
-    """One state line from a candidate record (as records.jsonl holds it) and its problem's reference record."""
-    timing = record.get("timing") or {}
-    paired = record.get("paired") or {}
-    stricter = record.get("stricter")
-    errors = [c["max_abs_error"] for c in record.get("checks") or [] if c.get("max_abs_error") is not None]
+    """One state line from a candidate record (a records.jsonl line in this harness's layout, its parts:
+    read_run upgrades an earlier version's) and its problem's reference record."""
+    identity, decision, checks, timing, integrity, provenance = (record.get(part) or {} for part in ("identity", "decision", "checks", "timing", "integrity", "provenance"))
+    stats = timing.get("stats") or {}
+    paired = timing.get("paired") or {}
+    stricter = decision.get("stricter")
+    errors = [c["max_abs_error"] for c in checks.get("results") or [] if c.get("max_abs_error") is not None]
     line: dict[str, Any] = {
         "profile": profile,
         "kernel": kernel.id,
         "problem": kernel.problem_key,
         "level": kernel.level,
-        "status": record.get("status"),
-        "reason": (record.get("reason") or "")[:200],
-        "flags": [{"code": f.get("code"), "policy": f.get("policy"), "reason": (f.get("reason") or "")[:200]} for f in record.get("flags") or []],
+        "status": decision.get("status"),
+        "reason": (decision.get("reason") or "")[:200],
+        "flags": [{"code": f.get("code"), "policy": f.get("policy"), "reason": (f.get("reason") or "")[:200]} for f in integrity.get("flags") or []],
         "stricter": {"code": stricter.get("code"), "detail": (stricter.get("detail") or "")[:200]} if stricter else None,
-        "speedup": record.get("speedup"),
+        "speedup": timing.get("speedup"),
         "interval": [paired["low"], paired["high"]] if paired.get("low") is not None else None,
-        "candidate_ms": timing.get("median_ms"),
-        "reference_ms": record.get("reference_ms"),
+        "candidate_ms": stats.get("median_ms"),
+        "reference_ms": timing.get("reference_ms"),
         "protocol": paired.get("protocol", ""),
-        "timing_mode": timing.get("mode", ""),
-        "timing_fallback": timing.get("fallback", ""),
+        "timing_mode": stats.get("mode", ""),
+        "timing_fallback": stats.get("fallback", ""),
         "problem_timing_mode": (reference or {}).get("timing_mode") or ((reference or {}).get("timing") or {}).get("mode", ""),
         "problem_timing_mode_reason": ((reference or {}).get("timing_mode_reason") or "")[:200],
         "max_abs_error": max(errors) if errors else None,
-        "gradients": record.get("gradients", ""),
-        "device": record.get("device", ""),
+        "gradients": checks.get("gradients", ""),
+        "device": identity.get("device", ""),
         "device_name": (reference or {}).get("device_name", ""),
-        "run_id": run_id or record.get("run_id", ""),
-        "wall_s": record.get("wall_seconds"),
-        "phase_s": record.get("phase_seconds") or {},
-        "build_s": round(sum(b.get("seconds") or 0.0 for b in record.get("builds") or [] if not b.get("cached")), 3),
+        "run_id": run_id or identity.get("run_id", ""),
+        "wall_s": provenance.get("wall_seconds"),
+        "phase_s": provenance.get("phase_seconds") or {},
+        "build_s": round(sum(b.get("seconds") or 0.0 for b in provenance.get("builds") or [] if not b.get("cached")), 3),
         "reference_wall_s": (reference or {}).get("wall_seconds"),
         "reference_phase_s": (reference or {}).get("phase_seconds") or {},
-        "finished_at": record.get("finished_at") or now(),
+        "finished_at": provenance.get("finished_at") or now(),
     }
     if line["status"] not in ("correct", "needs CUDA") and log_tail:
         line["log_tail"] = log_tail
@@ -287,7 +292,8 @@ def no_record_line(profile: str, kernel: Kernel, reason: str, run_id: str = "") 
 
 
 def read_run(folder: Path) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
-    """A run folder's candidate records by kernel id (the last wins) and reference records by problem."""
+    """A run folder's candidate records by kernel id (the last wins) and reference records by problem,
+    each in this harness's layout (a line of an earlier schema version upgraded: harness.core.schema.migrate)."""
     candidates: dict[str, dict[str, Any]] = {}
     references: dict[str, dict[str, Any]] = {}
     for text in read_text(folder / "records.jsonl").splitlines():
@@ -297,8 +303,9 @@ def read_run(folder: Path) -> tuple[dict[str, dict[str, Any]], dict[str, dict[st
             continue  # the half-written last line of a killed run
         if not isinstance(record, dict):
             continue
+        record = migrate(record, record.get("schema_version", 1))
         if record.get("kind") == "candidate":
-            candidates[f"{record.get('problem')}/{record.get('candidate')}"] = record
+            candidates[f"{record['identity'].get('problem')}/{record['identity'].get('candidate')}"] = record
         elif record.get("kind") == "reference":
             references[record.get("problem", "")] = record
     return candidates, references
@@ -312,7 +319,8 @@ def harvest(folder: Path, profile: str, kernels: list[Kernel], missing_reason: O
     for kernel in kernels:
         record = candidates.get(kernel.id)
         if record is not None:
-            log = tail(read_text(folder / record["log_path"]), 600) if record.get("log_path") else ""
+            log_path = record["provenance"].get("log_path")
+            log = tail(read_text(folder / log_path), 600) if log_path else ""
             lines.append(state_line(profile, kernel, record, references.get(kernel.problem), folder.name, log))
         elif missing_reason is not None:
             lines.append(no_record_line(profile, kernel, missing_reason, folder.name))

@@ -60,6 +60,9 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from harness.core.schema import migrate  # noqa: E402
+
 LEVELS = (1, 2, 3)
 RUN_DEFAULTS = (  # before the caller's --set, which may override them
     "timing.null_candidate=off",
@@ -347,7 +350,8 @@ def run_null(entry: Entry, args: argparse.Namespace, scratch: Path, state: Path,
         if done.timed_out and limit < args.timeout:
             raise BudgetCut(entry.key)
         records = read_run_folder(results / entry.slug)
-        candidate_record = next((json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")), None) or records.get("candidate")
+        printed = next((json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")), None)  # run.py --json: the record without its kind
+        candidate_record = migrate({"kind": "candidate", **printed}, printed.get("schema_version", 1)) if printed else records.get("candidate")
         line = outcome(candidate_record, records.get("reference"), done)
         if args.keep_records and (results / entry.slug / "records.jsonl").is_file():
             (state / "records").mkdir(exist_ok=True)
@@ -380,8 +384,9 @@ def last_lines(path: Path, key: str) -> dict[str, dict[str, Any]]:
 
 
 def read_run_folder(folder: Path) -> dict[str, dict[str, Any]]:
-    """The last record of each kind in a run folder's records.jsonl."""
-    return last_lines(folder / "records.jsonl", "kind")
+    """The last record of each kind in a run folder's records.jsonl, in this harness's layout (a line of
+    an earlier schema version upgraded: harness.core.schema.migrate)."""
+    return {kind: migrate(line, line.get("schema_version", 1)) for kind, line in last_lines(folder / "records.jsonl", "kind").items()}
 
 
 def _interval(paired: Optional[dict[str, Any]]) -> tuple[Any, Any, Any]:
@@ -390,15 +395,16 @@ def _interval(paired: Optional[dict[str, Any]]) -> tuple[Any, Any, Any]:
 
 
 def outcome(candidate: Optional[dict[str, Any]], reference: Optional[dict[str, Any]], done: Finished) -> dict[str, Any]:
-    """The result line's run fields from the candidate record, the reference record and the process."""
+    """The result line's run fields from the candidate record (in its parts), the reference record and the process."""
     line: dict[str, Any] = {"exit": done.exit, "timed_out": done.timed_out, "run_wall_s": done.wall_s, "status": None, "reason": ""}
     if candidate is not None:
-        _, low, high = _interval(candidate.get("paired"))
-        line.update(status=candidate.get("status"), reason=candidate.get("reason", ""), speedup=candidate.get("speedup"), low=low, high=high,
-                    protocol=(candidate.get("paired") or {}).get("protocol", ""), reference_ms=candidate.get("reference_ms"),
-                    candidate_ms=(candidate.get("timing") or {}).get("median_ms"), sol_fraction=candidate.get("sol_fraction"),
-                    flags=[f.get("code") for f in candidate.get("flags", [])], warnings=[w[:200] for w in candidate.get("warnings", [])][:5],
-                    candidate_wall_s=candidate.get("wall_seconds"))
+        decision, timing = candidate.get("decision") or {}, candidate.get("timing") or {}
+        _, low, high = _interval(timing.get("paired"))
+        line.update(status=decision.get("status"), reason=decision.get("reason", ""), speedup=timing.get("speedup"), low=low, high=high,
+                    protocol=(timing.get("paired") or {}).get("protocol", ""), reference_ms=timing.get("reference_ms"),
+                    candidate_ms=(timing.get("stats") or {}).get("median_ms"), sol_fraction=timing.get("sol_fraction"),
+                    flags=[f.get("code") for f in (candidate.get("integrity") or {}).get("flags", [])], warnings=[w[:200] for w in decision.get("warnings", [])][:5],
+                    candidate_wall_s=(candidate.get("provenance") or {}).get("wall_seconds"))
     elif done.timed_out:
         line["reason"] = f"run.py ran past its limit ({done.limit:.0f} s)"
     else:

@@ -97,19 +97,20 @@ def run_mode(name: str, work: Path, solutions: Path, cache: Path, device: str, a
     started = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
     wall = time.perf_counter() - started
-    records = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    records = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]  # candidate records in their parts (this checkout's run.py)
     overheads = []
     phases: dict[str, list[float]] = {}
     for record in records:
-        seconds = record.get("phase_seconds", {})
+        provenance = record["provenance"]
+        seconds = provenance.get("phase_seconds", {})
         device_work = seconds.get("check", 0.0) + seconds.get("time", 0.0)
-        build = sum(b["seconds"] for b in record.get("builds", []) if not b["cached"])
-        overheads.append(record["wall_seconds"] - build - device_work)
+        build = sum(b["seconds"] for b in provenance.get("builds", []) if not b["cached"])
+        overheads.append(provenance["wall_seconds"] - build - device_work)
         for phase, value in seconds.items():
             phases.setdefault(phase, []).append(value)
         phases.setdefault("build", []).append(build)
-        phases.setdefault("wall", []).append(record["wall_seconds"])
-    statuses = sorted({r["status"] for r in records})
+        phases.setdefault("wall", []).append(provenance["wall_seconds"])
+    statuses = sorted({r["decision"]["status"] for r in records})
     return {"mode": name, "wall_s": wall, "exit": done.returncode, "candidates": len(records), "statuses": statuses,
             "overhead_median_s": statistics.median(overheads) if overheads else None, "overhead_max_s": max(overheads) if overheads else None,
             "phase_median_s": {k: round(statistics.median(v), 3) for k, v in sorted(phases.items())},

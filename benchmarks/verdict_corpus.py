@@ -15,7 +15,6 @@ differs from its expectation, or an honest kernel is flagged implausible-time. G
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import shutil
@@ -25,7 +24,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cheats import expectations, matches  # noqa: E402
+from cheats import candidate_records, expectations, matches  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "benchmarks" / "corpus"
@@ -62,13 +61,17 @@ def run_profile(profile: str, problems: list[str], out: Path, problems_dir: Path
     saved = out / f"{profile}.jsonl"  # the records, kept beside the table as they come (a run cut short keeps its part)
     with saved.open("w") as stdout, (out / f"{profile}.stderr.txt").open("w") as stderr:
         subprocess.run(command, cwd=ROOT, stdout=stdout, stderr=stderr, text=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))
-    records = [json.loads(line) for line in saved.read_text().splitlines() if line.startswith("{")]
-    return {(r["problem"], r["candidate"]): r for r in records if "candidate" in r and "status" in r}, time.monotonic() - started
+    return by_kernel(candidate_records(saved.read_text())), time.monotonic() - started
+
+
+def by_kernel(records: list[dict]) -> dict[tuple[str, str], dict]:
+    """Candidate records (in their parts) by (problem, candidate)."""
+    return {(r["identity"]["problem"], r["identity"]["candidate"]): r for r in records}
 
 
 def error(record: dict) -> str:
     """The failing check's max abs error, else the largest over the checks."""
-    checks = [c for c in record.get("checks", []) if c.get("max_abs_error") is not None]
+    checks = [c for c in record["checks"].get("results", []) if c.get("max_abs_error") is not None]
     failing = [c for c in checks if not c["passed"]]
     values = [failing[-1]["max_abs_error"]] if failing else [c["max_abs_error"] for c in checks]
     return f"{max(values):.2g}" if values else ""
@@ -77,9 +80,9 @@ def error(record: dict) -> str:
 def cell(record: dict | None, options: list[tuple[str, str]], honest: bool) -> tuple[str, bool]:
     if record is None:
         return "(no record)", False
-    codes = [f["code"] for f in record.get("flags", [])]
+    codes = [f["code"] for f in record["integrity"].get("flags", [])]
     ok = matches(record, options) and not (honest and "implausible-time" in codes)
-    text = record["status"] + (f" ({', '.join(dict.fromkeys(codes))})" if codes else "")
+    text = record["decision"]["status"] + (f" ({', '.join(dict.fromkeys(codes))})" if codes else "")
     return (text if ok else f"**{text}**"), ok
 
 
@@ -99,8 +102,7 @@ def main() -> int:
     for profile in profiles:
         saved = args.out / f"{profile}.jsonl"
         if args.reuse and saved.is_file():  # a profile run earlier (a call cut short goes on from here)
-            records = [json.loads(line) for line in saved.read_text().splitlines() if line.startswith("{")]
-            results[profile], walls[profile] = {(r["problem"], r["candidate"]): r for r in records if "candidate" in r and "status" in r}, 0.0
+            results[profile], walls[profile] = by_kernel(candidate_records(saved.read_text())), 0.0
             continue
         results[profile], walls[profile] = run_profile(profile, args.problems, args.out, args.problems_dir, args.set)
         print(f"{profile}: {len(results[profile])} records in {walls[profile]:.0f} s", flush=True)
@@ -119,8 +121,8 @@ def main() -> int:
                 wrong += not ok
                 total += 1
                 row += [" or ".join(f"{s} + {c}" if c else s for s, c in options), text]
-            stricter = default.get("stricter") or {}
-            speedup = default.get("speedup")
+            stricter = (default.get("decision") or {}).get("stricter") or {}
+            speedup = (default.get("timing") or {}).get("speedup")
             row += [f"{stricter['code']}: {stricter['detail']}" if stricter else "", error(default) if default else "", f"{speedup:.2f}" if speedup else ""]
             lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |")
     summary = f"{total - wrong} of {total} verdicts as expected ({', '.join(f'{p} {walls[p]:.0f} s' for p in profiles)})"

@@ -293,9 +293,11 @@ def finish_run(store: RunStore, device: str, null_tolerance: float = nullfloor.D
     timings = []
     references = []
     for record in written if written is not None else read_records(store.records_path):
-        if isinstance(record, (ReferenceRecord, CandidateRecord)) and record.timing is not None:
-            timings.append((record.problem, getattr(record, "candidate", "reference"), record.timing))
+        if isinstance(record, CandidateRecord) and record.timing.stats is not None:
+            timings.append((record.identity.problem, record.identity.candidate, record.timing.stats))
         if isinstance(record, ReferenceRecord):
+            if record.timing is not None:
+                timings.append((record.problem, "reference", record.timing))
             timings += [(record.problem, b.name, b.timing) for b in record.baselines if b.timing is not None]
             references.append(record)
     clocks = [(p, c, t.sm_clock_mhz) for p, c, t in timings if t.sm_clock_mhz]

@@ -58,18 +58,18 @@ def test_a_session_takes_submissions_from_many_threads_and_runs_the_reference_on
     assert not errors
     assert len(records) == 8
     for name, record in records.items():
-        assert record.candidate == name and record.problem == PROBLEM
+        assert record.identity.candidate == name and record.identity.problem == PROBLEM
         expected = Status.INCORRECT if name.endswith("wrong") else Status.CORRECT
-        assert record.status is expected, (name, record.reason)
+        assert record.decision.status is expected, (name, record.decision.reason)
     assert end.run_id == session.run_id
     assert (session.store.dir / "sources" / PROBLEM / "t0_right.py").read_text().strip() == source(False, 0).strip()
 
 
 def test_evaluate_gives_one_record_like_a_run(make_config):
     record = api.evaluate(PROBLEM, source(), config=make_config(), overrides={"check.trials": 1})
-    assert record.status is Status.CORRECT, record.reason
-    assert record.candidate.startswith("candidate_")
-    assert record.timing is not None and record.speedup is not None  # timed in paired rounds, as a run times
+    assert record.decision.status is Status.CORRECT, record.decision.reason
+    assert record.identity.candidate.startswith("candidate_")
+    assert record.timing.stats is not None and record.timing.speedup is not None  # timed in paired rounds, as a run times
     kinds = [type(r).__name__ for r in read_records(record_run(record))]
     assert kinds[0] == "RunHeader" and kinds[-1] == "RunEnd" and kinds.count("CandidateRecord") == 1
 
@@ -77,7 +77,7 @@ def test_evaluate_gives_one_record_like_a_run(make_config):
 def record_run(record):
     from pathlib import Path
 
-    return Path(record.candidate_path).parents[2] / "records.jsonl"
+    return Path(record.identity.candidate_path).parents[2] / "records.jsonl"
 
 
 def test_raw_completions_are_extracted_and_one_without_code_gets_its_verdict(make_config):
@@ -85,8 +85,8 @@ def test_raw_completions_are_extracted_and_one_without_code_gets_its_verdict(mak
     with api.Session(make_config("timing.enabled=false")) as session:
         fenced = session.evaluate(PROBLEM, completion, name="fenced")
         empty = session.evaluate(PROBLEM, "I cannot write this kernel.", name="prose")
-    assert fenced.status is Status.CORRECT, fenced.reason
-    assert empty.status is Status.EXTRACT_FAILED and "code" in empty.reason
+    assert fenced.decision.status is Status.CORRECT, fenced.decision.reason
+    assert empty.decision.status is Status.EXTRACT_FAILED and "code" in empty.decision.reason
 
 
 def test_bad_submissions_are_usage_errors_before_anything_runs(make_config):
@@ -98,7 +98,7 @@ def test_bad_submissions_are_usage_errors_before_anything_runs(make_config):
         session.submit(PROBLEM, source(), name="same").result(300)
         with pytest.raises(UserError, match="already used"):
             session.submit(PROBLEM, source(wrong=True), name="same")
-        assert session.submit(PROBLEM, source(), name="same").result(300).status is Status.CORRECT  # the same source again is fine
+        assert session.submit(PROBLEM, source(), name="same").result(300).decision.status is Status.CORRECT  # the same source again is fine
         with pytest.raises(UserError, match="already open"):
             api.Session(make_config())
     with pytest.raises(UserError, match="closed"):
@@ -111,7 +111,7 @@ def test_warm_problems_keep_each_problems_judge_between_alternating_submissions(
     for warm in (1, 2):
         with api.Session(make_config("timing.enabled=false", f"workers.warm_problems={warm}")) as session:
             for problem, text in alternating:
-                assert session.evaluate(problem, text).status is Status.CORRECT
+                assert session.evaluate(problem, text).decision.status is Status.CORRECT
         counts[warm] = len(references(session))
     assert counts == {1: 4, 2: 2}  # one judge per lane and problem while both stay warm
 
@@ -141,11 +141,11 @@ def test_the_http_service_evaluates_json_submissions(make_config):
             status, health = request(f"{base}/health", token="secret")
             assert status == 200 and health["ok"] and health["device"] == session.device and health["run_id"] == session.run_id
             status, record = request(f"{base}/evaluate", {"problem": PROBLEM, "source": source(), "name": "posted"}, token="secret")
-            assert status == 200 and record["status"] == "correct" and record["candidate"] == "posted"
+            assert status == 200 and record["decision"]["status"] == "correct" and record["identity"]["candidate"] == "posted"
             status, queued = request(f"{base}/evaluate", {"problem": PROBLEM, "source": source(wrong=True), "wait": False}, token="secret")
             assert status == 202
             status, later = request(f"{base}/result/{queued['id']}?wait=300", token="secret")
-            assert status == 200 and later["status"] == "incorrect"
+            assert status == 200 and later["decision"]["status"] == "incorrect"
             assert request(f"{base}/result/nope", token="secret")[0] == 404
             status, error = request(f"{base}/evaluate", b"{not json", token="secret")
             assert status == 400 and "not JSON" in error["error"]
@@ -225,9 +225,9 @@ def test_a_train_mode_dropout_reference_passes_its_null_candidate_and_fails_one_
     with api.Session(make_config(f"problems_dir={problems}", "timing.enabled=false", "check.gradients=fail")) as session:
         same = session.evaluate("1_Dropout", null, name="null")
         skipped = session.evaluate("1_Dropout", no_dropout, name="no_dropout")
-    assert same.status is Status.CORRECT, same.reason
-    assert same.gradients == "match"
-    assert skipped.status is Status.INCORRECT and "train" in skipped.reason
+    assert same.decision.status is Status.CORRECT, same.decision.reason
+    assert same.checks.gradients == "match"
+    assert skipped.decision.status is Status.INCORRECT and "train" in skipped.decision.reason
 
 
 def test_async_tasks_await_their_records_without_blocking_the_event_loop(make_config):
@@ -249,5 +249,5 @@ def test_async_tasks_await_their_records_without_blocking_the_event_loop(make_co
 
     with api.Session(make_config("timing.enabled=false")) as session:
         (right, wrong), ticks = asyncio.run(main(session))
-    assert right.status is Status.CORRECT and wrong.status is Status.INCORRECT
+    assert right.decision.status is Status.CORRECT and wrong.decision.status is Status.INCORRECT
     assert ticks > 10  # the loop kept running while the lanes worked

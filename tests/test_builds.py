@@ -36,7 +36,7 @@ class ModelNew(nn.Module):
 def evaluate(cfg, candidates, run_id):
     problem = resolve_problem("1_Scale_Bias_ReLU", cfg.path(cfg.problems_dir))
     store = RunStore(cfg.path(cfg.results_dir), run_id)
-    return {r.candidate: r for r in ProblemEvaluation(problem, candidates, cfg, "cpu", store).run()}, store
+    return {r.identity.candidate: r for r in ProblemEvaluation(problem, candidates, cfg, "cpu", store).run()}, store
 
 
 @pytest.mark.slow
@@ -47,11 +47,11 @@ def test_cpp_candidate_builds_runs_and_is_reused_from_the_cache(make_config, tmp
     first, _ = evaluate(cfg, [Candidate("cpp_fused", CPP_CANDIDATE)], "first")
     second, _ = evaluate(cfg, [Candidate("same_kernels", copy)], "second")
     built, reused = first["cpp_fused"], second["same_kernels"]
-    assert built.status is Status.CORRECT, built.reason
-    assert reused.status is Status.CORRECT, reused.reason
-    assert [b.name for b in built.builds] == ["cpp_scale_bias_relu"]
-    assert reused.builds[0].cache_key == built.builds[0].cache_key
-    assert reused.builds[0].cached is True
+    assert built.decision.status is Status.CORRECT, built.decision.reason
+    assert reused.decision.status is Status.CORRECT, reused.decision.reason
+    assert [b.name for b in built.provenance.builds] == ["cpp_scale_bias_relu"]
+    assert reused.provenance.builds[0].cache_key == built.provenance.builds[0].cache_key
+    assert reused.provenance.builds[0].cached is True
 
 
 @pytest.mark.slow
@@ -61,9 +61,9 @@ def test_compile_error_is_build_failed_with_first_error_line_and_full_log(make_c
     path.write_text(BROKEN_CPP)
     records, store = evaluate(cfg, [Candidate("broken", path)], "broken")
     record = records["broken"]
-    assert record.status is Status.BUILD_FAILED
-    assert "error" in record.reason and "undefined_thing" in record.reason
-    log = (store.dir / record.log_path).read_text()
+    assert record.decision.status is Status.BUILD_FAILED
+    assert "error" in record.decision.reason and "undefined_thing" in record.decision.reason
+    log = (store.dir / record.provenance.log_path).read_text()
     assert "undefined_thing" in log
 
 
@@ -107,8 +107,8 @@ def test_build_inside_init_runs_under_the_load_limit_not_construct(make_config, 
     path.write_text(BUILD_IN_INIT)
     records, _ = evaluate(cfg, [Candidate("builds_in_init", path)], "init-build")
     record = records["builds_in_init"]
-    assert record.status is Status.CORRECT, record.reason
-    assert [b.name for b in record.builds] == ["built_in_init"]
+    assert record.decision.status is Status.CORRECT, record.decision.reason
+    assert [b.name for b in record.provenance.builds] == ["built_in_init"]
 
 
 @pytest.mark.slow
@@ -125,12 +125,13 @@ def test_builds_run_ahead_in_a_pool_and_the_worker_loads_them_finished(make_conf
         (folder / f"{variant}.py").write_text(source.replace('name="cpp_scale_bias_relu"', f'name="cpp_{variant}"'))
     cfg = make_config("builds.ahead=always", "builds.parallel=2", "timing.enabled=false", f"solutions_dir={tmp_path / 'solutions'}")
     from harness.commands.run import select_targets
+    from harness.core.records import CandidateRecord
 
     targets = select_targets(cfg, problem="1_Scale_Bias_ReLU", solution=None, everything=False)
     assert start_builds(make_config("builds.ahead=auto"), "cpu", QuietHost()) is None  # never on a CPU run unless asked
     assert run(cfg, targets, run_id="ahead", quiet=True, argv=()) == 0
-    records = [r for r in read_records(cfg.path(cfg.results_dir) / "ahead") if hasattr(r, "builds")]
-    assert {r.candidate for r in records} == {"ahead_a", "ahead_b"}
+    records = [r for r in read_records(cfg.path(cfg.results_dir) / "ahead") if isinstance(r, CandidateRecord)]
+    assert {r.identity.candidate for r in records} == {"ahead_a", "ahead_b"}
     for record in records:
-        assert record.status is Status.CORRECT, record.reason
-        assert record.builds and all(b.cached for b in record.builds), record.builds  # the pool built it first
+        assert record.decision.status is Status.CORRECT, record.decision.reason
+        assert record.provenance.builds and all(b.cached for b in record.provenance.builds), record.provenance.builds  # the pool built it first

@@ -111,7 +111,7 @@ def verdicts(tmp_path_factory, build_cache):
         # the workers see no GPU, as on a machine without one: needs_cuda_at_runtime is `needs CUDA` there too
         env.setenv("CUDA_VISIBLE_DEVICES", "")
         records = ProblemEvaluation(problem, candidates, cfg, "cpu", store).run()
-    return {r.candidate: r for r in records}, store
+    return {r.identity.candidate: r for r in records}, store
 
 
 EXPECTED = {
@@ -146,77 +146,79 @@ EXPECTED = {
 def test_each_candidate_gets_its_own_status(verdicts, name):
     records, _ = verdicts
     record = records[name]
-    assert record.status is EXPECTED[name], f"{name}: {record.status.value}: {record.reason}"
-    assert record.reason and "\n" not in record.reason
+    assert record.decision.status is EXPECTED[name], f"{name}: {record.decision.status.value}: {record.decision.reason}"
+    assert record.decision.reason and "\n" not in record.decision.reason
 
 
 def test_honest_candidate_is_timed_with_speedup_and_every_check(verdicts):
     record = verdicts[0]["honest"]
     # 2 trials x (train, eval), trial 3 at another size (train, eval), 2 repeats of trial 1 (eval),
     # then the last timed call on trial 1
-    assert [c.name for c in record.checks] == [
+    assert [c.name for c in record.checks.results] == [
         "trial 1 (train)", "trial 1 (eval)", "trial 2 (train, normal inputs)", "trial 2 (eval, normal inputs)",
         "trial 3 (train, other size)", "trial 3 (eval, other size)", "repeat 1 of trial 1 (eval)", "repeat 2 of trial 1 (eval)",
         "last timed call on trial 1 (eval)",
     ]
-    assert all(c.passed for c in record.checks)
-    assert record.same_seed is not None and record.same_seed.passed
-    paired = record.paired
-    assert paired is not None and paired.rounds >= 2 and record.speedup == paired.speedup
-    assert record.timing is not None and record.timing.n >= 3 * paired.rounds  # min_reps in each round
+    assert all(c.passed for c in record.checks.results)
+    assert record.checks.same_seed is not None and record.checks.same_seed.passed
+    paired = record.timing.paired
+    assert paired is not None and paired.rounds >= 2 and record.timing.speedup == paired.speedup
+    assert record.timing.stats is not None and record.timing.stats.n >= 3 * paired.rounds  # min_reps in each round
     assert len(paired.ratios) == paired.rounds and paired.reference.n >= 3 * paired.rounds
-    assert paired.low <= record.speedup <= paired.high and record.reference_ms == paired.reference.median_ms
-    assert paired.protocol == "eager, stream sync" and record.timing.mode == "eager"
+    assert paired.low <= record.timing.speedup <= paired.high and record.timing.reference_ms == paired.reference.median_ms
+    assert paired.protocol == "eager, stream sync" and record.timing.stats.mode == "eager"
 
 
 def test_wrong_value_reports_errors_and_mismatch_fraction(verdicts):
     record = verdicts[0]["wrong_value"]
-    failed = record.checks[-1]
+    failed = record.checks.results[-1]
     assert not failed.passed
     assert failed.max_abs_error == pytest.approx(1e-2, rel=1e-3)
     assert 0 < failed.mismatch_fraction <= 1
-    assert record.speedup is None
+    assert record.timing.speedup is None
 
 
 def test_train_mode_difference_is_caught_on_the_train_call(verdicts):
     record = verdicts[0]["ignores_train_mode"]
-    assert "(train)" in record.reason
+    assert "(train)" in record.decision.reason
 
 
 def test_shape_and_dtype_reasons_name_the_difference(verdicts):
     records = verdicts[0]
-    assert "shape (64, 255), expected (64, 256)" in records["wrong_shape"].reason
-    assert "dtype float64, expected float32" in records["wrong_dtype"].reason
-    assert "NaN" in records["nan_output"].reason
+    assert "shape (64, 255), expected (64, 256)" in records["wrong_shape"].decision.reason
+    assert "dtype float64, expected float32" in records["wrong_dtype"].decision.reason
+    assert "NaN" in records["nan_output"].decision.reason
 
 
 def test_timeout_names_the_phase(verdicts):
-    assert "phase check" in verdicts[0]["hangs"].reason
+    assert "phase check" in verdicts[0]["hangs"].decision.reason
 
 
 def test_crash_names_the_signal(verdicts):
-    assert "SIGSEGV" in verdicts[0]["segfaults"].reason
+    assert "SIGSEGV" in verdicts[0]["segfaults"].decision.reason
 
 
 def test_unpairable_weights_are_checked_by_seed_and_flagged_naming_the_keys(verdicts):
     record = verdicts[0]["unpairable_weights"]
-    flag = next(f for f in record.flags if f.code == "weights-by-seed")
+    flag = next(f for f in record.integrity.flags if f.code == "weights-by-seed")
     assert "offset" in flag.reason and "bias" in flag.reason and "gain" in flag.reason
-    assert record.weights == "seed"
+    assert record.checks.weights == "seed"
 
 
 def test_huge_output_is_truncated_in_the_log(verdicts):
     records, store = verdicts
     record = records["prints_megabytes"]
-    log = (store.dir / record.log_path).read_text()
+    log = (store.dir / record.provenance.log_path).read_text()
     assert "bytes of output omitted" in log
     assert len(log) < 80 * 1024
-    assert any("printed" in w for w in record.warnings)
+    assert any("printed" in w for w in record.decision.warnings)
 
 
 def test_every_verdict_is_in_the_records_file(verdicts):
+    from harness.core.records import CandidateRecord
+
     records, store = verdicts
-    on_disk = [r for r in read_records(store.dir) if getattr(r, "candidate", None)]
-    assert {r.candidate for r in on_disk} == set(records)
+    on_disk = [r for r in read_records(store.dir) if isinstance(r, CandidateRecord)]
+    assert {r.identity.candidate for r in on_disk} == set(records)
     reference = [r for r in read_records(store.dir) if type(r).__name__ == "ReferenceRecord"]
     assert len(reference) == 1 and reference[0].ok

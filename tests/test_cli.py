@@ -9,6 +9,7 @@ from harness.commands import ingest, run
 from harness.core.errors import ExitCode
 from harness.core.status import Status
 from harness.core.store import candidate_records, read_records
+from tests.records import candidate_record
 
 SEEDS = Path(__file__).parent / "data" / "seeds"
 SEED_PROBLEMS = {
@@ -71,7 +72,7 @@ def test_five_seeds_ingest_and_each_gets_a_precise_verdict(make_config, tmp_path
 
     targets = run.select_targets(cfg, problem=None, solution=None, everything=True)
     assert run.run(cfg, targets, run_id="ingested", quiet=True) == ExitCode.OK  # a refusal is not judged again by every later run
-    judged = {r.candidate for r in candidate_records(read_records(cfg.path(cfg.results_dir) / "ingested"))}
+    judged = {r.identity.candidate for r in candidate_records(read_records(cfg.path(cfg.results_dir) / "ingested"))}
     assert judged == {seed for seed, (_, status) in SEED_PROBLEMS.items() if status is not Status.EXTRACT_FAILED}
 
     for seed, (problem, _) in SEED_PROBLEMS.items():  # raw text put straight into raw/ is judged, extraction failures too
@@ -80,11 +81,11 @@ def test_five_seeds_ingest_and_each_gets_a_precise_verdict(make_config, tmp_path
             refused.rename(refused.parent.parent / refused.name)
     targets = run.select_targets(cfg, problem=None, solution=None, everything=True)
     code = run.run(cfg, targets, run_id="seeds", quiet=True)
-    records = {r.candidate: r for r in candidate_records(read_records(cfg.path(cfg.results_dir) / "seeds"))}
+    records = {r.identity.candidate: r for r in candidate_records(read_records(cfg.path(cfg.results_dir) / "seeds"))}
     for seed, (_, status) in SEED_PROBLEMS.items():
-        assert records[seed].status is status, records[seed].reason
-    assert "cut off" in records["000_ede69be24d22c528"].reason
-    assert "never closed" in records["003_f5bdc30c544e9209"].reason
+        assert records[seed].decision.status is status, records[seed].decision.reason
+    assert "cut off" in records["000_ede69be24d22c528"].decision.reason
+    assert "never closed" in records["003_f5bdc30c544e9209"].decision.reason
     assert code == ExitCode.CANDIDATES_FAILED  # extraction failures fail the run; needs-CUDA skips do not
 
 
@@ -95,7 +96,7 @@ def test_run_writes_records_and_leaderboards_and_prints_json(make_config, tmp_pa
     code = run.run(cfg, targets, run_id="json", quiet=True, json_output=True)
     assert code == ExitCode.OK
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert [line["status"] for line in lines] == ["correct"]
+    assert [line["decision"]["status"] for line in lines] == ["correct"]
     run_dir = cfg.path(cfg.results_dir) / "json"
     assert "functional" in (run_dir / "leaderboard.md").read_text()
     assert (run_dir / "leaderboard.csv").read_text().startswith("problem,rank,candidate,status")
@@ -105,12 +106,11 @@ def test_run_writes_records_and_leaderboards_and_prints_json(make_config, tmp_pa
 
 def _one_run(results: Path, run_id: str) -> None:
     """A run folder holding two records of one candidate (the later one is the one kept)."""
-    from harness.core.records import CandidateRecord
     from harness.core.store import RunStore
 
     store = RunStore(results, run_id)
     for reason in ("first try", "second try"):
-        store.append(CandidateRecord(run_id=run_id, problem="p1", problem_hash="h", candidate="c1", candidate_path="c1.py",
+        store.append(candidate_record(run_id=run_id, problem="p1", problem_hash="h", candidate="c1", candidate_path="c1.py",
                                      candidate_hash="x", device="cpu", status=Status.INCORRECT, reason=reason))
 
 
@@ -124,7 +124,7 @@ def test_baseline_save_looks_run_ids_up_in_the_configs_results_dir(tmp_path, cap
     config.write_text(f"results_dir: {json.dumps(str(tmp_path / 'elsewhere'))}\n")
     assert main([*argv, "--config", str(config)]) == ExitCode.OK
     kept = [json.loads(line) for line in out.read_text().splitlines()]
-    assert [(r["kind"], r["reason"]) for r in kept] == [("candidate", "second try")]
+    assert [(r["kind"], r["decision"]["reason"]) for r in kept] == [("candidate", "second try")]
     out.unlink()
     assert main([*argv, "--set", f"results_dir={json.dumps(str(tmp_path / 'elsewhere'))}"]) == ExitCode.OK and out.is_file()
     assert main([*argv, "--config", str(tmp_path / "missing.yaml")]) == ExitCode.USAGE

@@ -18,7 +18,7 @@ from harness.core import protocol as P
 from harness.core.config import load_config
 from harness.core.integrity import is_compute, reference_ops
 from harness.core.protocol import Call, WorkerOutcome
-from harness.core.records import CandidateRecord, CheckResult, ForwardOps, OpCount, ReferenceRecord
+from harness.core.records import CandidateRecord, CheckResult, ForwardOps, OpCount, ReferenceRecord, to_dict
 from harness.core.status import Code, Status
 from harness.core.store import RunStore, read_records
 from harness.device.profile import observe_ops, observed_call, summarize_ops
@@ -189,7 +189,7 @@ def test_on_the_cpu_wraps_reference_fails_by_default_and_its_policy_applies():
     failed = cpu_verdict(wraps)
     assert failed.status is Status.FLAGGED and failed.reason.startswith("wraps-reference: every compute operator")
     assert [(f.code, f.policy) for f in failed.flags] == [("wraps-reference", "fail")]
-    assert failed.evidence["forward_ops"] == wraps
+    assert failed.evidence.forward_ops == wraps
     flagged = cpu_verdict(wraps, policies=[("wraps_reference", "flag")])
     assert flagged.status is Status.CORRECT and [f.code for f in flagged.flags] == ["wraps-reference"]
 
@@ -232,7 +232,7 @@ def cpu_records(tmp_path_factory, build_cache):
         ProblemEvaluation(problem, [Candidate(p.stem, p) for p in paths], cfg, "cpu", store).run()
         for record in read_records(store.dir):
             if isinstance(record, (CandidateRecord, ReferenceRecord)):
-                records[(name, record.candidate if isinstance(record, CandidateRecord) else "_reference")] = record
+                records[(name, record.identity.candidate if isinstance(record, CandidateRecord) else "_reference")] = record
     return records
 
 
@@ -243,9 +243,8 @@ def test_each_cpu_decoy_gets_the_verdict_its_file_expects_and_none_is_ranked(cpu
     for name in CATALOG:
         for candidate, options in cheats.expectations(cheats.CATALOG / name).items():
             record = cpu_records[(name, candidate)]
-            got = {"status": record.status.value, "flags": [{"code": f.code} for f in record.flags]}
-            if not cheats.matches(got, options) or record.status is Status.CORRECT or record.speedup is not None:
-                wrong.append(f"{name}/{candidate}: {record.status.value}: {record.reason}")
+            if not cheats.matches(to_dict(record), options) or record.decision.status is Status.CORRECT or record.timing.speedup is not None:
+                wrong.append(f"{name}/{candidate}: {record.decision.status.value}: {record.decision.reason}")
     assert wrong == []
 
 
@@ -255,9 +254,10 @@ def test_the_shipped_honest_cpp_candidates_stay_correct_without_integrity_flags(
     parity = {"forward-only", "wrong-gradients"}  # training parity: a C++ kernel without backward is flagged for it, as before
     for path in HONEST_CPP:
         record = cpu_records[(path.parent.name, path.stem)]
-        assert record.status is Status.CORRECT, f"{path}: {record.status.value}: {record.reason}"
-        assert [f.code for f in record.flags if f.code not in parity] == [], record.flags
-        assert record.forward_ops is not None and record.forward_ops.error == "" and sum(record.extension_calls.values()) > 0
+        integrity = record.integrity
+        assert record.decision.status is Status.CORRECT, f"{path}: {record.decision.status.value}: {record.decision.reason}"
+        assert [f.code for f in integrity.flags if f.code not in parity] == [], integrity.flags
+        assert integrity.forward_ops is not None and integrity.forward_ops.error == "" and sum(integrity.extension_calls.values()) > 0
 
 
 @pytest.mark.slow
@@ -267,4 +267,4 @@ def test_both_sides_record_the_aten_operators_of_the_same_call(cpu_records):
         assert reference.forward_ops is not None and reference.forward_ops.compute and reference.forward_ops.error == ""
         for (problem, candidate), record in cpu_records.items():
             if problem == name and candidate != "_reference":
-                assert record.forward_ops is not None and record.forward_ops.call == reference.forward_ops.call, candidate
+                assert record.integrity.forward_ops is not None and record.integrity.forward_ops.call == reference.forward_ops.call, candidate

@@ -250,34 +250,34 @@ def records(tmp_path_factory, build_cache, measurement_cache):
 @pytest.mark.slow
 def test_a_batchnorm_kernel_without_the_step_counter_passes_with_a_note_when_momentum_is_set(records):
     record = records["momentum_no_counter"]
-    assert record.status is Status.CORRECT, record.reason
-    assert "and the buffers after them" in record.reason
-    assert any(n.startswith("buffer bn.num_batches_tracked is missing: no output (train or eval)") for n in record.notes), record.notes
+    assert record.decision.status is Status.CORRECT, record.decision.reason
+    assert "and the buffers after them" in record.decision.reason
+    assert any(n.startswith("buffer bn.num_batches_tracked is missing: no output (train or eval)") for n in record.decision.notes), record.decision.notes
 
 
 @pytest.mark.slow
 def test_with_momentum_none_the_same_omission_fails(records):
     record = records["cumulative_no_counter"]
-    assert record.status is Status.INCORRECT
-    assert record.reason == "buffers after the calls: buffer bn.num_batches_tracked is missing"
+    assert record.decision.status is Status.INCORRECT
+    assert record.decision.reason == "buffers after the calls: buffer bn.num_batches_tracked is missing"
 
 
 @pytest.mark.slow
 def test_a_batchnorm_kernel_with_wrong_running_statistics_still_fails(records):
     wrong = records["momentum_wrong_statistics"]  # momentum 0.2: the eval call reads the statistics
-    assert wrong.status is Status.INCORRECT and "(eval)" in wrong.reason, wrong.reason
+    assert wrong.decision.status is Status.INCORRECT and "(eval)" in wrong.decision.reason, wrong.decision.reason
     private = records["momentum_private_statistics"]  # right outputs, the module's statistics never move
-    assert private.status is Status.INCORRECT
-    assert private.reason.startswith("buffers after the calls: buffer bn.running_mean differs from the reference's"), private.reason
+    assert private.decision.status is Status.INCORRECT
+    assert private.decision.reason.startswith("buffers after the calls: buffer bn.running_mean differs from the reference's"), private.decision.reason
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["noise_honest", "noise_zeros"])
 def test_an_honest_kernel_on_an_output_that_is_rounding_noise_passes_with_the_note(records, name):
     record = records[name]
-    assert record.status is Status.CORRECT, record.reason
-    assert any(n.startswith("output is rounding noise around zero") and "a defect of the problem" in n for n in record.notes), record.notes
-    assert not any(f.code == "less-precise" for f in record.flags)
+    assert record.decision.status is Status.CORRECT, record.decision.reason
+    assert any(n.startswith("output is rounding noise around zero") and "a defect of the problem" in n for n in record.decision.notes), record.decision.notes
+    assert not any(f.code == "less-precise" for f in record.integrity.flags)
     reference = records["references"]["41_Gemm_GroupNorm_Mean_ReLU"]
     assert any(n.startswith("output 0 is rounding noise around zero on every call of the plan") for n in reference.notes), reference.notes
 
@@ -286,5 +286,5 @@ def test_an_honest_kernel_on_an_output_that_is_rounding_noise_passes_with_the_no
 def test_a_wrong_value_above_the_noise_still_fails(records):
     """1e-5 is inside atol = 1e-4: only the rule for an output that is rounding noise catches it."""
     record = records["noise_wrong_value"]
-    assert record.status is Status.INCORRECT
-    assert "the reference's output is rounding noise around zero" in record.reason and "over 1000x that" in record.reason, record.reason
+    assert record.decision.status is Status.INCORRECT
+    assert "the reference's output is rounding noise around zero" in record.decision.reason and "over 1000x that" in record.decision.reason, record.decision.reason

@@ -13,10 +13,11 @@ import pytest
 from harness.__main__ import main
 from harness.core.config import ROOT
 from harness.core.errors import ExitCode, UserError
-from harness.core.records import CandidateRecord, NullFloor, PairedSpeedup, ReferenceRecord, RunHeader, TimingStats
+from harness.core.records import NullFloor, PairedSpeedup, ReferenceRecord, RunHeader, TimingStats
 from harness.core.status import Status
 from harness.core.store import RunStore
 from harness.views.gate import IMPROVED, NOT_COMPARABLE, REGRESSED, UNCHANGED, Regression, Rules, gate, load_side
+from tests.records import candidate_record
 
 GOLDEN = Path(__file__).parent / "golden"
 PROTOCOL = {"timing": {"mode": "eager", "sync": "auto", "flush_l2": True, "subtract_overhead": True, "cpu_threads": 1}, "check": {"allow_tf32": False}}
@@ -29,7 +30,7 @@ def samples(median, spread, n=60, seed=0):
 
 def candidate(name, status=Status.CORRECT, ms=None, problem="p1", problem_hash="ph", candidate_hash=None, reference_ms=2.0, run_id="run", device="cuda"):
     timing = TimingStats.from_samples(ms, timer="cuda_events", warmup_calls=1, stopped_by="target_rse") if ms else None
-    return CandidateRecord(
+    return candidate_record(
         run_id=run_id, problem=problem, problem_hash=problem_hash, candidate=name, candidate_path=f"{name}.py",
         candidate_hash=candidate_hash or f"hash-{name}", device=device, status=status, reason="why" if status is not Status.CORRECT else "matched",
         timing=timing, reference_ms=reference_ms,
@@ -40,7 +41,7 @@ def write_run(folder, records, protocol=PROTOCOL, device_name="NVIDIA H100 80GB 
     """A run folder; `floors` maps a problem to its null floor, or to a list of them (one reference per lane)."""
     store = RunStore(folder.parent, folder.name)
     store.append(RunHeader(run_id=folder.name, started_at="2026-11-21T00:00:00+00:00", argv=(), config=protocol, environment={}))
-    for problem in sorted({r.problem for r in records}):
+    for problem in sorted({r.identity.problem for r in records}):
         found = (floors or {}).get(problem)
         lanes = {f"cuda:{i}": f for i, f in enumerate(found)} if isinstance(found, list) else {"": found}
         for lane, floor in lanes.items():
@@ -327,7 +328,7 @@ def test_a_pull_request_that_breaks_a_cpp_kernel_fails_the_ci_gate_end_to_end(tm
                            capture_output=True, text=True, cwd=ROOT)
     assert saved.returncode == 0, saved.stderr
     (record,) = [row for row in map(json.loads, baseline.read_text().splitlines()) if row["kind"] == "candidate"]
-    assert record["candidate"] == "cpp_fused" and record["status"] == "correct" and record["timing"] is not None
+    assert record["identity"]["candidate"] == "cpp_fused" and record["decision"]["status"] == "correct" and record["timing"]["stats"] is not None
 
     source = kernel.read_text()
     assert source.count("* s + bp[c]") == 1

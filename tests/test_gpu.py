@@ -53,7 +53,7 @@ RUN_ROOTS = {}  # run id -> run folder, to read the reference records back
 
 
 def _records_path(record):
-    return RUN_ROOTS[record.run_id] / "records.jsonl"
+    return RUN_ROOTS[record.identity.run_id] / "records.jsonl"
 
 
 @pytest.fixture(scope="module")
@@ -69,24 +69,24 @@ def verdicts(tmp_path_factory, build_cache):
     problem = resolve_problem("1_Scale_Bias_ReLU", cfg.path(cfg.problems_dir))
     store = RunStore(cfg.path(cfg.results_dir), "gpu")
     RUN_ROOTS[store.run_id] = store.dir
-    return {r.candidate: r for r in ProblemEvaluation(problem, candidates, cfg, "cuda", store).run()}
+    return {r.identity.candidate: r for r in ProblemEvaluation(problem, candidates, cfg, "cuda", store).run()}
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_cuda_candidate_verdicts(verdicts, name):
     record = verdicts[name]
-    assert record.status is EXPECTED[name], f"{name}: {record.status.value}: {record.reason}"
+    assert record.decision.status is EXPECTED[name], f"{name}: {record.decision.status.value}: {record.decision.reason}"
 
 
 def test_cuda_timing_uses_events_and_gives_speedup(verdicts):
     record = verdicts["cuda_correct"]
-    assert record.timing.timer == "cuda_events" and record.speedup > 0
-    assert record.builds and record.builds[0].name == "gpu_test_ok"
+    assert record.timing.stats.timer == "cuda_events" and record.timing.speedup > 0
+    assert record.provenance.builds and record.provenance.builds[0].name == "gpu_test_ok"
 
 
 def test_identical_kernels_in_another_file_reuse_the_build(verdicts):
-    assert verdicts["cuda_out_of_memory"].builds[0].cache_key == verdicts["cuda_correct"].builds[0].cache_key
-    assert verdicts["cuda_out_of_memory"].builds[0].cached
+    assert verdicts["cuda_out_of_memory"].provenance.builds[0].cache_key == verdicts["cuda_correct"].provenance.builds[0].cache_key
+    assert verdicts["cuda_out_of_memory"].provenance.builds[0].cached
 
 
 def test_reference_has_compile_baseline_speed_of_light_and_profile(verdicts):
@@ -98,8 +98,8 @@ def test_reference_has_compile_baseline_speed_of_light_and_profile(verdicts):
     (reference,) = [r for r in store_records if isinstance(r, ReferenceRecord)]
     assert reference.baselines and reference.baselines[0].ok, reference.baselines
     assert reference.speed_of_light.floor_ms > 0 and reference.profile.launches >= 1
-    assert record.profile is not None and record.profile.streams == 1 and record.timing.sync == "stream"
-    assert record.timing.flush_bytes > 0 and record.timing.overhead_ms > 0 and record.sol_fraction > 0
+    assert record.integrity.profile is not None and record.integrity.profile.streams == 1 and record.timing.stats.sync == "stream"
+    assert record.timing.stats.flush_bytes > 0 and record.timing.stats.overhead_ms > 0 and record.timing.sol_fraction > 0
 
 EXTRA_WORK = {
     "plain": "pass",
@@ -128,7 +128,7 @@ def _evaluate(root, build_cache, names, *overrides):
     problem = resolve_problem("1_Scale_Bias_ReLU", cfg.path(cfg.problems_dir))
     store = RunStore(cfg.path(cfg.results_dir), root.name)
     RUN_ROOTS[store.run_id] = store.dir
-    return {r.candidate: r for r in ProblemEvaluation(problem, candidates, cfg, "cuda", store).run()}
+    return {r.identity.candidate: r for r in ProblemEvaluation(problem, candidates, cfg, "cuda", store).run()}
 
 
 @pytest.fixture(scope="module")
@@ -138,43 +138,43 @@ def streams(tmp_path_factory, build_cache):
 
 def test_side_stream_work_is_inside_the_measurement(streams):
     main, side = streams["extra_on_main_stream"], streams["extra_on_side_stream"]
-    assert main.status is side.status is Status.CORRECT
-    assert main.timing.sync == "stream" and side.timing.sync == "device"
-    assert "2 streams" in side.timing.sync_reason and side.profile.streams == 2
+    assert main.decision.status is side.decision.status is Status.CORRECT
+    assert main.timing.stats.sync == "stream" and side.timing.stats.sync == "device"
+    assert "2 streams" in side.timing.stats.sync_reason and side.integrity.profile.streams == 2
     # one protocol for both sides of the ratio: the reference was timed with the device sync too
     # (timing.mode auto may time the main-stream one in graphs: the problem is launch-bound)
-    assert side.paired.protocol == "eager, device sync" and main.paired.protocol in ("eager, stream sync", "graph, stream sync")
-    assert side.paired.reference.sync == "device" and main.paired.reference.sync == "stream"
-    assert side.profile.busy_after_return >= 1 and main.profile.busy_after_return == 0
+    assert side.timing.paired.protocol == "eager, device sync" and main.timing.paired.protocol in ("eager, stream sync", "graph, stream sync")
+    assert side.timing.paired.reference.sync == "device" and main.timing.paired.reference.sync == "stream"
+    assert side.integrity.profile.busy_after_return >= 1 and main.integrity.profile.busy_after_return == 0
     # Twenty 2048^2 matmuls dominate both; timed on the calling stream only, the side-stream
     # candidate would read as the tiny elementwise op (hundreds of times less).
-    assert side.timing.median_ms > 0.7 * main.timing.median_ms, (side.timing.median_ms, main.timing.median_ms)
-    assert any("device-wide synchronise" in w for w in side.warnings)
-    assert any(f.code == "side-stream" and "2 streams" in f.reason for f in side.flags)
-    assert not any(f.code == "side-stream" and not f.reason.startswith("source:") for f in main.flags)  # (both make a Stream)
+    assert side.timing.stats.median_ms > 0.7 * main.timing.stats.median_ms, (side.timing.stats.median_ms, main.timing.stats.median_ms)
+    assert any("device-wide synchronise" in w for w in side.decision.warnings)
+    assert any(f.code == "side-stream" and "2 streams" in f.reason for f in side.integrity.flags)
+    assert not any(f.code == "side-stream" and not f.reason.startswith("source:") for f in main.integrity.flags)  # (both make a Stream)
 
 
 def test_work_launched_after_forward_returns_is_reported(streams):
     late = streams["extra_after_return"]
-    assert late.profile.after_return >= 1 and late.timing.sync == "device"
-    assert any(f.code == "side-stream" and "after forward returned" in f.reason for f in late.flags)
+    assert late.integrity.profile.after_return >= 1 and late.timing.stats.sync == "device"
+    assert any(f.code == "side-stream" and "after forward returned" in f.reason for f in late.integrity.flags)
 
 
 def test_plain_candidate_keeps_stream_timing_without_warnings_about_streams(streams):
     plain = streams["plain"]
-    assert plain.timing.sync == "stream" and plain.profile.streams == 1 and plain.profile.after_return == 0
+    assert plain.timing.stats.sync == "stream" and plain.integrity.profile.streams == 1 and plain.integrity.profile.after_return == 0
 
 
 def test_candidate_without_kernels_of_its_own_is_flagged(streams):
     plain = streams["plain"]
-    assert plain.custom_kernel_share == 0.0
-    assert any(f.code == "no-custom-kernel" and f.reason.startswith("it brings no kernel of its own") for f in plain.flags)
+    assert plain.integrity.custom_kernel_share == 0.0
+    assert any(f.code == "no-custom-kernel" and f.reason.startswith("it brings no kernel of its own") for f in plain.integrity.flags)
 
 
 def test_share_of_time_in_the_candidates_own_kernel_is_reported(verdicts):
     record = verdicts["cuda_correct"]
-    assert record.custom_kernel_share is not None and record.custom_kernel_share > 0.5
-    assert record.status is Status.CORRECT and not any(f.code == "no-custom-kernel" for f in record.flags), record.flags
+    assert record.integrity.custom_kernel_share is not None and record.integrity.custom_kernel_share > 0.5
+    assert record.decision.status is Status.CORRECT and not any(f.code == "no-custom-kernel" for f in record.integrity.flags), record.integrity.flags
 
 
 @pytest.fixture(scope="module")
@@ -183,14 +183,14 @@ def graphs(tmp_path_factory, build_cache):
 
 
 def test_graph_mode_times_replays_and_is_recorded(graphs):
-    assert graphs["plain"].timing.mode == "graph" and graphs["plain"].timing.fallback == ""
+    assert graphs["plain"].timing.stats.mode == "graph" and graphs["plain"].timing.stats.fallback == ""
 
 
 def test_graph_capture_failure_falls_back_to_eager_with_the_reason(graphs):
     record = graphs["synchronises_in_forward"]
-    assert record.status is Status.CORRECT and record.timing.mode == "eager"
-    assert "graph capture failed" in record.timing.fallback
-    assert any("graph capture failed" in w for w in record.warnings)
+    assert record.decision.status is Status.CORRECT and record.timing.stats.mode == "eager"
+    assert "graph capture failed" in record.timing.stats.fallback
+    assert any("graph capture failed" in w for w in record.decision.warnings)
 
 
 # CUDA cheats (the CPU-expressible ones are in test_exploits.py).
@@ -221,19 +221,19 @@ def cheats(tmp_path_factory, build_cache):
     problem = resolve_problem("1_Scale_Bias_ReLU", cfg.path(cfg.problems_dir))
     store = RunStore(cfg.path(cfg.results_dir), "cheats")
     RUN_ROOTS[store.run_id] = store.dir
-    return {r.candidate: r for r in ProblemEvaluation(problem, candidates, cfg, "cuda", store).run()}
+    return {r.identity.candidate: r for r in ProblemEvaluation(problem, candidates, cfg, "cuda", store).run()}
 
 
 def test_stale_memory_from_torch_empty_is_incorrect(cheats):
     record = cheats["returns_torch_empty"]
-    assert record.status is Status.INCORRECT and record.reason.startswith("trial"), record.reason
+    assert record.decision.status is Status.INCORRECT and record.decision.reason.startswith("trial"), record.decision.reason
 
 
 def test_kernel_compiled_but_never_called_is_no_custom_kernel(cheats):
     record = cheats["kernel_never_called"]
-    assert record.status is Status.NO_CUSTOM_KERNEL and record.custom_kernel_share == 0.0
-    assert record.reason.startswith("no-custom-kernel: none of its own kernels (k) ran"), record.reason
-    assert record.speedup is None
+    assert record.decision.status is Status.NO_CUSTOM_KERNEL and record.integrity.custom_kernel_share == 0.0
+    assert record.decision.reason.startswith("no-custom-kernel: none of its own kernels (k) ran"), record.decision.reason
+    assert record.timing.speedup is None
 
 
 def test_every_visible_gpu_is_a_lane_with_its_own_reference(make_config, tmp_path):
@@ -266,10 +266,10 @@ def test_every_visible_gpu_is_a_lane_with_its_own_reference(make_config, tmp_pat
         resources.close()
     references = {r.lane: r for r in read_records(store.records_path) if isinstance(r, ReferenceRecord)}
     assert len(references) >= 2 and all(r.ok for r in references.values())
-    assert all(r.status is Status.CORRECT for r in records), [r.reason for r in records]
-    assert len({r.lane for r in records}) >= 2
+    assert all(r.decision.status is Status.CORRECT for r in records), [r.decision.reason for r in records]
+    assert len({r.identity.lane for r in records}) >= 2
     for record in records:
-        assert record.paired is not None and record.reference_ms == record.paired.reference.median_ms
+        assert record.timing.paired is not None and record.timing.reference_ms == record.timing.paired.reference.median_ms
 
 
 def test_a_second_pass_reuses_the_reference_profile_and_gives_the_same_verdicts(tmp_path_factory, build_cache):
@@ -286,4 +286,4 @@ def test_a_second_pass_reuses_the_reference_profile_and_gives_the_same_verdicts(
     assert warm.profile == cold.profile and warm.speed_of_light == cold.speed_of_light and warm.timing_mode == cold.timing_mode
     for name in first:  # the cache never changes a verdict
         a, b = first[name], second[name]
-        assert (a.status, [f.code for f in a.flags], a.reason.split(";")[0]) == (b.status, [f.code for f in b.flags], b.reason.split(";")[0])
+        assert (a.decision.status, [f.code for f in a.integrity.flags], a.decision.reason.split(";")[0]) == (b.decision.status, [f.code for f in b.integrity.flags], b.decision.reason.split(";")[0])

@@ -26,7 +26,7 @@ def catalogs(tmp_path_factory):
     found = {}
     for problem in ("linear_relu_256x1024", "1_Matmul_Square"):
         records, _ = cheats.run_catalog(problem, out, OVERRIDES + [f"build_cache_dir={out / 'builds'}"])
-        found[problem] = ({r["candidate"]: r for r in records}, cheats.expectations(cheats.CATALOG / problem))
+        found[problem] = ({r["identity"]["candidate"]: r for r in records}, cheats.expectations(cheats.CATALOG / problem))  # records in their parts
     return found, find_tool("") is not None
 
 
@@ -41,34 +41,35 @@ def test_every_cheat_gets_the_verdict_its_file_expects(catalogs, problem):
         elif name == "oob_writer" and not sanitizer:
             continue  # a write past its own output is found by compute-sanitizer only
         elif not cheats.matches(record, options):
-            wrong.append(f"{name}: {record['status']}: {record['reason']} {[f['code'] for f in record.get('flags', [])]}")
+            wrong.append(f"{name}: {record['decision']['status']}: {record['decision']['reason']} {[f['code'] for f in record['integrity'].get('flags', [])]}")
     assert wrong == []
 
 
 def test_only_honest_or_flagged_candidates_are_ranked(catalogs):
     records, expected = catalogs[0]["linear_relu_256x1024"]
-    ranked = {n for n, r in records.items() if r["status"] == "correct"}
+    ranked = {n for n, r in records.items() if r["decision"]["status"] == "correct"}
     assert {"honest_epilogue", "honest_fused_bias_relu"} <= ranked
     for name in ranked - {"honest_epilogue", "honest_fused_bias_relu"}:
-        assert records[name]["flags"], f"{name} is ranked without a flag"
+        assert records[name]["integrity"]["flags"], f"{name} is ranked without a flag"
 
 
 def test_a_kernel_spinning_forever_is_a_timeout_in_its_phase_and_the_lane_goes_on(catalogs):
     records, _ = catalogs[0]["linear_relu_256x1024"]
     spin = records["spins_forever"]
-    assert spin["status"] == "timeout" and "check" in spin["reason"], spin["reason"]
-    assert spin["wall_seconds"] < 30 + 120  # the phase's limit, plus start-up and the kill
+    assert spin["decision"]["status"] == "timeout" and "check" in spin["decision"]["reason"], spin["decision"]["reason"]
+    assert spin["provenance"]["wall_seconds"] < 30 + 120  # the phase's limit, plus start-up and the kill
     # these verdicts need every checked call compared by the lane's judge
     judged = {"correct", "flagged", "no custom kernel", "unsafe memory"}
-    after = [r for r in records.values() if r["finished_at"] > spin["finished_at"] and r["status"] in judged]
+    after = [r for r in records.values() if r["provenance"]["finished_at"] > spin["provenance"]["finished_at"] and r["decision"]["status"] in judged]
     assert after, "no candidate was judged after the hang: the lane did not recover"
-    assert {r["lane"] for r in after} == {spin["lane"]}
+    assert {r["identity"]["lane"] for r in after} == {spin["identity"]["lane"]}
 
 
 def test_a_persisting_l2_limit_is_reset_before_every_timed_call_and_flagged(catalogs):
     records, _ = catalogs[0]["linear_relu_256x1024"]
     record = records["sets_persisting_l2"]
-    assert record["timing"]["l2_reset"] and record["timing"]["l2_persisting_found"] > 0
-    assert any(f["code"] == "tamper-suspect" and "persisting-L2" in f["reason"] for f in record["flags"])
-    honest = records["honest_epilogue"]
-    assert honest["timing"]["l2_reset"] and honest["timing"]["l2_persisting_found"] == 0
+    stats = record["timing"]["stats"]
+    assert stats["l2_reset"] and stats["l2_persisting_found"] > 0
+    assert any(f["code"] == "tamper-suspect" and "persisting-L2" in f["reason"] for f in record["integrity"]["flags"])
+    honest = records["honest_epilogue"]["timing"]["stats"]
+    assert honest["l2_reset"] and honest["l2_persisting_found"] == 0

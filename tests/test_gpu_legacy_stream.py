@@ -60,7 +60,7 @@ def _evaluate(root, build_cache, mode):
     cfg = load_config(overrides=[f"results_dir={root / 'results'}", f"build_cache_dir={build_cache}", *quick, f"timing.mode={mode}"])
     problem = resolve_problem("1_Scale_Bias_ReLU", cfg.path(cfg.problems_dir))
     store = RunStore(cfg.path(cfg.results_dir), f"legacy-{mode}")
-    return {r.candidate: r for r in ProblemEvaluation(problem, candidates, cfg, "cuda", store).run()}
+    return {r.identity.candidate: r for r in ProblemEvaluation(problem, candidates, cfg, "cuda", store).run()}
 
 
 @pytest.fixture(scope="module", params=["auto", "graph", "eager"])
@@ -72,24 +72,24 @@ def test_a_legacy_stream_kernel_is_correct_and_timed_whole_in_every_mode(by_mode
     mode, records = by_mode
     for name in ("legacy_zeros", "legacy_spin"):
         record = records[name]
-        assert record.status is Status.CORRECT, (mode, name, record.reason)
-        assert record.timing is not None and record.paired is not None
+        assert record.decision.status is Status.CORRECT, (mode, name, record.decision.reason)
+        assert record.timing.stats is not None and record.timing.paired is not None
     spin = records["legacy_spin"]
-    assert spin.timing.median_ms >= SPIN_NS / 1e6, (mode, spin.timing.median_ms, spin.paired.protocol)
+    assert spin.timing.stats.median_ms >= SPIN_NS / 1e6, (mode, spin.timing.stats.median_ms, spin.timing.paired.protocol)
 
 
 def test_a_graph_that_left_out_a_legacy_stream_launch_is_not_timed_and_the_record_says_why(by_mode):
     mode, records = by_mode
     record = records["legacy_zeros"]
-    if record.timing.mode == "eager" and mode != "eager":  # graphs were asked for (graph, or auto on this launch-bound problem)
-        assert record.paired.protocol == "eager, stream sync", record.paired.protocol  # the calling stream is the legacy default stream
-        assert record.timing.fallback.startswith(OUTSIDE_CAPTURE), record.timing.fallback
-        assert any(OUTSIDE_CAPTURE in w for w in record.warnings)
+    if record.timing.stats.mode == "eager" and mode != "eager":  # graphs were asked for (graph, or auto on this launch-bound problem)
+        assert record.timing.paired.protocol == "eager, stream sync", record.timing.paired.protocol  # the calling stream is the legacy default stream
+        assert record.timing.stats.fallback.startswith(OUTSIDE_CAPTURE), record.timing.stats.fallback
+        assert any(OUTSIDE_CAPTURE in w for w in record.decision.warnings)
     if mode == "graph":
-        assert record.timing.mode == "eager" and OUTSIDE_CAPTURE in record.timing.fallback
+        assert record.timing.stats.mode == "eager" and OUTSIDE_CAPTURE in record.timing.stats.fallback
 
 
 def test_a_kernel_whose_timed_calls_compute_something_else_still_fails_at_the_last_timed_call(by_mode):
     mode, records = by_mode
     record = records["zeros_when_timed"]
-    assert record.status is Status.INCORRECT and record.reason.startswith("last timed call on trial 1 (eval)"), (mode, record.reason)
+    assert record.decision.status is Status.INCORRECT and record.decision.reason.startswith("last timed call on trial 1 (eval)"), (mode, record.decision.reason)

@@ -48,49 +48,49 @@ def evaluate(cfg, tmp_path, names, problem="1_Scale_Bias_ReLU", extra=()):
         paths.append(Candidate(name, path))
     found = resolve_problem(problem, cfg.path(cfg.problems_dir))
     store = RunStore(cfg.path(cfg.results_dir), "grads")
-    return {r.candidate: r for r in ProblemEvaluation(found, paths, cfg, "cpu", store).run()}
+    return {r.identity.candidate: r for r in ProblemEvaluation(found, paths, cfg, "cpu", store).run()}
 
 
 @pytest.mark.slow
 def test_gradients_are_compared_and_flagged_by_default(make_config, tmp_path):
     records = evaluate(make_config("timing.enabled=false"), tmp_path, list(CANDIDATES))
-    assert {n: (r.status, r.gradients) for n, r in records.items()} == {
+    assert {n: (r.decision.status, r.checks.gradients) for n, r in records.items()} == {
         "honest": (Status.CORRECT, "match"),
         "no_graph": (Status.CORRECT, "forward only"),
         "detached_bias": (Status.CORRECT, "mismatch"),
         "wrong_backward": (Status.CORRECT, "mismatch"),
         "raising_backward": (Status.CORRECT, "forward only"),
     }
-    reasons = {n: {f.code: f.reason for f in r.flags if f.code in ("wrong-gradients", "forward-only")} for n, r in records.items()}
+    reasons = {n: {f.code: f.reason for f in r.integrity.flags if f.code in ("wrong-gradients", "forward-only")} for n, r in records.items()}
     assert reasons["honest"] == {}
     assert reasons["no_graph"]["forward-only"].startswith("its outputs carry no autograd graph")
     assert reasons["detached_bias"]["wrong-gradients"] == "parameter bias gets no gradient; the reference's does"
     assert reasons["wrong_backward"]["wrong-gradients"].startswith("gradient of input 0: ")
     assert "NotImplementedError: no backward kernel yet" in reasons["raising_backward"]["forward-only"]
-    assert all(f.policy == "flag" for r in records.values() for f in r.flags)
+    assert all(f.policy == "flag" for r in records.values() for f in r.integrity.flags)
 
 
 @pytest.mark.slow
 def test_gradient_policy_fail_gives_statuses(make_config, tmp_path):
     records = evaluate(make_config("timing.enabled=false", "check.gradients=fail"), tmp_path, ["honest", "no_graph", "wrong_backward"])
-    assert records["honest"].status is Status.CORRECT
-    assert records["no_graph"].status is Status.FORWARD_ONLY
-    assert records["wrong_backward"].status is Status.WRONG_GRADIENTS
-    assert records["wrong_backward"].reason.startswith("wrong-gradients: gradient of input 0: ")
+    assert records["honest"].decision.status is Status.CORRECT
+    assert records["no_graph"].decision.status is Status.FORWARD_ONLY
+    assert records["wrong_backward"].decision.status is Status.WRONG_GRADIENTS
+    assert records["wrong_backward"].decision.reason.startswith("wrong-gradients: gradient of input 0: ")
 
 
 @pytest.mark.slow
 def test_gradient_policy_off_checks_nothing(make_config, tmp_path):
     records = evaluate(make_config("timing.enabled=false", "check.gradients=off"), tmp_path, ["wrong_backward"])
-    assert records["wrong_backward"].gradients == "" and records["wrong_backward"].status is Status.CORRECT
+    assert records["wrong_backward"].checks.gradients == "" and records["wrong_backward"].decision.status is Status.CORRECT
 
 
 @pytest.mark.slow
 def test_extension_kernel_without_backward_is_forward_only(make_config, tmp_path):
     cpp = ("cpp_fused", ROOT / "solutions" / "1_Scale_Bias_ReLU" / "cpp_fused.py")
     records = evaluate(make_config("timing.enabled=false"), tmp_path, [cpp])
-    assert records["cpp_fused"].status is Status.CORRECT, records["cpp_fused"].reason
-    assert records["cpp_fused"].gradients == "forward only"
+    assert records["cpp_fused"].decision.status is Status.CORRECT, records["cpp_fused"].decision.reason
+    assert records["cpp_fused"].checks.gradients == "forward only"
 
 
 @pytest.mark.slow
@@ -100,9 +100,9 @@ def test_backward_leaves_batchnorm_state_as_it_was(make_config, tmp_path):
     functional = ("functional", ROOT / "solutions" / "3_Linear_BatchNorm" / "functional.py")
     records = evaluate(make_config(), tmp_path, [functional], problem="3_Linear_BatchNorm")
     record = records["functional"]
-    assert record.status is Status.CORRECT, record.reason
-    assert record.gradients == "match"
-    assert {c.name for c in record.checks} >= {"buffers after the calls", "last timed call on trial 1 (eval)"}
+    assert record.decision.status is Status.CORRECT, record.decision.reason
+    assert record.checks.gradients == "match"
+    assert {c.name for c in record.checks.results} >= {"buffers after the calls", "last timed call on trial 1 (eval)"}
 
 
 @pytest.mark.parametrize("setting", ["check.gradients=sometimes", "check.gradient_tolerance_factor=0.5"])
@@ -127,26 +127,26 @@ def test_a_problem_that_makes_backward_part_of_the_contract_fails_wrong_gradient
     cfg = make_config("timing.enabled=false", declaring_problem(tmp_path, "HARNESS_BACKWARD = True"))
     records = evaluate(cfg, tmp_path, ["honest", "no_graph", "wrong_backward"])
     assert cfg.check.gradients == "flag"  # the config says flag; the problem's declaration wins
-    assert records["honest"].status is Status.CORRECT
-    assert records["no_graph"].status is Status.FORWARD_ONLY
-    assert records["wrong_backward"].status is Status.WRONG_GRADIENTS
+    assert records["honest"].decision.status is Status.CORRECT
+    assert records["no_graph"].decision.status is Status.FORWARD_ONLY
+    assert records["wrong_backward"].decision.status is Status.WRONG_GRADIENTS
 
 
 @pytest.mark.slow
 def test_an_inference_only_problem_checks_no_gradients(make_config, tmp_path):
     cfg = make_config("timing.enabled=false", "check.gradients=fail", declaring_problem(tmp_path, "HARNESS_BACKWARD = False"))
     records = evaluate(cfg, tmp_path, ["wrong_backward"])
-    assert records["wrong_backward"].status is Status.CORRECT and records["wrong_backward"].gradients == ""
+    assert records["wrong_backward"].decision.status is Status.CORRECT and records["wrong_backward"].checks.gradients == ""
 
 
 @pytest.mark.slow
 def test_a_problem_declares_its_own_tolerance(make_config, tmp_path):
     CANDIDATES["off_by_5e-4"] = HEADER + INIT + "    def forward(self, x):\n        return torch.relu(x * self.scale + self.bias) + 5e-4\n"
     default = evaluate(make_config("timing.enabled=false"), tmp_path, ["off_by_5e-4"])
-    assert default["off_by_5e-4"].status is Status.INCORRECT
+    assert default["off_by_5e-4"].decision.status is Status.INCORRECT
     loose = make_config("timing.enabled=false", declaring_problem(tmp_path, 'HARNESS_TOLERANCES = {"float32": {"atol": 1e-3, "rtol": 1e-3}}'))
     declared = evaluate(loose, tmp_path, ["off_by_5e-4"])
-    assert declared["off_by_5e-4"].status is Status.CORRECT, declared["off_by_5e-4"].reason
+    assert declared["off_by_5e-4"].decision.status is Status.CORRECT, declared["off_by_5e-4"].decision.reason
     # the reference record says what the problem overrode
     import json
 

@@ -66,10 +66,10 @@ def test_writes_to_the_shared_inputs_fail_the_writer_and_leave_the_next_verdict_
     finally:
         evaluation.close()
     scribbler, writer, honest = records
-    assert scribbler.status is Status.MUTATED_INPUT, scribbler.reason
-    assert writer.status is Status.MUTATED_INPUT, writer.reason
-    assert "changed input 0" in writer.reason
-    assert honest.status is Status.CORRECT, honest.reason
+    assert scribbler.decision.status is Status.MUTATED_INPUT, scribbler.decision.reason
+    assert writer.decision.status is Status.MUTATED_INPUT, writer.decision.reason
+    assert "changed input 0" in writer.decision.reason
+    assert honest.decision.status is Status.CORRECT, honest.decision.reason
 
 
 def test_a_write_past_the_end_of_an_input_breaks_its_guard_band(tmp_path, make_config):
@@ -78,16 +78,16 @@ def test_a_write_past_the_end_of_an_input_breaks_its_guard_band(tmp_path, make_c
         writer, honest = [evaluation.evaluate(c) for c in candidates]
     finally:
         evaluation.close()
-    assert writer.status is Status.UNSAFE_MEMORY, writer.reason
-    assert writer.reason.startswith("unsafe-memory: forward wrote past the end of input 0 (256 of the 4096 guard bytes")
-    assert [(f.code, f.policy) for f in writer.flags if f.code != "no-custom-kernel"] == [("unsafe-memory", "fail")]
-    assert honest.status is Status.CORRECT and not any(f.code == "unsafe-memory" for f in honest.flags)
+    assert writer.decision.status is Status.UNSAFE_MEMORY, writer.decision.reason
+    assert writer.decision.reason.startswith("unsafe-memory: forward wrote past the end of input 0 (256 of the 4096 guard bytes")
+    assert [(f.code, f.policy) for f in writer.integrity.flags if f.code != "no-custom-kernel"] == [("unsafe-memory", "fail")]
+    assert honest.decision.status is Status.CORRECT and not any(f.code == "unsafe-memory" for f in honest.integrity.flags)
     flagged, _ = _evaluation(tmp_path, make_config, ["writes_past_its_input"], "flags.unsafe_memory=flag")
     try:
         record = flagged.evaluate(candidates[0])
     finally:
         flagged.close()
-    assert record.status is Status.CORRECT and "unsafe-memory" in [f.code for f in record.flags]
+    assert record.decision.status is Status.CORRECT and "unsafe-memory" in [f.code for f in record.integrity.flags]
 
 
 @pytest.mark.gpu
@@ -117,8 +117,8 @@ def test_a_crashing_candidate_never_takes_the_judge_down(tmp_path, make_config):
         assert evaluation.judge.client.proc.pid == judge  # the same judge served both
     finally:
         evaluation.close()
-    assert crashed.status is Status.CRASHED, crashed.reason
-    assert honest.status is Status.CORRECT, honest.reason
+    assert crashed.decision.status is Status.CRASHED, crashed.decision.reason
+    assert honest.decision.status is Status.CORRECT, honest.decision.reason
 
 
 def test_a_judge_killed_between_candidates_is_restarted(tmp_path, make_config):
@@ -131,9 +131,9 @@ def test_a_judge_killed_between_candidates_is_restarted(tmp_path, make_config):
         again = evaluation.evaluate(candidates[2])
     finally:
         evaluation.close()
-    assert after.status is Status.CORRECT, after.reason
-    assert any("judge was restarted" in w for w in after.warnings), after.warnings
-    assert again.status is Status.CORRECT and not any("judge" in w for w in again.warnings)
+    assert after.decision.status is Status.CORRECT, after.decision.reason
+    assert any("judge was restarted" in w for w in after.decision.warnings), after.decision.warnings
+    assert again.decision.status is Status.CORRECT and not any("judge" in w for w in again.decision.warnings)
 
 
 def test_a_candidates_worker_reports_exactly_the_steps_its_role_declares(tmp_path, make_config):

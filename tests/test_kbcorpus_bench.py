@@ -8,6 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from harness.core.records import CheckResult, Flag, PairedSpeedup, Stricter, TimingStats
+from harness.core.schema import decode_line, encode_line
+from harness.core.status import Status
+from tests.records import candidate_record
+
 ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("kbcorpus", ROOT / "benchmarks" / "kbcorpus.py")
 kbc = importlib.util.module_from_spec(_spec)
@@ -90,28 +95,11 @@ def test_parts_split_by_problem_cover_the_selection_once_and_balance(corpus: Pat
 
 
 def record(problem: str, candidate: str, status: str, **fields) -> dict:
-    """A candidate record as records.jsonl holds it (the fields the script reads)."""
-    base = {
-        "kind": "candidate",
-        "run_id": "r",
-        "problem": problem,
-        "candidate": candidate,
-        "status": status,
-        "reason": "why " * 80,
-        "checks": [],
-        "flags": [],
-        "stricter": None,
-        "speedup": None,
-        "paired": None,
-        "timing": None,
-        "reference_ms": None,
-        "device": "cuda",
-        "gradients": "forward only",
-        "wall_seconds": 3.5,
-        "finished_at": "2026-11-25T00:00:00",
-        "log_path": f"logs/{problem}/{candidate}.log",
-    }
-    return {**base, **fields}
+    """A candidate record as a line of records.jsonl holds it (in its parts), from its fields by their
+    version 4 names (tests/records.py)."""
+    base = {"run_id": "r", "problem": problem, "candidate": candidate, "status": Status(status), "reason": "why " * 80, "device": "cuda", "gradients": "forward only",
+            "wall_seconds": 3.5, "finished_at": "2026-11-25T00:00:00", "log_path": f"logs/{problem}/{candidate}.log"}
+    return json.loads(encode_line(candidate_record(**{**base, **fields})))
 
 
 def write_run(folder: Path, records: list[dict], half_line: bool = True) -> None:
@@ -124,18 +112,19 @@ def write_run(folder: Path, records: list[dict], half_line: bool = True) -> None
 def test_a_run_folder_becomes_state_lines_and_missing_kernels_no_record(corpus: Path, tmp_path: Path) -> None:
     kernels = kbc.corpus_kernels(corpus)[:3]  # l1_p1's three
     folder = tmp_path / "runs" / "kb-default-part1of2"
+    reference = TimingStats.from_samples([1.0, 1.0, 1.0], timer="cuda_events", warmup_calls=1, stopped_by="target_rse", mode="graph")
     timed = record(
         "l1_p1",
         "model0_000000",
         "correct",
         speedup=2.5,
         reference_ms=1.0,
-        paired={"speedup": 2.5, "low": 2.4, "high": 2.6, "protocol": "graph, stream sync"},
-        timing={"median_ms": 0.4, "mode": "graph", "fallback": ""},
-        flags=[{"code": "implausible-time", "policy": "flag", "reason": "below the floor"}],
-        checks=[{"name": "trial 1", "passed": True, "max_abs_error": 1e-6}, {"name": "trial 2", "passed": True, "max_abs_error": 3e-6}],
+        paired=PairedSpeedup(speedup=2.5, low=2.4, high=2.6, rounds=3, protocol="graph, stream sync", ratios=(2.4, 2.5, 2.6), reference=reference),
+        timing=TimingStats.from_samples([0.4, 0.4, 0.4], timer="cuda_events", warmup_calls=1, stopped_by="target_rse", mode="graph"),
+        flags=(Flag("implausible-time", "flag", "below the floor"),),
+        checks=(CheckResult("trial 1", True, "ok", max_abs_error=1e-6), CheckResult("trial 2", True, "ok", max_abs_error=3e-6)),
     )
-    wrong = record("l1_p1", "model1_000001", "incorrect", stricter={"code": "tolerance", "detail": "max abs error 4.7e-4"})
+    wrong = record("l1_p1", "model1_000001", "incorrect", stricter=Stricter("tolerance", "max abs error 4.7e-4"))
     references = {"kind": "reference", "problem": "l1_p1", "device_name": "NVIDIA H100 80GB HBM3", "timing_mode": "graph", "timing_mode_reason": "GPU busy 12%"}
     write_run(folder, [timed, wrong, references])
     (folder / "logs" / "l1_p1").mkdir(parents=True)
@@ -155,6 +144,24 @@ def test_a_run_folder_becomes_state_lines_and_missing_kernels_no_record(corpus: 
     assert by_kernel["l1_p1/model2_000002"]["status"] == "no record"
     assert by_kernel["l1_p1/model2_000002"]["reason"] == "run.py was stopped at its limit"
     assert len(kbc.harvest(folder, "default", kernels, None)) == 2  # interrupted: the rest get no line
+
+
+def test_a_run_folder_of_an_earlier_schema_version_gives_the_state_lines_of_today(tmp_path: Path) -> None:
+    old = (ROOT / "tests" / "data" / "records" / "schema-4.jsonl").read_text()  # flat candidate records
+    (tmp_path / "v4").mkdir()
+    (tmp_path / "v4" / "records.jsonl").write_text(old)
+    (tmp_path / "v5").mkdir()
+    (tmp_path / "v5" / "records.jsonl").write_text("".join(encode_line(decode_line(text)) + "\n" for text in old.splitlines()))
+    kernels = [kbc.Kernel(id=f"p/{name}", problem="p", level=1, number=1, path=tmp_path / f"{name}.py") for name in ("c", "c_wrong")]
+    lines = {version: kbc.harvest(tmp_path / version, "default", kernels, None) for version in ("v4", "v5")}
+    for line in lines["v4"] + lines["v5"]:
+        assert line.pop("run_id") in ("v4", "v5")  # the run folder's name
+    assert lines["v4"] == lines["v5"]
+    ok, wrong = lines["v4"]
+    assert (ok["status"], ok["speedup"], ok["interval"], ok["reference_ms"], ok["protocol"]) == ("correct", 2.0, [1.9, 2.1], 1.0, "eager, stream sync")
+    assert (ok["device"], ok["device_name"], ok["max_abs_error"], ok["finished_at"]) == ("cuda", "NVIDIA H100 80GB HBM3", 1e-6, "2026-11-23T23:00:01+00:00")
+    assert ok["flags"] == [{"code": "own-share-low", "policy": "flag", "reason": "its own kernels ran 41% of the profiled GPU time"}]
+    assert (wrong["status"], wrong["stricter"]["code"], wrong["speedup"]) == ("incorrect", "tolerance", None)
 
 
 def test_why_a_kernel_has_no_record() -> None:

@@ -10,6 +10,7 @@ import pytest
 from harness.core.errors import UserError
 from harness.sources.problem import resolve_problem
 from harness.sources.samples import sample_targets
+from tests.records import candidate_record
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -110,7 +111,7 @@ def test_a_sample_folder_runs_against_the_kernelbench_tree_as_it_is(tree, tmp_pa
         "--set", "timing.rounds=2", "--set", "timing.max_rounds=2",
     ], capture_output=True, text=True, cwd=ROOT, timeout=600)
     records = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    verdicts = {(r["problem"], r["candidate"]): r["status"] for r in records if "candidate" in r}
+    verdicts = {(r["identity"]["problem"], r["identity"]["candidate"]): r["decision"]["status"] for r in records if "identity" in r}
     assert verdicts == {
         ("19_ReLU", "sample_0"): "correct",
         ("19_ReLU", "sample_1"): "incorrect",
@@ -134,12 +135,11 @@ def test_a_sample_folder_runs_against_the_kernelbench_tree_as_it_is(tree, tmp_pa
 
 
 def test_one_level_writes_eval_results_json_a_build_failure_is_not_compiled_and_a_never_judged_sample_is_left_out(tmp_path):
-    from harness.core.records import CandidateRecord
     from harness.core.status import Status
     from harness.sources.samples import write_eval_results
 
     def record(candidate, status):
-        return CandidateRecord(run_id="r", problem="19_ReLU", problem_hash="h", candidate=candidate, candidate_path="x.py",
+        return candidate_record(run_id="r", problem="19_ReLU", problem_hash="h", candidate=candidate, candidate_path="x.py",
                                candidate_hash="x", device="cuda", status=status, reason="why")
 
     records = [record("sample_2", Status.BUILD_FAILED), record("sample_0", Status.FLAGGED), record("not_a_sample", Status.CORRECT)]

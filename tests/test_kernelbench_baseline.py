@@ -5,10 +5,11 @@ import json
 import pytest
 
 from harness.core.errors import UserError
-from harness.core.records import CandidateRecord, ReferenceRecord, RunHeader, TimingStats
+from harness.core.records import ReferenceRecord, RunHeader, TimingStats
 from harness.core.status import Status
 from harness.core.store import RunStore
 from harness.views.kbtiming import fast_p_against, level_of, load_baseline
+from tests.records import candidate_record
 
 
 def entry(mean, hardware="NVIDIA H100 80GB HBM3"):
@@ -35,7 +36,7 @@ def timing(ms):
 
 def candidate(problem, name, status, ms=None, run_id="kb"):
     correct = status is Status.CORRECT
-    return CandidateRecord(
+    return candidate_record(
         run_id=run_id, problem=problem, problem_hash="h", candidate=name, candidate_path=f"{name}.py", candidate_hash="x",
         device="cuda", status=status, reason="matched 10 calls" if correct else "trial 1 (eval): output 0 differs",
         timing=timing(ms) if ms else None, reference_ms=1.0 if ms else None, speedup=1.0 / ms if ms and correct else None,

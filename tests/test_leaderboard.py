@@ -5,10 +5,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness.core.records import CandidateRecord, CheckResult, Flag, NullFloor, PairedSpeedup, ReferenceRecord, TimingStats
+from harness.core.records import CheckResult, Flag, NullFloor, PairedSpeedup, ReferenceRecord, TimingStats
 from harness.core.status import Status
 from harness.core.store import RunStore, read_records
 from harness.views.leaderboard import candidate_frame, print_leaderboard, problem_table, summary_table, write_leaderboards
+from tests.records import candidate_record
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -16,7 +17,7 @@ GOLDEN = Path(__file__).parent / "golden"
 def record(problem, candidate, status, reason, ms=None, ref=2.0, compiled=1.0, floor=0.1, share=None, flags=()):
     timing = TimingStats.from_samples([ms, ms], timer="cuda_events", warmup_calls=1, stopped_by="target_rse") if ms else None
     correct = ms and status is Status.CORRECT
-    return CandidateRecord(
+    return candidate_record(
         run_id="golden", problem=problem, problem_hash="h", candidate=candidate, candidate_path=f"{candidate}.py",
         candidate_hash="x", device="cuda", status=status, reason=reason,
         checks=(CheckResult("trial 1 (eval)", status is Status.CORRECT, "ok", 3e-6, 1e-5, 0.0),),

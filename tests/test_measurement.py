@@ -180,28 +180,28 @@ def _reference(floor_ms=1.0, clock=None, baselines=()):
 def test_time_below_the_bytes_floor_is_flagged_impossible_with_evidence(make_config):
     """The hard floor is the fewest bytes at peak bandwidth: 10**6 B at 1000 GB/s = 0.001 ms."""
     cfg = make_config()
-    measures, _, found = compare_times(stats([0.0005] * 5), paired(4.0, 0.0005), None, _reference(floor_ms=1.0), cfg)
-    assert measures["sol_floor"] == "bytes" and measures["sol_fraction"] == pytest.approx(2.0)
+    measures, notes, _, found = compare_times(stats([0.0005] * 5), paired(4.0, 0.0005), None, _reference(floor_ms=1.0), cfg)
+    assert measures.sol_floor == "bytes" and measures.sol_fraction == pytest.approx(2.0)
     assert any(code.value == "implausible-time" and "below the speed-of-light floor" in why and "fewest bytes" in why for code, why in found)
-    measures, _, found = compare_times(stats([2.0] * 5), paired(4.0, 2.0), None, _reference(floor_ms=1.0), cfg)
-    assert measures["sol_floor"] == "roofline" and measures["sol_fraction"] == pytest.approx(0.5) and found == []
+    measures, notes, _, found = compare_times(stats([2.0] * 5), paired(4.0, 2.0), None, _reference(floor_ms=1.0), cfg)
+    assert measures.sol_floor == "roofline" and measures.sol_fraction == pytest.approx(0.5) and found == []
 
 
 def test_a_faster_algorithm_than_the_references_is_a_note_not_a_flag(make_config):
     """diag(A) @ B as a row scaling: below the reference's FLOP floor (1 ms here), above the bytes floor."""
-    measures, warnings, found = compare_times(stats([0.5] * 5), paired(4.0, 0.5), None, _reference(floor_ms=1.0), make_config())
+    measures, notes, warnings, found = compare_times(stats([0.5] * 5), paired(4.0, 0.5), None, _reference(floor_ms=1.0), make_config())
     assert found == [] and not any("algorithm" in w for w in warnings)
-    assert measures["sol_floor"] == "bytes" and measures["sol_ms"] == pytest.approx(0.001) and measures["sol_fraction"] == pytest.approx(0.002)
-    (note,) = measures["notes"]
+    assert measures.sol_floor == "bytes" and measures.sol_ms == pytest.approx(0.001) and measures.sol_fraction == pytest.approx(0.002)
+    (note,) = notes
     assert note.startswith("faster than the reference's algorithm: 0.5 ms is below its roofline 1 ms")
 
 
 def test_speedups_over_every_baseline_and_clock_moves_are_reported(make_config):
     compiled = Baseline("torch.compile(default)", True, "ok", timing=stats([3.0] * 5), paired=paired(4.0, 3.0))
     failed = Baseline("torch.compile(max-autotune)", False, "build failed: x")
-    measures, warnings, _ = compare_times(stats([2.0] * 5, sm_clock_mhz=1500.0), paired(4.0, 2.0, clock=1980.0), None, _reference(baselines=(compiled, failed)), make_config())
-    assert measures["speedup"] == pytest.approx(2.0) and measures["reference_ms"] == pytest.approx(4.0)
-    assert measures["speedups"] == {"torch.compile(default)": pytest.approx(1.5)}
+    measures, _, warnings, _ = compare_times(stats([2.0] * 5, sm_clock_mhz=1500.0), paired(4.0, 2.0, clock=1980.0), None, _reference(baselines=(compiled, failed)), make_config())
+    assert measures.speedup == pytest.approx(2.0) and measures.reference_ms == pytest.approx(4.0)
+    assert measures.speedups == {"torch.compile(default)": pytest.approx(1.5)}
     assert any("SM clock 1500 MHz" in w for w in warnings)
 
 
@@ -224,15 +224,15 @@ def test_torch_compile_baseline_is_checked_timed_and_compared(make_config):
     (baseline,) = reference.baselines
     assert baseline.name == "torch.compile(default)" and baseline.ok, baseline.reason
     assert baseline.compile_seconds > 0 and baseline.max_abs_error is not None and baseline.timing.n >= 3
-    assert record.status is Status.CORRECT and set(record.speedups) == {"torch.compile(default)"}
-    assert reference.speed_of_light is not None and record.sol_fraction is not None
+    assert record.decision.status is Status.CORRECT and set(record.timing.speedups) == {"torch.compile(default)"}
+    assert reference.speed_of_light is not None and record.timing.sol_fraction is not None
 
 
 def test_a_baseline_timed_under_another_protocol_gives_no_speedup_over_it(make_config):
     compiled = Baseline("torch.compile(default)", True, "ok", timing=stats([3.0] * 5), paired=paired(4.0, 3.0))
     strict = TimingProtocol("eager", "device", "device sync for both sides because the candidate: its profiled call ran GPU work on 3 streams")
-    measures, warnings, _ = compare_times(stats([2.0] * 5), paired(4.0, 2.0, protocol=strict), None, _reference(baselines=(compiled,)), make_config())
-    assert measures["speedups"] == {} and measures["baseline_ms"] == {"torch.compile(default)": 3.0}
+    measures, _, warnings, _ = compare_times(stats([2.0] * 5), paired(4.0, 2.0, protocol=strict), None, _reference(baselines=(compiled,)), make_config())
+    assert measures.speedups == {} and measures.baseline_ms == {"torch.compile(default)": 3.0}
     assert any("no speedup over torch.compile(default)" in w and "eager, device sync" in w for w in warnings)
 
 
@@ -244,7 +244,7 @@ def test_baselines_are_reused_only_when_asked_and_say_from_which_run(make_config
     assert first.timing_reused_from == "" and second.timing_reused_from == "first"
     assert second.baselines == first.baselines and second.speed_of_light == first.speed_of_light
     # the eager reference is timed with each candidate, never reused
-    assert second_record.paired is not None and second_record.paired.reference != first_record.paired.reference
+    assert second_record.timing.paired is not None and second_record.timing.paired.reference != first_record.timing.paired.reference
     _, fresh = _evaluate(make_config(*compiled), "fresh")
     assert fresh.timing_reused_from == "" and fresh.baselines != first.baselines
 

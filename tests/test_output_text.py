@@ -14,12 +14,13 @@ from rich.console import Console
 from harness.__main__ import main
 from harness.core.config import ROOT
 from harness.core.errors import ExitCode
-from harness.core.records import CandidateRecord, RunHeader, Stricter, TimingStats
+from harness.core.records import RunHeader, Stricter, TimingStats
 from harness.core.status import Status
 from harness.core.store import RunStore
 from harness.views.leaderboard import candidate_frame, print_leaderboard, write_leaderboards
 from harness.views.progress import Progress
 from harness.views.text import markdown_code, markdown_text, terminal_text, visible
+from tests.records import candidate_record
 from tests.sources import scale_bias_relu
 
 EVIL = {
@@ -35,7 +36,7 @@ SHOWN = {name: visible(reason) for name, reason in EVIL.items()}  # as the termi
 
 def record(candidate, reason, status=Status.RUNTIME_ERROR, problem="p1", ms=None, stricter=None):
     timing = TimingStats.from_samples(ms, timer="cuda_events", warmup_calls=1, stopped_by="target_rse") if ms else None
-    return CandidateRecord(
+    return candidate_record(
         run_id="run", problem=problem, problem_hash="ph", candidate=candidate, candidate_path=f"{candidate}.py", candidate_hash=f"hash-{candidate}",
         device="cuda", status=status, reason=reason, timing=timing, reference_ms=2.0, speedup=2.0 / ms[0] if ms and status is Status.CORRECT else None,
         stricter=stricter,
@@ -261,6 +262,13 @@ CANDIDATE = scale_bias_relu(forward='raise RuntimeError("shape mismatch in [/tmp
 
 
 @pytest.mark.slow
+def _as_correct(line):
+    """A records file line, its candidate made correct (as a baseline where it still passed)."""
+    if line.get("kind") == "candidate":
+        line["decision"]["status"] = "correct"
+    return line
+
+
 def test_a_run_whose_candidate_raises_markup_exits_2_prints_it_and_gates(tmp_path):
     """Before: rich read the reason as markup, the run ended in a MarkupError traceback (exit 1) and
     --gate never ran."""
@@ -276,7 +284,7 @@ def test_a_run_whose_candidate_raises_markup_exits_2_prints_it_and_gates(tmp_pat
     assert "raises: RuntimeError: shape mismatch in [/tmp/kernel.cu] [bold]x" in first.stdout and "Traceback" not in first.stderr
     lines = (results / "first" / "records.jsonl").read_text().splitlines()
     baseline = tmp_path / "baseline.jsonl"  # the same candidate, correct in the baseline
-    baseline.write_text("\n".join(json.dumps({**json.loads(line), "status": "correct"} if json.loads(line).get("kind") == "candidate" else json.loads(line)) for line in lines) + "\n")
+    baseline.write_text("\n".join(json.dumps(_as_correct(json.loads(line))) for line in lines) + "\n")
     gated = cli(*common, "--run-id", "gated", "--gate", str(baseline))
     assert gated.returncode == ExitCode.REGRESSION, gated.stderr
     assert "was correct, now runtime error: RuntimeError: shape mismatch in [/tmp/kernel.cu] [bold]x" in (results / "gated" / "gate.md").read_text()

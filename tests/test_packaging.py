@@ -37,7 +37,7 @@ def test_a_non_editable_install_runs_a_problem_from_outside_the_checkout(tmp_pat
     run = subprocess.run(command, capture_output=True, text=True, cwd=outside, env=env, timeout=600)
     assert run.returncode == 2, run.stdout[-1000:] + run.stderr[-2000:]  # the torch-only candidate is no custom kernel: a failed candidate
     (record,) = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
-    assert record["candidate"] == "functional" and record["status"] == "no custom kernel", record["reason"]
-    assert (results / record["run_id"] / "records.jsonl").is_file()  # relative paths start from where it was started
+    assert record["identity"]["candidate"] == "functional" and record["decision"]["status"] == "no custom kernel", record["decision"]["reason"]
+    assert (results / record["identity"]["run_id"] / "records.jsonl").is_file()  # relative paths start from where it was started
     script = subprocess.run([str(venv / "bin" / "kernel-harness"), "--version"], capture_output=True, text=True, cwd=outside, env=env)
     assert script.returncode == 0 and script.stdout.strip(), script.stderr

@@ -347,8 +347,8 @@ def test_the_null_candidate_is_checked_timed_and_recorded_as_the_floor(make_conf
     assert floor is not None and floor.status == Status.CORRECT.value, floor
     assert floor.paired is not None and 4 <= floor.paired.rounds <= 6 and floor.speedup == floor.paired.speedup
     assert reference.timing == floor.paired.reference  # the reference's own timing: its rounds with the null
-    assert record.status is Status.CORRECT and record.paired is not None
-    assert record.paired.reference != floor.paired.reference  # each candidate has rounds of its own
+    assert record.decision.status is Status.CORRECT and record.timing.paired is not None
+    assert record.timing.paired.reference != floor.paired.reference  # each candidate has rounds of its own
     assert store.log_path(problem.name, "_null").exists()
 
 

@@ -33,7 +33,7 @@ def without_chart_lines(markdown):
 
 def store_run(results, run_id, records, fast_p=FAST_P, charts=False):
     """A run folder as the run command leaves it: header, candidate records, end, leaderboards."""
-    records = [dataclasses.replace(r, run_id=run_id) for r in records]
+    records = [dataclasses.replace(r, identity=dataclasses.replace(r.identity, run_id=run_id)) for r in records]
     store = RunStore(results, run_id)
     store.append(RunHeader(run_id=run_id, started_at="2026-11-21T00:00:00+00:00", argv=("--all",),
                            config={"leaderboard": {"fast_p": list(fast_p)}}, environment={}))

@@ -184,7 +184,7 @@ def test_nothing_is_left_under_tmpdir_after_an_api_session_whose_candidate_raise
         with api.Session(make_config("timing.enabled=false", "check.trials=1")) as session:
             own = session.resources.scratch.path
             record = session.evaluate(PROBLEM, scale_bias_relu("raise RuntimeError('the candidate raised')"), name="raises")
-            assert record.status is not Status.CORRECT and "the candidate raised" in record.reason
+            assert record.decision.status is not Status.CORRECT and "the candidate raised" in record.decision.reason
             raise RuntimeError("after the record")
     assert not own.exists()
     assert left_under(own_tmpdir) == []

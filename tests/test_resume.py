@@ -33,7 +33,7 @@ def _args(tmp_path):
 
 def _candidates(records_path):
     lines = [json.loads(line) for line in records_path.read_text().splitlines() if line.strip()]
-    return [d["candidate"] for d in lines if d["kind"] == "candidate"]
+    return [d["identity"]["candidate"] for d in lines if d["kind"] == "candidate"]
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ from harness.parent.scratch import RunScratch
 from harness.parent.supervise import Lane, Launcher
 from harness.sources.candidate import Candidate
 from harness.sources.problem import resolve_problem
+from tests.records import candidate_record
 from tests.sources import HONEST_FORWARD, scale_bias_relu
 
 PROBLEM = "1_Scale_Bias_ReLU"
@@ -57,11 +58,11 @@ def test_prestarted_workers_give_the_same_verdicts(make_config, tmp_path):
     resources = RunResources(cfg, "cpu", RunStore(cfg.path(cfg.results_dir), "prestart"), RunScratch.create())
     executor = LocalExecutor(resources)
     try:
-        records = {r.candidate: r for r in executor.run_problem(problem, candidates)}
+        records = {r.identity.candidate: r for r in executor.run_problem(problem, candidates)}
     finally:
         executor.close()
         resources.close()
-    assert [records[f"plain_{i}"].status for i in range(3)] == [Status.CORRECT, Status.INCORRECT, Status.CORRECT]
+    assert [records[f"plain_{i}"].decision.status for i in range(3)] == [Status.CORRECT, Status.INCORRECT, Status.CORRECT]
 
 
 @pytest.mark.slow
@@ -79,18 +80,18 @@ def test_two_lanes_share_the_candidates_and_each_compares_to_its_own_reference(m
     finally:
         executor.close()
         resources.close()
-    assert [r.candidate for r in records] == [f"plain_{i}" for i in range(4)]  # in candidate order, whoever finished first
+    assert [r.identity.candidate for r in records] == [f"plain_{i}" for i in range(4)]  # in candidate order, whoever finished first
     assert sorted(started) == sorted(c.name for c in candidates)
     written = read_records(store.records_path)
     references = {r.lane: r for r in written if isinstance(r, ReferenceRecord)}
     assert set(references) == {"lane-a", "lane-b"}  # each lane ran the reference once
     for record in records:
-        assert record.lane in references
-        if record.status is Status.CORRECT:
+        assert record.identity.lane in references
+        if record.decision.status is Status.CORRECT:
             # timed in turns with its own lane's judge: the reference's side is in the record
-            assert record.paired is not None and record.reference_ms == record.paired.reference.median_ms
-    assert records[2].status is Status.INCORRECT
-    assert {r.lane for r in records} == {"lane-a", "lane-b"}  # both lanes did work
+            assert record.timing.paired is not None and record.timing.reference_ms == record.timing.paired.reference.median_ms
+    assert records[2].decision.status is Status.INCORRECT
+    assert {r.identity.lane for r in records} == {"lane-a", "lane-b"}  # both lanes did work
 
 
 def test_gpu_selection_beyond_the_visible_gpus_is_a_usage_error(make_config, monkeypatch):
@@ -148,20 +149,20 @@ def test_ray_executor_gives_the_same_records_as_the_local_one(make_config, tmp_p
     for executor in ("local", "ray"):
         done = subprocess.run([*common, "--executor", executor, "--run-id", executor], capture_output=True, text=True, cwd=ROOT, timeout=900)
         assert done.returncode == 2, done.stderr[-2000:]  # candidates failed (the wrong one and the broken one)
-        outputs[executor] = {r["candidate"]: r for r in map(json.loads, done.stdout.splitlines())}
+        outputs[executor] = {r["identity"]["candidate"]: r for r in map(json.loads, done.stdout.splitlines())}
     local, ray = outputs["local"], outputs["ray"]
-    assert {n: r["status"] for n, r in ray.items()} == {n: r["status"] for n, r in local.items()} == {
+    assert {n: r["decision"]["status"] for n, r in ray.items()} == {n: r["decision"]["status"] for n, r in local.items()} == {
         "cpp_fused": "correct", "plain_0": "correct", "plain_1": "incorrect", "broken": "import error",
     }
-    assert ray["cpp_fused"]["candidate_path"] == str(solutions / "cpp_fused.py")  # the driver's file, not the lane's copy
-    assert [b["name"] for b in ray["cpp_fused"]["builds"]] == ["cpp_scale_bias_relu"]
-    assert ray["plain_0"]["lane"].endswith("/cpu")
+    assert ray["cpp_fused"]["identity"]["candidate_path"] == str(solutions / "cpp_fused.py")  # the driver's file, not the lane's copy
+    assert [b["name"] for b in ray["cpp_fused"]["provenance"]["builds"]] == ["cpp_scale_bias_relu"]
+    assert ray["plain_0"]["identity"]["lane"].endswith("/cpu")
     run = tmp_path / "results" / "ray"
     assert (run / "leaderboard.md").is_file() and (run / "leaderboard.csv").is_file()
-    assert (run / ray["plain_1"]["log_path"]).is_file()  # the lane's logs come back to the run folder
+    assert (run / ray["plain_1"]["provenance"]["log_path"]).is_file()  # the lane's logs come back to the run folder
     kinds = [type(r).__name__ for r in read_records(run / "records.jsonl")]
     assert kinds.count("ReferenceRecord") == 1 and kinds.count("CandidateRecord") == 4 and kinds[-1] == "RunEnd"
-    assert all(isinstance(r, CandidateRecord) for r in read_records(run) if getattr(r, "candidate", None))
+    assert all(isinstance(r, CandidateRecord) for r in read_records(run) if hasattr(r, "identity"))
 
 
 @pytest.mark.slow
@@ -172,7 +173,7 @@ def test_an_evaluation_on_its_own_ends_its_prestarted_worker(make_config, tmp_pa
     problem = resolve_problem(PROBLEM, cfg.path(cfg.problems_dir))
     evaluation = ProblemEvaluation(problem, write_candidates(tmp_path / "c", 1), cfg, "cpu", RunStore(cfg.path(cfg.results_dir), "own"))
     (record,) = evaluation.run()
-    assert record.status is Status.CORRECT
+    assert record.decision.status is Status.CORRECT
     assert evaluation.lane.launcher._spare is None and not evaluation.lane.launcher.active
 
 
@@ -195,10 +196,10 @@ def test_a_ray_lane_that_dies_gives_a_harness_error_record_not_a_crash(tmp_path)
         "--results", str(tmp_path / "results"), "--set", f"solutions_dir={tmp_path / 'solutions'}", "--set", "check.trials=1",
         "--set", "flags.no_custom_kernel=flag",
     ], capture_output=True, text=True, cwd=ROOT, timeout=600)
-    records = {r["candidate"]: r for r in map(json.loads, (line for line in done.stdout.splitlines() if line.startswith("{")))}  # Ray prints its own notice of the death
-    assert records["plain_0"]["status"] == "correct"
-    assert records["zz_kills_lane"]["status"] == "harness error"
-    assert records["zz_kills_lane"]["reason"].startswith("the Ray lane failed: ")
+    records = {r["identity"]["candidate"]: r for r in map(json.loads, (line for line in done.stdout.splitlines() if line.startswith("{")))}  # Ray prints its own notice of the death
+    assert records["plain_0"]["decision"]["status"] == "correct"
+    assert records["zz_kills_lane"]["decision"]["status"] == "harness error"
+    assert records["zz_kills_lane"]["decision"]["reason"].startswith("the Ray lane failed: ")
     assert done.returncode == 4, done.stderr[-2000:]  # a harness error, reported as such
     # the killed lane's folder went with the run: swept when the run's own scratch was removed
     assert set(default_base().glob("run-*")) <= before, set(default_base().glob("run-*")) - before
@@ -229,7 +230,7 @@ def test_a_ray_lane_hands_its_records_back_as_the_records_file_holds_them(tmp_pa
     from harness.parent.ray_executor import LaneStore
 
     reference = ReferenceRecord(run_id="r", problem="p", problem_hash="h", problem_path="p.py", device="cpu", device_name="cpu", ok=True, reason="ok", notes=("n",))
-    candidate = CandidateRecord(run_id="r", problem="p", problem_hash="h", candidate="c", candidate_path="c.py", candidate_hash="x", device="cpu", status=Status.CORRECT, reason="ok",
+    candidate = candidate_record(run_id="r", problem="p", problem_hash="h", candidate="c", candidate_path="c.py", candidate_hash="x", device="cpu", status=Status.CORRECT, reason="ok",
                                 log_path="", finished_at="t", warnings=("w",), phase_seconds={"load": float("inf")})
     lane, plain = LaneStore(tmp_path / "lane", "r"), RunStore(tmp_path / "plain", "r")
     for record in (reference, candidate):

@@ -1,11 +1,12 @@
 """The records file's lines: one codec for every writer and reader, and the layouts of earlier versions."""
 import dataclasses
 import json
+import typing
 from pathlib import Path
 
 import pytest
 
-from harness.core.records import RECORD_KINDS, SCHEMA_VERSION, CandidateRecord, RunEnd, TimingStats
+from harness.core.records import RECORD_KINDS, SCHEMA_VERSION, CandidateRecord, Flag, RunEnd, TimingStats
 from harness.core.schema import STEPS, LineError, decode_line, encode_line, migrate
 from harness.core.store import read_records
 from tests.test_units import sample_record
@@ -16,7 +17,7 @@ OLDER = Path(__file__).parent / "data" / "records"  # schema-N.jsonl: lines as v
 def test_a_record_reads_back_from_its_line_with_its_kind_first():
     record = sample_record()
     line = encode_line(record)
-    assert "\n" not in line and line.startswith('{"kind": "candidate", "run_id": "r1"')
+    assert "\n" not in line and line.startswith('{"kind": "candidate", "identity": {"run_id": "r1"')
     assert decode_line(line) == record
     end = RunEnd(run_id="r1", finished_at="t", gpu_end={}, sm_clocks_mhz=(1980.0,))
     assert decode_line(encode_line(end)) == end
@@ -49,12 +50,17 @@ def _lines(version):
     return [json.loads(line) for line in (OLDER / f"schema-{version}.jsonl").read_text().splitlines()]
 
 
-def _missing(data, cls):
-    """Today's fields a line's data lacks, its timings' included."""
-    missing = [f.name for f in dataclasses.fields(cls) if f.name not in data]
-    for name in ("timing",):
-        if data.get(name):
-            missing += [f"{name}.{f.name}" for f in dataclasses.fields(TimingStats) if f.name not in data[name]]
+def _missing(data, cls, prefix=""):
+    """Today's fields a line's data lacks, those of its parts and timings included."""
+    hints = typing.get_type_hints(cls)
+    missing = []
+    for f in dataclasses.fields(cls):
+        if f.name not in data:
+            missing.append(prefix + f.name)
+            continue
+        kind = next((t for t in (hints[f.name], *typing.get_args(hints[f.name])) if dataclasses.is_dataclass(t)), None)
+        if kind is not None and isinstance(data[f.name], dict):
+            missing += _missing(data[f.name], kind, f"{prefix}{f.name}.")
     return missing
 
 
@@ -68,9 +74,14 @@ def test_a_record_written_by_an_earlier_schema_reads_as_today(version):
         assert _missing(upgraded, RECORD_KINDS[line["kind"]]) == []  # every field today's layout has, not left to the defaults
         record = decode_line(json.dumps(line))
         assert record.schema_version == SCHEMA_VERSION and decode_line(encode_line(record)) == record
-        if isinstance(record, CandidateRecord):  # the figures it stored are the figures it reads as
-            assert (record.speedup, record.timing.median_ms, record.timing.samples_ms) == (line["speedup"], line["timing"]["median_ms"], tuple(line["timing"]["samples_ms"]))
-            assert record.timing.mode == "eager" and record.flags == () and record.checks[0].within_kernelbench is None
+        if isinstance(record, CandidateRecord) and line["timing"]:  # the figures it stored are the figures it reads as
+            stats = record.timing.stats
+            assert (record.timing.speedup, stats.median_ms, stats.samples_ms) == (line["speedup"], line["timing"]["median_ms"], tuple(line["timing"]["samples_ms"]))
+            assert stats.mode == "eager"
+        if isinstance(record, CandidateRecord):
+            assert (record.identity.candidate, record.decision.status.value, record.decision.reason) == (line["candidate"], line["status"], line["reason"])
+            assert record.checks.results[0].within_kernelbench is None
+            assert record.integrity.flags == tuple(Flag(**f) for f in line.get("flags", []))
 
 
 def test_an_earlier_schema_s_file_reads_through_the_store():
@@ -95,16 +106,16 @@ def test_a_version_newer_than_this_harness_is_refused_by_migrate():
 
 def test_a_timing_s_statistics_are_derived_from_its_samples_not_read_from_the_line():
     data = json.loads(encode_line(sample_record()))
-    assert data["timing"]["median_ms"] == 1.05
-    data["timing"]["median_ms"], data["timing"]["rse"] = 99.0, 0.0
-    timing = decode_line(json.dumps(data)).timing
+    assert data["timing"]["stats"]["median_ms"] == 1.05
+    data["timing"]["stats"]["median_ms"], data["timing"]["stats"]["rse"] = 99.0, 0.0
+    timing = decode_line(json.dumps(data)).timing.stats
     assert (timing.median_ms, timing.min_ms, timing.q1_ms) == (1.05, 0.9, 0.975)
     assert timing.rse == TimingStats.from_samples([1.0, 1.2, 0.9, 1.1], timer="t", warmup_calls=0, stopped_by="budget").rse
 
 
 def test_a_timing_s_line_still_carries_its_statistics_in_their_place():
     timing = TimingStats.from_samples([2.0, 1.0, 4.0], timer="cuda_events", warmup_calls=1, stopped_by="budget", overhead_ms=0.5, subtract=True)
-    data = json.loads(encode_line(sample_record(timing=timing)))["timing"]
+    data = json.loads(encode_line(sample_record(timing=timing)))["timing"]["stats"]
     assert list(data)[:9] == ["samples_ms", "median_ms", "q1_ms", "q3_ms", "mean_ms", "std_ms", "min_ms", "rse", "timer"]
     assert (data["samples_ms"], data["median_ms"], data["min_ms"], data["mean_ms"]) == ([2.0, 1.0, 4.0], 1.5, 0.5, 5.5 / 3)  # over the samples less the overhead
 
@@ -113,3 +124,19 @@ def test_a_timing_s_statistics_cannot_be_given_apart_from_its_samples():
     with pytest.raises(TypeError):
         TimingStats(samples_ms=(1.0,), median_ms=5.0, timer="t", warmup_calls=0, stopped_by="budget")
     assert TimingStats(samples_ms=(1.0, 3.0), timer="t", warmup_calls=0, stopped_by="budget").median_ms == 2.0
+
+
+def test_a_version_4_candidate_is_gathered_into_its_parts_field_by_field():
+    (reference, honest, wrong) = _lines(4)
+    record = decode_line(json.dumps(honest))
+    assert record.identity.lane == "cuda:0" and record.checks.weights == "position" and record.checks.weight_mapping == (("lin.weight", "linear.weight"), ("lin.bias", "linear.bias"))
+    assert record.integrity.sanitizer[0].outcome == "clean" and record.integrity.extension_calls == {"ext.forward": 9} and record.timing.sol_floor == "roofline"
+    assert record.decision.notes == ("an output is rounding noise",) and record.decision.warnings == tuple(honest["warnings"])
+    failed = decode_line(json.dumps(wrong))
+    assert failed.decision.stricter.code == "tolerance" and failed.timing.stats is None and failed.timing.speedup is None
+    assert decode_line(json.dumps(reference)).run_id == "run4"  # a reference record keeps its flat fields
+
+
+def test_a_record_in_parts_has_no_field_outside_them():
+    data = json.loads(encode_line(sample_record()))
+    assert list(data) == ["kind", "identity", "decision", "checks", "timing", "integrity", "provenance", "schema_version", "tool_version"]

@@ -315,14 +315,14 @@ def test_a_problem_file_a_candidate_wrote_is_refused_and_never_imported(make_con
     candidate = planting_candidate(str(planted), EVIL_PROBLEM.format(marker=str(marker)))
     with api.Session(make_config("timing.enabled=false")) as session, Served(session) as served:
         status, _, record = served.call("/evaluate", {"problem": "1_Scale_Bias_ReLU", "source": candidate, "name": "planter"})
-        assert status == 200 and record["status"] == "correct", record
+        assert status == 200 and record["decision"]["status"] == "correct", record
         written = session.store.dir / "sources" / "1_Scale_Bias_ReLU" / "planter.py"  # the session's copy of the source
         assert planted.is_file() and written.is_file()
         for query in (str(planted), os.path.relpath(planted), str(written), os.path.relpath(written), f"{written.parent.name}/{written.name}"):
             status, _, answer = served.call("/evaluate", {"problem": query, "source": candidate, "name": "again"})
             assert status == 400 and "problem" in answer["error"], (query, answer)
         status, _, record = served.call("/evaluate", {"problem": "level0/1", "source": candidate, "name": "by_id"})
-        assert status == 200 and record["status"] == "correct" and record["problem"] == "1_Scale_Bias_ReLU"
+        assert status == 200 and record["decision"]["status"] == "correct" and record["identity"]["problem"] == "1_Scale_Bias_ReLU"
         assert not marker.exists()
         # the marker works: the Python API, a trusted caller in this process, still takes a path, and the judge imports it
         session.evaluate(str(planted), "import torch.nn as nn\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return x.clone()\n")

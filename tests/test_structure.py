@@ -101,18 +101,18 @@ def records(tmp_path_factory, build_cache, measurement_cache):
 
 @pytest.mark.slow
 def test_a_kernel_that_relies_on_documented_triangular_inputs_is_correct(records):
-    assert records["triangular_sum"].status is Status.CORRECT, records["triangular_sum"].reason
+    assert records["triangular_sum"].decision.status is Status.CORRECT, records["triangular_sum"].decision.reason
 
 
 @pytest.mark.slow
 def test_a_structure_bug_still_fails(records):
-    assert records["drops_diagonal"].status is Status.INCORRECT
+    assert records["drops_diagonal"].decision.status is Status.INCORRECT
 
 
 @pytest.mark.slow
 def test_a_kernel_valid_only_on_unit_range_inputs_still_fails(records):
     record = records["assumes_unit_range"]
-    assert record.status is Status.INCORRECT and "inputs" in record.reason  # a redrawn trial, beyond [0, 1)
+    assert record.decision.status is Status.INCORRECT and "inputs" in record.decision.reason  # a redrawn trial, beyond [0, 1)
 
 
 @pytest.mark.slow
@@ -122,6 +122,6 @@ def test_the_reference_record_says_what_the_redraws_keep(records):
     from harness.core.records import ReferenceRecord
     from harness.core.store import read_records
 
-    path = Path(records["triangular_sum"].candidate_path).parents[2] / "records.jsonl"
+    path = Path(records["triangular_sum"].identity.candidate_path).parents[2] / "records.jsonl"
     (reference,) = [r for r in read_records(path) if isinstance(r, ReferenceRecord) and r.problem == "14_Upper"]
     assert "input 0: upper-triangular (the normal, signed and shifted redraws keep it)" in reference.notes

@@ -85,10 +85,10 @@ def test_the_kernelbench_profile_accepts_tanh_gelu_as_kernelbench_does_and_the_d
     verdicts = {}
     for profile in ("kernelbench", "default"):
         record = api.evaluate("26_GELU", tanh, config=ROOT / "configs" / f"{profile}.yaml", overrides={**common, "flags.no_custom_kernel": "flag"})
-        verdicts[profile] = record.status
+        verdicts[profile] = record.decision.status
         if profile == "default":  # and the record says which of our checks KernelBench's does not make
-            assert "norm=0.0001" in record.reason
-            assert record.stricter is not None and record.stricter.code == "tolerance" and "within KernelBench's" in record.stricter.detail
+            assert "norm=0.0001" in record.decision.reason
+            assert record.decision.stricter is not None and record.decision.stricter.code == "tolerance" and "within KernelBench's" in record.decision.stricter.detail
     assert verdicts == {"kernelbench": Status.CORRECT, "default": Status.INCORRECT}
 
 

@@ -4,14 +4,15 @@ import math
 
 import pytest
 
-from harness.core.channel import ChannelReader, ChannelWriter, ForgedMessage, new_key
 from harness.core import config
+from harness.core.channel import ChannelReader, ChannelWriter, ForgedMessage, new_key
 from harness.core.config import load_config
 from harness.core.errors import UserError
 from harness.core.records import CandidateRecord, CheckResult, ExtensionBuild, TimingStats, from_dict, to_dict
 from harness.core.status import Status
 from harness.core.store import RunStore, read_records
 from harness.sources.problem import resolve_problem
+from tests.records import candidate_record
 
 
 def sample_record(**changes):
@@ -25,7 +26,7 @@ def sample_record(**changes):
         builds=(ExtensionBuild("ext", "abc", True, 0.5),), phase_seconds={"load": 1.5},
     )
     fields.update(changes)
-    return CandidateRecord(**fields)
+    return candidate_record(**fields)
 
 
 def test_record_round_trips_through_json_including_infinity():
@@ -51,7 +52,7 @@ def test_store_writes_each_record_and_refuses_newer_schema(tmp_path):
     store = RunStore(tmp_path, "run")
     store.append(sample_record())
     store.append(sample_record(candidate="d"))
-    assert [r.candidate for r in read_records(store.dir)] == ["c", "d"]
+    assert [r.identity.candidate for r in read_records(store.dir)] == ["c", "d"]
     line = json.loads(store.records_path.read_text().splitlines()[0])
     line["schema_version"] = 99
     store.records_path.write_text(json.dumps(line) + "\n")
@@ -204,11 +205,10 @@ def test_status_taxonomy_is_documented_and_skips_do_not_fail():
 
 
 def test_progress_line_tells_the_whole_run_failures_builds_and_time_left(capsys):
-    from harness.core.records import CandidateRecord
     from harness.views.progress import Progress
 
     def record(name, status):
-        return CandidateRecord(run_id="r", problem="p", problem_hash="h", candidate=name, candidate_path=f"{name}.py",
+        return candidate_record(run_id="r", problem="p", problem_hash="h", candidate=name, candidate_path=f"{name}.py",
                                candidate_hash="x", device="cpu", status=status, reason="why")
 
     with Progress(total=4, builds=lambda: (3, 4)) as progress:
@@ -226,9 +226,9 @@ def test_closed_vocabularies_are_stored_and_shown_as_their_words():
 
     record = sample_record(sanitizer=(SanitizerResult("memcheck", SanitizerOutcome.CLEAN, "0 errors", 1.5), SanitizerResult("racecheck", "errors", "a race")))
     data = to_dict(record)
-    assert [run["outcome"] for run in data["sanitizer"]] == ["clean", "errors"] and json.loads(json.dumps(data)) == data
+    assert [run["outcome"] for run in data["integrity"]["sanitizer"]] == ["clean", "errors"] and json.loads(json.dumps(data)) == data
     back = from_dict(CandidateRecord, json.loads(json.dumps(data)))
-    assert back == record and [run.outcome for run in back.sanitizer] == [SanitizerOutcome.CLEAN, SanitizerOutcome.ERRORS]
+    assert back == record and [run.outcome for run in back.integrity.sanitizer] == [SanitizerOutcome.CLEAN, SanitizerOutcome.ERRORS]
     assert f"{GateOutcome.NOT_COMPARABLE}|{Regression.TIME}" == "not comparable|time" and " | ".join(GateOutcome).startswith("regressed | improved")
     check = LintCheck(**json.loads(json.dumps({"name": "runs", "verdict": "fail", "detail": "x"})))
     assert check.verdict == "fail" and json.dumps(check.__dict__) == '{"name": "runs", "verdict": "fail", "detail": "x"}'
@@ -258,4 +258,4 @@ def test_the_latest_record_per_candidate_wins_in_the_place_first_seen():
 
     first, other, again = sample_record(reason="first"), sample_record(candidate="d", reason="other"), sample_record(reason="again")
     latest = latest_per_candidate([first, other, again])
-    assert list(latest) == [("p", "c"), ("p", "d")] and [r.reason for r in latest.values()] == ["again", "other"]
+    assert list(latest) == [("p", "c"), ("p", "d")] and [r.decision.reason for r in latest.values()] == ["again", "other"]

@@ -8,7 +8,7 @@ import pytest
 from harness.core import protocol as P
 from harness.core.config import load_config
 from harness.core.protocol import Call, WorkerOutcome
-from harness.core.records import CheckResult, ReferenceRecord, TimingStats
+from harness.core.records import CheckResult, ReferenceRecord, Timing, TimingStats
 from harness.core.status import Code, Status
 from harness.parent.verdict import Case, Compared, Reported, Rules, decide, settle
 
@@ -134,13 +134,14 @@ def test_timing_findings_and_measures(policy, status, measured):
 
     def compare(timing, paired):
         seen.append((timing, paired))
-        return {"speedup": 120.0}, ["timing did not settle"], [(Code.IMPLAUSIBLE_TIME, "120x over eager")]
+        return Timing(speedup=120.0), ("below the reference's roofline",), ["timing did not settle"], [(Code.IMPLAUSIBLE_TIME, "120x over eager")]
 
     given = case(timing=TIMING, paired=PAIRED, rules=[policies(implausible_time=policy)], log_bytes=1 << 20)
     decided = verdict(given, compare=compare)
     assert seen == [(TIMING, PAIRED)]
     assert decided.status is status and [f.code for f in decided.flags] == ["implausible-time"]
-    assert decided.measures == ({"speedup": 120.0} if measured else {})
+    assert decided.timing == (Timing(stats=TIMING, speedup=120.0) if measured else Timing())  # a failed candidate keeps no timing
+    assert ("below the reference's roofline" in decided.notes) is measured
     assert decided.warnings[-2:] == ("timing did not settle", "printed 1048576 bytes; the log keeps the first and last 128 KiB")
 
 
@@ -152,7 +153,8 @@ def test_timing_findings_and_measures(policy, status, measured):
 ], ids=["no-paired", "no-timing", "incorrect", "sanitizer-failed"])
 def test_no_timing_comparison_unless_correct_and_timed(given, unsafe):
     decided = verdict(given, unsafe)
-    assert decided.measures == {}
+    assert dataclasses.replace(decided.timing, stats=None) == Timing()  # nothing compared
+    assert decided.timing.stats is (given.compared.timing if decided.status is Status.CORRECT else None)  # a correct candidate keeps its own timing
     if unsafe:
         assert decided.status is Status.UNSAFE_MEMORY and decided.reason.startswith("unsafe-memory: compute-sanitizer")
         assert decided.stricter is not None and decided.stricter.code == "flag:unsafe-memory"
@@ -205,9 +207,9 @@ def test_stricter_only_where_ours_failed_it_and_kernelbench_would_not(given, cod
 def test_on_the_cpu_counted_extension_calls_are_the_evidence(counted, status, share_codes):
     decided = verdict(case(device="cpu", reported=[("counted", counted)]))
     assert decided.status is status and [f.code for f in decided.flags] == share_codes
-    assert decided.evidence["extension_calls"] == (counted.checked if counted else {})
-    assert decided.evidence["timed_extension_calls"] == (counted.timed if counted else {})
-    assert decided.evidence["custom_kernel_share"] is None  # no profile
+    assert decided.evidence.extension_calls == (counted.checked if counted else {})
+    assert decided.evidence.timed_extension_calls == (counted.timed if counted else {})
+    assert decided.evidence.custom_kernel_share is None  # no profile
 
 
 def test_the_rules_of_a_config():

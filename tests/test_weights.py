@@ -78,48 +78,48 @@ def records(tmp_path_factory, build_cache, measurement_cache):
 
 def test_renamed_parameters_are_paired_by_position_and_recorded(records):
     record = records["flat"]
-    assert record.status is Status.CORRECT, record.reason
-    assert dict(record.weight_mapping) == {
+    assert record.decision.status is Status.CORRECT, record.decision.reason
+    assert dict(record.checks.weight_mapping) == {
         "gemm_weight": "linear.weight", "gemm_bias": "linear.bias", "gamma": "bn.weight", "beta": "bn.bias",
         "running_mean": "bn.running_mean", "running_var": "bn.running_var", "num_batches_tracked": "bn.num_batches_tracked",
     }
-    assert any(w.startswith("weights mapped by position") for w in record.warnings)
-    assert record.gradients == "match"  # gradients are compared under the reference's names
+    assert any(w.startswith("weights mapped by position") for w in record.decision.warnings)
+    assert record.checks.gradients == "match"  # gradients are compared under the reference's names
 
 
 def test_a_sequential_that_shifts_names_is_paired_and_its_buffers_compared(records):
     record = records["sequential"]
-    assert record.status is Status.CORRECT, record.reason
-    assert ("body.1.running_mean", "bn.running_mean") in record.weight_mapping
-    assert any(c.name == "buffers after the calls" and c.passed for c in record.checks)
+    assert record.decision.status is Status.CORRECT, record.decision.reason
+    assert ("body.1.running_mean", "bn.running_mean") in record.checks.weight_mapping
+    assert any(c.name == "buffers after the calls" and c.passed for c in record.checks.results)
 
 
 def test_renamed_weights_that_are_then_ignored_still_fail(records):
     record = records["flat_frozen"]
-    assert record.status is Status.INCORRECT, record.reason
+    assert record.decision.status is Status.INCORRECT, record.decision.reason
 
 
 def test_weights_that_cannot_pair_fall_back_to_its_own_same_seed_weights_with_a_flag(records):
     record = records["extra_parameter"]
-    assert record.status is Status.CORRECT, record.reason
-    assert record.weights == "seed"
-    flag = next(f for f in record.flags if f.code == "weights-by-seed")
+    assert record.decision.status is Status.CORRECT, record.decision.reason
+    assert record.checks.weights == "seed"
+    flag = next(f for f in record.integrity.flags if f.code == "weights-by-seed")
     assert flag.policy == "flag" and "scale" in flag.reason and "checked less" in flag.reason
-    assert record.gradients == "match"  # its inputs' gradients; its parameters have no names to pair by
+    assert record.checks.gradients == "match"  # its inputs' gradients; its parameters have no names to pair by
 
 
 def test_a_wrong_kernel_on_its_own_same_seed_weights_still_fails(records):
     record = records["extra_parameter_wrong"]
-    assert record.status is Status.INCORRECT, record.reason
-    assert any(f.code == "weights-by-seed" for f in record.flags)
+    assert record.decision.status is Status.INCORRECT, record.decision.reason
+    assert any(f.code == "weights-by-seed" for f in record.integrity.flags)
 
 
 def test_with_the_flag_set_to_fail_unpairable_weights_are_a_weights_mismatch_naming_them(tmp_path, build_cache, measurement_cache):
     overrides = [f"results_dir={tmp_path}", f"build_cache_dir={build_cache}", f"measurement_cache_dir={measurement_cache}",
                  "device=cpu", "timing.enabled=false", "check.trials=1", "flags.no_custom_kernel=flag", "flags.weights_by_seed=fail"]
     record = api.evaluate(PROBLEM, EXTRA, overrides=overrides)
-    assert record.status is Status.WEIGHTS_MISMATCH
-    assert "scale" in record.reason and "neither by name nor by position" in record.reason
+    assert record.decision.status is Status.WEIGHTS_MISMATCH
+    assert "scale" in record.decision.reason and "neither by name nor by position" in record.decision.reason
 
 
 def test_the_kernelbench_profile_checks_each_model_with_its_own_weights_as_kernelbench_does(tmp_path, build_cache, measurement_cache):
@@ -130,5 +130,5 @@ def test_the_kernelbench_profile_checks_each_model_with_its_own_weights_as_kerne
     frozen = FLAT.format(weight="self.frozen").replace("nn.init.zeros_(self.gemm_bias)", "nn.init.zeros_(self.gemm_bias)\n        self.frozen = self.gemm_weight.detach().clone()")
     record = api.evaluate(PROBLEM, "import math\n" + frozen.replace("nn.init.kaiming_uniform_(self.gemm_weight)\n        nn.init.zeros_(self.gemm_bias)", LINEAR_INIT),
                           config="configs/kernelbench.yaml", overrides=overrides)
-    assert record.status is Status.CORRECT, record.reason
-    assert record.weights == "seed" and not any(f.code == "weights-by-seed" for f in record.flags)
+    assert record.decision.status is Status.CORRECT, record.decision.reason
+    assert record.checks.weights == "seed" and not any(f.code == "weights-by-seed" for f in record.integrity.flags)

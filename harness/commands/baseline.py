@@ -28,7 +28,7 @@ def run_from_args(args: argparse.Namespace, argv: Sequence[str]) -> int:
     keep = set(args.problem)
     records = read_records(path)
     header = next((r for r in records if isinstance(r, RunHeader)), None)
-    kept = [r for r in records if isinstance(r, (ReferenceRecord, CandidateRecord)) and (not keep or r.problem in keep)]
+    kept = [r for r in records if isinstance(r, (ReferenceRecord, CandidateRecord)) and (not keep or (r.problem if isinstance(r, ReferenceRecord) else r.identity.problem) in keep)]
     references: dict[tuple[str, str], ReferenceRecord] = {}
     for record in kept:
         if isinstance(record, ReferenceRecord):

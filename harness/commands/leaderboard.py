@@ -63,17 +63,17 @@ def select(records: list[CandidateRecord], *, problems: Sequence[str] = (), stat
     """The latest record per (problem, candidate) among the records of `run_ids` (all when empty),
     kept when its problem matches one of `problems` and its status is one of `statuses`."""
     if run_ids:
-        found = sorted({r.run_id for r in records})
+        found = sorted({r.identity.run_id for r in records})
         for run_id in run_ids:
             if run_id not in found:
                 raise UserError(f"--run {run_id!r}: no records of that run id; these records have {', '.join(found)}")
-        records = [r for r in records if r.run_id in run_ids]
+        records = [r for r in records if r.identity.run_id in run_ids]
     kept = list(latest_per_candidate(records).values())
     if problems:
-        names = match_problems(problems, sorted({r.problem for r in kept}))
-        kept = [r for r in kept if r.problem in names]
+        names = match_problems(problems, sorted({r.identity.problem for r in kept}))
+        kept = [r for r in kept if r.identity.problem in names]
     if statuses:
-        kept = [r for r in kept if r.status in statuses]
+        kept = [r for r in kept if r.decision.status in statuses]
     return kept
 
 
@@ -133,9 +133,9 @@ def run(
     if not chosen:
         filters = [f"--problem {p}" for p in problems] + [f"--status '{s.value}'" for s in statuses] + [f"--run {r}" for r in run_ids]
         raise UserError(f"no candidate records left after {' '.join(filters)}")
-    used_runs = {r.run_id for r in chosen}
+    used_runs = {r.identity.run_id for r in chosen}
     fast_p = run_fast_p([r for r in loaded if isinstance(r, RunHeader) and r.run_id in used_runs], default_fast_p)
-    shown = {(r.problem, r.run_id) for r in chosen}
+    shown = {(r.identity.problem, r.identity.run_id) for r in chosen}
     references = [r for r in loaded if isinstance(r, ReferenceRecord) and (r.problem, r.run_id) in shown]  # the shown runs' null floors
     out.mkdir(parents=True, exist_ok=True)
     csv_path, md_path = write_leaderboards(out, chosen, fast_p, plots=plots, references=references)

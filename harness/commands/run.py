@@ -140,14 +140,14 @@ def resume_targets(store: RunStore, targets: list[Target]) -> tuple[list[Target]
     """The targets minus candidates that already have a final record in `store` (same problem and
     candidate file contents), and those records. A `harness error` record is redone."""
     latest = latest_per_candidate(r for r in read_records(store.records_path) if isinstance(r, CandidateRecord))
-    finished = {key: record for key, record in latest.items() if record.status is not Status.HARNESS_ERROR}
+    finished = {key: record for key, record in latest.items() if record.decision.status is not Status.HARNESS_ERROR}
     left: list[Target] = []
     kept: list[CandidateRecord] = []
     for problem, candidates in targets:
         todo = []
         for candidate in candidates:
             done = finished.get((problem.name, candidate.name))
-            if done is not None and done.candidate_hash == candidate.hash and done.problem_hash == problem.hash:
+            if done is not None and done.identity.candidate_hash == candidate.hash and done.identity.problem_hash == problem.hash:
                 kept.append(done)
             else:
                 todo.append(candidate)
@@ -243,8 +243,8 @@ def _evaluate(session: Session, targets: list[Target], progress: Progress) -> tu
 def exit_code(records: list[CandidateRecord], interrupted: bool = False) -> ExitCode:
     if interrupted:
         return ExitCode.INTERRUPTED
-    if any(r.status in (Status.REFERENCE_FAILED, Status.HARNESS_ERROR) for r in records):
+    if any(r.decision.status in (Status.REFERENCE_FAILED, Status.HARNESS_ERROR) for r in records):
         return ExitCode.INTERNAL
-    if any(r.status.is_failure for r in records):
+    if any(r.decision.status.is_failure for r in records):
         return ExitCode.CANDIDATES_FAILED
     return ExitCode.OK

@@ -7,6 +7,7 @@ samples are kept so later statistics can be recomputed.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import enum
 import math
 import statistics
@@ -19,7 +20,7 @@ from harness.core.status import Status, Vocabulary
 
 OUTSIDE_CAPTURE = "launches outside the capturing stream: timed eagerly"  # the start of every failed graph check's reason
 
-SCHEMA_VERSION = 4  # 2: timing protocol fields, profiles, baselines, speed-of-light, run end; 3: paired rounds, null floor; 4: flags, sanitizer runs
+SCHEMA_VERSION = 5  # 2: timing protocol fields, profiles, baselines, speed-of-light, run end; 3: paired rounds, null floor; 4: flags, sanitizer runs; 5: a candidate in parts
 
 
 def to_dict(obj: Any) -> Any:
@@ -342,8 +343,8 @@ class SanitizerResult:
 
 
 @dataclasses.dataclass(frozen=True)
-class CandidateRecord:
-    """The verdict on one candidate for one problem in one run."""
+class Identity:
+    """What was judged, where and in which run."""
 
     run_id: str  # the run this record belongs to
     problem: str  # problem name (file stem)
@@ -352,54 +353,108 @@ class CandidateRecord:
     candidate_path: str  # the evaluated file (or the raw completion when extraction failed)
     candidate_hash: str  # sha256 of that file
     device: str  # "cuda" or "cpu"
+    lane: str = ""  # where it ran when a run uses several: "cuda:1" (a visible GPU), "host/cuda:0" (Ray)
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """The verdict, and what a reader must know beside it."""
+
     status: Status  # the verdict, from one closed set
     reason: str  # one human-readable line explaining the status
-    checks: tuple[CheckResult, ...] = ()  # weight-copied trials, in the order they ran
-    same_seed: Optional[CheckResult] = None  # both built after the same manual_seed; reported apart
-    timing: Optional[TimingStats] = None  # the candidate's forward, when it was timed
-    reference_ms: Optional[float] = None  # median of the reference over its rounds paired with this candidate
-    speedup: Optional[float] = None  # over the eager reference, from paired rounds (paired.speedup); correct candidates only
-    paired: Optional[PairedSpeedup] = None  # the rounds timed in turns with the reference, its interval and protocol
-    baseline_ms: dict[str, float] = dataclasses.field(default_factory=dict)  # other baselines' medians, by name
-    speedups: dict[str, float] = dataclasses.field(default_factory=dict)  # over each baseline: speedup / the baseline's paired speedup
-    sol_ms: Optional[float] = None  # the floor sol_fraction uses, on this device (sol_floor says which)
-    sol_fraction: Optional[float] = None  # sol_ms / timing.median_ms: 1.0 is the speed of light
-    sol_floor: str = ""  # "roofline": the reference algorithm's (FLOPs and bytes); "bytes": the fewest bytes only, for a
-    # candidate faster than the reference's algorithm allows
-    notes: tuple[str, ...] = ()  # information that is neither a warning nor a flag (a faster algorithm than the reference's)
-    profile: Optional[CallProfile] = None  # one profiled call (CUDA)
-    custom_kernel_share: Optional[float] = None  # share of the profiled GPU time in the candidate's own kernels
-    forward_ops: Optional[ForwardOps] = None  # the ATen operators of one checked forward (CPU), against the reference's
-    flags: tuple[Flag, ...] = ()  # integrity findings with the policy applied to each (harness/core/flags.py)
-    sanitizer: tuple[SanitizerResult, ...] = ()  # compute-sanitizer checks of one small forward (CUDA, correct candidates)
-    weight_mapping: tuple[tuple[str, str], ...] = ()  # (ModelNew's name, the reference's) where the transplant paired renamed weights by position
     stricter: Optional[Stricter] = None  # failed by a check of ours that KernelBench's would have passed: which, and why
-    weights: str = ""  # where its checked weights came from: name | position (the reference's, transplanted) | seed (its own, same-seed)
-    extension_calls: dict[str, int] = dataclasses.field(default_factory=dict)  # "extension.function" -> calls during the checked forward calls
-    timed_extension_calls: dict[str, int] = dataclasses.field(default_factory=dict)  # the same during warm-up, profile and timed rounds
-    builds: tuple[ExtensionBuild, ...] = ()  # load_inline calls and cache hits
-    phase_seconds: dict[str, float] = dataclasses.field(default_factory=dict)  # wall time per worker phase (timer, profile: parts of time)
-    wall_seconds: float = 0.0  # wall time of the whole evaluation, seen by the parent
-    log_path: str = ""  # captured stdout/stderr of the worker, relative to the run folder
-    lane: str = ""  # where it ran when a run uses several: "cuda:1" (a visible GPU), "host/cuda:0" (Ray)
-    gradients: str = ""  # training parity: "match", "mismatch", "forward only"; "" when not checked
     warnings: tuple[str, ...] = ()  # things to look at that do not change the status
-    finished_at: str = ""  # ISO-8601 time the record was written
-    schema_version: int = SCHEMA_VERSION  # record layout version
-    tool_version: str = __version__  # harness version that wrote the record
+    notes: tuple[str, ...] = ()  # information that is neither a warning nor a flag (a faster algorithm than the reference's)
 
     def __post_init__(self) -> None:
         if not isinstance(self.status, Status):
             raise ValueError(f"status must be a Status, got {self.status!r}")
         if not self.reason or "\n" in self.reason:
             raise ValueError("reason must be one non-empty line")
-        if self.speedup is not None and self.status is not Status.CORRECT:
-            raise ValueError("only a correct candidate has a speedup")
+
+
+@dataclasses.dataclass(frozen=True)
+class Checks:
+    """How its outputs compared with the reference's, and on which weights."""
+
+    results: tuple[CheckResult, ...] = ()  # weight-copied calls, buffers and the timed output, in the order they ran
+    same_seed: Optional[CheckResult] = None  # both built after the same manual_seed; reported apart
+    weights: str = ""  # where its checked weights came from: name | position (the reference's, transplanted) | seed (its own, same-seed)
+    weight_mapping: tuple[tuple[str, str], ...] = ()  # (ModelNew's name, the reference's) where the transplant paired renamed weights by position
+    gradients: str = ""  # training parity: "match", "mismatch", "forward only"; "" when not checked
 
     @property
     def max_abs_error(self) -> Optional[float]:
-        errors = [c.max_abs_error for c in self.checks if c.max_abs_error is not None]
+        errors = [c.max_abs_error for c in self.results if c.max_abs_error is not None]
         return max(errors) if errors else None
+
+
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    """How fast it ran against the reference, the baselines and the speed of light (correct candidates only)."""
+
+    stats: Optional[TimingStats] = None  # the candidate's forward, when it was timed
+    reference_ms: Optional[float] = None  # median of the reference over its rounds paired with this candidate
+    speedup: Optional[float] = None  # over the eager reference, from paired rounds (paired.speedup)
+    paired: Optional[PairedSpeedup] = None  # the rounds timed in turns with the reference, its interval and protocol
+    baseline_ms: dict[str, float] = dataclasses.field(default_factory=dict)  # other baselines' medians, by name
+    speedups: dict[str, float] = dataclasses.field(default_factory=dict)  # over each baseline: speedup / the baseline's paired speedup
+    sol_ms: Optional[float] = None  # the floor sol_fraction uses, on this device (sol_floor says which)
+    sol_fraction: Optional[float] = None  # sol_ms / stats.median_ms: 1.0 is the speed of light
+    sol_floor: str = ""  # "roofline": the reference algorithm's (FLOPs and bytes); "bytes": the fewest bytes only, for a
+    # candidate faster than the reference's algorithm allows
+
+
+@dataclasses.dataclass(frozen=True)
+class Integrity:
+    """What it ran, as the harness saw it, and the flags raised on that evidence."""
+
+    flags: tuple[Flag, ...] = ()  # integrity findings with the policy applied to each (harness/core/flags.py)
+    sanitizer: tuple[SanitizerResult, ...] = ()  # compute-sanitizer checks of one small forward (CUDA, correct candidates)
+    profile: Optional[CallProfile] = None  # one profiled call (CUDA)
+    custom_kernel_share: Optional[float] = None  # share of the profiled GPU time in the candidate's own kernels
+    forward_ops: Optional[ForwardOps] = None  # the ATen operators of one checked forward (CPU), against the reference's
+    extension_calls: dict[str, int] = dataclasses.field(default_factory=dict)  # "extension.function" -> calls during the checked forward calls
+    timed_extension_calls: dict[str, int] = dataclasses.field(default_factory=dict)  # the same during warm-up, profile and timed rounds
+
+
+@dataclasses.dataclass(frozen=True)
+class Provenance:
+    """How the record came about: builds, time spent, the log, when."""
+
+    builds: tuple[ExtensionBuild, ...] = ()  # load_inline calls and cache hits
+    phase_seconds: dict[str, float] = dataclasses.field(default_factory=dict)  # wall time per worker phase (timer, profile: parts of time)
+    wall_seconds: float = 0.0  # wall time of the whole evaluation, seen by the parent
+    log_path: str = ""  # captured stdout/stderr of the worker, relative to the run folder
+    finished_at: str = ""  # ISO-8601 time the record was written
+
+
+@dataclasses.dataclass(frozen=True)
+class CandidateRecord:
+    """The verdict on one candidate for one problem in one run, in parts."""
+
+    identity: Identity  # what was judged, where
+    decision: Decision  # the verdict and its reason, warnings and notes
+    checks: Checks = Checks()  # the output comparisons
+    timing: Timing = Timing()  # speed (empty unless correct and timed)
+    integrity: Integrity = Integrity()  # flags and the evidence behind them
+    provenance: Provenance = Provenance()  # builds, time spent, log, when
+    schema_version: int = SCHEMA_VERSION  # record layout version
+    tool_version: str = __version__  # harness version that wrote the record
+
+    def __post_init__(self) -> None:
+        if self.timing.speedup is not None and self.decision.status is not Status.CORRECT:
+            raise ValueError("only a correct candidate has a speedup")
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """(problem, candidate): what a later record of the same candidate replaces."""
+        return self.identity.problem, self.identity.candidate
+
+
+def finished_now() -> str:
+    """The time a record is finished, as records keep it: ISO-8601, UTC, to the second."""
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
 def latest_per_candidate(records: Iterable[CandidateRecord]) -> dict[tuple[str, str], CandidateRecord]:
@@ -407,7 +462,7 @@ def latest_per_candidate(records: Iterable[CandidateRecord]) -> dict[tuple[str, 
     place the pair was first seen in (the order a dict filled in record order has)."""
     latest: dict[tuple[str, str], CandidateRecord] = {}
     for record in records:
-        latest[(record.problem, record.candidate)] = record
+        latest[record.key] = record
     return latest
 
 

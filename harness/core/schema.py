@@ -12,10 +12,10 @@ from typing import Any, Callable, Iterator
 
 from harness.core.records import RECORD_KINDS, SCHEMA_VERSION, from_dict, to_dict
 
-# A record's kind as versions 1-3 wrote it: a migration step matches these spellings, which stay frozen
+# A record's kind as versions 1-4 wrote it: a migration step matches these spellings, which stay frozen
 # whatever the record kinds (RECORD_KINDS) or the roles (protocol.Role) are called later.
-CANDIDATE_KIND = "candidate"  # as versions 1-3 wrote a candidate's kind
-REFERENCE_KIND = "reference"  # as versions 1-3 wrote a reference's kind
+CANDIDATE_KIND = "candidate"  # as versions 1-4 wrote a candidate's kind
+REFERENCE_KIND = "reference"  # as versions 1-4 wrote a reference's kind
 
 KINDS: dict[type, str] = {cls: name for name, cls in RECORD_KINDS.items()}  # record class -> its kind in a records file
 
@@ -116,4 +116,29 @@ def _to_4(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-STEPS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _to_2, 2: _to_3, 3: _to_4}  # version -> the step to the next
+# Version 5's parts of a candidate record, and the version 4 fields each gathers (renamed where the part
+# names them otherwise: a candidate's `checks` list is checks.results, its `timing` timing.stats).
+PARTS: dict[str, dict[str, str]] = {
+    "identity": {name: name for name in ("run_id", "problem", "problem_hash", "candidate", "candidate_path", "candidate_hash", "device", "lane")},
+    "decision": {name: name for name in ("status", "reason", "stricter", "warnings", "notes")},
+    "checks": {"checks": "results", **{name: name for name in ("same_seed", "weights", "weight_mapping", "gradients")}},
+    "timing": {"timing": "stats", **{name: name for name in ("reference_ms", "speedup", "paired", "baseline_ms", "speedups", "sol_ms", "sol_fraction", "sol_floor")}},
+    "integrity": {name: name for name in ("flags", "sanitizer", "profile", "custom_kernel_share", "forward_ops", "extension_calls", "timed_extension_calls")},
+    "provenance": {name: name for name in ("builds", "phase_seconds", "wall_seconds", "log_path", "finished_at")},
+}
+
+
+def _to_5(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 5 gave a candidate record its parts (identity, decision, checks, timing, integrity,
+    provenance) in place of 40 flat fields; the other kinds are unchanged. A field the line lacks
+    stays out of its part, which then takes its default."""
+    if data.get("kind") != CANDIDATE_KIND:
+        return data
+    nested: dict[str, Any] = {key: data.pop(key) for key in ("kind",) if key in data}
+    for part, fields in PARTS.items():
+        nested[part] = {new: data.pop(old) for old, new in fields.items() if old in data}
+    nested.update(data)  # the line's version fields (and anything unknown, which reading then refuses)
+    return nested
+
+
+STEPS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _to_2, 2: _to_3, 3: _to_4, 4: _to_5}  # version -> the step to the next

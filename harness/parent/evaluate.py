@@ -19,7 +19,7 @@ from harness.core.errors import flat
 from harness.core.pairing import launch_bound
 from harness.core.plan import Plan
 from harness.core.protocol import Failure, WorkerOutcome
-from harness.core.records import CallProfile, CandidateRecord, PairedSpeedup, ReferenceRecord, SanitizerResult, TimingStats
+from harness.core.records import CallProfile, CandidateRecord, Checks, Decision, Integrity, PairedSpeedup, Provenance, ReferenceRecord, SanitizerResult, Timing, TimingStats, finished_now
 from harness.core.scan import declared_kernels, scan_source
 from harness.core.status import Finding, Status
 from harness.core.store import RunStore
@@ -94,12 +94,12 @@ class ProblemEvaluation:
         if skip is None:
             return None
         self.on_start(candidate)
-        return self._finish(self._record(candidate, skip.status, skip.reason))
+        return self._finish(self._failed(candidate, skip.status, skip.reason))
 
     def failed(self, candidate: Candidate, status: Status, reason: str) -> CandidateRecord:
         """The record of a candidate whose evaluation failed outside this one (an executor lost
         its lane), written now."""
-        return self._finish(self._record(candidate, status, reason))
+        return self._finish(self._failed(candidate, status, reason))
 
     def run(self) -> list[CandidateRecord]:
         records, runnable = self.screen()
@@ -122,16 +122,16 @@ class ProblemEvaluation:
         if self.judge.ended() and reference.ok:
             reference = self._restart_judge()
         if not reference.ok:
-            return self._finish(self._record(candidate, Status.REFERENCE_FAILED, f"reference failed: {reference.reason}"))
+            return self._finish(self._failed(candidate, Status.REFERENCE_FAILED, f"reference failed: {reference.reason}"))
         assert self.plan is not None  # drawn (or given) before the reference ran, and never dropped
         try:
             record = self._run_candidate(candidate, self.plan, reference)
         except JudgeFailed as exc:  # the judge, not the candidate, failed: the next candidate gets a new one
             self.judge.failed(str(exc))
-            record = self._record(candidate, Status.HARNESS_ERROR, f"the lane's judge failed during this candidate: {exc}")
+            record = self._failed(candidate, Status.HARNESS_ERROR, f"the lane's judge failed during this candidate: {exc}")
         except Exception as exc:  # a harness bug on one candidate must not end the run
             traceback.print_exc()
-            record = self._record(candidate, Status.HARNESS_ERROR, f"{type(exc).__name__}: {exc}")
+            record = self._failed(candidate, Status.HARNESS_ERROR, f"{type(exc).__name__}: {exc}")
         return self._finish(record)
 
     def close(self) -> None:
@@ -166,7 +166,6 @@ class ProblemEvaluation:
         compared = self.judge.compare(plan, self.reference_pass.timing_mode, Subject(P.Role.CANDIDATE, candidate.path, candidate.name))
         outcome, checks, same_seed, gradients = compared.outcome, compared.checks, compared.same_seed, compared.gradients
         builds = tuple(m.build for m in outcome.every(P.Built))
-        timing = compared.timing
         case = Case(compared, plan.calls, plan.randomize_weights, reference, Rules.of(self.cfg), self.device, self._reported(candidate, outcome), self.judge.take_restart_note())
         first = verdict.decide(case)
         sanitized: tuple[SanitizerResult, ...] = ()
@@ -174,30 +173,24 @@ class ProblemEvaluation:
         if first.status is Status.CORRECT and self.sanitizer.wanted():
             sanitized, unsafe = self.sanitizer.run(candidate.path, candidate.hash, candidate.name, plan.construct_seed, reference.other_size)
         decided = verdict.settle(case, first, unsafe, lambda timed, paired: compare_times(timed, paired, compared.profile, reference, self.cfg))
-        status, mapping = decided.status, case.reported.mapping
-        measures = dict(decided.measures)
-        notes = decided.notes + tuple(measures.pop("notes", ()))  # its checks' notes, then the timing's
+        mapping = case.reported.mapping
         return self._record(
             candidate,
-            status,
-            decided.reason,
-            checks=tuple(checks),
-            same_seed=same_seed,
-            timing=timing if status is Status.CORRECT else None,
-            builds=builds,
-            profile=compared.profile,
-            flags=decided.flags,
-            sanitizer=sanitized,
-            weight_mapping=mapping,
-            weights="seed" if compared.own_weights else "position" if mapping else "name",
-            stricter=decided.stricter,
-            **decided.evidence,
-            gradients=gradients[0] if gradients is not None else "",
-            phase_seconds=outcome.done.phase_seconds if outcome.done is not None else {},
-            wall_seconds=round(outcome.wall_seconds, 3),
-            warnings=decided.warnings,
-            notes=notes,
-            **measures,
+            Decision(decided.status, flat(decided.reason), decided.stricter, decided.warnings, decided.notes),
+            checks=Checks(
+                results=tuple(checks),
+                same_seed=same_seed,
+                weights="seed" if compared.own_weights else "position" if mapping else "name",
+                weight_mapping=mapping,
+                gradients=gradients[0] if gradients is not None else "",
+            ),
+            timing=decided.timing,
+            integrity=dataclasses.replace(decided.evidence, flags=decided.flags, sanitizer=sanitized),
+            provenance=Provenance(
+                builds=builds,
+                phase_seconds=outcome.done.phase_seconds if outcome.done is not None else {},
+                wall_seconds=round(outcome.wall_seconds, 3),
+            ),
         )
 
     def _reported(self, candidate: Candidate, outcome: WorkerOutcome) -> Reported:
@@ -208,18 +201,14 @@ class ProblemEvaluation:
         why = by_seed.reason if by_seed is not None else ""
         return Reported(mapping, outcome.first(P.ExtensionCalls), outcome.first(P.Threads), why, tuple(scan_source(candidate.path)), frozenset(declared_kernels(candidate.path)))
 
-    def _record(self, candidate: Candidate, status: Status, reason: str, **fields: Any) -> CandidateRecord:
+    def _failed(self, candidate: Candidate, status: Status, reason: str) -> CandidateRecord:
+        return self._record(candidate, Decision(status, flat(reason)), Checks(), Timing(), Integrity(), Provenance())
+
+    def _record(self, candidate: Candidate, decision: Decision, checks: Checks, timing: Timing, integrity: Integrity, provenance: Provenance) -> CandidateRecord:
+        """The record of `candidate` on this lane: its identity, its parts, and where its log is, finished now."""
         log = self.store.log_path(self.problem.name, candidate.name)
-        return CandidateRecord(
-            **self.setting.record_fields(),
-            candidate=candidate.name,
-            candidate_path=str(candidate.path),
-            candidate_hash=candidate.hash,
-            status=status,
-            reason=flat(reason),
-            log_path=str(log.relative_to(self.store.dir)) if log.exists() else "",
-            **fields,
-        )
+        provenance = dataclasses.replace(provenance, log_path=str(log.relative_to(self.store.dir)) if log.exists() else "", finished_at=finished_now())
+        return CandidateRecord(self.setting.identity(candidate.name, str(candidate.path), candidate.hash), decision, checks, timing, integrity, provenance)
 
     def stop(self) -> None:
         """From another thread (a stopped run): end this lane's judge and workers now. Whatever
@@ -231,7 +220,7 @@ class ProblemEvaluation:
 
     def _finish(self, record: CandidateRecord) -> CandidateRecord:
         if self._stopped:
-            raise Stopped(f"{record.candidate}: the run was stopped during its evaluation")
+            raise Stopped(f"{record.identity.candidate}: the run was stopped during its evaluation")
         self.store.append(record)
         self.on_record(record)
         return record
@@ -240,27 +229,33 @@ class ProblemEvaluation:
 CLOCK_TOLERANCE = 0.05  # SM clocks further apart than this between two timings are reported
 
 
-def compare_times(timing: TimingStats, paired: PairedSpeedup, profile: Optional[CallProfile], reference: ReferenceRecord, cfg: Config) -> tuple[dict[str, Any], list[str], list[Finding]]:
+def compare_times(timing: TimingStats, paired: PairedSpeedup, profile: Optional[CallProfile], reference: ReferenceRecord, cfg: Config) -> verdict.Comparison:
     """Speedups over the eager reference (from the paired rounds) and over each baseline (the
     candidate's paired speedup over the baseline's, when both were timed under the same protocol),
     % of speed-of-light, the warnings a reader needs to trust (or distrust) those numbers, and the
     implausible-time findings."""
     median = timing.median_ms
     reference_ms = paired.reference.median_ms
-    measures: dict[str, Any] = {"speedup": paired.speedup, "paired": paired, "reference_ms": reference_ms}
     warnings = timing_warnings(timing, cfg.timing, profile)
     usable = [(b.name, b.timing, b.paired) for b in reference.baselines if b.ok and b.timing is not None and b.paired is not None]
-    measures["baseline_ms"] = {name: stats.median_ms for name, stats, _ in usable}
-    measures["speedups"] = {name: paired.speedup / theirs.speedup for name, _, theirs in usable if theirs.protocol == paired.protocol}
+    measured = Timing(
+        reference_ms=reference_ms,
+        speedup=paired.speedup,
+        paired=paired,
+        baseline_ms={name: stats.median_ms for name, stats, _ in usable},
+        speedups={name: paired.speedup / theirs.speedup for name, _, theirs in usable if theirs.protocol == paired.protocol},
+    )
     for name, _, theirs in usable:
         if theirs.protocol != paired.protocol:
             warnings.append(f"no speedup over {name}: it was timed with {theirs.protocol}, this candidate needs {paired.protocol}")
-    bound, measured = launch_bound(reference.profile)
+    bound, share = launch_bound(reference.profile)
     if timing.mode == TimingMode.EAGER and bound:
-        warnings.append(f"the reference is launch-bound ({measured}): this speedup measures host launch overhead as much as GPU work; timing.mode=graph times both sides without it")
+        warnings.append(f"the reference is launch-bound ({share}): this speedup measures host launch overhead as much as GPU work; timing.mode=graph times both sides without it")
     sol = reference.speed_of_light
+    notes: tuple[str, ...] = ()
     if sol is not None and sol.floor_ms > 0:
-        measures.update(sol_measures(sol, median))
+        sol_ms, sol_fraction, sol_floor, notes = sol_measures(sol, median)
+        measured = dataclasses.replace(measured, sol_ms=sol_ms, sol_fraction=sol_fraction, sol_floor=sol_floor)
     if timing.sm_clock_mhz and paired.reference.sm_clock_mhz:
         ratio = timing.sm_clock_mhz / paired.reference.sm_clock_mhz
         if abs(ratio - 1) > CLOCK_TOLERANCE:
@@ -269,24 +264,25 @@ def compare_times(timing: TimingStats, paired: PairedSpeedup, profile: Optional[
                 "the GPU changed speed during the rounds; the paired rounds cancel most of it, but repeat the run to see the spread"
             )
     found = integrity.implausible_time(timing, paired.speedup, reference_ms, profile, sol, cfg.check.max_plausible_speedup, cfg.speed_of_light.impossible_below)
-    return measures, warnings, found + integrity.persisting_l2(timing)
+    return measured, notes, warnings, found + integrity.persisting_l2(timing)
 
 
 SLOWDOWN_BITS = {0x4: "software power cap", 0x8: "hardware slowdown", 0x20: "software thermal slowdown", 0x40: "hardware thermal slowdown", 0x80: "power brake"}
 
 
-def sol_measures(sol: Any, median: float) -> dict[str, Any]:
-    """The speed-of-light fields of a candidate timed at `median` ms: against the reference
-    algorithm's roofline, or, when it runs below that, against the bytes floor alone, with a note
-    (its algorithm needs fewer FLOPs than the reference's: information, not a warning)."""
+def sol_measures(sol: Any, median: float) -> tuple[float, Optional[float], str, tuple[str, ...]]:
+    """The speed of light of a candidate timed at `median` ms, as (sol_ms, sol_fraction, sol_floor,
+    notes): against the reference algorithm's roofline, or, when it runs below that, against the
+    bytes floor alone, with a note (its algorithm needs fewer FLOPs than the reference's:
+    information, not a warning)."""
     if median <= 0 or median >= sol.floor_ms or sol.bytes_ms <= 0:
-        return {"sol_ms": sol.floor_ms, "sol_fraction": sol.floor_ms / median if median > 0 else None, "sol_floor": "roofline"}
+        return sol.floor_ms, sol.floor_ms / median if median > 0 else None, "roofline", ()
     note = (
         f"faster than the reference's algorithm: {median:.4g} ms is below its roofline {sol.floor_ms:.4g} ms "
         f"({sol.flops:.3g} FLOP at {sol.peak_tflops:.3g} TFLOP/s); against the fewest bytes ({sol.min_bytes:.3g} B at "
         f"{sol.peak_gbps:.4g} GB/s, {sol.bytes_ms:.4g} ms) it is at {sol.bytes_ms / median:.0%} of the speed of light"
     )
-    return {"sol_ms": sol.bytes_ms, "sol_fraction": sol.bytes_ms / median, "sol_floor": "bytes", "notes": (note,)}
+    return sol.bytes_ms, sol.bytes_ms / median, "bytes", (note,)
 
 
 def slowdown_reasons(reasons: str) -> list[str]:

@@ -225,7 +225,7 @@ class QueuedExecutor:
         """Each job's future gets its record from `evaluate()` (by candidate name; one without a
         record is cancelled), or, on a harness bug, the exception, raised where it is awaited."""
         try:
-            records = {r.candidate: r for r in evaluate()}
+            records = {r.identity.candidate: r for r in evaluate()}
         except BaseException as exc:
             for job in jobs:
                 job.future.set_exception(exc)

@@ -22,7 +22,7 @@ from harness.core.errors import flat
 from harness.core.pairing import Pairing, ProblemTiming, resolve_mode
 from harness.core.plan import Plan
 from harness.core.protocol import Failure, WorkerOutcome
-from harness.core.records import Baseline, CallProfile, CheckResult, NullFloor, ReferenceRecord, to_dict
+from harness.core.records import Baseline, CallProfile, CheckResult, Identity, NullFloor, ReferenceRecord, finished_now, to_dict
 from harness.core.status import Status
 from harness.core.store import RunStore
 from harness.parent.quiet import QuietHost
@@ -47,10 +47,13 @@ class Setting:
     scratch: RunScratch  # the run's scratch: the judge's and each worker's working folder go there
     quiet: QuietHost  # the run's quiet host: timed rounds hold it
 
+    def identity(self, candidate: str, path: str, source_hash: str) -> Identity:
+        """What a candidate's record of this problem on this lane was judged as."""
+        return Identity(self.store.run_id, self.problem.name, self.problem_hash, candidate, path, source_hash, self.device, self.lane.label)
+
     def record_fields(self) -> dict[str, Any]:
-        """The fields every record of this problem on this lane starts with, finished now."""
-        finished = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-        return {"run_id": self.store.run_id, "problem": self.problem.name, "problem_hash": self.problem_hash, "device": self.device, "lane": self.lane.label, "finished_at": finished}
+        """The fields a reference record of this problem on this lane starts with, finished now."""
+        return {"run_id": self.store.run_id, "problem": self.problem.name, "problem_hash": self.problem_hash, "device": self.device, "lane": self.lane.label, "finished_at": finished_now()}
 
 
 class LaneJudge:

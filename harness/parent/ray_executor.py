@@ -326,8 +326,8 @@ class RayExecutor(QueuedExecutor):
             if isinstance(record, ReferenceRecord):
                 self.store.append(dataclasses.replace(record, problem_path=str(problem.path)))
             elif isinstance(record, CandidateRecord):
-                candidate = by_name[record.candidate]
-                record = dataclasses.replace(record, candidate_path=str(candidate.path))
+                candidate = by_name[record.identity.candidate]
+                record = dataclasses.replace(record, identity=dataclasses.replace(record.identity, candidate_path=str(candidate.path)))
                 self.store.append(record)
                 self.on_record(record)
                 finished[candidate.name] = record

@@ -20,14 +20,14 @@ from harness.core import integrity
 from harness.core.config import Device, Distribution, ModuleMode, Policy, WeightSource
 from harness.core.flags import decide as decide_flags
 from harness.core.protocol import Call, CheckKind, ExtensionCalls, Threads, WorkerOutcome, check_kind
-from harness.core.records import CallProfile, CheckResult, Flag, PairedSpeedup, ReferenceRecord, Stricter, TimingStats
+from harness.core.records import CallProfile, CheckResult, Flag, Integrity, PairedSpeedup, ReferenceRecord, Stricter, Timing, TimingStats
 from harness.core.status import Code, Finding, Gradients, Status, Vocabulary
 
 __all__ = ["PRECISION_FLOOR", "Case", "Check", "Compared", "Comparison", "Reported", "Rules", "Verdict", "decide", "findings", "settle", "stricter_than_kernelbench"]
 
 PRECISION_FLOOR = 1e-6  # relative errors below this are never called imprecise
 
-Comparison = tuple[dict[str, Any], list[str], list[Finding]]  # compare_times' result: measures, warnings, implausible-time findings
+Comparison = tuple[Timing, tuple[str, ...], list[str], list[Finding]]  # compare_times' result: the speeds, notes, warnings, implausible-time findings
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,9 +102,9 @@ class Verdict:
     reason: str  # why, in one line (before the record trims it)
     flags: tuple[Flag, ...] = ()  # the integrity flags raised, in the order found
     warnings: tuple[str, ...] = ()  # what a reader must know, in the record's order
-    measures: dict[str, Any] = dataclasses.field(default_factory=dict)  # the timing comparison's record fields ({} unless correct and timed)
+    timing: Timing = Timing()  # the timing comparison (empty unless correct and timed; its `stats` are the caller's)
     stricter: Optional[Stricter] = None  # the check of ours that failed it where KernelBench's would not have
-    evidence: dict[str, Any] = dataclasses.field(default_factory=dict)  # the record fields that hold the findings' evidence
+    evidence: Integrity = Integrity()  # the evidence the findings were read from (its flags and sanitizer runs are the record's)
     notes: tuple[str, ...] = ()  # what its checks noted without failing it (an inert buffer, an output that is rounding noise)
 
 
@@ -155,9 +155,9 @@ def _same_seed_cause(compared: Compared) -> str:
     return ""
 
 
-def findings(case: Case, status: Status) -> tuple[list[Finding], dict[str, Any]]:
+def findings(case: Case, status: Status) -> tuple[list[Finding], Integrity]:
     """The integrity findings on a candidate's evaluation (before the sanitizer and the timing
-    comparison add theirs), and the record fields that hold their evidence."""
+    comparison add theirs), and the evidence they were read from."""
     compared, rules, reported = case.compared, case.rules, case.reported
     gradients, precision, profile = compared.gradients, compared.precision, compared.profile
     found: list[Finding] = []
@@ -195,12 +195,13 @@ def findings(case: Case, status: Status) -> tuple[list[Finding], dict[str, Any]]
                 )[:600],
             )
         )
-    evidence = {
-        "custom_kernel_share": share,
-        "extension_calls": extension_calls,
-        "timed_extension_calls": dict(counted.timed) if counted is not None else {},
-        "forward_ops": counted.forward_ops if counted is not None else None,
-    }
+    evidence = Integrity(
+        profile=profile,
+        custom_kernel_share=share,
+        forward_ops=counted.forward_ops if counted is not None else None,
+        extension_calls=extension_calls,
+        timed_extension_calls=dict(counted.timed) if counted is not None else {},
+    )
     return found, evidence
 
 
@@ -213,31 +214,33 @@ def decide(case: Case) -> Verdict:
     status, reason, flags = decide_flags(status, reason, found, case.rules.policies)
     checks = [*case.compared.checks, case.compared.same_seed]
     notes = tuple(dict.fromkeys(c.note for c in checks if c is not None and c.note))
-    return Verdict(status, reason, flags, tuple(warnings), {}, None, evidence, notes)
+    return Verdict(status, reason, flags, tuple(warnings), Timing(), None, evidence, notes)
 
 
 def settle(case: Case, first: Verdict, unsafe: list[Finding], compare: Callable[[TimingStats, PairedSpeedup], Comparison]) -> Verdict:
     """The second stage: the sanitizer's findings (`unsafe`, [] when it did not run), then, for a
     candidate still correct and timed, `compare(timing, paired)` (evaluate.compare_times) with its
-    findings (its measures are dropped when they fail it), the log-size warning, and `stricter`."""
+    findings (its speeds and notes are dropped when they fail it), the log-size warning, and `stricter`."""
     compared, policies = case.compared, case.rules.policies
     status, reason, flags = first.status, first.reason, first.flags
     status, reason, unsafe_flags = decide_flags(status, reason, unsafe, policies)
     flags += unsafe_flags
     warnings = list(first.warnings)
-    measures: dict[str, Any] = {}
+    timing, notes = Timing(), first.notes
     if status is Status.CORRECT and compared.timing is not None and compared.paired is not None:
-        measures, more, timed = compare(compared.timing, compared.paired)
+        measured, timing_notes, more, timed = compare(compared.timing, compared.paired)
         warnings.extend(more)
         status, reason, timed_flags = decide_flags(status, reason, timed, policies)
         flags += timed_flags
-        if status is not Status.CORRECT:
-            measures = {}
+        if status is Status.CORRECT:
+            timing, notes = measured, notes + timing_notes
+    if status is Status.CORRECT:
+        timing = dataclasses.replace(timing, stats=compared.timing)
     stricter = stricter_than_kernelbench(status, compared.checks, case.calls, compared.same_seed, flags, case.randomize_weights and not compared.own_weights)
     log_bytes, log_kib = compared.outcome.log_bytes, case.rules.log_kib
     if log_bytes > log_kib << 10:
         warnings.append(f"printed {log_bytes} bytes; the log keeps the first and last {log_kib // 2} KiB")
-    return Verdict(status, reason, flags, tuple(warnings), measures, stricter, first.evidence, first.notes)
+    return Verdict(status, reason, flags, tuple(warnings), timing, stricter, first.evidence, notes)
 
 
 # -- stricter than KernelBench ---------------------------------------------------------------------------------

@@ -57,11 +57,11 @@ def eval_results(records: Iterable[CandidateRecord], levels: dict[str, str], har
     `levels`: problem name -> its level ("level1"); `hardware`: problem name -> device name."""
     by_level: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for record in records:
-        sample = re.fullmatch(r"sample_(\d+)", record.candidate)
-        number = record.problem.split("_", 1)[0]
-        if sample is None or not number.isdigit() or record.status in NOT_JUDGED:
+        sample = re.fullmatch(r"sample_(\d+)", record.identity.candidate)
+        number = record.identity.problem.split("_", 1)[0]
+        if sample is None or not number.isdigit() or record.decision.status in NOT_JUDGED:
             continue
-        timing = record.timing if record.status is Status.CORRECT else None
+        timing = record.timing.stats if record.decision.status is Status.CORRECT else None
         stats: dict[str, Any] = {}
         if timing is not None:
             stats = {
@@ -71,27 +71,27 @@ def eval_results(records: Iterable[CandidateRecord], levels: dict[str, str], har
                 "max": max(timing.samples_ms),
                 "median": timing.median_ms,
                 "num_trials": timing.n,
-                "hardware": hardware.get(record.problem, ""),
-                "device": record.lane or record.device,
+                "hardware": hardware.get(record.identity.problem, ""),
+                "device": record.identity.lane or record.identity.device,
             }
         metadata = {
-            "status": record.status.value,
-            "reason": record.reason,
-            "flags": [to_dict(f) for f in record.flags],
-            "gradients": record.gradients,
-            "speedup": record.speedup,
-            "speedups": record.speedups,
-            "reference_ms": record.reference_ms,
-            "sol_fraction": record.sol_fraction,
-            "sol_floor": record.sol_floor,
-            "warnings": list(record.warnings),
+            "status": record.decision.status.value,
+            "reason": record.decision.reason,
+            "flags": [to_dict(f) for f in record.integrity.flags],
+            "gradients": record.checks.gradients,
+            "speedup": record.timing.speedup,
+            "speedups": record.timing.speedups,
+            "reference_ms": record.timing.reference_ms,
+            "sol_fraction": record.timing.sol_fraction,
+            "sol_floor": record.timing.sol_floor,
+            "warnings": list(record.decision.warnings),
             "harness": f"kernel-harness {record.tool_version}",
         }
-        by_level.setdefault(levels.get(record.problem, ""), {}).setdefault(number, []).append(
+        by_level.setdefault(levels.get(record.identity.problem, ""), {}).setdefault(number, []).append(
             {
                 "sample_id": int(sample.group(1)),
-                "compiled": record.status not in NOT_COMPILED,
-                "correctness": record.status is Status.CORRECT,
+                "compiled": record.decision.status not in NOT_COMPILED,
+                "correctness": record.decision.status is Status.CORRECT,
                 "metadata": metadata,
                 "runtime": timing.mean_ms if timing is not None else -1.0,  # KernelBench's eval reports the mean
                 "runtime_stats": stats,

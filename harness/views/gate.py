@@ -209,13 +209,13 @@ def _changes(baseline: Side, current: Side, old: CandidateRecord, new: Candidate
     """What differs between the runs for this candidate, each a short clause, in the order they
     are named; empty when nothing does."""
     found: list[str] = []
-    if old.problem_hash != new.problem_hash:
+    if old.identity.problem_hash != new.identity.problem_hash:
         found.append("the problem file changed")
-    if old.candidate_hash != new.candidate_hash:
+    if old.identity.candidate_hash != new.identity.candidate_hash:
         found.append(CANDIDATE_CHANGED)
-    if old.device != new.device:
-        found.append(f"device {old.device} then, {new.device} now")
-    old_ref, new_ref = baseline.references.get(old.problem), current.references.get(new.problem)
+    if old.identity.device != new.identity.device:
+        found.append(f"device {old.identity.device} then, {new.identity.device} now")
+    old_ref, new_ref = baseline.references.get(old.identity.problem), current.references.get(new.identity.problem)
     if old_ref is not None and new_ref is not None and old_ref.device_name and new_ref.device_name and old_ref.device_name != new_ref.device_name:
         found.append(f"{old_ref.device_name} then, {new_ref.device_name} now")
     for key in PROTOCOL_KEYS:
@@ -238,11 +238,11 @@ def _incomparable(changes: list[str], across_changes: bool) -> str:
 def _skipped(old: CandidateRecord, new: CandidateRecord) -> str:
     """Why a candidate skipped (`needs CUDA`) on one side only is not comparable; "" when it was
     evaluated on both sides or skipped on both."""
-    if (old.status is Status.NEEDS_CUDA) == (new.status is Status.NEEDS_CUDA):
+    if (old.decision.status is Status.NEEDS_CUDA) == (new.decision.status is Status.NEEDS_CUDA):
         return ""
-    if new.status is Status.NEEDS_CUDA:
-        return f"was {old.status.value}, skipped now (needs CUDA): this run could not evaluate it"
-    return f"not evaluated in the baseline (needs CUDA), now {new.status.value}"
+    if new.decision.status is Status.NEEDS_CUDA:
+        return f"was {old.decision.status.value}, skipped now (needs CUDA): this run could not evaluate it"
+    return f"not evaluated in the baseline (needs CUDA), now {new.decision.status.value}"
 
 
 def null_tolerance_of(current: Side) -> float:
@@ -280,10 +280,10 @@ def compare_one(
     old, new = baseline.candidates.get(key), current.candidates.get(key)
     if old is None:
         assert new is not None
-        return Comparison(problem, name, NEW, "not in the baseline", current_status=new.status.value)
+        return Comparison(problem, name, NEW, "not in the baseline", current_status=new.decision.status.value)
     if new is None:
-        return Comparison(problem, name, MISSING, "in the baseline, not in this run", baseline_status=old.status.value)
-    statuses: _Statuses = {"baseline_status": old.status.value, "current_status": new.status.value}
+        return Comparison(problem, name, MISSING, "in the baseline, not in this run", baseline_status=old.decision.status.value)
+    statuses: _Statuses = {"baseline_status": old.decision.status.value, "current_status": new.decision.status.value}
     skipped = _skipped(old, new)
     if skipped:  # a skip is no verdict on the kernel: nothing to compare it with
         return Comparison(problem, name, NOT_COMPARABLE, skipped, **statuses)
@@ -295,17 +295,17 @@ def compare_one(
     why = _incomparable(changes, across_changes)
     if why:
         return Comparison(problem, name, NOT_COMPARABLE, why, **statuses)
-    if old.timing is None or new.timing is None:
+    if old.timing.stats is None or new.timing.stats is None:
         return Comparison(problem, name, UNCHANGED, "correct; not timed on both sides", **statuses)
     floor = _floor_reason(baseline, current, problem, null_tolerance)
     if floor:  # correctness was compared above; only the times are not
         return Comparison(problem, name, NOT_COMPARABLE, floor, **statuses)
-    old_ms, new_ms = old.timing.median_ms, new.timing.median_ms
+    old_ms, new_ms = old.timing.stats.median_ms, new.timing.stats.median_ms
     ratio = new_ms / old_ms if old_ms > 0 else math.inf
-    p = mann_whitney_p(old.timing.corrected_samples(), new.timing.corrected_samples())
-    reference_ratio = new.reference_ms / old.reference_ms if old.reference_ms and new.reference_ms else None
+    p = mann_whitney_p(old.timing.stats.corrected_samples(), new.timing.stats.corrected_samples())
+    reference_ratio = new.timing.reference_ms / old.timing.reference_ms if old.timing.reference_ms and new.timing.reference_ms else None
     times: _Times = {"baseline_ms": old_ms, "current_ms": new_ms, "ratio": ratio, "p_value": p, "reference_ratio": reference_ratio}
-    changed = " (source changed)" if old.candidate_hash != new.candidate_hash else ""
+    changed = " (source changed)" if old.identity.candidate_hash != new.identity.candidate_hash else ""
     beyond = ratio > 1 + threshold or ratio < 1 / (1 + threshold)
     if beyond and p < alpha:
         if ratio > 1:
@@ -320,17 +320,17 @@ def _status_change(old: CandidateRecord, new: CandidateRecord, changed: str) -> 
     """The verdict and reason when the candidate is not correct on both sides; None when it is.
     `changed` names what differs between the runs (its source, the problem's, the device, the
     protocol), for the reason: none of it keeps correctness from being compared."""
-    was, now = old.status is Status.CORRECT, new.status is Status.CORRECT
+    was, now = old.decision.status is Status.CORRECT, new.decision.status is Status.CORRECT
     if was and now:
         return None
     note = f" ({changed})" if changed else ""
     if was:
-        return REGRESSED, f"was correct, now {new.status.value}{note}: {new.reason}"
+        return REGRESSED, f"was correct, now {new.decision.status.value}{note}: {new.decision.reason}"
     if now:
-        return IMPROVED, f"was {old.status.value}, now correct{note}"
-    if old.status is Status.NEEDS_CUDA:
+        return IMPROVED, f"was {old.decision.status.value}, now correct{note}"
+    if old.decision.status is Status.NEEDS_CUDA:
         return UNCHANGED, "not evaluated on either side (needs CUDA)"
-    same = "" if old.status is new.status else f" (was {old.status.value})"
+    same = "" if old.decision.status is new.decision.status else f" (was {old.decision.status.value})"
     return UNCHANGED, f"still not correct{same}"
 
 

@@ -162,7 +162,7 @@ def fast_p_against(
     levels = {r.problem: level_of(r.problem_path) for r in references}
     rows = []
     for problem in natural_order(p for p, _ in latest):
-        candidates = [r for (p, _), r in latest.items() if p == problem and r.status is not Status.NEEDS_CUDA]
+        candidates = [r for (p, _), r in latest.items() if p == problem and r.decision.status is not Status.NEEDS_CUDA]
         level = levels.get(problem, "")
         found = baseline.find(problem, level)
         reference_ms = _reference_mean(r for r in references if r.problem == problem)
@@ -172,7 +172,7 @@ def fast_p_against(
                 problem=problem,
                 level=found.level if found else level,
                 evaluated=len(candidates),
-                correct=sum(r.status is Status.CORRECT for r in candidates),
+                correct=sum(r.decision.status is Status.CORRECT for r in candidates),
                 baseline_ms=found.mean_ms if found else None,
                 reference_ms=reference_ms,
                 fast_p=shares,
@@ -188,9 +188,9 @@ def _share(candidates: Sequence[CandidateRecord], baseline_ms: float, p: float) 
         return None
     hits = 0
     for r in candidates:
-        if r.status is not Status.CORRECT:
+        if r.decision.status is not Status.CORRECT:
             continue  # an incorrect candidate never counts, however fast
-        if p == 0 or (r.timing is not None and r.timing.mean_ms > 0 and baseline_ms / r.timing.mean_ms > p):
+        if p == 0 or (r.timing.stats is not None and r.timing.stats.mean_ms > 0 and baseline_ms / r.timing.stats.mean_ms > p):
             hits += 1
     return hits / len(candidates)
 

@@ -43,28 +43,28 @@ def candidate_frame(records: Iterable[CandidateRecord]) -> pd.DataFrame:
     """One row per candidate; a later record for the same (problem, candidate) replaces an earlier one."""
     rows = []
     for r in latest_per_candidate(records).values():
-        compile_name = _compile_name(r.baseline_ms)
+        compile_name = _compile_name(r.timing.baseline_ms)
         rows.append(
             {
-                "problem": r.problem,
-                "candidate": r.candidate,
-                "status": r.status.value,
-                "correct": r.status is Status.CORRECT,
-                "evaluated": r.status is not Status.NEEDS_CUDA,
-                "reason": f"[stricter than KernelBench: {r.stricter.code}] {r.reason}" if r.stricter else r.reason,
-                "flags": flag_column(r.flags),
-                "speedup": r.speedup,
-                "vs_compile": r.speedups.get(compile_name) if compile_name else None,
-                "sol_pct": r.sol_fraction,
-                "sol_floor": r.sol_floor,
-                "own_share": r.custom_kernel_share,
-                "candidate_ms": r.timing.median_ms if r.timing and r.status is Status.CORRECT else None,
-                "reference_ms": r.reference_ms,
-                "compile_ms": r.baseline_ms.get(compile_name) if compile_name else None,
-                "max_abs_error": r.max_abs_error,
-                "gradients": r.gradients,
-                "device": r.device,
-                "run_id": r.run_id,
+                "problem": r.identity.problem,
+                "candidate": r.identity.candidate,
+                "status": r.decision.status.value,
+                "correct": r.decision.status is Status.CORRECT,
+                "evaluated": r.decision.status is not Status.NEEDS_CUDA,
+                "reason": f"[stricter than KernelBench: {r.decision.stricter.code}] {r.decision.reason}" if r.decision.stricter else r.decision.reason,
+                "flags": flag_column(r.integrity.flags),
+                "speedup": r.timing.speedup,
+                "vs_compile": r.timing.speedups.get(compile_name) if compile_name else None,
+                "sol_pct": r.timing.sol_fraction,
+                "sol_floor": r.timing.sol_floor,
+                "own_share": r.integrity.custom_kernel_share,
+                "candidate_ms": r.timing.stats.median_ms if r.timing.stats and r.decision.status is Status.CORRECT else None,
+                "reference_ms": r.timing.reference_ms,
+                "compile_ms": r.timing.baseline_ms.get(compile_name) if compile_name else None,
+                "max_abs_error": r.checks.max_abs_error,
+                "gradients": r.checks.gradients,
+                "device": r.identity.device,
+                "run_id": r.identity.run_id,
             }
         )
     columns = [

@@ -98,9 +98,9 @@ class Progress:
         self.evaluating = max(self.evaluating - 1, 0)
         self._done += 1
         self.run_done += 1
-        self.failed += record.status.is_failure
-        speed = f", {record.speedup:.2f}x" if record.speedup else ""
-        line = f"  [{self._done}/{self._total}] {visible(record.candidate)}: {record.status.value}{speed} - {visible(record.reason)} ({self.overall()})"
+        self.failed += record.decision.status.is_failure
+        speed = f", {record.timing.speedup:.2f}x" if record.timing.speedup else ""
+        line = f"  [{self._done}/{self._total}] {visible(record.identity.candidate)}: {record.decision.status.value}{speed} - {visible(record.decision.reason)} ({self.overall()})"
         if self._bar is not None and self._task is not None:
             self._bar.advance(self._task)
             self._bar.update(self._task, candidate="")

@@ -1,0 +1,25 @@
+"""Candidate records for tests, written as their fields: `candidate_record(status=..., speedup=...)`
+puts each field into its part (harness.core.schema.PARTS: version 4's flat name -> the part that
+holds it), so a fixture names only what it is about."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.core.records import CandidateRecord, Checks, Decision, Identity, Integrity, Provenance, Timing
+from harness.core.schema import PARTS
+
+IDENTITY = dict(run_id="r", problem="p", problem_hash="h", candidate="c", candidate_path="c.py", candidate_hash="ch", device="cpu")
+PART_TYPES = {"identity": Identity, "decision": Decision, "checks": Checks, "timing": Timing, "integrity": Integrity, "provenance": Provenance}
+
+
+def candidate_record(**fields: Any) -> CandidateRecord:
+    """A candidate record from flat fields (a candidate's `checks` list and `timing` stats by their
+    version 4 names); the identity's fields default to IDENTITY's, the reason to "ok"."""
+    fields = {**IDENTITY, "reason": "ok", **fields}
+    parts: dict[str, Any] = {}
+    for part, names in PARTS.items():
+        given = {new: fields.pop(old) for old, new in names.items() if old in fields}
+        if given or part in ("identity", "decision"):
+            parts[part] = PART_TYPES[part](**given)
+    return CandidateRecord(**parts, **fields)  # what is left: the version fields, or a typo CandidateRecord refuses
