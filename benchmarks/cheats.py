@@ -23,7 +23,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from harness.core.schema import migrate  # noqa: E402
+from harness.core.schema import upgrade  # noqa: E402
 
 CATALOG = ROOT / "benchmarks" / "cheats"
 PROBLEMS = ROOT / "benchmarks" / "problems"
@@ -62,12 +62,12 @@ def expectations(folder: Path, key: str = "Expect") -> dict[str, list[tuple[str,
 
 def candidate_records(text: str) -> list[dict]:
     """The candidate records `run.py --json` printed (each record's data without its kind, one a line),
-    in this harness's layout: a record of an earlier schema version upgraded (harness.core.schema.migrate)."""
+    in this harness's layout: a record of an earlier schema version upgraded (harness.core.schema.upgrade)."""
     records = []
     for line in text.splitlines():
         if line.startswith("{"):
             data = json.loads(line)
-            records.append(migrate({"kind": "candidate", **data}, data.get("schema_version", 1)))
+            records.append(upgrade({"kind": "candidate", **data}))
     return [r for r in records if "candidate" in r["identity"] and "status" in r["decision"]]
 
 

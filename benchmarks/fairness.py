@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 from pipeline import CUDA_TEMPLATE  # noqa: E402
 from pipeline import PROBLEM as BUILDS_PROBLEM
 
-from harness.core.schema import migrate  # noqa: E402
+from harness.core.schema import upgrade  # noqa: E402
 
 
 def null_candidate(text: str) -> str:
@@ -90,7 +90,7 @@ def read_run(results: Path, name: str) -> dict[str, Any]:
                 record = json.loads(line)
             except json.JSONDecodeError:
                 continue
-            record = migrate(record, record.get("schema_version", 1))  # a line of an earlier version (a --root checkout's) in this harness's layout
+            record = upgrade(record)  # a line of an earlier version (a --root checkout's) in this harness's layout
             if record.get("kind") == "reference" and record.get("problem") == name and record.get("null_floor"):
                 floor = record["null_floor"]
                 paired = floor.get("paired") or {}

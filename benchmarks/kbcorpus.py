@@ -79,7 +79,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT))
 from kernelbench_levels import Finished, append_line, read_text, run_bounded, tail  # noqa: E402
 
-from harness.core.schema import migrate  # noqa: E402
+from harness.core.schema import upgrade  # noqa: E402
 
 DEFECTS = ROOT / "benchmarks" / "kbcorpus_defects.yaml"
 PROFILES: dict[str, list[str]] = {  # extra run.py arguments of each profile, after the caller's --set
@@ -293,7 +293,7 @@ def no_record_line(profile: str, kernel: Kernel, reason: str, run_id: str = "") 
 
 def read_run(folder: Path) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
     """A run folder's candidate records by kernel id (the last wins) and reference records by problem,
-    each in this harness's layout (a line of an earlier schema version upgraded: harness.core.schema.migrate)."""
+    each in this harness's layout (a line of an earlier schema version upgraded: harness.core.schema.upgrade)."""
     candidates: dict[str, dict[str, Any]] = {}
     references: dict[str, dict[str, Any]] = {}
     for text in read_text(folder / "records.jsonl").splitlines():
@@ -303,7 +303,7 @@ def read_run(folder: Path) -> tuple[dict[str, dict[str, Any]], dict[str, dict[st
             continue  # the half-written last line of a killed run
         if not isinstance(record, dict):
             continue
-        record = migrate(record, record.get("schema_version", 1))
+        record = upgrade(record)
         if record.get("kind") == "candidate":
             candidates[f"{record['identity'].get('problem')}/{record['identity'].get('candidate')}"] = record
         elif record.get("kind") == "reference":

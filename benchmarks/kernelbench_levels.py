@@ -61,7 +61,7 @@ from typing import Any, Iterable, Optional
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from harness.core.schema import migrate  # noqa: E402
+from harness.core.schema import upgrade  # noqa: E402
 
 LEVELS = (1, 2, 3)
 RUN_DEFAULTS = (  # before the caller's --set, which may override them
@@ -351,7 +351,7 @@ def run_null(entry: Entry, args: argparse.Namespace, scratch: Path, state: Path,
             raise BudgetCut(entry.key)
         records = read_run_folder(results / entry.slug)
         printed = next((json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")), None)  # run.py --json: the record without its kind
-        candidate_record = migrate({"kind": "candidate", **printed}, printed.get("schema_version", 1)) if printed else records.get("candidate")
+        candidate_record = upgrade({"kind": "candidate", **printed}) if printed else records.get("candidate")
         line = outcome(candidate_record, records.get("reference"), done)
         if args.keep_records and (results / entry.slug / "records.jsonl").is_file():
             (state / "records").mkdir(exist_ok=True)
@@ -385,8 +385,8 @@ def last_lines(path: Path, key: str) -> dict[str, dict[str, Any]]:
 
 def read_run_folder(folder: Path) -> dict[str, dict[str, Any]]:
     """The last record of each kind in a run folder's records.jsonl, in this harness's layout (a line of
-    an earlier schema version upgraded: harness.core.schema.migrate)."""
-    return {kind: migrate(line, line.get("schema_version", 1)) for kind, line in last_lines(folder / "records.jsonl", "kind").items()}
+    an earlier schema version upgraded: harness.core.schema.upgrade)."""
+    return {kind: upgrade(line) for kind, line in last_lines(folder / "records.jsonl", "kind").items()}
 
 
 def _interval(paired: Optional[dict[str, Any]]) -> tuple[Any, Any, Any]:

@@ -21,9 +21,8 @@ echo "run.py exit code: $? after $(( $(date +%s) - started )) s" | tee -a "$OUT/
 cp "results/$RUN_ID/records.jsonl" "$OUT/records-$LABEL.jsonl"
 (cd "$HERE" && python3 - "$OUT/records-$LABEL.jsonl") > "$OUT/verdicts-$LABEL.tsv" <<'PY'
 import json, sys
-from harness.core.schema import migrate
-rows = [json.loads(line) for line in open(sys.argv[1])]
-rows = [migrate(r, r.get("schema_version", 1)) for r in rows]
+from harness.core.schema import upgrade
+rows = [upgrade(json.loads(line)) for line in open(sys.argv[1])]
 for r in sorted((r for r in rows if r.get("kind") == "candidate"), key=lambda r: (r["identity"]["problem"], r["identity"]["candidate"])):
     flags = ",".join(f.get("code", "") if isinstance(f, dict) else str(f) for f in r["integrity"].get("flags") or [])
     print("\t".join((r["identity"]["problem"], r["identity"]["candidate"], r["decision"]["status"], flags)))

@@ -4,13 +4,14 @@ holds it), so a fixture names only what it is about."""
 
 from __future__ import annotations
 
+import typing
 from typing import Any
 
-from harness.core.records import CandidateRecord, Checks, Decision, Identity, Integrity, Provenance, Timing
+from harness.core.records import CandidateRecord
 from harness.core.schema import PARTS
 
 IDENTITY = dict(run_id="r", problem="p", problem_hash="h", candidate="c", candidate_path="c.py", candidate_hash="ch", device="cpu")
-PART_TYPES = {"identity": Identity, "decision": Decision, "checks": Checks, "timing": Timing, "integrity": Integrity, "provenance": Provenance}
+PART_TYPES = typing.get_type_hints(CandidateRecord)  # a part's name -> its class
 
 
 def candidate_record(**fields: Any) -> CandidateRecord:

@@ -28,12 +28,11 @@ def run_from_args(args: argparse.Namespace, argv: Sequence[str]) -> int:
     keep = set(args.problem)
     records = read_records(path)
     header = next((r for r in records if isinstance(r, RunHeader)), None)
-    kept = [r for r in records if isinstance(r, (ReferenceRecord, CandidateRecord)) and (not keep or (r.problem if isinstance(r, ReferenceRecord) else r.identity.problem) in keep)]
     references: dict[tuple[str, str], ReferenceRecord] = {}
-    for record in kept:
-        if isinstance(record, ReferenceRecord):
+    for record in records:
+        if isinstance(record, ReferenceRecord) and (not keep or record.problem in keep):
             references.setdefault((record.problem, record.lane), record)
-    candidates = latest_per_candidate(r for r in kept if isinstance(r, CandidateRecord))
+    candidates = latest_per_candidate(r for r in records if isinstance(r, CandidateRecord) and (not keep or r.identity.problem in keep))
     if not candidates:
         raise UserError(f"{args.run}: no candidate records" + (f" for {', '.join(sorted(keep))}" if keep else ""))
     out = Path(args.out)

@@ -102,7 +102,7 @@ class Verdict:
     reason: str  # why, in one line (before the record trims it)
     flags: tuple[Flag, ...] = ()  # the integrity flags raised, in the order found
     warnings: tuple[str, ...] = ()  # what a reader must know, in the record's order
-    timing: Timing = Timing()  # the timing comparison (empty unless correct and timed; its `stats` are the caller's)
+    timing: Timing = Timing()  # a correct candidate's own timing, and its speeds when it was timed in paired rounds; empty otherwise
     stricter: Optional[Stricter] = None  # the check of ours that failed it where KernelBench's would not have
     evidence: Integrity = Integrity()  # the evidence the findings were read from (its flags and sanitizer runs are the record's)
     notes: tuple[str, ...] = ()  # what its checks noted without failing it (an inert buffer, an output that is rounding noise)
