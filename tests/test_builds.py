@@ -135,3 +135,38 @@ def test_builds_run_ahead_in_a_pool_and_the_worker_loads_them_finished(make_conf
     for record in records:
         assert record.decision.status is Status.CORRECT, record.decision.reason
         assert record.provenance.builds and all(b.cached for b in record.provenance.builds), record.provenance.builds  # the pool built it first
+
+
+def test_a_candidate_may_build_in_its_constructor_only_when_its_import_built_nothing_and_it_names_a_loader(tmp_path):
+    from harness.worker.build import builds_when_constructed
+
+    source = tmp_path / "c.py"
+    source.write_text(BUILD_IN_INIT)
+    assert builds_when_constructed(source, [])
+    assert not builds_when_constructed(source, [{"name": "built_at_import"}])  # the import built it: nothing to construct
+    source.write_text("import torch\nclass ModelNew(torch.nn.Module):\n    pass\n")
+    assert not builds_when_constructed(source, [])  # torch only: constructing would build nothing
+
+
+@pytest.mark.slow
+def test_a_build_ahead_constructs_a_candidate_that_compiles_in_its_constructor(tmp_path):
+    from harness.parent.prebuild import BuildAhead
+
+    path = tmp_path / "builds_in_init_ahead.py"
+    path.write_text(BUILD_IN_INIT.replace('name="built_in_init"', 'name="built_in_init_ahead"'))
+    problem = ROOT / "problems" / "level0" / "1_Scale_Bias_ReLU.py"
+    pool = BuildAhead(tmp_path / "cache", "cpu", builds=1, jobs_per_build=2, timeout=600)
+    try:
+        pool.submit(path, problem)
+        outcome = pool.wait(path)
+    finally:
+        pool.close()
+    assert outcome is not None and outcome.startswith("ok [('built_in_init_ahead', 'built')]"), outcome
+    without = tmp_path / "no_problem.py"
+    without.write_text(BUILD_IN_INIT.replace('name="built_in_init"', 'name="built_in_init_never"'))
+    pool = BuildAhead(tmp_path / "cache", "cpu", builds=1, jobs_per_build=2, timeout=600)
+    try:
+        pool.submit(without)  # no problem given: the import alone, which builds nothing here
+        assert pool.wait(without).startswith("ok []")
+    finally:
+        pool.close()

@@ -329,3 +329,83 @@ def test_a_cpu_run_pauses_but_never_pins_and_ray_lanes_leave_the_host_off(make_c
     assert quiet_mode(make_config("timing.quiet=pin"), "cuda") == "pin"
     assert quiet_mode(make_config("timing.quiet=both"), "cuda") == "both"
     assert quiet_mode(make_config("timing.quiet=both", "executor=ray"), "cuda") == "off"
+
+
+# -- lanes sharing a GPU (workers.lanes_per_gpu) ------------------------------------------------------
+
+
+def test_a_lane_timing_on_a_shared_gpu_stops_the_other_lanes_of_that_gpu_only(spawn, hosts):
+    host = hosts("off", lanes=4, lanes_per_gpu=2)  # lanes 0, 1 on GPU 0; lanes 2, 3 on GPU 1; no CPU quieting asked
+    peer, same, other_gpu = spawn(SLEEP), spawn(SLEEP), spawn(SLEEP)
+    host.register_timing(same, 0)
+    host.register_timing(peer, 1)
+    host.register_timing(other_gpu, 2)
+    with host.hold(0):
+        assert stopped(peer.pid)  # checking on the GPU lane 0 times on
+        time.sleep(0.1)
+        assert state(same.pid) != "T" and state(other_gpu.pid) != "T"  # lane 0's own, and another GPU's lane
+    assert running(peer.pid)
+
+
+def test_a_second_lane_waits_for_its_turn_on_a_shared_gpu(hosts):
+    host = hosts("off", lanes=2, lanes_per_gpu=2)
+    order = []
+    first_in, first_leave = threading.Event(), threading.Event()
+
+    def first():
+        with host.hold(0):
+            order.append("0 in")
+            first_in.set()
+            first_leave.wait(10)
+            order.append("0 out")
+
+    def second():
+        first_in.wait(10)
+        with host.hold(1):
+            order.append("1 in")
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for thread in threads:
+        thread.start()
+    first_in.wait(10)
+    time.sleep(0.2)
+    assert order == ["0 in"]  # lane 1 has not got the GPU while lane 0 times
+    first_leave.set()
+    for thread in threads:
+        thread.join(10)
+    assert order == ["0 in", "0 out", "1 in"]
+
+
+def test_a_lanes_nested_holds_keep_its_turn_until_the_outermost_ends(spawn, hosts):
+    host = hosts("off", lanes=2, lanes_per_gpu=2)
+    peer = spawn(SLEEP)
+    host.register_timing(peer, 1)
+    with host.hold(0):
+        with host.hold(0):  # a pairing's hold inside the pass's hold of the whole timing phase
+            assert stopped(peer.pid)
+        time.sleep(0.1)
+        assert state(peer.pid) == "T"
+    assert running(peer.pid)
+
+
+def test_a_process_a_lane_starts_while_another_lane_times_on_its_gpu_is_stopped_at_once(spawn, hosts):
+    host = hosts("off", lanes=2, lanes_per_gpu=2)
+    with host.hold(0):
+        late = spawn(SLEEP)
+        host.register_timing(late, 1)  # lane 1's next worker, handed its job meanwhile
+        assert stopped(late.pid)
+    assert running(late.pid)
+
+
+def test_limits_on_the_quiet_clock_do_not_run_while_a_hold_stops_work(hosts):
+    host = hosts("pause")
+    before = host.clock()
+    with host.hold():
+        time.sleep(0.3)
+    assert host.clock() - before < 0.2  # the hold's 0.3 s did not count
+    assert host.paused_seconds >= 0.3
+
+
+def test_lanes_sharing_a_gpu_are_described_in_the_run_header():
+    assert "2 lanes per GPU" in QuietHost("off", lanes=2, lanes_per_gpu=2).describe()
+    assert "per GPU" not in QuietHost("off").describe()

@@ -225,8 +225,11 @@ class SanitizerConfig:
     path: str  # the compute-sanitizer executable; "" = PATH, then $CUDA_HOME/bin, then /usr/local/cuda/bin
     timeout: float  # seconds for each tool's run (start-up under the tool is slow)
     prestart: bool  # with workers.prestart: the first tool's next run is started while a candidate is checked
+    parallel: int  # sanitizer runs at once, off the lane's critical path (a record waits for its runs); 0 = in the lane
 
     def __post_init__(self) -> None:
+        if self.parallel < 0:
+            raise ValueError(f"sanitizer.parallel must be 0 (in the lane) or more, got {self.parallel}")
         if self.enabled not in Switch.words():
             raise ValueError(f"sanitizer.enabled must be auto, on or off, got {self.enabled!r}")
         bad = [t for t in self.tools if t not in SanitizerTool.words()]
@@ -361,8 +364,11 @@ class WorkersConfig:
     warm_problems: int  # problems whose judge each lane keeps running between candidates (a session serving several)
     spares: int  # prestarted workers each lane keeps ready (more when candidates come faster than one readies)
     prestart_judge: bool  # with prestart: the next problem's judge is started while this problem runs
+    lanes_per_gpu: int  # CUDA runs: lanes sharing each GPU; their checks overlap, their timings take turns alone on it
 
     def __post_init__(self) -> None:
+        if self.lanes_per_gpu < 1:
+            raise ValueError(f"workers.lanes_per_gpu must be 1 or more, got {self.lanes_per_gpu}")
         if self.prestart not in Ahead.words():
             raise ValueError(f"workers.prestart must be auto, always or never, got {self.prestart!r}")
         if self.warm_problems < 1 or self.spares < 1:

@@ -8,6 +8,7 @@ process only relays steps and verdicts, never tensors, and writes one record per
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import traceback
 from typing import Any, Callable, Optional
@@ -29,11 +30,20 @@ from harness.parent.resources import RunResources
 from harness.parent.sanitize import LaneSanitizer
 from harness.parent.scratch import RunScratch
 from harness.parent.supervise import JudgeFailed, Lane, default_memory_limit
-from harness.parent.verdict import Case, Reported, Rules
+from harness.parent.verdict import Case, Compared, Reported, Rules, Verdict
 from harness.sources.candidate import Candidate, needs_cuda_statically
 from harness.sources.problem import Problem
 
 __all__ = ["ProblemEvaluation", "compare_times", "timing_warnings"]
+
+Future = concurrent.futures.Future
+
+
+def _done(record: CandidateRecord) -> "Future[CandidateRecord]":
+    """A record already final, as a future."""
+    future: Future[CandidateRecord] = Future()
+    future.set_result(record)
+    return future
 
 
 class ProblemEvaluation:
@@ -111,6 +121,14 @@ class ProblemEvaluation:
 
     def evaluate(self, candidate: Candidate) -> CandidateRecord:
         """Evaluate one runnable candidate on this lane (its judge first, once) and write its record."""
+        return self.begin(candidate).result()
+
+    def begin(self, candidate: Candidate) -> "Future[CandidateRecord]":
+        """Evaluate one runnable candidate: the lane's part now (its judge first, once; the
+        candidate's checks and timing), and what only waits on other processes (a correct
+        candidate's sanitizer runs, then its record) off the lane when the run has a pool for it
+        (`RunResources.after_lane`), so the lane goes on to the next candidate. The record, written
+        once it is final, arrives in the future (a stopped run's `Stopped` as its exception)."""
         if self._reference is None:
             self.plan = self.plan or Plan.fresh(self.cfg)
             self._reference = self.reference_pass.run(self.plan)
@@ -122,14 +140,30 @@ class ProblemEvaluation:
         if self.judge.ended() and reference.ok:
             reference = self._restart_judge()
         if not reference.ok:
-            return self._finish(self._failed(candidate, Status.REFERENCE_FAILED, f"reference failed: {reference.reason}"))
+            return _done(self._finish(self._failed(candidate, Status.REFERENCE_FAILED, f"reference failed: {reference.reason}")))
         assert self.plan is not None  # drawn (or given) before the reference ran, and never dropped
         try:
-            record = self._run_candidate(candidate, self.plan, reference)
+            finish, off_lane = self._run_candidate(candidate, self.plan, reference)
         except JudgeFailed as exc:  # the judge, not the candidate, failed: the next candidate gets a new one
             self.judge.failed(str(exc))
-            record = self._failed(candidate, Status.HARNESS_ERROR, f"the lane's judge failed during this candidate: {exc}")
+            return _done(self._finish(self._failed(candidate, Status.HARNESS_ERROR, f"the lane's judge failed during this candidate: {exc}")))
+        except Stopped:
+            raise
         except Exception as exc:  # a harness bug on one candidate must not end the run
+            traceback.print_exc()
+            return _done(self._finish(self._failed(candidate, Status.HARNESS_ERROR, f"{type(exc).__name__}: {exc}")))
+        pool = self.resources.after_lane
+        if off_lane and pool is not None:
+            return pool.submit(self._finished, candidate, finish)
+        return _done(self._finished(candidate, finish))
+
+    def _finished(self, candidate: Candidate, finish: Callable[[], CandidateRecord]) -> CandidateRecord:
+        """The candidate's record from `finish` (its sanitizer runs and verdict), written; a harness bug is its record."""
+        try:
+            record = finish()
+        except Stopped:
+            raise
+        except Exception as exc:
             traceback.print_exc()
             record = self._failed(candidate, Status.HARNESS_ERROR, f"{type(exc).__name__}: {exc}")
         return self._finish(record)
@@ -162,44 +196,24 @@ class ProblemEvaluation:
             self._reference = dataclasses.replace(self._reference, ok=False, reason=f"the restarted judge failed: {report.reason}")
         return self._reference
 
-    def _run_candidate(self, candidate: Candidate, plan: Plan, reference: ReferenceRecord) -> CandidateRecord:
+    def _run_candidate(self, candidate: Candidate, plan: Plan, reference: ReferenceRecord) -> tuple[Callable[[], CandidateRecord], bool]:
+        """The candidate's pass against the judge (its checks and timing), and what makes its record
+        from it: its sanitizer runs when it passed, then the settled verdict. The flag says whether that
+        waits on sanitizer runs, so it may go off the lane."""
         compared = self.judge.compare(plan, self.reference_pass.timing_mode, Subject(P.Role.CANDIDATE, candidate.path, candidate.name))
-        outcome, checks, same_seed, gradients = compared.outcome, compared.checks, compared.same_seed, compared.gradients
-        builds = tuple(m.build for m in outcome.every(P.Built))
-        case = Case(compared, plan.calls, plan.randomize_weights, reference, Rules.of(self.cfg), self.device, self._reported(candidate, outcome), self.judge.take_restart_note())
+        case = Case(compared, plan.calls, plan.randomize_weights, reference, Rules.of(self.cfg), self.device, reported(candidate, compared.outcome), self.judge.take_restart_note())
         first = verdict.decide(case)
-        sanitized: tuple[SanitizerResult, ...] = ()
-        unsafe: list[Finding] = []
-        if first.status is Status.CORRECT and self.sanitizer.wanted():
-            sanitized, unsafe = self.sanitizer.run(candidate.path, candidate.hash, candidate.name, plan.construct_seed, reference.other_size)
-        decided = verdict.settle(case, first, unsafe, lambda timed, paired: compare_times(timed, paired, compared.profile, reference, self.cfg))
-        mapping = case.reported.mapping
-        return self._record(
-            candidate,
-            Decision(decided.status, flat(decided.reason), decided.stricter, decided.warnings, decided.notes),
-            checks=Checks(
-                results=tuple(checks),
-                same_seed=same_seed,
-                weights="seed" if compared.own_weights else "position" if mapping else "name",
-                weight_mapping=mapping,
-                gradients=gradients[0] if gradients is not None else "",
-            ),
-            timing=decided.timing,
-            integrity=dataclasses.replace(decided.evidence, flags=decided.flags, sanitizer=sanitized),
-            provenance=Provenance(
-                builds=builds,
-                phase_seconds=outcome.done.phase_seconds if outcome.done is not None else {},
-                wall_seconds=round(outcome.wall_seconds, 3),
-            ),
-        )
+        sanitizing = first.status is Status.CORRECT and self.sanitizer.wanted()
 
-    def _reported(self, candidate: Candidate, outcome: WorkerOutcome) -> Reported:
-        """What the candidate's worker reported beyond its checks (its messages), and what its
-        source declares (a scan of its file), for harness.parent.verdict."""
-        mapping = tuple(pair for m in outcome.every(P.WeightsMapped) for pair in m.pairs)
-        by_seed = outcome.first(P.WeightsBySeed)
-        why = by_seed.reason if by_seed is not None else ""
-        return Reported(mapping, outcome.first(P.ExtensionCalls), outcome.first(P.Threads), why, tuple(scan_source(candidate.path)), frozenset(declared_kernels(candidate.path)))
+        def finish() -> CandidateRecord:
+            sanitized: tuple[SanitizerResult, ...] = ()
+            unsafe: list[Finding] = []
+            if sanitizing:
+                sanitized, unsafe = self.sanitizer.run(candidate.path, candidate.hash, candidate.name, plan.construct_seed, reference.other_size)
+            decided = verdict.settle(case, first, unsafe, lambda timed, paired: compare_times(timed, paired, compared.profile, reference, self.cfg))
+            return self._record(candidate, *decided_parts(compared, case, decided, sanitized))
+
+        return finish, sanitizing
 
     def _failed(self, candidate: Candidate, status: Status, reason: str) -> CandidateRecord:
         return self._record(candidate, Decision(status, flat(reason)), Checks(), Timing(), Integrity(), Provenance())
@@ -211,11 +225,11 @@ class ProblemEvaluation:
         return CandidateRecord(self.setting.identity(candidate.name, str(candidate.path), candidate.hash), decision, checks, timing, integrity, provenance)
 
     def stop(self) -> None:
-        """From another thread (a stopped run): end this lane's judge and workers now. Whatever
-        they were doing writes no record: the candidate in flight raises Stopped instead."""
+        """From another thread (a stopped run): end this lane's judge, workers and sanitizer runs
+        now. Whatever they were doing writes no record: the candidate in flight raises Stopped instead."""
         self._stopped = True
         self.judge.kill()
-        self.sanitizer.close()
+        self.sanitizer.kill()
         self.lane.launcher.kill_all()
 
     def _finish(self, record: CandidateRecord) -> CandidateRecord:
@@ -224,6 +238,38 @@ class ProblemEvaluation:
         self.store.append(record)
         self.on_record(record)
         return record
+
+
+def reported(candidate: Candidate, outcome: WorkerOutcome) -> Reported:
+    """What the candidate's worker reported beyond its checks (its messages), and what its
+    source declares (a scan of its file), for harness.parent.verdict."""
+    mapping = tuple(pair for m in outcome.every(P.WeightsMapped) for pair in m.pairs)
+    by_seed = outcome.first(P.WeightsBySeed)
+    why = by_seed.reason if by_seed is not None else ""
+    return Reported(mapping, outcome.first(P.ExtensionCalls), outcome.first(P.Threads), why, tuple(scan_source(candidate.path)), frozenset(declared_kernels(candidate.path)))
+
+
+def decided_parts(compared: Compared, case: Case, decided: Verdict, sanitized: tuple[SanitizerResult, ...]) -> tuple[Decision, Checks, Timing, Integrity, Provenance]:
+    """The parts of the record of a candidate that ran against the judge, from its settled verdict."""
+    outcome, gradients = compared.outcome, compared.gradients
+    mapping = case.reported.mapping
+    return (
+        Decision(decided.status, flat(decided.reason), decided.stricter, decided.warnings, decided.notes),
+        Checks(
+            results=tuple(compared.checks),
+            same_seed=compared.same_seed,
+            weights="seed" if compared.own_weights else "position" if mapping else "name",
+            weight_mapping=mapping,
+            gradients=gradients[0] if gradients is not None else "",
+        ),
+        decided.timing,
+        dataclasses.replace(decided.evidence, flags=decided.flags, sanitizer=sanitized),
+        Provenance(
+            builds=tuple(m.build for m in outcome.every(P.Built)),
+            phase_seconds=outcome.done.phase_seconds if outcome.done is not None else {},
+            wall_seconds=round(outcome.wall_seconds, 3),
+        ),
+    )
 
 
 CLOCK_TOLERANCE = 0.05  # SM clocks further apart than this between two timings are reported

@@ -221,6 +221,24 @@ class QueuedExecutor:
             self.on_problem(problem)
 
     @staticmethod
+    def _follow(job: Job, start: Callable[[], "Future[CandidateRecord]"]) -> None:
+        """The job's future follows the one `start()` returns (a record finished later, off this
+        thread, or one already final); on a harness bug, the exception, raised where it is awaited."""
+        try:
+            pending = start()
+        except BaseException as exc:
+            job.future.set_exception(exc)
+            return
+
+        def follow(done: "Future[CandidateRecord]") -> None:
+            try:
+                job.future.set_result(done.result())
+            except BaseException as exc:
+                job.future.set_exception(exc)
+
+        pending.add_done_callback(follow)
+
+    @staticmethod
     def _settle(jobs: list[Job], evaluate: Callable[[], list[CandidateRecord]]) -> None:
         """Each job's future gets its record from `evaluate()` (by candidate name; one without a
         record is cancelled), or, on a harness bug, the exception, raised where it is awaited."""

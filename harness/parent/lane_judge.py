@@ -9,6 +9,7 @@ it). Only typed messages pass here, never tensors.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import shutil
@@ -25,7 +26,7 @@ from harness.core.protocol import Failure, WorkerOutcome
 from harness.core.records import Baseline, CallProfile, CheckResult, Identity, NullFloor, ReferenceRecord, finished_now, to_dict
 from harness.core.status import Status
 from harness.core.store import RunStore
-from harness.parent.quiet import QuietHost
+from harness.parent.quiet import LaneQuiet, QuietHost
 from harness.parent.reference_cache import ProfileCache, TimingCache
 from harness.parent.scratch import RunScratch
 from harness.parent.supervise import JudgeClient, JudgeFailed, Lane, Reply, run_worker
@@ -46,6 +47,14 @@ class Setting:
     problem_hash: str  # the problem file's hash, read once when the evaluation began
     scratch: RunScratch  # the run's scratch: the judge's and each worker's working folder go there
     quiet: QuietHost  # the run's quiet host: timed rounds hold it
+
+    def gpu_alone(self) -> Any:
+        """A hold of the lane's GPU for work whose times are measured (a reference's start: its
+        profile and speed of light; a worker's warm-up, profile and rounds): background work and
+        the other lanes on this GPU are stopped meanwhile (harness.parent.quiet). Nothing on the CPU."""
+        if self.device != Device.CUDA or not self.cfg.timing.enabled:
+            return contextlib.nullcontext()
+        return self.quiet.hold(self.lane.index)
 
     def identity(self, candidate: str, path: str, source_hash: str) -> Identity:
         """What a candidate's record of this problem on this lane was judged as."""
@@ -103,7 +112,8 @@ class LaneJudge:
         log = setting.store.log_path(setting.problem.name, "_reference")
         self.client, self._dir = setting.lane.launcher.take_judge(log, setting.scratch.make)
         try:
-            report = self.client.request(P.Start(self.job(plan, measure, profile)), setting.cfg.timeouts.load, setting.cfg.timeouts)
+            with setting.gpu_alone():
+                report = self.client.request(P.Start(self.job(plan, measure, profile)), setting.cfg.timeouts.load, setting.cfg.timeouts)
         except JudgeFailed as exc:
             self.end()
             return P.ReferenceReport(False, f"{Status.CRASHED.value}: {exc}")
@@ -179,12 +189,13 @@ class ComparedPass:
         self.unsafe: list[str] = []  # writes past an input's end, as the judge found them (the first is kept)
         self.seen: list[P.StepKind] = []  # the steps the worker reported, in the order protocol.STEPS declares
         self.pairing: Optional[Pairing] = None
+        self._alone = contextlib.ExitStack()  # the GPU held from the go-ahead into timing to the last timed call's check
 
     def run(self) -> Compared:
         cfg, subject = self.setting.cfg, self.subject
         self.session: P.SessionHandle = self.judge.request(P.Open(subject.role), cfg.timeouts.construct)
         if cfg.timing.enabled:
-            self.pairing = Pairing(self.judge, self.session.session, cfg.timing, cfg.timeouts.time, subject.name, self.setting.quiet, self.timing_mode)
+            self.pairing = Pairing(self.judge, self.session.session, cfg.timing, cfg.timeouts.time, subject.name, LaneQuiet(self.setting.quiet, self.setting.lane.index), self.timing_mode)
         cwd = self.setting.scratch.make(f"{subject.log_name[:20]}-")
         try:
             outcome = run_worker(
@@ -200,6 +211,7 @@ class ComparedPass:
         finally:
             if self.pairing is not None:
                 self.pairing.close()
+            self._alone.close()
             shutil.rmtree(cwd, ignore_errors=True)
             if self.judge.alive:
                 self.judge.request(P.Close(self.session.session), cfg.timeouts.check)
@@ -259,6 +271,10 @@ class ComparedPass:
             self.found["own_weights"] = True
         if verdict.check is not None and not verdict.check.passed and step.step != P.StepKind.SAME_SEED:
             return Failure(Status.INCORRECT, f"{verdict.check.name}: {verdict.check.reason}")
+        if step.step == P.StepKind.TIMED:
+            self._alone.close()
+        elif step.want.kind == P.WantKind.TIMING and self.pairing is not None:
+            self._alone.enter_context(self.setting.gpu_alone())  # its warm-up, profile and rounds run on a quiet GPU
         return Reply({"staged": to_dict(verdict.staged)})
 
     def on_timing(self, message: P.Ready | P.RoundTimed) -> Optional[Failure | Reply]:

@@ -26,13 +26,13 @@ from harness.core.errors import UserError
 from harness.core.plan import Plan
 from harness.core.records import CandidateRecord
 from harness.parent.evaluate import ProblemEvaluation
-from harness.parent.executor import Job, QueuedExecutor, problem_key
+from harness.parent.executor import Future, Job, QueuedExecutor, problem_key
 from harness.parent.quiet import QuietHost
 from harness.parent.resources import RunResources, lane_count, visible_gpus
 from harness.parent.supervise import Lane
 from harness.sources.problem import Problem
 
-__all__ = ["FAIR_WAIT_S", "LocalExecutor", "lane_count", "local_lanes", "visible_gpus"]
+__all__ = ["FAIR_WAIT_S", "LocalExecutor", "choose_job", "lane_count", "local_lanes", "visible_gpus"]
 
 
 def local_lanes(cfg: Config, device: str, quiet: Optional[QuietHost] = None) -> list[Lane]:
@@ -44,10 +44,21 @@ def local_lanes(cfg: Config, device: str, quiet: Optional[QuietHost] = None) -> 
     wrong = [g for g in chosen if g >= len(visible)]
     if wrong:
         raise UserError(f"workers.gpus names GPU {wrong[0]}, but {len(visible)} GPU(s) are visible (indices 0-{len(visible) - 1})")
-    return [Lane.single(cfg, device, gpu=visible[g], label=f"cuda:{visible[g]}", index=i, quiet=quiet) for i, g in enumerate(chosen)]
+    per_gpu = cfg.workers.lanes_per_gpu
+    return [Lane.single(cfg, device, gpu=visible[g], label=f"cuda:{visible[g]}" if per_gpu == 1 else f"cuda:{visible[g]}/{k}", index=i * per_gpu + k, quiet=quiet) for i, g in enumerate(chosen) for k in range(per_gpu)]
 
 
 FAIR_WAIT_S = 30.0  # a candidate queued this long goes next, warm problem or not
+
+
+def choose_job(jobs: list[Job], mine: set[tuple[str, str]], elsewhere: set[tuple[str, str]], now: float) -> Job:
+    """A lane's next job of `jobs` (oldest first): the oldest of a problem it has warm (`mine`),
+    else the oldest of a problem no other lane has warm (`elsewhere`: lanes spread over problems
+    before they share one, each sharing lane paying a reference pass), else the oldest; the oldest
+    whenever it has waited FAIR_WAIT_S by `now`."""
+    if now - jobs[0].queued_at >= FAIR_WAIT_S:
+        return jobs[0]
+    return next((job for job in jobs if job.key in mine), None) or next((job for job in jobs if job.key not in elsewhere), jobs[0])
 
 
 class LocalExecutor(QueuedExecutor):
@@ -70,7 +81,8 @@ class LocalExecutor(QueuedExecutor):
     def describe(self) -> str:
         if len(self.lanes) == 1:
             return ""
-        return f"{len(self.lanes)} lanes ({', '.join(lane.label for lane in self.lanes)}), one evaluation at a time on each"
+        shared = f", {self.cfg.workers.lanes_per_gpu} per GPU taking turns to time" if self.cfg.workers.lanes_per_gpu > 1 else ""
+        return f"{len(self.lanes)} lanes ({', '.join(lane.label for lane in self.lanes)}), one evaluation at a time on each{shared}"
 
     def _servers(self) -> list[tuple[str, Callable[[], None]]]:
         self._warm = {i: collections.OrderedDict() for i in range(len(self.lanes))}
@@ -98,11 +110,7 @@ class LocalExecutor(QueuedExecutor):
                 if job is None:
                     return
                 if self._claim([job]):
-
-                    def evaluate(job: Job = job) -> list[CandidateRecord]:
-                        return [self._evaluate(job, lane, warm)]
-
-                    self._settle([job], evaluate)
+                    self._follow(job, functools.partial(self._evaluate, job, lane, warm))
         finally:
             with self._state:
                 ending = list(warm.values())
@@ -111,18 +119,20 @@ class LocalExecutor(QueuedExecutor):
                 evaluation.close()
 
     def _next_job(self, warm: "collections.OrderedDict[tuple[str, str], ProblemEvaluation]") -> Optional[Job]:
-        """The oldest job of a problem this lane has warm, else (or when the oldest has waited
-        FAIR_WAIT_S) the oldest job; None once the executor stops, or closes with nothing queued."""
+        """The oldest job of a problem this lane has warm, else the oldest of a problem no other
+        lane has warm (lanes spread over problems before they share one: a reference pass per
+        lane and problem), else the oldest job; the oldest when it has waited FAIR_WAIT_S. None
+        once the executor stops, or closes with nothing queued."""
 
         def choose(jobs: list[Job]) -> list[Job]:
-            if time.monotonic() - jobs[0].queued_at >= FAIR_WAIT_S:
-                return [jobs[0]]
-            return [next((job for job in jobs if job.key in warm), jobs[0])]
+            with self._state:
+                elsewhere = {key for other in self._warm.values() if other is not warm for key in other}
+            return [choose_job(jobs, set(warm), elsewhere, time.monotonic())]
 
         taken = self.queue.take(choose)
         return taken[0] if taken else None
 
-    def _evaluate(self, job: Job, lane: Lane, warm: "collections.OrderedDict[tuple[str, str], ProblemEvaluation]") -> CandidateRecord:
+    def _evaluate(self, job: Job, lane: Lane, warm: "collections.OrderedDict[tuple[str, str], ProblemEvaluation]") -> "Future[CandidateRecord]":
         with self._state:
             evaluation = warm.pop(job.key, None)
             evicted = [warm.popitem(last=False)[1] for _ in range(len(warm) - self.warm + 1)] if evaluation is None else []
@@ -136,7 +146,11 @@ class LocalExecutor(QueuedExecutor):
             evaluation.stop()
         self._announce(job.problem)
         skipped = evaluation.prescreened(job.candidate)
-        return skipped if skipped is not None else evaluation.evaluate(job.candidate)
+        if skipped is not None:
+            done: Future[CandidateRecord] = Future()
+            done.set_result(skipped)
+            return done
+        return evaluation.begin(job.candidate)
 
     def _evaluation(self, problem: Problem, lane: Lane) -> ProblemEvaluation:
         """A problem's evaluation on `lane`, on the problem's one plan: every lane checks on the same inputs."""

@@ -4,9 +4,10 @@ loads the finished build instead of compiling while the GPU waits. While a lane 
 are stopped or kept off its CPUs (harness.parent.quiet, `timing.quiet`).
 
 A build process (`python -m harness.worker.build`, untrusted like the worker) imports the candidate
-module (that is what triggers `load_inline`), exactly as the worker's load phase would; it never
-evaluates anything. A build that fails, or that only happens in `__init__`, is simply left to the
-worker, which reports it.
+module (that is what triggers `load_inline`), exactly as the worker's load phase would; a candidate
+that compiles in its constructor instead is constructed once on the CPU from its problem's init
+inputs. It never runs a forward. A build that fails is simply left to the worker, which reports it.
+Builds start in the order they are submitted, which is the order the lanes take candidates in.
 """
 
 from __future__ import annotations
@@ -61,10 +62,11 @@ class BuildAhead:
         self._by_content: dict[str, Future] = {}  # a file's sha256 -> its build: the same source is built once
         self._lock = threading.Lock()  # submissions come from any thread (harness.api)
 
-    def submit(self, path: Path) -> None:
+    def submit(self, path: Path, problem: Optional[Path] = None) -> None:
         """Build `path` in the pool, unless a file with the same contents was submitted already:
         its extensions are then the same (the build cache is keyed by their sources), and a build
-        process would only import torch to find them built."""
+        process would only import torch to find them built. With `problem`, a candidate that builds
+        in its constructor is constructed with the problem's init inputs."""
         if path.suffix != ".py":
             return
         try:
@@ -75,7 +77,7 @@ class BuildAhead:
             if path in self.futures:
                 return
             if digest not in self._by_content:
-                self._by_content[digest] = self.pool.submit(self._build, path)
+                self._by_content[digest] = self.pool.submit(self._build, path, problem)
             self.futures[path] = self._by_content[digest]
 
     def wait(self, path: Path) -> Optional[str]:
@@ -98,7 +100,7 @@ class BuildAhead:
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
 
-    def _build(self, path: Path) -> str:
+    def _build(self, path: Path, problem: Optional[Path] = None) -> str:
         """Run one build process to its end; its one-line outcome. The process is background work
         for the run's quiet host while it runs: pinned to the builds' CPUs before its
         compilers start, stopped while a lane times. Time it spends stopped does not count against
@@ -109,7 +111,7 @@ class BuildAhead:
         host = self.quiet
         started = time.perf_counter()
         proc = subprocess.Popen(
-            [sys.executable, "-m", "harness.worker.build", str(path), str(self.cache_dir), self.arch],
+            [sys.executable, "-m", "harness.worker.build", str(path), str(self.cache_dir), self.arch, *(["--problem", str(problem)] if problem is not None else [])],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -16,6 +16,13 @@ job. *Timing* processes are a lane's judge and the worker that was handed a job.
   With too few CPUs for that, nothing is pinned and `pin_note` says why.
 - `both` (the default) does both; `off` touches nothing.
 
+Lanes may share a GPU (`workers.lanes_per_gpu`): lane `i` is on GPU group `i // lanes_per_gpu`. Then
+a lane's hold (`host.hold(lane_index)`) is the GPU's alone: it waits while another lane of its group
+holds, and it stops that group's other lanes' processes (their judges and workers, whatever they are
+checking) for as long as it lasts, whatever `timing.quiet` says. Their checks overlap; their timings
+take turns. A stopped process's kernels already on the GPU finish on their own; the hold waits
+`DRAIN_S` after stopping any, so what they left in flight is done before the first timed call.
+
 Each run has a host of its own (harness.parent.resources.RunResources), handed to what starts its
 processes; code given none (tests, Ray actors) uses an `off` host, which touches nothing. The run
 calls `close()` on every exit path: a background process left stopped would never finish.
@@ -34,6 +41,7 @@ from typing import Any, Iterable, Iterator, Optional, Union
 from harness.core.config import QuietMode
 
 CPUS_PER_LANE = 2  # a lane's judge and worker, each with a CPU of its own
+DRAIN_S = 0.05  # after stopping processes that use the GPU: kernels they had launched finish before the hold goes on
 MIN_BACKGROUND_CPUS = 2  # pinning is not worth it with fewer left for builds and prestarts
 
 Process = Union[int, Any]  # a pid, or anything with `.pid` (subprocess.Popen); `.returncode` is honoured when present
@@ -147,23 +155,25 @@ class QuietHost:
     """A run's registry of background and timing processes, and the holds of the lanes that are
     timing. Thread-safe: several lanes may hold at once."""
 
-    def __init__(self, mode: str = QuietMode.OFF, lanes: int = 1, *, cpus: Optional[Iterable[int]] = None, cpus_per_lane: int = CPUS_PER_LANE) -> None:
+    def __init__(self, mode: str = QuietMode.OFF, lanes: int = 1, *, cpus: Optional[Iterable[int]] = None, cpus_per_lane: int = CPUS_PER_LANE, lanes_per_gpu: int = 1) -> None:
         if mode not in QuietMode.words():
             raise ValueError(f"quiet mode must be one of {list(QuietMode.words())}, got {mode!r}")
         self.mode = mode
         self.lanes = max(1, int(lanes))
+        self.lanes_per_gpu = max(1, int(lanes_per_gpu))
+        self.sharing = self.lanes_per_gpu > 1  # lanes share a GPU: a hold is the GPU's alone
         self.cpus_per_lane = max(1, int(cpus_per_lane))
         self.pausing = mode in (QuietMode.PAUSE, QuietMode.BOTH)
         self.cpus = CpuPlan.partition(sorted(set(cpus if cpus is not None else os.sched_getaffinity(0))), self.lanes, self.cpus_per_lane) if mode in (QuietMode.PIN, QuietMode.BOTH) else CpuPlan()
         self.pin_note = self.cpus.note
         self._lock = threading.RLock()
-        self._background: dict[int, tuple[Process, bool]] = {}  # pid -> (process, leads its own group)
-        self._stopped: set[int] = set()  # background pids sent SIGSTOP and not yet SIGCONT
+        self._work = BackgroundWork()  # the background processes, and which a hold stopped
         self._timing: dict[int, int] = {}  # pid -> lane index
         self._holders = 0
         self._held_since: Optional[float] = None
         self._paused = 0.0
         self._closed = False
+        self._turns = GpuTurns(self._lock, self.lanes_per_gpu)  # whose turn it is on each shared GPU
 
     # -- what it knows --------------------------------------------------------------------------
 
@@ -199,10 +209,15 @@ class QuietHost:
             ongoing = time.monotonic() - self._held_since if self._held_since is not None else 0.0
             return self._paused + ongoing
 
+    def clock(self) -> float:
+        """Seconds on a clock that stands still while holds pause work (time.monotonic less
+        `paused_seconds`): a limit measured on it does not run out while its process was stopped."""
+        return time.monotonic() - self.paused_seconds
+
     @property
     def background_pids(self) -> frozenset[int]:
         with self._lock:
-            return frozenset(self._background)
+            return frozenset(self._work.processes)
 
     @property
     def timing_pids(self) -> dict[int, int]:
@@ -212,7 +227,8 @@ class QuietHost:
 
     def describe(self) -> str:
         """One line for logs and records, e.g. `pause+pin: lanes on CPUs 14-15, builds on 0-13`."""
-        return QuietMode.OFF if self.mode == QuietMode.OFF else self.cpus.describe(self.pausing)
+        line = QuietMode.OFF if self.mode == QuietMode.OFF else self.cpus.describe(self.pausing)
+        return f"{line}; {self.lanes_per_gpu} lanes per GPU, one timing at a time on each" if self.sharing else line
 
     # -- registering ----------------------------------------------------------------------------
 
@@ -229,18 +245,17 @@ class QuietHost:
                 group = os.getpgid(pid)
             except OSError:
                 return  # already gone
-            leads = group == pid and group != os.getpgrp()  # never signal our own group
-            self._background[pid] = (proc, leads)
+            self._work.processes[pid] = (proc, group == pid and group != os.getpgrp())  # never signal our own group
             if self.pinning:
                 pin(pid, self.cpus.background)
             if self._holders and self.pausing:
-                self._stop(pid)
+                self._work.stop(pid)
 
     def register_timing(self, proc: Process, lane_index: int = 0) -> None:
         """`proc` times for lane `lane_index` (its judge, or the worker handed a job): pinned to the
         lane's CPUs, never stopped. A background process (a spare worker taken for a job) stops being
         background: it is pinned first, then continued if a hold had stopped it."""
-        if self.mode == QuietMode.OFF:
+        if self.mode == QuietMode.OFF and not self.sharing:
             return
         pid = _pid(proc)
         with self._lock:
@@ -249,54 +264,60 @@ class QuietHost:
             cpus = self.lane_cpus(lane_index)
             if cpus is not None and not _exited(proc):
                 pin(pid, cpus)
-            self._drop_background(pid)
+            self._work.drop(pid)
             if not _exited(proc):
                 self._timing[pid] = lane_index
+                self._turns.registered(pid, lane_index)
 
     def unregister(self, proc: Process) -> None:
         """Forget `proc` (it ended, or is no longer background); a process a hold stopped is
         continued first. Unknown processes are ignored."""
-        if self.mode == QuietMode.OFF:
+        if self.mode == QuietMode.OFF and not self.sharing:
             return
         pid = _pid(proc)
         with self._lock:
-            self._drop_background(pid)
-            self._timing.pop(pid, None)
-
-    def _drop_background(self, pid: int) -> None:
-        entry = self._background.pop(pid, None)
-        if entry is not None and pid in self._stopped:
-            self._stopped.discard(pid)
-            self._signal(pid, entry, signal.SIGCONT)
+            self._work.drop(pid)
+            lane = self._timing.pop(pid, None)
+            if lane is not None:
+                self._turns.forget(pid, lane)
 
     # -- holding --------------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def hold(self) -> Iterator["QuietHost"]:
+    def hold(self, lane_index: Optional[int] = None) -> Iterator["QuietHost"]:
         """While inside, background work is paused (mode pause or both). Holds nest and may come
-        from several threads: the first one in stops the background, the last one out resumes it."""
-        entered = self._enter()
+        from several threads: the first one in stops the background, the last one out resumes it.
+        A lane's hold (`lane_index`) on a shared GPU is also that GPU's alone: it waits for the
+        group's other lanes to leave theirs, and stops their processes until it leaves."""
+        drained = self._enter(lane_index)
+        if drained:
+            time.sleep(DRAIN_S)
         try:
             yield self
         finally:
-            if entered:
-                self._leave()
+            self._leave(lane_index)
 
-    def _enter(self) -> bool:
+    def _enter(self, lane_index: Optional[int]) -> bool:
+        """Take the hold; whether it stopped a process that may have work on the GPU."""
         with self._lock:
             if self._closed:
                 return False
+            stopped = 0
+            if self.sharing and lane_index is not None:
+                stopped += self._turns.take(lane_index, self._timing, lambda: self._closed)
             self._holders += 1
-            if self._holders == 1 and self.pausing:
+            if self._holders == 1 and (self.pausing or self.sharing):
                 self._held_since = time.monotonic()
-                for pid in list(self._background):
-                    self._stop(pid)
-            return True
+            if self._holders == 1 and self.pausing:
+                stopped += self._work.stop_all()
+            return stopped > 0
 
-    def _leave(self) -> None:
+    def _leave(self, lane_index: Optional[int]) -> None:
         with self._lock:
             if self._closed or self._holders == 0:
                 return
+            if self.sharing and lane_index is not None:
+                self._turns.give(lane_index)
             self._holders -= 1
             if self._holders == 0:
                 self._resume_all()
@@ -305,26 +326,8 @@ class QuietHost:
         if self._held_since is not None:
             self._paused += time.monotonic() - self._held_since
             self._held_since = None
-        for pid in list(self._stopped):
-            self._stopped.discard(pid)
-            entry = self._background.get(pid)
-            if entry is not None:
-                self._signal(pid, entry, signal.SIGCONT)
-
-    def _stop(self, pid: int) -> None:
-        entry = self._background.get(pid)
-        if entry is None or pid in self._stopped:
-            return
-        if self._signal(pid, entry, signal.SIGSTOP):
-            self._stopped.add(pid)
-
-    def _signal(self, pid: int, entry: tuple[Process, bool], signum: int) -> bool:
-        """Signal the process (`_send`); one that has exited is dropped silently."""
-        if _send(pid, *entry, signum):
-            return True
-        self._background.pop(pid, None)
-        self._stopped.discard(pid)
-        return False
+        self._turns.resume_all()
+        self._work.resume_all()
 
     def close(self) -> None:
         """Resume everything this host stopped and forget every process; later holds and
@@ -335,8 +338,146 @@ class QuietHost:
             self._closed = True
             self._holders = 0
             self._resume_all()
-            self._background.clear()
+            self._turns.close()
+            self._work.processes.clear()
             self._timing.clear()
 
     def __repr__(self) -> str:
-        return f"QuietHost({self.describe()!r}, holders={self._holders}, background={len(self._background)})"
+        return f"QuietHost({self.describe()!r}, holders={self._holders}, background={len(self._work.processes)})"
+
+
+class BackgroundWork:
+    """The background processes of a quiet host, and those a hold stopped; under the host's lock."""
+
+    def __init__(self) -> None:
+        self.processes: dict[int, tuple[Process, bool]] = {}  # pid -> (process, leads its own group)
+        self.stopped: set[int] = set()  # pids sent SIGSTOP and not yet SIGCONT
+
+    def stop(self, pid: int) -> int:
+        """Stop one (its group); 1 when it was stopped now."""
+        entry = self.processes.get(pid)
+        if entry is None or pid in self.stopped:
+            return 0
+        if self._signal(pid, entry, signal.SIGSTOP):
+            self.stopped.add(pid)
+            return 1
+        return 0
+
+    def stop_all(self) -> int:
+        return sum(self.stop(pid) for pid in list(self.processes))
+
+    def drop(self, pid: int) -> None:
+        """Forget one (it ended, or is no longer background), continued first if it was stopped."""
+        entry = self.processes.pop(pid, None)
+        if entry is not None and pid in self.stopped:
+            self.stopped.discard(pid)
+            self._signal(pid, entry, signal.SIGCONT)
+
+    def resume_all(self) -> None:
+        for pid in list(self.stopped):
+            self.stopped.discard(pid)
+            entry = self.processes.get(pid)
+            if entry is not None:
+                self._signal(pid, entry, signal.SIGCONT)
+
+    def _signal(self, pid: int, entry: tuple[Process, bool], signum: int) -> bool:
+        """Signal the process (`_send`); one that has exited is dropped silently."""
+        if _send(pid, *entry, signum):
+            return True
+        self.processes.pop(pid, None)
+        self.stopped.discard(pid)
+        return False
+
+
+class GpuTurns:
+    """Whose turn it is on each GPU that lanes share (lane `i` is on group `i // lanes_per_gpu`):
+    the lane holding a group's GPU, how deeply, and the other lanes' processes it stopped. Every
+    method runs under the quiet host's lock (`lock`), which `take` waits on."""
+
+    def __init__(self, lock: Any, lanes_per_gpu: int) -> None:
+        self.lanes_per_gpu = lanes_per_gpu
+        self._free = threading.Condition(lock)  # a group's turn ended
+        self._holder: dict[int, tuple[int, int]] = {}  # group -> (lane holding it, how deep)
+        self._stopped: dict[int, set[int]] = {}  # group -> pids of its other lanes its holder stopped
+
+    def group(self, lane_index: int) -> int:
+        return lane_index // self.lanes_per_gpu
+
+    def take(self, lane_index: int, timing: dict[int, int], closed: Any) -> int:
+        """Wait until no other lane of `lane_index`'s group holds its GPU (or `closed()`), take it, and
+        stop the group's other lanes' processes (`timing`: pid -> lane); how many were stopped."""
+        group = self.group(lane_index)
+        while not closed() and self._holder.get(group, (lane_index, 0))[0] != lane_index:
+            self._free.wait()
+        depth = self._holder.get(group, (lane_index, 0))[1]
+        self._holder[group] = (lane_index, depth + 1)
+        if depth:
+            return 0
+        stopped = self._stopped.setdefault(group, set())
+        for pid, lane in list(timing.items()):
+            if lane != lane_index and self.group(lane) == group and pid not in stopped:
+                self._stop(pid, group)
+        return len(stopped)
+
+    def registered(self, pid: int, lane_index: int) -> None:
+        """A new process of lane `lane_index`: stopped at once when another lane holds its GPU."""
+        holder = self._holder.get(self.group(lane_index))
+        if holder is not None and holder[0] != lane_index:
+            self._stop(pid, self.group(lane_index))
+
+    def forget(self, pid: int, lane_index: int) -> None:
+        """A process that ends or leaves: continued first if a turn had stopped it."""
+        stopped = self._stopped.get(self.group(lane_index))
+        if stopped is not None and pid in stopped:
+            stopped.discard(pid)
+            _send(pid, pid, _leads(pid), signal.SIGCONT)
+
+    def give(self, lane_index: int) -> None:
+        """Lane `lane_index` leaves its turn (the outermost hold): the processes it stopped go on."""
+        group = self.group(lane_index)
+        holder = self._holder.get(group)
+        if holder is None or holder[0] != lane_index:
+            return
+        if holder[1] > 1:
+            self._holder[group] = (lane_index, holder[1] - 1)
+            return
+        del self._holder[group]
+        self._resume(group)
+        self._free.notify_all()
+
+    def resume_all(self) -> None:
+        for group in list(self._stopped):
+            self._resume(group)
+
+    def close(self) -> None:
+        self.resume_all()
+        self._holder.clear()
+        self._free.notify_all()
+
+    def _stop(self, pid: int, group: int) -> None:
+        if _send(pid, pid, _leads(pid), signal.SIGSTOP):
+            self._stopped.setdefault(group, set()).add(pid)
+
+    def _resume(self, group: int) -> None:
+        for pid in self._stopped.pop(group, set()):
+            _send(pid, pid, _leads(pid), signal.SIGCONT)
+
+
+def _leads(pid: int) -> bool:
+    """Whether `pid` leads a process group of its own (not ours)."""
+    try:
+        group = os.getpgid(pid)
+    except OSError:
+        return False
+    return group == pid and group != os.getpgrp()
+
+
+@dataclasses.dataclass(frozen=True)
+class LaneQuiet:
+    """A run's quiet host as one lane holds it: `hold()` is `host.hold(lane)`."""
+
+    host: QuietHost
+    lane_index: int
+
+    def hold(self) -> Any:
+        return self.host.hold(self.lane_index)

@@ -19,6 +19,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -51,10 +52,14 @@ def find_tool(path: str) -> Optional[str]:
     return None
 
 
-def sanitize(tool: Optional[str], tools: tuple[str, ...], timeout: float, job: dict[str, Any], env: dict[str, str], scratch: Path, spare: Optional["Prestarted"] = None) -> tuple[tuple[SanitizerResult, ...], list[Finding]]:
+def sanitize(
+    tool: Optional[str], tools: tuple[str, ...], timeout: float, job: dict[str, Any], env: dict[str, str], scratch: Path, spare: Optional["Prestarted"] = None, runner: Optional["ToolRunner"] = None
+) -> tuple[tuple[SanitizerResult, ...], list[Finding]]:
     """Run each of `tools` over one forward of the candidate `job` describes (the first tool's
-    run on `spare` when it is that tool's and still alive). Returns the runs and the unsafe-memory
-    findings (the first error line of each tool that found any)."""
+    run on `spare` when it is that tool's and still alive), through `runner` (its processes
+    background work of a quiet host, killed by `runner.kill()`). Returns the runs and the
+    unsafe-memory findings (the first error line of each tool that found any)."""
+    runner = runner if runner is not None else ToolRunner()
     if tool is None:
         return tuple(SanitizerResult(t, SanitizerOutcome.SKIPPED, "compute-sanitizer was not found (sanitizer.path, PATH, $CUDA_HOME/bin, /usr/local/cuda/bin)") for t in tools), []
     job_path = scratch / "sanitize-job.json"
@@ -62,7 +67,7 @@ def sanitize(tool: Optional[str], tools: tuple[str, ...], timeout: float, job: d
     runs, found = [], []
     for index, name in enumerate(tools):
         ready = spare is not None and index == 0 and spare.name == name and spare.proc.poll() is None
-        run = spare.run(job, timeout) if ready and spare is not None else _run_tool(tool, name, timeout, job_path, env, scratch)
+        run = spare.run(job, timeout) if ready and spare is not None else runner.run(tool, name, timeout, job_path, env, scratch)
         runs.append(run)
         if run.outcome is SanitizerOutcome.ERRORS:
             found.append((Code.UNSAFE_MEMORY, f"compute-sanitizer {name}: {run.detail}"))
@@ -85,13 +90,21 @@ def _start_tool(tool: str, name: str, job: str, env: dict[str, str], scratch: Pa
     return proc, log_path
 
 
-def _finish_tool(name: str, proc: subprocess.Popen[bytes], log_path: Path, timeout: float, started: float) -> SanitizerResult:
-    """Wait for a tool run (its job already given) up to `timeout`, and read its report."""
+def _finish_tool(name: str, proc: subprocess.Popen[bytes], log_path: Path, timeout: float, started: float, quiet: Optional[QuietHost] = None) -> SanitizerResult:
+    """Wait for a tool run (its job already given) up to `timeout` on `quiet`'s clock (time a hold
+    kept it stopped does not count), and read its report."""
+    clock = (quiet if quiet is not None else QuietHost()).clock
+    deadline = clock() + timeout
     try:
-        code = proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _kill(proc)
-        return SanitizerResult(name, SanitizerOutcome.TIMEOUT, f"no verdict within sanitizer.timeout={timeout:g} s", round(time.monotonic() - started, 2))
+        while True:
+            try:
+                code = proc.wait(timeout=max(0.0, deadline - clock()))
+                break
+            except subprocess.TimeoutExpired:
+                if clock() < deadline:
+                    continue  # it was stopped meanwhile
+                _kill(proc)
+                return SanitizerResult(name, SanitizerOutcome.TIMEOUT, f"no verdict within sanitizer.timeout={timeout:g} s", round(time.monotonic() - started, 2))
     except BaseException:
         _kill(proc)
         raise
@@ -99,10 +112,38 @@ def _finish_tool(name: str, proc: subprocess.Popen[bytes], log_path: Path, timeo
     return read_report(name, code, log_path.read_text(errors="replace"), seconds)
 
 
-def _run_tool(tool: str, name: str, timeout: float, job_path: Path, env: dict[str, str], scratch: Path) -> SanitizerResult:
-    started = time.monotonic()
-    proc, log_path = _start_tool(tool, name, str(job_path), env, scratch)
-    return _finish_tool(name, proc, log_path, timeout, started)
+class ToolRunner:
+    """Starts tool runs as background work of the run's quiet host `quiet` (stopped while a lane
+    times, so memcheck of one candidate never overlaps another's timing), and keeps them until they
+    end: `kill()` ends every one still running (a stopped run)."""
+
+    def __init__(self, quiet: Optional[QuietHost] = None) -> None:
+        self.quiet = quiet if quiet is not None else QuietHost()
+        self._running: set[subprocess.Popen[bytes]] = set()
+        self._lock = threading.Lock()
+        self._killed = False
+
+    def run(self, tool: str, name: str, timeout: float, job_path: Path, env: dict[str, str], scratch: Path) -> SanitizerResult:
+        started = time.monotonic()
+        proc, log_path = _start_tool(tool, name, str(job_path), env, scratch)
+        with self._lock:
+            self._running.add(proc)
+            if self._killed:
+                _kill(proc)
+        self.quiet.register_background(proc)
+        try:
+            return _finish_tool(name, proc, log_path, timeout, started, self.quiet)
+        finally:
+            self.quiet.unregister(proc)
+            with self._lock:
+                self._running.discard(proc)
+
+    def kill(self) -> None:
+        with self._lock:
+            self._killed = True
+            running = list(self._running)
+        for proc in running:
+            _kill(proc)
 
 
 @dataclasses.dataclass
@@ -128,8 +169,8 @@ class Prestarted:
         return cls(name, proc, log_path, folder, host)
 
     def run(self, job: dict[str, Any], timeout: float) -> SanitizerResult:
-        """Hand it `job` and wait for its report (the limit counts from now)."""
-        self.quiet.unregister(self.proc)
+        """Hand it `job` and wait for its report (the limit counts from now). It stays background
+        work: a lane's timing stops it."""
         if self.proc.stdin is None:
             raise RuntimeError("a prestarted sanitizer run has no stdin")
         started = time.monotonic()
@@ -139,11 +180,12 @@ class Prestarted:
         except OSError:  # it ended while it waited: read what it said
             pass
         try:
-            return _finish_tool(self.name, self.proc, self.log_path, timeout, started)
+            return _finish_tool(self.name, self.proc, self.log_path, timeout, started, self.quiet)
         finally:
             self.discard()
 
     def discard(self) -> None:
+        self.quiet.unregister(self.proc)
         if self.proc.poll() is None:
             _kill(self.proc)
         if self.proc.stdin is not None and not self.proc.stdin.closed:
@@ -197,22 +239,33 @@ class LaneSanitizer:
         self.runs: dict[tuple[Any, ...], tuple[tuple[SanitizerResult, ...], list[Finding]]] = {}  # a source's sanitizer runs, for a resubmission
         self.prestart_runs = prestart  # keep the first tool's next run started ahead (workers.prestart)
         self._spare: Optional[Prestarted] = None
+        self._spare_lock = threading.Lock()  # runs may finish on other threads (sanitizer.parallel)
+        self.runner = ToolRunner(quiet)  # its runs: background work of the quiet host
+        self._closed = False  # closed: nothing more is started ahead (runs still finishing end on their own)
 
     def prestart(self) -> None:
         """Start the first tool's next run ahead, when prestarting and none is waiting (a CUDA lane
         with the sanitizer on and the tool found)."""
         cfg = self.cfg.sanitizer
-        if not self.prestart_runs or self._spare is not None or self.device != Device.CUDA or not self.wanted() or not cfg.tools:
+        if not self.prestart_runs or self.device != Device.CUDA or not self.wanted() or not cfg.tools:
             return
         tool = find_tool(cfg.path)
-        if tool is not None:
-            self._spare = Prestarted.start(tool, cfg.tools[0], self.env, self.scratch, self.quiet)
+        with self._spare_lock:
+            if tool is not None and self._spare is None and not self._closed:
+                self._spare = Prestarted.start(tool, cfg.tools[0], self.env, self.scratch, self.quiet)
 
     def close(self) -> None:
-        """End a run started ahead and never used."""
-        spare, self._spare = self._spare, None
+        """End a run started ahead and never used, and start none again (runs going on finish on their own)."""
+        with self._spare_lock:
+            self._closed = True
+            spare, self._spare = self._spare, None
         if spare is not None:
             spare.discard()
+
+    def kill(self) -> None:
+        """End every run of this lane now, the one started ahead too (a stopped run)."""
+        self.runner.kill()
+        self.close()
 
     def wanted(self) -> bool:
         setting = self.cfg.sanitizer.enabled
@@ -236,9 +289,10 @@ class LaneSanitizer:
             runs, found = self.runs[key]
             return tuple(dataclasses.replace(r, detail=f"{r.detail} (the same source's run earlier on this lane)", seconds=0.0) for r in runs), found
         cwd = self.scratch.make(f"sanitize-{name[:20]}-")
-        spare, self._spare = self._spare, None
+        with self._spare_lock:
+            spare, self._spare = self._spare, None
         try:
-            result = sanitize(find_tool(cfg.path), cfg.tools, cfg.timeout, job, self.env, cwd, spare)
+            result = sanitize(find_tool(cfg.path), cfg.tools, cfg.timeout, job, self.env, cwd, spare, self.runner)
         finally:
             shutil.rmtree(cwd, ignore_errors=True)
             if spare is not None:

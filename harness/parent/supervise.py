@@ -251,7 +251,7 @@ def run_worker(
         worker.proc.stdin.flush()
     except BrokenPipeError:
         pass  # it died before reading its job; the ending below says how
-    watch = _Watch(worker, ChannelReader(key), BoundedLog(log_limit), timeouts, memory_limit, on_message)
+    watch = _Watch(worker, ChannelReader(key), BoundedLog(log_limit), timeouts, memory_limit, on_message, launcher.quiet if launcher is not None else None)
     try:
         watch.run()
     except BaseException:  # Ctrl-C or a parent bug: the worker's process group must not outlive us
@@ -279,15 +279,17 @@ def run_worker(
 
 class _Watch:
     """One running worker, watched until it ends: its output into the log, its verified messages
-    (phases move its time limit; `on_message` sees the rest), its phase time limit and its memory."""
+    (phases move its time limit; `on_message` sees the rest), its phase time limit and its memory.
+    The limit runs on the quiet host's clock (`quiet`): time a hold kept the GPU from it is not counted."""
 
-    def __init__(self, worker: Any, reader: ChannelReader, log: BoundedLog, timeouts: Any, memory_limit: int, on_message: Callable[[Any], Optional[Failure | Reply]]) -> None:
+    def __init__(self, worker: Any, reader: ChannelReader, log: BoundedLog, timeouts: Any, memory_limit: int, on_message: Callable[[Any], Optional[Failure | Reply]], quiet: Optional[QuietHost] = None) -> None:
         self.P = P
         self.proc, self.reader, self.log, self.timeouts, self.memory_limit, self.on_message = worker.proc, reader, log, timeouts, memory_limit, on_message
+        self.clock = (quiet if quiet is not None else QuietHost()).clock
         self.open_fds = {worker.read_fd: "result", worker.proc.stdout.fileno(): "output"}
         self.messages: list[Any] = []
         self.phase, self.phase_limit = "load", float(timeouts.load)
-        self.deadline = time.monotonic() + self.phase_limit
+        self.deadline = self.clock() + self.phase_limit
         self.failure: Optional[Failure] = None  # why the parent stopped it
         self.done: Any = None  # its Done message
         self.reported: Optional[Failure] = None  # the failure it reported itself (a Failed message)
@@ -298,7 +300,7 @@ class _Watch:
 
     def run(self) -> None:
         while self.open_fds and self.failure is None:
-            now = time.monotonic()
+            now = self.clock()
             if now >= self.deadline:
                 self.stop(Status.TIMEOUT, f"phase {self.phase} ran past its {self.phase_limit:g} s limit")
                 break
@@ -315,7 +317,8 @@ class _Watch:
     def read(self, fd: int) -> None:
         data = os.read(fd, 1 << 16)
         if not data:
-            del self.open_fds[fd]
+            if self.open_fds.pop(fd) == "result":
+                os.close(fd)  # ours alone (stdout is closed with the process's pipe object)
             return
         if self.open_fds[fd] == "output":
             self.log.write(data)
@@ -341,7 +344,7 @@ class _Watch:
         if isinstance(message, P.Phase):
             self.phase = str(message.phase)
             self.phase_limit = float(getattr(self.timeouts, self.phase))
-            self.deadline = time.monotonic() + self.phase_limit
+            self.deadline = self.clock() + self.phase_limit
         elif isinstance(message, P.Failed):
             self.reported = Failure(message.status, str(message.reason))
         elif isinstance(message, P.Done):
@@ -480,10 +483,11 @@ class JudgeClient:
         except OSError:
             self._end()
             raise JudgeFailed(f"the judge ended (exit {self.proc.poll()})") from None
-        deadline, phase = time.monotonic() + limit, "request"
+        clock = self.quiet.clock  # a hold that stopped this judge does not count against its limit
+        deadline, phase = clock() + limit, "request"
         while True:
             while b"\n" not in self._buffer:
-                remaining = deadline - time.monotonic()
+                remaining = deadline - clock()
                 if remaining <= 0:
                     self._end()
                     raise JudgeFailed(f"the judge ran past its {limit:g} s limit in {phase}")
@@ -504,7 +508,7 @@ class JudgeClient:
                 phase = f"phase {reply.phase}" if reply.phase else "request"
                 if reply.phase and phase_limits is not None:
                     limit = float(getattr(phase_limits, reply.phase))
-                    deadline = time.monotonic() + limit
+                    deadline = clock() + limit
                 continue
             if isinstance(reply, P.Fault):
                 self._end()
@@ -526,10 +530,7 @@ class JudgeClient:
     def close(self) -> None:
         """Let the judge finish (end of its requests), then make sure its group is gone."""
         if self.alive:
-            try:
-                os.close(self._request_write)
-            except OSError:
-                pass
+            self._close_requests()
             try:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
@@ -543,11 +544,20 @@ class JudgeClient:
         _kill_group(self.proc)
         self.proc.wait()
         self.quiet.unregister(self.proc)
-        for fd in (self._request_write, self._reply_read):
+        self._close_requests()
+        if self._reply_read >= 0:
+            os.close(self._reply_read)
+            self._reply_read = -1
+
+    def _close_requests(self) -> None:
+        """Close our end of the judge's requests, once: closing a descriptor number twice could end
+        a pipe another thread opened under that number meanwhile (another judge's, a worker's)."""
+        if self._request_write >= 0:
             try:
-                os.close(fd)
+                os.close(self._request_write)
             except OSError:
                 pass
+            self._request_write = -1
 
 
 def _describe_exit(returncode: Optional[int]) -> str:

@@ -1,36 +1,82 @@
 """A build process: imports one candidate module, which compiles its inline extensions
-(`load_inline`) into the content-addressed build cache, and evaluates nothing. It runs the
-candidate's module-level code, so it is untrusted like the worker; the parent's build pool
-(`harness.parent.prebuild`, and the Ray executor's build task) starts it and reads its one line.
+(`load_inline`) into the content-addressed build cache, and evaluates nothing. A candidate that
+compiles in its constructor instead (its import built nothing, and its source calls the extension
+loader) is also constructed once, on the CPU, from the problem's `get_init_inputs()` (`--problem`),
+as the worker's construct phase would build it; its forward never runs. It runs the candidate's
+code, so it is untrusted like the worker; the parent's build pool (`harness.parent.prebuild`, and
+the Ray executor's build task) starts it and reads its one line.
 
-    python -m harness.worker.build FILE CACHE_DIR ARCH [KEYS_FILE]
+    python -m harness.worker.build FILE CACHE_DIR ARCH [KEYS_FILE] [--problem PROBLEM_FILE]
         prints `ok [(extension, cached|built), ...]` or `STATUS REASON`;
         KEYS_FILE gets the JSON list of the cache keys the candidate used
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
+
+from harness.core.status import Status
+
+LOADERS = ("load_inline", "cpp_extension")  # a source that names one of these builds extensions somewhere
+
+
+def builds_when_constructed(source: Path, events: list[Any]) -> bool:
+    """Whether a candidate whose import built nothing (`events`) may build in its constructor."""
+    if events:
+        return False
+    text = source.read_text(encoding="utf-8", errors="replace")
+    return any(word in text for word in LOADERS)
+
+
+def construct(module: Any, problem: Path) -> None:
+    """Build the candidate's ModelNew once on the CPU, with the problem's init inputs, as the worker
+    would before moving it to its device. Nothing runs forward."""
+    import torch
+
+    from harness.device.failures import load_module
+
+    reference = load_module(problem, "__problem__")
+    init_inputs = reference.get_init_inputs()
+    torch.manual_seed(0)
+    module.ModelNew(*init_inputs)
 
 
 def main() -> None:
-    path, cache_dir, arch = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
-    keys_file = Path(sys.argv[4]) if len(sys.argv) > 4 else None
+    parser = argparse.ArgumentParser()
+    parser.add_argument("path", type=Path)
+    parser.add_argument("cache_dir", type=Path)
+    parser.add_argument("arch")
+    parser.add_argument("keys_file", type=Path, nargs="?")
+    parser.add_argument("--problem", type=Path)
+    args = parser.parse_args()
     from harness.device.buildcache import BuildCache
-    from harness.device.failures import WorkerFailure, load_module
+    from harness.device.failures import WorkerFailure, classify, load_module
 
-    cache = BuildCache(cache_dir, arch or "cpu")
+    cache = BuildCache(args.cache_dir, args.arch or "cpu")
     cache.install()
     try:
-        load_module(path, "__candidate__")
+        module = load_module(args.path, "__candidate__")
+        if args.problem is not None and builds_when_constructed(args.path, cache.events):
+            try:
+                construct(module, args.problem)
+            except WorkerFailure:
+                raise
+            except BaseException as exc:  # the worker reports a constructor that fails; what it built is kept
+                if isinstance(exc, KeyboardInterrupt):
+                    raise
+                failure = classify(exc, Status.CONSTRUCT_FAILED)
+                if failure.status is Status.BUILD_FAILED:
+                    raise failure from None
         print("ok", [(e["name"], "cached" if e["cached"] else "built") for e in cache.events])
     except WorkerFailure as failure:
         print(failure.status.value, failure.reason)
-    if keys_file is not None:  # the cache entries this candidate uses, for shipping them elsewhere
-        keys_file.write_text(json.dumps([e["cache_key"] for e in cache.events]))
+    if args.keys_file is not None:  # the cache entries this candidate uses, for shipping them elsewhere
+        args.keys_file.write_text(json.dumps([e["cache_key"] for e in cache.events]))
     sys.stdout.flush()
     os._exit(0)  # threads or atexit hooks the module left must not keep the build process alive
 
