@@ -160,7 +160,7 @@ class Session:
         if self.builds is not None:
             for problem, candidate in jobs:
                 if candidate.extraction_failure is None:
-                    self.builds.submit(candidate.path, problem.path)  # building while the lanes are busy
+                    self.builds.submit(candidate.path, problem.path if self.cfg.builds.construct else None)  # building while the lanes are busy
         return self.executor.submit_all(jobs)
 
     def evaluate(self, problem: str | Path | Problem, source: str, *, name: Optional[str] = None, timeout: Optional[float] = None) -> CandidateRecord:

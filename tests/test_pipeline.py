@@ -61,7 +61,8 @@ def test_records_are_finished_off_the_lane_only_on_a_gpu_run_whose_host_stops_ba
     assert after_lane(make_config("sanitizer.enabled=auto"), "cpu", pausing) is None  # the CPU: no sanitizer runs
     assert after_lane(make_config("sanitizer.enabled=off"), "cuda", pausing) is None
     assert after_lane(make_config("sanitizer.parallel=0"), "cuda", pausing) is None  # asked to run in the lane
-    assert after_lane(make_config(), "cuda", QuietHost("pin")) is None  # a run would overlap a timing
+    assert after_lane(make_config("sanitizer.parallel=2"), "cuda", QuietHost("pin")) is None  # a run would overlap a timing
+    assert after_lane(make_config(), "cuda", pausing) is None  # off by default, until a GPU run with it finishes
     pool = after_lane(make_config("sanitizer.parallel=3"), "cuda", pausing)
     assert pool is not None and pool._max_workers == 3
     pool.shutdown()

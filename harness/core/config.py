@@ -349,6 +349,7 @@ class BuildsConfig:
     ahead: str  # auto | always | never: build candidates' extensions in a CPU pool ahead of evaluation (auto: on CUDA runs)
     parallel: int  # concurrent builds (0: one per two cores and per 4 GiB of memory)
     jobs_per_build: int  # MAX_JOBS for each build's ninja (0: cores / parallel builds)
+    construct: bool  # a build also constructs a candidate that builds in its constructor (from its problem's init inputs)
 
     def __post_init__(self) -> None:
         if self.ahead not in Ahead.words():

@@ -52,8 +52,8 @@ class Setting:
         """A hold of the lane's GPU for work whose times are measured (a reference's start: its
         profile and speed of light; a worker's warm-up, profile and rounds): background work and
         the other lanes on this GPU are stopped meanwhile (harness.parent.quiet). Nothing on the CPU."""
-        if self.device != Device.CUDA or not self.cfg.timing.enabled:
-            return contextlib.nullcontext()
+        if self.device != Device.CUDA or not self.cfg.timing.enabled or not self.quiet.sharing:
+            return contextlib.nullcontext()  # one lane on its GPU: the timed rounds hold the host themselves (core.pairing)
         return self.quiet.hold(self.lane.index)
 
     def identity(self, candidate: str, path: str, source_hash: str) -> Identity:
