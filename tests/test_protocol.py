@@ -17,6 +17,7 @@ import pytest
 from harness.core import protocol as P
 from harness.core.config import ROOT, TimerSettings
 from harness.core.status import Status
+from harness.parent.quiet import QuietHost
 from harness.parent.supervise import Started, run_worker
 
 HARNESS = Path(__file__).resolve().parent.parent / "harness"
@@ -152,6 +153,7 @@ class _FakeLauncher:
     """Hands run_worker a process that authenticates its messages like a worker and sends one of an unknown type."""
 
     env: dict = {}
+    quiet = QuietHost()  # an "off" host: touches nothing
 
     def take(self):
         read_fd, write_fd = os.pipe()
