@@ -8,7 +8,6 @@ process only relays steps and verdicts, never tensors, and writes one record per
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import traceback
 from typing import Any, Callable, Optional
@@ -25,6 +24,7 @@ from harness.core.scan import declared_kernels, scan_source
 from harness.core.status import Finding, Status
 from harness.core.store import RunStore
 from harness.parent import verdict
+from harness.parent.executor import Future, settled
 from harness.parent.lane_judge import LaneJudge, ReferencePass, Setting, Stopped, Subject
 from harness.parent.resources import RunResources
 from harness.parent.sanitize import LaneSanitizer
@@ -35,15 +35,6 @@ from harness.sources.candidate import Candidate, needs_cuda_statically
 from harness.sources.problem import Problem
 
 __all__ = ["ProblemEvaluation", "compare_times", "timing_warnings"]
-
-Future = concurrent.futures.Future
-
-
-def _done(record: CandidateRecord) -> "Future[CandidateRecord]":
-    """A record already final, as a future."""
-    future: Future[CandidateRecord] = Future()
-    future.set_result(record)
-    return future
 
 
 class ProblemEvaluation:
@@ -140,22 +131,22 @@ class ProblemEvaluation:
         if self.judge.ended() and reference.ok:
             reference = self._restart_judge()
         if not reference.ok:
-            return _done(self._finish(self._failed(candidate, Status.REFERENCE_FAILED, f"reference failed: {reference.reason}")))
+            return settled(self._finish(self._failed(candidate, Status.REFERENCE_FAILED, f"reference failed: {reference.reason}")))
         assert self.plan is not None  # drawn (or given) before the reference ran, and never dropped
         try:
             finish, off_lane = self._run_candidate(candidate, self.plan, reference)
         except JudgeFailed as exc:  # the judge, not the candidate, failed: the next candidate gets a new one
             self.judge.failed(str(exc))
-            return _done(self._finish(self._failed(candidate, Status.HARNESS_ERROR, f"the lane's judge failed during this candidate: {exc}")))
+            return settled(self._finish(self._failed(candidate, Status.HARNESS_ERROR, f"the lane's judge failed during this candidate: {exc}")))
         except Stopped:
             raise
         except Exception as exc:  # a harness bug on one candidate must not end the run
             traceback.print_exc()
-            return _done(self._finish(self._failed(candidate, Status.HARNESS_ERROR, f"{type(exc).__name__}: {exc}")))
+            return settled(self._finish(self._failed(candidate, Status.HARNESS_ERROR, f"{type(exc).__name__}: {exc}")))
         pool = self.resources.after_lane
         if off_lane and pool is not None:
             return pool.submit(self._finished, candidate, finish)
-        return _done(self._finished(candidate, finish))
+        return settled(self._finished(candidate, finish))
 
     def _finished(self, candidate: Candidate, finish: Callable[[], CandidateRecord]) -> CandidateRecord:
         """The candidate's record from `finish` (its sanitizer runs and verdict), written; a harness bug is its record."""

@@ -19,7 +19,7 @@ from harness.core.records import CandidateRecord
 from harness.sources.candidate import Candidate
 from harness.sources.problem import Problem
 
-__all__ = ["Executor", "Job", "JobQueue", "QueuedExecutor", "gather", "problem_key"]
+__all__ = ["Executor", "Job", "JobQueue", "QueuedExecutor", "gather", "problem_key", "settled"]
 
 Future = concurrent.futures.Future
 _T = TypeVar("_T")  # what a callback takes
@@ -68,6 +68,13 @@ class Job:
 def problem_key(problem: Problem) -> tuple[str, str]:
     """What makes two submissions the same problem: its file and its contents."""
     return (str(problem.path), problem.hash)
+
+
+def settled(record: CandidateRecord) -> "Future[CandidateRecord]":
+    """A record already final, as a future (what an evaluation returns when nothing is left to wait for)."""
+    future: Future[CandidateRecord] = concurrent.futures.Future()
+    future.set_result(record)
+    return future
 
 
 def gather(futures: Sequence["Future[CandidateRecord]"]) -> list[CandidateRecord]:

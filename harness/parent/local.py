@@ -26,7 +26,7 @@ from harness.core.errors import UserError
 from harness.core.plan import Plan
 from harness.core.records import CandidateRecord
 from harness.parent.evaluate import ProblemEvaluation
-from harness.parent.executor import Future, Job, QueuedExecutor, problem_key
+from harness.parent.executor import Future, Job, QueuedExecutor, problem_key, settled
 from harness.parent.quiet import QuietHost
 from harness.parent.resources import RunResources, lane_count, visible_gpus
 from harness.parent.supervise import Lane
@@ -146,11 +146,7 @@ class LocalExecutor(QueuedExecutor):
             evaluation.stop()
         self._announce(job.problem)
         skipped = evaluation.prescreened(job.candidate)
-        if skipped is not None:
-            done: Future[CandidateRecord] = Future()
-            done.set_result(skipped)
-            return done
-        return evaluation.begin(job.candidate)
+        return settled(skipped) if skipped is not None else evaluation.begin(job.candidate)
 
     def _evaluation(self, problem: Problem, lane: Lane) -> ProblemEvaluation:
         """A problem's evaluation on `lane`, on the problem's one plan: every lane checks on the same inputs."""

@@ -93,7 +93,7 @@ def _start_tool(tool: str, name: str, job: str, env: dict[str, str], scratch: Pa
 def _finish_tool(name: str, proc: subprocess.Popen[bytes], log_path: Path, timeout: float, started: float, quiet: Optional[QuietHost] = None) -> SanitizerResult:
     """Wait for a tool run (its job already given) up to `timeout` on `quiet`'s clock (time a hold
     kept it stopped does not count), and read its report."""
-    clock = (quiet if quiet is not None else QuietHost()).clock
+    clock = quiet.clock if quiet is not None else time.monotonic
     deadline = clock() + timeout
     try:
         while True:

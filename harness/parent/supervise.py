@@ -285,7 +285,7 @@ class _Watch:
     def __init__(self, worker: Any, reader: ChannelReader, log: BoundedLog, timeouts: Any, memory_limit: int, on_message: Callable[[Any], Optional[Failure | Reply]], quiet: Optional[QuietHost] = None) -> None:
         self.P = P
         self.proc, self.reader, self.log, self.timeouts, self.memory_limit, self.on_message = worker.proc, reader, log, timeouts, memory_limit, on_message
-        self.clock = (quiet if quiet is not None else QuietHost()).clock
+        self.clock = quiet.clock if quiet is not None else time.monotonic
         self.open_fds = {worker.read_fd: "result", worker.proc.stdout.fileno(): "output"}
         self.messages: list[Any] = []
         self.phase, self.phase_limit = "load", float(timeouts.load)
