@@ -154,6 +154,7 @@ class _FakeLauncher:
 
     env: dict = {}
     quiet = QuietHost()  # an "off" host: touches nothing
+    lane_index = 0
 
     def take(self):
         read_fd, write_fd = os.pipe()

@@ -397,13 +397,23 @@ def test_a_process_a_lane_starts_while_another_lane_times_on_its_gpu_is_stopped_
     assert running(late.pid)
 
 
-def test_limits_on_the_quiet_clock_do_not_run_while_a_hold_stops_work(hosts):
-    host = hosts("pause")
-    before = host.clock()
-    with host.hold():
+def test_a_lanes_limits_stand_still_only_while_another_lanes_turn_stops_it(hosts):
+    host = hosts("pause", lanes=2, lanes_per_gpu=2)
+    mine, other = host.lane_clock(0), host.lane_clock(1)
+    before_mine, before_other = mine(), other()
+    with host.hold(0):
         time.sleep(0.3)
-    assert host.clock() - before < 0.2  # the hold's 0.3 s did not count
-    assert host.paused_seconds >= 0.3
+    assert mine() - before_mine >= 0.3  # its own turn counts: a call that hangs while timed still runs out of time
+    assert other() - before_other < 0.2  # lane 1 was stopped meanwhile: its limits did not run
+
+
+def test_a_single_lanes_limits_run_through_its_own_holds(hosts):
+    host = hosts("pause")
+    clock = host.lane_clock(0)
+    before = clock()
+    with host.hold(0):
+        time.sleep(0.2)
+    assert clock() - before >= 0.2
 
 
 def test_lanes_sharing_a_gpu_are_described_in_the_run_header():

@@ -93,7 +93,6 @@ def test_config_layers_file_then_overrides(tmp_path):
         ("builds.ahead=maybe", "builds.ahead must be auto, always or never, got 'maybe'"),
         ("workers.prestart=maybe", "workers.prestart must be auto, always or never, got 'maybe'"),
         ("workers.lanes_per_gpu=0", "workers.lanes_per_gpu must be 1 or more, got 0"),
-        ("sanitizer.parallel=-1", "sanitizer.parallel must be 0 (in the lane) or more, got -1"),
     ],
 )
 def test_bad_config_is_a_clear_user_error(override, message):

@@ -225,11 +225,8 @@ class SanitizerConfig:
     path: str  # the compute-sanitizer executable; "" = PATH, then $CUDA_HOME/bin, then /usr/local/cuda/bin
     timeout: float  # seconds for each tool's run (start-up under the tool is slow)
     prestart: bool  # with workers.prestart: the first tool's next run is started while a candidate is checked
-    parallel: int  # sanitizer runs at once, off the lane's critical path (a record waits for its runs); 0 = in the lane
 
     def __post_init__(self) -> None:
-        if self.parallel < 0:
-            raise ValueError(f"sanitizer.parallel must be 0 (in the lane) or more, got {self.parallel}")
         if self.enabled not in Switch.words():
             raise ValueError(f"sanitizer.enabled must be auto, on or off, got {self.enabled!r}")
         bad = [t for t in self.tools if t not in SanitizerTool.words()]

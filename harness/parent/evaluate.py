@@ -24,7 +24,6 @@ from harness.core.scan import declared_kernels, scan_source
 from harness.core.status import Finding, Status
 from harness.core.store import RunStore
 from harness.parent import verdict
-from harness.parent.executor import Future, settled
 from harness.parent.lane_judge import LaneJudge, ReferencePass, Setting, Stopped, Subject
 from harness.parent.resources import RunResources
 from harness.parent.sanitize import LaneSanitizer
@@ -112,14 +111,6 @@ class ProblemEvaluation:
 
     def evaluate(self, candidate: Candidate) -> CandidateRecord:
         """Evaluate one runnable candidate on this lane (its judge first, once) and write its record."""
-        return self.begin(candidate).result()
-
-    def begin(self, candidate: Candidate) -> "Future[CandidateRecord]":
-        """Evaluate one runnable candidate: the lane's part now (its judge first, once; the
-        candidate's checks and timing), and what only waits on other processes (a correct
-        candidate's sanitizer runs, then its record) off the lane when the run has a pool for it
-        (`RunResources.after_lane`), so the lane goes on to the next candidate. The record, written
-        once it is final, arrives in the future (a stopped run's `Stopped` as its exception)."""
         if self._reference is None:
             self.plan = self.plan or Plan.fresh(self.cfg)
             self._reference = self.reference_pass.run(self.plan)
@@ -131,30 +122,14 @@ class ProblemEvaluation:
         if self.judge.ended() and reference.ok:
             reference = self._restart_judge()
         if not reference.ok:
-            return settled(self._finish(self._failed(candidate, Status.REFERENCE_FAILED, f"reference failed: {reference.reason}")))
+            return self._finish(self._failed(candidate, Status.REFERENCE_FAILED, f"reference failed: {reference.reason}"))
         assert self.plan is not None  # drawn (or given) before the reference ran, and never dropped
         try:
-            finish, off_lane = self._run_candidate(candidate, self.plan, reference)
+            record = self._run_candidate(candidate, self.plan, reference)
         except JudgeFailed as exc:  # the judge, not the candidate, failed: the next candidate gets a new one
             self.judge.failed(str(exc))
-            return settled(self._finish(self._failed(candidate, Status.HARNESS_ERROR, f"the lane's judge failed during this candidate: {exc}")))
-        except Stopped:
-            raise
+            record = self._failed(candidate, Status.HARNESS_ERROR, f"the lane's judge failed during this candidate: {exc}")
         except Exception as exc:  # a harness bug on one candidate must not end the run
-            traceback.print_exc()
-            return settled(self._finish(self._failed(candidate, Status.HARNESS_ERROR, f"{type(exc).__name__}: {exc}")))
-        pool = self.resources.after_lane
-        if off_lane and pool is not None:
-            return pool.submit(self._finished, candidate, finish)
-        return settled(self._finished(candidate, finish))
-
-    def _finished(self, candidate: Candidate, finish: Callable[[], CandidateRecord]) -> CandidateRecord:
-        """The candidate's record from `finish` (its sanitizer runs and verdict), written; a harness bug is its record."""
-        try:
-            record = finish()
-        except Stopped:
-            raise
-        except Exception as exc:
             traceback.print_exc()
             record = self._failed(candidate, Status.HARNESS_ERROR, f"{type(exc).__name__}: {exc}")
         return self._finish(record)
@@ -187,24 +162,16 @@ class ProblemEvaluation:
             self._reference = dataclasses.replace(self._reference, ok=False, reason=f"the restarted judge failed: {report.reason}")
         return self._reference
 
-    def _run_candidate(self, candidate: Candidate, plan: Plan, reference: ReferenceRecord) -> tuple[Callable[[], CandidateRecord], bool]:
-        """The candidate's pass against the judge (its checks and timing), and what makes its record
-        from it: its sanitizer runs when it passed, then the settled verdict. The flag says whether that
-        waits on sanitizer runs, so it may go off the lane."""
+    def _run_candidate(self, candidate: Candidate, plan: Plan, reference: ReferenceRecord) -> CandidateRecord:
         compared = self.judge.compare(plan, self.reference_pass.timing_mode, Subject(P.Role.CANDIDATE, candidate.path, candidate.name))
         case = Case(compared, plan.calls, plan.randomize_weights, reference, Rules.of(self.cfg), self.device, reported(candidate, compared.outcome), self.judge.take_restart_note())
         first = verdict.decide(case)
-        sanitizing = first.status is Status.CORRECT and self.sanitizer.wanted()
-
-        def finish() -> CandidateRecord:
-            sanitized: tuple[SanitizerResult, ...] = ()
-            unsafe: list[Finding] = []
-            if sanitizing:
-                sanitized, unsafe = self.sanitizer.run(candidate.path, candidate.hash, candidate.name, plan.construct_seed, reference.other_size)
-            decided = verdict.settle(case, first, unsafe, lambda timed, paired: compare_times(timed, paired, compared.profile, reference, self.cfg))
-            return self._record(candidate, *decided_parts(compared, case, decided, sanitized))
-
-        return finish, sanitizing
+        sanitized: tuple[SanitizerResult, ...] = ()
+        unsafe: list[Finding] = []
+        if first.status is Status.CORRECT and self.sanitizer.wanted():
+            sanitized, unsafe = self.sanitizer.run(candidate.path, candidate.hash, candidate.name, plan.construct_seed, reference.other_size)
+        decided = verdict.settle(case, first, unsafe, lambda timed, paired: compare_times(timed, paired, compared.profile, reference, self.cfg))
+        return self._record(candidate, *decided_parts(compared, case, decided, sanitized))
 
     def _failed(self, candidate: Candidate, status: Status, reason: str) -> CandidateRecord:
         return self._record(candidate, Decision(status, flat(reason)), Checks(), Timing(), Integrity(), Provenance())

@@ -19,7 +19,7 @@ from harness.core.records import CandidateRecord
 from harness.sources.candidate import Candidate
 from harness.sources.problem import Problem
 
-__all__ = ["Executor", "Job", "JobQueue", "QueuedExecutor", "gather", "problem_key", "settled"]
+__all__ = ["Executor", "Job", "JobQueue", "QueuedExecutor", "gather", "problem_key"]
 
 Future = concurrent.futures.Future
 _T = TypeVar("_T")  # what a callback takes
@@ -68,13 +68,6 @@ class Job:
 def problem_key(problem: Problem) -> tuple[str, str]:
     """What makes two submissions the same problem: its file and its contents."""
     return (str(problem.path), problem.hash)
-
-
-def settled(record: CandidateRecord) -> "Future[CandidateRecord]":
-    """A record already final, as a future (what an evaluation returns when nothing is left to wait for)."""
-    future: Future[CandidateRecord] = concurrent.futures.Future()
-    future.set_result(record)
-    return future
 
 
 def gather(futures: Sequence["Future[CandidateRecord]"]) -> list[CandidateRecord]:
@@ -226,24 +219,6 @@ class QueuedExecutor:
             self._announced.add(problem_key(problem))
         if first:
             self.on_problem(problem)
-
-    @staticmethod
-    def _follow(job: Job, start: Callable[[], "Future[CandidateRecord]"]) -> None:
-        """The job's future follows the one `start()` returns (a record finished later, off this
-        thread, or one already final); on a harness bug, the exception, raised where it is awaited."""
-        try:
-            pending = start()
-        except BaseException as exc:
-            job.future.set_exception(exc)
-            return
-
-        def follow(done: "Future[CandidateRecord]") -> None:
-            try:
-                job.future.set_result(done.result())
-            except BaseException as exc:
-                job.future.set_exception(exc)
-
-        pending.add_done_callback(follow)
 
     @staticmethod
     def _settle(jobs: list[Job], evaluate: Callable[[], list[CandidateRecord]]) -> None:

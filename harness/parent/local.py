@@ -26,7 +26,7 @@ from harness.core.errors import UserError
 from harness.core.plan import Plan
 from harness.core.records import CandidateRecord
 from harness.parent.evaluate import ProblemEvaluation
-from harness.parent.executor import Future, Job, QueuedExecutor, problem_key, settled
+from harness.parent.executor import Job, QueuedExecutor, problem_key
 from harness.parent.quiet import QuietHost
 from harness.parent.resources import RunResources, lane_count, visible_gpus
 from harness.parent.supervise import Lane
@@ -110,7 +110,11 @@ class LocalExecutor(QueuedExecutor):
                 if job is None:
                     return
                 if self._claim([job]):
-                    self._follow(job, functools.partial(self._evaluate, job, lane, warm))
+
+                    def evaluate(job: Job = job) -> list[CandidateRecord]:
+                        return [self._evaluate(job, lane, warm)]
+
+                    self._settle([job], evaluate)
         finally:
             with self._state:
                 ending = list(warm.values())
@@ -132,7 +136,7 @@ class LocalExecutor(QueuedExecutor):
         taken = self.queue.take(choose)
         return taken[0] if taken else None
 
-    def _evaluate(self, job: Job, lane: Lane, warm: "collections.OrderedDict[tuple[str, str], ProblemEvaluation]") -> "Future[CandidateRecord]":
+    def _evaluate(self, job: Job, lane: Lane, warm: "collections.OrderedDict[tuple[str, str], ProblemEvaluation]") -> CandidateRecord:
         with self._state:
             evaluation = warm.pop(job.key, None)
             evicted = [warm.popitem(last=False)[1] for _ in range(len(warm) - self.warm + 1)] if evaluation is None else []
@@ -146,7 +150,7 @@ class LocalExecutor(QueuedExecutor):
             evaluation.stop()
         self._announce(job.problem)
         skipped = evaluation.prescreened(job.candidate)
-        return settled(skipped) if skipped is not None else evaluation.begin(job.candidate)
+        return skipped if skipped is not None else evaluation.evaluate(job.candidate)
 
     def _evaluation(self, problem: Problem, lane: Lane) -> ProblemEvaluation:
         """A problem's evaluation on `lane`, on the problem's one plan: every lane checks on the same inputs."""

@@ -36,7 +36,7 @@ import os
 import signal
 import threading
 import time
-from typing import Any, Iterable, Iterator, Optional, Union
+from typing import Any, Callable, Iterable, Iterator, Optional, Union
 
 from harness.core.config import QuietMode
 
@@ -209,10 +209,16 @@ class QuietHost:
             ongoing = time.monotonic() - self._held_since if self._held_since is not None else 0.0
             return self._paused + ongoing
 
-    def clock(self) -> float:
-        """Seconds on a clock that stands still while holds pause work (time.monotonic less
-        `paused_seconds`): a limit measured on it does not run out while its process was stopped."""
-        return time.monotonic() - self.paused_seconds
+    def lane_clock(self, lane_index: int) -> Callable[[], float]:
+        """A clock for the limits of lane `lane_index`'s judge and workers: time.monotonic, less the
+        time another lane's turn on their shared GPU kept them stopped. It runs on through the lane's
+        own holds, so a call that hangs while it is timed still runs out of time."""
+
+        def clock() -> float:
+            with self._lock:
+                return time.monotonic() - self._turns.stopped_seconds(lane_index)
+
+        return clock
 
     @property
     def background_pids(self) -> frozenset[int]:
@@ -298,18 +304,15 @@ class QuietHost:
             self._leave(lane_index)
 
     def _enter(self, lane_index: Optional[int]) -> bool:
-        """Take the hold; whether it stopped a process that may have work on the GPU."""
+        """Take the hold; whether it stopped another lane's processes, which may have work on the GPU."""
         with self._lock:
             if self._closed:
                 return False
-            stopped = 0
-            if self.sharing and lane_index is not None:
-                stopped += self._turns.take(lane_index, self._timing, lambda: self._closed)
+            stopped = self._turns.take(lane_index, self._timing, lambda: self._closed) if self.sharing and lane_index is not None else 0
             self._holders += 1
-            if self._holders == 1 and (self.pausing or self.sharing):
-                self._held_since = time.monotonic()
             if self._holders == 1 and self.pausing:
-                stopped += self._work.stop_all()
+                self._held_since = time.monotonic()
+                self._work.stop_all()
             return stopped > 0
 
     def _leave(self, lane_index: Optional[int]) -> None:
@@ -353,18 +356,15 @@ class BackgroundWork:
         self.processes: dict[int, tuple[Process, bool]] = {}  # pid -> (process, leads its own group)
         self.stopped: set[int] = set()  # pids sent SIGSTOP and not yet SIGCONT
 
-    def stop(self, pid: int) -> int:
-        """Stop one (its group); 1 when it was stopped now."""
+    def stop(self, pid: int) -> None:
+        """Stop one (its group)."""
         entry = self.processes.get(pid)
-        if entry is None or pid in self.stopped:
-            return 0
-        if self._signal(pid, entry, signal.SIGSTOP):
+        if entry is not None and pid not in self.stopped and self._signal(pid, entry, signal.SIGSTOP):
             self.stopped.add(pid)
-            return 1
-        return 0
 
-    def stop_all(self) -> int:
-        return sum(self.stop(pid) for pid in list(self.processes))
+    def stop_all(self) -> None:
+        for pid in list(self.processes):
+            self.stop(pid)
 
     def drop(self, pid: int) -> None:
         """Forget one (it ended, or is no longer background), continued first if it was stopped."""
@@ -399,6 +399,8 @@ class GpuTurns:
         self._free = threading.Condition(lock)  # a group's turn ended
         self._holder: dict[int, tuple[int, int]] = {}  # group -> (lane holding it, how deep)
         self._stopped: dict[int, set[int]] = {}  # group -> pids of its other lanes its holder stopped
+        self._turn_since: dict[int, float] = {}  # group -> when its holder's turn began
+        self._waited: dict[int, float] = {}  # lane -> seconds other lanes' ended turns kept its processes stopped
 
     def group(self, lane_index: int) -> int:
         return lane_index // self.lanes_per_gpu
@@ -413,6 +415,7 @@ class GpuTurns:
         self._holder[group] = (lane_index, depth + 1)
         if depth:
             return 0
+        self._turn_since[group] = time.monotonic()
         stopped = self._stopped.setdefault(group, set())
         for pid, lane in list(timing.items()):
             if lane != lane_index and self.group(lane) == group and pid not in stopped:
@@ -442,8 +445,22 @@ class GpuTurns:
             self._holder[group] = (lane_index, holder[1] - 1)
             return
         del self._holder[group]
+        turn = time.monotonic() - self._turn_since.pop(group, time.monotonic())
+        for lane in self._group_lanes(group):
+            if lane != lane_index:
+                self._waited[lane] = self._waited.get(lane, 0.0) + turn
         self._resume(group)
         self._free.notify_all()
+
+    def stopped_seconds(self, lane_index: int) -> float:
+        """How long other lanes' turns have kept lane `lane_index`'s processes stopped, up to now."""
+        group = self.group(lane_index)
+        holder = self._holder.get(group)
+        ongoing = time.monotonic() - self._turn_since[group] if holder is not None and holder[0] != lane_index and group in self._turn_since else 0.0
+        return self._waited.get(lane_index, 0.0) + ongoing
+
+    def _group_lanes(self, group: int) -> range:
+        return range(group * self.lanes_per_gpu, (group + 1) * self.lanes_per_gpu)
 
     def resume_all(self) -> None:
         for group in list(self._stopped):

@@ -1,11 +1,9 @@
 """One run's resources: what a session opens when it starts and releases when it ends.
 
 A run has a config and a device, a run folder (RunStore), a scratch folder (harness.parent.scratch),
-a quiet host (harness.parent.quiet), a build pool (harness.parent.prebuild, or none), a pool that
-finishes records off the lanes (`after_lane`: a correct candidate's sanitizer runs, then its record;
-or none) and an observer that hears of its progress. `RunResources.open` makes them, `close` releases
-them (what is finishing finished, the build pool stopped, whatever the quiet host stopped resumed,
-the scratch removed), however the run ends.
+a quiet host (harness.parent.quiet), a build pool (harness.parent.prebuild, or none) and an observer
+that hears of its progress. `RunResources.open` makes them, `close` releases them (the build pool
+stopped, whatever the quiet host stopped resumed, the scratch removed), however the run ends.
 
 Nothing here is process-wide: each session opens its own, and what starts processes or writes
 scratch files (lanes, their judges, sanitizer runs, builds) is handed them, never looks them up.
@@ -13,13 +11,12 @@ scratch files (lanes, their judges, sanitizer runs, builds) is handed them, neve
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import os
 import sys
 from typing import Any, Callable, Optional
 
-from harness.core.config import Ahead, Config, Device, Executor, QuietMode, Switch
+from harness.core.config import Ahead, Config, Device, Executor, QuietMode
 from harness.core.records import CandidateRecord
 from harness.core.store import RunStore, new_run_id
 from harness.parent.prebuild import BuildAhead, default_parallelism, gpu_arch
@@ -58,7 +55,6 @@ class RunResources:
     quiet: QuietHost = dataclasses.field(default_factory=QuietHost)  # "off": touches nothing
     builds: Optional[BuildAhead] = None
     observer: Observer = Observer()
-    after_lane: Optional[concurrent.futures.ThreadPoolExecutor] = None  # records finished off the lanes (sanitizer.parallel)
 
     @classmethod
     def open(cls, cfg: Config, device: str, store: Optional[RunStore] = None, *, observer: Observer = Observer(), echo: bool = False) -> "RunResources":
@@ -76,7 +72,7 @@ class RunResources:
             if echo and host.pin_note:
                 print(f"note: timing.quiet={mode}: {host.pin_note}", file=sys.stderr)
             store = store or RunStore(results_dir, new_run_id())
-            return cls(cfg, device, store, scratch, host, start_builds(cfg, device, host), observer, after_lane(cfg, device, host))
+            return cls(cfg, device, store, scratch, host, start_builds(cfg, device, host), observer)
         except BaseException:
             host.close()
             scratch.close()
@@ -86,8 +82,6 @@ class RunResources:
         """Stop the build pool, resume whatever the quiet host stopped (a build left stopped would
         never finish), and remove the scratch folder."""
         try:
-            if self.after_lane is not None:
-                self.after_lane.shutdown(wait=True)  # records still waiting for their sanitizer runs
             if self.builds is not None:
                 self.builds.close()
         finally:
@@ -101,16 +95,6 @@ class RunResources:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-
-def after_lane(cfg: Config, device: str, quiet: QuietHost) -> Optional[concurrent.futures.ThreadPoolExecutor]:
-    """The pool that finishes correct candidates' records off the lanes (their sanitizer runs, then
-    the record): sanitizer.parallel threads on a CUDA run whose quiet host pauses background work
-    while a lane times, so a run never overlaps a timing; None (the lane runs them itself) otherwise."""
-    wanted = cfg.sanitizer.enabled != Switch.OFF and cfg.sanitizer.parallel > 0
-    if not wanted or device != Device.CUDA or not quiet.pausing:
-        return None
-    return concurrent.futures.ThreadPoolExecutor(max_workers=cfg.sanitizer.parallel, thread_name_prefix="after-lane")
 
 
 def quiet_mode(cfg: Config, device: str) -> str:

@@ -56,9 +56,9 @@ def sanitize(
     tool: Optional[str], tools: tuple[str, ...], timeout: float, job: dict[str, Any], env: dict[str, str], scratch: Path, spare: Optional["Prestarted"] = None, runner: Optional["ToolRunner"] = None
 ) -> tuple[tuple[SanitizerResult, ...], list[Finding]]:
     """Run each of `tools` over one forward of the candidate `job` describes (the first tool's
-    run on `spare` when it is that tool's and still alive), through `runner` (its processes
-    background work of a quiet host, killed by `runner.kill()`). Returns the runs and the
-    unsafe-memory findings (the first error line of each tool that found any)."""
+    run on `spare` when it is that tool's and still alive), through `runner` (which a stopped run
+    kills). Returns the runs and the unsafe-memory findings (the first error line of each tool that
+    found any)."""
     runner = runner if runner is not None else ToolRunner()
     if tool is None:
         return tuple(SanitizerResult(t, SanitizerOutcome.SKIPPED, "compute-sanitizer was not found (sanitizer.path, PATH, $CUDA_HOME/bin, /usr/local/cuda/bin)") for t in tools), []
@@ -90,21 +90,13 @@ def _start_tool(tool: str, name: str, job: str, env: dict[str, str], scratch: Pa
     return proc, log_path
 
 
-def _finish_tool(name: str, proc: subprocess.Popen[bytes], log_path: Path, timeout: float, started: float, quiet: Optional[QuietHost] = None) -> SanitizerResult:
-    """Wait for a tool run (its job already given) up to `timeout` on `quiet`'s clock (time a hold
-    kept it stopped does not count), and read its report."""
-    clock = quiet.clock if quiet is not None else time.monotonic
-    deadline = clock() + timeout
+def _finish_tool(name: str, proc: subprocess.Popen[bytes], log_path: Path, timeout: float, started: float) -> SanitizerResult:
+    """Wait for a tool run (its job already given) up to `timeout`, and read its report."""
     try:
-        while True:
-            try:
-                code = proc.wait(timeout=max(0.0, deadline - clock()))
-                break
-            except subprocess.TimeoutExpired:
-                if clock() < deadline:
-                    continue  # it was stopped meanwhile
-                _kill(proc)
-                return SanitizerResult(name, SanitizerOutcome.TIMEOUT, f"no verdict within sanitizer.timeout={timeout:g} s", round(time.monotonic() - started, 2))
+        code = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill(proc)
+        return SanitizerResult(name, SanitizerOutcome.TIMEOUT, f"no verdict within sanitizer.timeout={timeout:g} s", round(time.monotonic() - started, 2))
     except BaseException:
         _kill(proc)
         raise
@@ -113,12 +105,11 @@ def _finish_tool(name: str, proc: subprocess.Popen[bytes], log_path: Path, timeo
 
 
 class ToolRunner:
-    """Starts tool runs as background work of the run's quiet host `quiet` (stopped while a lane
-    times, so memcheck of one candidate never overlaps another's timing), and keeps them until they
-    end: `kill()` ends every one still running (a stopped run)."""
+    """Starts tool runs and keeps them until they end: `kill()` ends every one still running (a
+    stopped run). They are never stopped while a lane times: compute-sanitizer stopped with SIGSTOP
+    and continued did not finish (measured on an H100 and an H200, docs/performance.md)."""
 
-    def __init__(self, quiet: Optional[QuietHost] = None) -> None:
-        self.quiet = quiet if quiet is not None else QuietHost()
+    def __init__(self) -> None:
         self._running: set[subprocess.Popen[bytes]] = set()
         self._lock = threading.Lock()
         self._killed = False
@@ -130,11 +121,9 @@ class ToolRunner:
             self._running.add(proc)
             if self._killed:
                 _kill(proc)
-        self.quiet.register_background(proc)
         try:
-            return _finish_tool(name, proc, log_path, timeout, started, self.quiet)
+            return _finish_tool(name, proc, log_path, timeout, started)
         finally:
-            self.quiet.unregister(proc)
             with self._lock:
                 self._running.discard(proc)
 
@@ -169,8 +158,8 @@ class Prestarted:
         return cls(name, proc, log_path, folder, host)
 
     def run(self, job: dict[str, Any], timeout: float) -> SanitizerResult:
-        """Hand it `job` and wait for its report (the limit counts from now). It stays background
-        work: a lane's timing stops it."""
+        """Hand it `job` and wait for its report (the limit counts from now)."""
+        self.quiet.unregister(self.proc)
         if self.proc.stdin is None:
             raise RuntimeError("a prestarted sanitizer run has no stdin")
         started = time.monotonic()
@@ -180,12 +169,11 @@ class Prestarted:
         except OSError:  # it ended while it waited: read what it said
             pass
         try:
-            return _finish_tool(self.name, self.proc, self.log_path, timeout, started, self.quiet)
+            return _finish_tool(self.name, self.proc, self.log_path, timeout, started)
         finally:
             self.discard()
 
     def discard(self) -> None:
-        self.quiet.unregister(self.proc)
         if self.proc.poll() is None:
             _kill(self.proc)
         if self.proc.stdin is not None and not self.proc.stdin.closed:
@@ -239,26 +227,21 @@ class LaneSanitizer:
         self.runs: dict[tuple[Any, ...], tuple[tuple[SanitizerResult, ...], list[Finding]]] = {}  # a source's sanitizer runs, for a resubmission
         self.prestart_runs = prestart  # keep the first tool's next run started ahead (workers.prestart)
         self._spare: Optional[Prestarted] = None
-        self._spare_lock = threading.Lock()  # runs may finish on other threads (sanitizer.parallel)
-        self.runner = ToolRunner(quiet)  # its runs: background work of the quiet host
-        self._closed = False  # closed: nothing more is started ahead (runs still finishing end on their own)
+        self.runner = ToolRunner()  # its runs, which a stopped run kills
 
     def prestart(self) -> None:
         """Start the first tool's next run ahead, when prestarting and none is waiting (a CUDA lane
         with the sanitizer on and the tool found)."""
         cfg = self.cfg.sanitizer
-        if not self.prestart_runs or self.device != Device.CUDA or not self.wanted() or not cfg.tools:
+        if not self.prestart_runs or self._spare is not None or self.device != Device.CUDA or not self.wanted() or not cfg.tools:
             return
         tool = find_tool(cfg.path)
-        with self._spare_lock:
-            if tool is not None and self._spare is None and not self._closed:
-                self._spare = Prestarted.start(tool, cfg.tools[0], self.env, self.scratch, self.quiet)
+        if tool is not None:
+            self._spare = Prestarted.start(tool, cfg.tools[0], self.env, self.scratch, self.quiet)
 
     def close(self) -> None:
-        """End a run started ahead and never used, and start none again (runs going on finish on their own)."""
-        with self._spare_lock:
-            self._closed = True
-            spare, self._spare = self._spare, None
+        """End a run started ahead and never used."""
+        spare, self._spare = self._spare, None
         if spare is not None:
             spare.discard()
 
@@ -289,8 +272,7 @@ class LaneSanitizer:
             runs, found = self.runs[key]
             return tuple(dataclasses.replace(r, detail=f"{r.detail} (the same source's run earlier on this lane)", seconds=0.0) for r in runs), found
         cwd = self.scratch.make(f"sanitize-{name[:20]}-")
-        with self._spare_lock:
-            spare, self._spare = self._spare, None
+        spare, self._spare = self._spare, None
         try:
             result = sanitize(find_tool(cfg.path), cfg.tools, cfg.timeout, job, self.env, cwd, spare, self.runner)
         finally:

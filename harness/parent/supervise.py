@@ -251,7 +251,7 @@ def run_worker(
         worker.proc.stdin.flush()
     except BrokenPipeError:
         pass  # it died before reading its job; the ending below says how
-    watch = _Watch(worker, ChannelReader(key), BoundedLog(log_limit), timeouts, memory_limit, on_message, launcher.quiet if launcher is not None else None)
+    watch = _Watch(worker, ChannelReader(key), BoundedLog(log_limit), timeouts, memory_limit, on_message, launcher.quiet.lane_clock(launcher.lane_index) if launcher is not None else time.monotonic)
     try:
         watch.run()
     except BaseException:  # Ctrl-C or a parent bug: the worker's process group must not outlive us
@@ -280,12 +280,13 @@ def run_worker(
 class _Watch:
     """One running worker, watched until it ends: its output into the log, its verified messages
     (phases move its time limit; `on_message` sees the rest), its phase time limit and its memory.
-    The limit runs on the quiet host's clock (`quiet`): time a hold kept the GPU from it is not counted."""
+    The limit runs on its lane's clock (`clock`, harness.parent.quiet.QuietHost.lane_clock): time another
+    lane's turn on their GPU kept it stopped is not counted."""
 
-    def __init__(self, worker: Any, reader: ChannelReader, log: BoundedLog, timeouts: Any, memory_limit: int, on_message: Callable[[Any], Optional[Failure | Reply]], quiet: Optional[QuietHost] = None) -> None:
+    def __init__(self, worker: Any, reader: ChannelReader, log: BoundedLog, timeouts: Any, memory_limit: int, on_message: Callable[[Any], Optional[Failure | Reply]], clock: Callable[[], float] = time.monotonic) -> None:
         self.P = P
         self.proc, self.reader, self.log, self.timeouts, self.memory_limit, self.on_message = worker.proc, reader, log, timeouts, memory_limit, on_message
-        self.clock = quiet.clock if quiet is not None else time.monotonic
+        self.clock = clock
         self.open_fds = {worker.read_fd: "result", worker.proc.stdout.fileno(): "output"}
         self.messages: list[Any] = []
         self.phase, self.phase_limit = "load", float(timeouts.load)
@@ -453,6 +454,7 @@ class JudgeClient:
                 cwd=cwd,
                 env=full_env,
             )
+        self.clock = self.quiet.lane_clock(lane_index)
         if spare:  # prestarted: background work while it waits (harness.parent.supervise.Launcher.take_judge)
             self.quiet.register_background(self.proc)
         else:
@@ -470,6 +472,7 @@ class JudgeClient:
         os.rename(self.log_path, log_path)
         self.log_path = log_path
         self.quiet.register_timing(self.proc, lane_index)
+        self.clock = self.quiet.lane_clock(lane_index)
 
     def request(self, message: Any, limit: float, phase_limits: Any = None) -> Any:
         """Send `message`; return the judge's reply. `Phase` replies on the way (the judge's
@@ -483,7 +486,7 @@ class JudgeClient:
         except OSError:
             self._end()
             raise JudgeFailed(f"the judge ended (exit {self.proc.poll()})") from None
-        clock = self.quiet.clock  # a hold that stopped this judge does not count against its limit
+        clock = self.clock  # another lane's turn that stopped this judge does not count against its limit
         deadline, phase = clock() + limit, "request"
         while True:
             while b"\n" not in self._buffer:
