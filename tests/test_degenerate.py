@@ -237,7 +237,7 @@ def records(tmp_path_factory, build_cache, measurement_cache):
         "cumulative_no_counter": ("34_BatchNorm_Cumulative", NO_COUNTER.format(factor="1.0 / self.steps if self.training else 0.0")),
         "noise_honest": ("41_Gemm_GroupNorm_Mean_ReLU", GROUPNORM_MEAN_HONEST),
         "noise_zeros": ("41_Gemm_GroupNorm_Mean_ReLU", GROUPNORM_MEAN_HONEST.replace("return torch.relu(", "return 0 * torch.relu(")),
-        "noise_wrong_value": ("41_Gemm_GroupNorm_Mean_ReLU", GROUPNORM_MEAN_HONEST.replace("return torch.relu(", "return 1e-5 + torch.relu(")),
+        "noise_wrong_value": ("41_Gemm_GroupNorm_Mean_ReLU", GROUPNORM_MEAN_HONEST.replace("return torch.relu(", "return 5e-5 + torch.relu(")),
     }
     with api.Session(cfg) as session:
         futures = {name: session.submit(problem, text, name=name) for name, (problem, text) in sources.items()}
@@ -284,7 +284,8 @@ def test_an_honest_kernel_on_an_output_that_is_rounding_noise_passes_with_the_no
 
 @pytest.mark.slow
 def test_a_wrong_value_above_the_noise_still_fails(records):
-    """1e-5 is inside atol = 1e-4: only the rule for an output that is rounding noise catches it."""
+    """5e-5 is inside atol = 1e-4: only the rule for an output that is rounding noise catches it (the
+    noise's rms reaches 1e-8 on some seeds, so 1000x of it is 1e-5)."""
     record = records["noise_wrong_value"]
     assert record.decision.status is Status.INCORRECT
     assert "the reference's output is rounding noise around zero" in record.decision.reason and "over 1000x that" in record.decision.reason, record.decision.reason
