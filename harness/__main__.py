@@ -10,6 +10,7 @@ traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Sequence
 
@@ -21,13 +22,24 @@ from harness.views.text import visible
 COMMANDS = {"run": run, "ingest": ingest, "gate": gate, "baseline": baseline, "leaderboard": leaderboard, "lint": lint, "serve": serve}
 
 
-def parser() -> argparse.ArgumentParser:
+def program_name() -> str:
+    """The name this command line was started as, for usage and --version: `run.py`, the
+    `kernel-harness` script, or `python3 -m harness` (with the interpreter's name as typed)."""
+    name = os.path.basename(sys.argv[0]) if sys.argv else ""
+    if name == "__main__.py":
+        interpreter = os.path.basename(sys.orig_argv[0]) if sys.orig_argv else "python3"
+        return f"{interpreter} -m harness"
+    return name if name and name != "-c" else "run.py"
+
+
+def parser(prog: str = "run.py") -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
-        prog="run.py",
+        prog=prog,
         description="Evaluate candidate kernels against reference problems: correctness, then speed.",
         epilog="exit codes: 0 ok, 1 usage error, 2 a candidate failed (or an ingest was refused), 3 the gate found a regression, 4 reference or harness failure, 5 too little free disk or no space left, 130 interrupted",
     )
     top.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    top.set_defaults(program=prog)  # how to run it again, e.g. in the line that resumes an interrupted run
     sub = top.add_subparsers(dest="command", metavar="{" + ",".join(COMMANDS) + "}")
     for name, module in COMMANDS.items():
         module.setup_arguments(sub.add_parser(name, help=(module.__doc__ or "").strip().splitlines()[0]))
@@ -35,10 +47,11 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    prog = program_name() if argv is None else "run.py"  # the command line's own name; a call from code is named run.py
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in COMMANDS and argv[0] not in ("-h", "--help", "--version"):
         argv = ["run", *argv]  # `python run.py --problem X` is the default command
-    p = parser()
+    p = parser(prog)
     try:
         args = p.parse_args(argv)
     except SystemExit as exc:  # argparse exits 2 on usage errors; our code for those is 1

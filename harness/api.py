@@ -25,7 +25,6 @@ import concurrent.futures
 import datetime
 import hashlib
 import json
-import re
 import threading
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
@@ -40,14 +39,13 @@ from harness.parent.executor import Executor
 from harness.parent.prebuild import BuildAhead
 from harness.parent.quiet import QuietHost
 from harness.parent.resources import Observer, RunResources
-from harness.sources.candidate import Candidate
+from harness.sources.candidate import Candidate, check_name
 from harness.sources.extract import extract_code
 from harness.sources.problem import Problem, resolve_problem
 
 __all__ = ["Session", "evaluate", "load"]
 
 ConfigLike = Config | str | Path | None
-NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 
 
 def load(config: ConfigLike = None, overrides: Sequence[str] | Mapping[str, Any] = ()) -> Config:
@@ -107,7 +105,7 @@ class Session:
         try:
             resources = RunResources.open(self.cfg, self.device, store, observer=Observer(on_problem, on_start, on_record), echo=echo)
             self.resources = resources
-            self.store.append(run_header(self.store.run_id, self.cfg, argv, resources.quiet))
+            self.store.append(run_header(self.store.run_id, self.cfg, argv, resources.quiet, resources.boundary.describe()))
             self.executor: Executor = make_executor(resources)
         except BaseException:
             if resources is not None:
@@ -222,8 +220,7 @@ class Session:
             raise UserError(f"a candidate's source must be text, not {type(source).__name__}")
         digest = hashlib.sha256(source.encode()).hexdigest()
         name = name if name is not None else f"candidate_{digest[:12]}"
-        if not NAME.fullmatch(name):
-            raise UserError(f"candidate name {name!r}: use letters, digits, '_', '.' or '-' (at most 100), starting with a letter or digit")
+        check_name(name)
         with self._lock:
             known = self._names.setdefault((problem.name, name), digest)
         if known != digest:
@@ -257,7 +254,7 @@ def resolve_device(cfg: Config) -> str:
     return cfg.device
 
 
-def run_header(run_id: str, cfg: Config, argv: Sequence[str], quiet: QuietHost) -> RunHeader:
+def run_header(run_id: str, cfg: Config, argv: Sequence[str], quiet: QuietHost, boundary: str = "") -> RunHeader:
     from harness.device.environment import collect_environment
 
     return RunHeader(
@@ -265,7 +262,7 @@ def run_header(run_id: str, cfg: Config, argv: Sequence[str], quiet: QuietHost) 
         started_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         argv=tuple(argv),
         config=cfg.to_dict(),
-        environment={**collect_environment(), "quiet_host": quiet.describe()},
+        environment={**collect_environment(), "quiet_host": quiet.describe(), "boundary": boundary},
     )
 
 

@@ -40,6 +40,13 @@ def test_usage_errors_exit_1_with_one_line(argv, message, capsys):
     assert err.startswith("error: ") and message in err and "\n" not in err
 
 
+def test_lint_looks_for_problems_in_the_problems_dir_it_is_given(tmp_path, capsys):
+    assert main(["lint", "--problems-dir", str(tmp_path), "--out", str(tmp_path / "lint.md")]) == ExitCode.USAGE
+    assert capsys.readouterr().err.strip() == f"error: no problems in {tmp_path}"
+    assert main(["lint", "relu", "--problems-dir", str(tmp_path)]) == ExitCode.USAGE
+    assert "no problem named 'relu'" in capsys.readouterr().err
+
+
 def test_a_solution_outside_solutions_asks_for_its_problem(tmp_path, capsys):
     candidate = tmp_path / "elsewhere" / "mine.py"
     candidate.parent.mkdir()
@@ -160,3 +167,59 @@ def test_a_later_completion_that_extracts_replaces_a_refused_one(make_config, tm
     assert ingest.run(cfg, [SEEDS / "004_f8fff41f0c416267.txt"], "88", name="x") == ExitCode.OK
     assert (raw / "x.txt").is_file() and not (raw / "refused" / "x.txt").exists()
     assert (raw.parent / "x.py").is_file()
+
+
+def _ingest(tmp_path, *argv):
+    solutions = tmp_path / "repo" / "solutions"
+    return main(["ingest", *argv, "--problem", "1_Scale", "--set", f"solutions_dir={json.dumps(str(solutions))}"])
+
+
+@pytest.mark.parametrize("name", ["../../evil", "ABSOLUTE", "a/b", "..", "_hidden", "x y", ""])
+def test_ingest_refuses_a_name_that_is_not_a_candidate_name_and_writes_nothing(name, tmp_path, capsys):
+    repo_root = Path(__file__).resolve().parent.parent
+    name = str(tmp_path / "evil") if name == "ABSOLUTE" else name
+    assert _ingest(tmp_path, str(SEEDS / "004_f8fff41f0c416267.txt"), "--name", name) == ExitCode.USAGE
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: candidate name ") and "\n" not in err
+    assert list(tmp_path.rglob("*")) == [] and not (repo_root / "evil.py").exists()  # the solutions tree is in tmp_path
+
+
+def test_ingest_refuses_a_file_whose_stem_is_not_a_candidate_name(tmp_path, capsys):
+    completion = tmp_path / "in" / "my completion.txt"
+    completion.parent.mkdir()
+    completion.write_text((SEEDS / "004_f8fff41f0c416267.txt").read_text())
+    assert _ingest(tmp_path, str(completion)) == ExitCode.USAGE
+    assert "pick one with --name" in capsys.readouterr().err and not (tmp_path / "repo").exists()
+
+
+def test_ingest_under_a_taken_name_needs_force_and_otherwise_keeps_the_old_files(tmp_path, capsys):
+    folder = tmp_path / "repo" / "solutions" / "1_Scale_Bias_ReLU"
+    assert _ingest(tmp_path, str(SEEDS / "004_f8fff41f0c416267.txt"), "--name", "mine") == ExitCode.OK
+    old_code, old_raw = (folder / "mine.py").read_bytes(), (folder / "raw" / "mine.txt").read_bytes()
+    same = _ingest(tmp_path, str(SEEDS / "004_f8fff41f0c416267.txt"), "--name", "mine")
+    assert same == ExitCode.OK  # the same completion again changes nothing
+    capsys.readouterr()
+    for other in ("001_c0eeb23014eea263", "000_ede69be24d22c528"):  # other code; a refused completion
+        assert _ingest(tmp_path, str(SEEDS / f"{other}.txt"), "--name", "mine") == ExitCode.USAGE
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("error: ") and str(folder / "mine.py") in err and "--force" in err and "\n" not in err
+        assert (folder / "mine.py").read_bytes() == old_code and (folder / "raw" / "mine.txt").read_bytes() == old_raw
+        assert not (folder / "raw" / "refused").exists()
+    assert _ingest(tmp_path, str(SEEDS / "001_c0eeb23014eea263.txt"), "--name", "mine", "--force") == ExitCode.OK
+    assert (folder / "mine.py").read_bytes() != old_code
+    assert (folder / "raw" / "mine.txt").read_text() == (SEEDS / "001_c0eeb23014eea263.txt").read_text()
+
+
+def test_ingest_checks_every_file_before_writing_any(tmp_path, capsys):
+    folder = tmp_path / "repo" / "solutions" / "1_Scale_Bias_ReLU"
+    folder.mkdir(parents=True)
+    (folder / "001_c0eeb23014eea263.py").write_text("class ModelNew: pass\n")
+    first, second = SEEDS / "004_f8fff41f0c416267.txt", SEEDS / "001_c0eeb23014eea263.txt"
+    assert _ingest(tmp_path, str(first), str(second)) == ExitCode.USAGE
+    assert sorted(p.name for p in folder.rglob("*")) == ["001_c0eeb23014eea263.py"]
+    twin = tmp_path / "twin" / first.name
+    twin.parent.mkdir()
+    twin.write_text(second.read_text())
+    assert _ingest(tmp_path, str(first), str(twin), "--force") == ExitCode.USAGE
+    assert "several files would be ingested as '004_f8fff41f0c416267'" in capsys.readouterr().err
+    assert sorted(p.name for p in folder.rglob("*")) == ["001_c0eeb23014eea263.py"]

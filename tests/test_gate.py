@@ -1,5 +1,6 @@
 """The regression gate, from synthetic records: real slowdowns fail, noise passes, a kernel that broke fails
 whatever changed, and times are compared only where they can be."""
+import dataclasses
 import json
 import os
 import random
@@ -200,13 +201,112 @@ def test_another_device_or_timing_protocol_is_not_comparable(tmp_path):
         assert why in (current / "gate.md").read_text()
 
 
-def test_missing_and_new_candidates_are_listed_and_missing_can_fail(tmp_path):
-    base = write_run(tmp_path / "base", [candidate("gone", ms=samples(1.0, 0.01))])
+def test_missing_and_new_candidates_are_listed_and_any_missing_one_can_fail(tmp_path):
+    base = write_run(tmp_path / "base", [candidate("gone", Status.INCORRECT)])
     now = write_run(tmp_path / "now", [candidate("added", ms=samples(1.0, 0.01))])
-    assert gate_cli(base, now) == ExitCode.OK
+    assert gate_cli(base, now) == ExitCode.OK  # it was not correct: its absence breaks nothing
     report = (now / "gate.md").read_text()
     assert "## Missing" in report and "## New" in report
+    assert "| p1 | gone | in the baseline, not in this run |" in report
     assert gate_cli(base, now, "--fail-on", "missing") == ExitCode.REGRESSION
+
+
+def test_a_renamed_and_broken_candidate_fails(tmp_path):
+    base = write_run(tmp_path / "base", [candidate("k", ms=samples(1.0, 0.01))])
+    now = write_run(tmp_path / "now", [candidate("k_renamed", Status.INCORRECT)])
+    result = gate(load_side(str(base), tmp_path), load_side(str(now), tmp_path), Rules(), alpha=0.001)
+    assert [c.regression for c in result.comparisons] == [Regression.MISSING, Regression.NEW_NOT_CORRECT]
+    assert gate_cli(base, now) == ExitCode.REGRESSION
+    report = (now / "gate.md").read_text()
+    assert "1 correct candidate(s) missing (rename them in the baseline, or pass --allow-missing)" in report
+    assert "1 new candidate(s) not correct" in report
+    assert "| p1 | k_renamed | not in the baseline, and incorrect now: why |" in report
+    assert gate_cli(base, now, "--allow-missing") == ExitCode.REGRESSION  # the new name is still not correct
+    assert gate_cli(base, now, "--fail-on", "none") == ExitCode.OK
+
+
+def test_a_deleted_correct_candidate_fails_unless_missing_ones_are_allowed(tmp_path):
+    kept, deleted = (candidate(name, ms=samples(1.0, 0.01, seed=i)) for i, name in enumerate(["kept", "deleted"]))
+    base = write_run(tmp_path / "base", [kept, deleted])
+    now = write_run(tmp_path / "now", [candidate("kept", ms=samples(1.0, 0.01, seed=3))])
+    assert gate_cli(base, now) == ExitCode.REGRESSION
+    report = (now / "gate.md").read_text()
+    assert "**FAIL**: 1 correct candidate(s) missing" in report
+    assert "| p1 | deleted | was correct, not in this run (if it was renamed, rename it in the baseline too; " in report
+    assert gate_cli(base, now, "--allow-missing") == ExitCode.OK
+    report = (now / "gate.md").read_text()
+    assert "**PASS**" in report
+    assert "| p1 | deleted | was correct, not in this run (allowed: --allow-missing) |" in report
+
+
+def test_allow_missing_and_fail_on_missing_together_are_a_usage_error(tmp_path, capsys):
+    base = write_run(tmp_path / "base", [candidate("k", ms=samples(1.0, 0.01))])
+    assert gate_cli(base, base, "--allow-missing", "--fail-on", "missing") == ExitCode.USAGE
+    assert capsys.readouterr().err.strip().startswith("error: --allow-missing contradicts --fail-on missing")
+
+
+def test_a_run_of_one_problem_gates_that_problem_only(tmp_path, capsys):
+    base = write_run(tmp_path / "base", [
+        candidate("k", ms=samples(1.0, 0.01, seed=1)),
+        candidate("other_kernel", problem="p2"),
+        candidate("third_kernel", Status.INCORRECT, problem="p3"),
+    ])
+    now = write_run(tmp_path / "now", [candidate("k", ms=samples(1.0, 0.01, seed=2))])
+    result = gate(load_side(str(base), tmp_path), load_side(str(now), tmp_path), Rules(), alpha=0.001)
+    assert [(c.problem, c.candidate) for c in result.comparisons] == [("p1", "k")] and result.left_out == ("p2", "p3")
+    capsys.readouterr()
+    assert gate_cli(base, now) == ExitCode.OK
+    out, report = capsys.readouterr().out, (now / "gate.md").read_text()
+    for text in (out, report):
+        assert "other_kernel" not in text and "third_kernel" not in text and "p2" not in text and "Missing" not in text
+    assert "2 problem(s) of the baseline are not in this run and are not gated." in report
+    assert gate_cli(base, now, "--fail-on", "missing") == ExitCode.OK
+
+
+def test_a_new_candidate_that_is_not_correct_fails_and_one_skipped_for_needs_cuda_does_not(tmp_path):
+    base = write_run(tmp_path / "base", [candidate("k", ms=samples(1.0, 0.01, seed=1))])
+    same = candidate("k", ms=samples(1.0, 0.01, seed=2))
+    wrong = write_run(tmp_path / "wrong", [same, candidate("added", Status.BUILD_FAILED)])
+    assert gate_cli(base, wrong) == ExitCode.REGRESSION
+    assert "**FAIL**: 1 new candidate(s) not correct" in (wrong / "gate.md").read_text()
+    skipped = write_run(tmp_path / "skipped", [same, candidate("gpu", Status.NEEDS_CUDA, device="cpu")])
+    new, _ = gate(load_side(str(base), tmp_path), load_side(str(skipped), tmp_path), Rules(), alpha=0.001).comparisons
+    assert new.regression is None
+    assert new.reason == "not in the baseline, skipped now (needs CUDA): this run could not evaluate it"
+    assert gate_cli(base, skipped) == ExitCode.OK
+
+
+def test_an_honest_unchanged_run_passes(tmp_path):
+    def records(seed):
+        return [
+            candidate("fast", ms=samples(1.0, 0.01, seed=seed)),
+            candidate("broken", Status.INCORRECT),
+            candidate("gpu", Status.NEEDS_CUDA, device="cpu"),
+            candidate("q", ms=samples(2.0, 0.01, seed=seed + 1), problem="p2"),
+        ]
+
+    base, now = write_run(tmp_path / "base", records(1)), write_run(tmp_path / "now", records(5))
+    assert gate_cli(base, now) == ExitCode.OK
+    report = (now / "gate.md").read_text()
+    assert "**PASS**" in report and "4 unchanged" in report and "## Missing" not in report and "## New" not in report
+
+
+def test_the_report_on_stdout_fits_the_terminal(tmp_path, monkeypatch, capsys):
+    long_reason = "a reason long enough to wrap " * 6
+    names = [f"kernel_{i}_with_a_long_name" for i in range(3)]
+    base = write_run(tmp_path / "base", [candidate(n, ms=samples(1.0, 0.01, seed=i)) for i, n in enumerate(names)])
+    broken = candidate(names[0], Status.RUNTIME_ERROR)
+    broken = dataclasses.replace(broken, decision=dataclasses.replace(broken.decision, reason=long_reason))
+    slower = candidate(names[1], ms=samples(1.3, 0.01, seed=9))
+    now = write_run(tmp_path / "now", [broken, slower, candidate(names[2], ms=samples(1.0, 0.01, seed=8))])
+    for width in (60, 100):
+        monkeypatch.setenv("COLUMNS", str(width))
+        capsys.readouterr()
+        assert gate_cli(base, now) == ExitCode.REGRESSION
+        lines = capsys.readouterr().out.splitlines()
+        assert lines[0].startswith("Regression gate: FAIL") and max(len(line.rstrip()) for line in lines) <= width
+        assert not any(line.startswith("|") for line in lines)  # tables for the terminal, not markdown
+        assert any("kernel_1_with_a_long_name" in line for line in lines)
 
 
 def test_geomean_rule_fails_on_a_broad_small_slowdown(tmp_path):

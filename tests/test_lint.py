@@ -65,6 +65,13 @@ def test_the_report_goes_to_the_results_folder_and_each_problem_shows_its_progre
     assert "[2/2] constant: linting on cpu" in err and "[2/2] constant: FAIL (constant fails" in err
 
 
+def test_problems_dir_names_the_problem_tree_as_run_and_serve_take_it(problems_dir, tmp_path):
+    out = tmp_path / "lint.md"
+    argv = ["lint", "good", "--problems-dir", str(problems_dir), "--device", "cpu", "--out", str(out)]
+    assert main(argv) == ExitCode.OK
+    assert "| good | " in out.read_text() and "1 problem(s) on cpu; 0 fail." in out.read_text()
+
+
 def test_a_sound_problem_passes_every_check(problems_dir, tmp_path):
     code, verdicts, _ = lint(problems_dir, tmp_path, "good")
     assert code == ExitCode.OK

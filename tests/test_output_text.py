@@ -117,6 +117,14 @@ def test_markdown_text_escapes_cell_breaks_html_and_link_closers_and_keeps_one_l
     assert markdown_text("\x1b[31m") == "\\x1b[31m"
 
 
+def test_markdown_text_escapes_emphasis_strikethrough_math_and_heading_marks():
+    assert markdown_text("**bold** *it* _it_ __init__") == "\\*\\*bold\\*\\* \\*it\\* \\_it\\_ \\_\\_init\\_\\_"
+    assert markdown_text("~~gone~~ $x^2$") == "\\~\\~gone\\~\\~ \\$x^2\\$"
+    assert markdown_text("# big ##") == "\\# big \\##" and markdown_text("a#b") == "a#b"  # a heading's runs
+    assert markdown_text("37_Matmul_Sum") == "37_Matmul_Sum"  # between letters, `_` never emphasises
+    assert markdown_text("[x]_*", brackets=True) == "\\[x\\]\\_\\*"
+
+
 def test_markdown_code_is_a_code_span_whatever_backticks_it_holds():
     assert markdown_code("runs/a") == "`runs/a`"
     assert markdown_code("a`b") == "`` a`b ``"
@@ -213,6 +221,18 @@ def test_leaderboard_csv_cells_a_spreadsheet_would_run_as_formulas_open_as_text(
     assert rows["plain"]["reason"] == "matched 10 calls" and rows["'@SUM(A1)"]["rank"] == "-"  # the harness's own values stay as they are
 
 
+def test_leaderboard_csv_cells_hold_control_characters_as_escapes_on_one_line(tmp_path):
+    import csv
+
+    named = [record("two\nlines\x1b[31m", "first\rsecond\u2028\x1b[2J"), record("\t=cmd", "ok", Status.INCORRECT)]
+    csv_path, _ = write_leaderboards(tmp_path, named, (0.0,), plots=False)
+    text = csv_path.read_text()
+    assert "\x1b" not in text and "\r" not in text and len(text.splitlines()) == 1 + len(named)
+    rows = {row["candidate"]: row for row in csv.DictReader(io.StringIO(text))}
+    assert set(rows) == {"two\\nlines\\x1b[31m", "\\t=cmd"}
+    assert rows["two\\nlines\\x1b[31m"]["reason"] == "first\\rsecond\\u2028\\x1b[2J"
+
+
 def gate_runs(tmp_path, *, regress: bool) -> tuple[Path, Path]:
     """A baseline and a current run of the same candidates (names and reasons from EVIL): all of them
     correct and then failing (`regress`), else failing in both."""
@@ -255,7 +275,9 @@ def test_the_gate_command_keeps_its_exit_code_whatever_the_reasons_hold(tmp_path
     base, now = gate_runs(tmp_path, regress=regress)
     done = cli("gate", "--baseline", str(base), "--current", str(now))
     assert done.returncode == code, done.stderr
-    assert "\x1b" not in done.stdout and "<script>" not in done.stdout and (now / "gate.md").is_file()
+    assert "\x1b" not in done.stdout and (now / "gate.md").is_file() and "<script>" not in (now / "gate.md").read_text()
+    if regress:  # the terminal shows each reason literally, as every view does
+        assert all(shown in done.stdout for shown in SHOWN.values())
 
 
 CANDIDATE = scale_bias_relu(forward='raise RuntimeError("shape mismatch in [/tmp/kernel.cu] [bold]x")')

@@ -109,7 +109,8 @@ def test_sigterm_ends_a_real_run_like_ctrl_c_removes_its_scratch_and_exits_130(t
     held.parent.mkdir(parents=True)
     held.write_text(HELD)
     started = tmp_path / "started"
-    process = _start(tmp_path, *_args(tmp_path, held), "--run-id", "termed", HARNESS_TEST_STARTED=str(started))
+    # no boundary: the candidate's marker lies outside the run's scratch
+    process = _start(tmp_path, *_args(tmp_path, held, "--set", "sandbox.layer=off"), "--run-id", "termed", HARNESS_TEST_STARTED=str(started))
     try:
         _wait_for(lambda: started.is_file() and started.read_text(), process)  # the candidate's worker sits in its constructor
         worker = int(started.read_text())

@@ -142,8 +142,8 @@ def test_paths_escapes_and_files_on_disk_are_refused_and_never_reach_the_session
         os.path.relpath(evil, ROOT / "problems"): "not a problem name",  # ../ out of the tree
         "level0/../../outside/9_Evil.py": "not a problem name",
         "../outside/9_Evil": "not a problem name",
-        "outside/9_Evil.py": "no problem named 'outside/9_Evil'",  # looked up as a name, not opened
-        "evil.py": "no problem named 'evil'",  # a name: never the file in the working folder
+        "outside/9_Evil.py": "no problem named 'outside/9_Evil.py'",  # looked up as a name, not opened
+        "evil.py": "no problem named 'evil.py'",  # a name: never the file in the working folder
         "evil.py.py": "not a problem name",
         str(SHIPPED): "not a problem name",  # a shipped problem too, when given as a path
         "problems/level0/1_Scale_Bias_ReLU.py": "not a problem name",
@@ -184,13 +184,33 @@ def test_allow_problem_dir_takes_files_inside_it_and_no_other(serve, tmp_path, o
     (allowed / "notes.txt").write_text("not a problem")
     with serve(allow_problem_dir=allowed) as served:
         for query in (str(outside[0]), "../outside/9_Evil.py", "7_Link.py", str(allowed / "7_Link.py"), "notes.txt", str(allowed), f"{allowed}/../outside/9_Evil.py"):
-            assert f".py file inside {allowed}" in refused(served, query, outside[1]), query
+            assert ".py file inside the directory problem files are taken from" in refused(served, query, outside[1])
         for query, name, level in ((str(allowed / "5_Mine.py"), "5_Mine", ""), ("5_Mine.py", "5_Mine", ""), ("level1/6_Nested.py", "6_Nested", "level1"), ("1_Scale_Bias_ReLU", "1_Scale_Bias_ReLU", "level0")):
             status, _, answer = served.evaluate(query)
             assert status == 202, (query, answer)
             got = served.session.submitted.pop()
             assert (got.name, got.level) == (name, level) and got.path.resolve().is_relative_to(allowed.resolve()) == (level != "level0")
     assert not outside[1].exists()
+
+
+def test_a_refused_problem_is_named_as_the_client_gave_it_and_no_server_path_is_shown(serve, tree, outside, tmp_path):
+    (tree / "level0" / "2_Bad.py").write_text(SHIPPED.read_text() + "\nHARNESS_TOLERANCES = [1]\n")
+    allowed = tmp_path / "allowed"
+    allowed.mkdir()
+    queries = {
+        "no_such_problem": "no problem named 'no_such_problem' in the problem tree",
+        "level0/nope.py": "no problem named 'level0/nope.py' in the problem tree",
+        "relu": "no problem named 'relu' in the problem tree; close matches: 1_Scale_Bias_ReLU",
+        "../x.py": "problem '../x.py' is neither a problem name nor a .py file inside the directory",
+        "9_Evil": "problem '9_Evil' links out of the problem tree",
+        "level0/2_Bad": "problem 'level0/2_Bad': HARNESS_TOLERANCES must be a dict, got [1]",
+        "notes.txt": "no problem named 'notes.txt' in the problem tree; nor is it a .py file inside the directory",
+    }
+    with serve(f"problems_dir={tree}", allow_problem_dir=allowed) as served:
+        for query, message in queries.items():
+            error = refused(served, query, outside[1])
+            assert error.startswith(message), (query, error)
+            assert str(tmp_path) not in error and str(ROOT) not in error and str(tree.resolve()) not in error, error
 
 
 def test_names_never_reach_the_file_branch_of_the_resolver(tmp_path, monkeypatch):
@@ -282,6 +302,26 @@ def test_a_results_wait_must_be_a_number_of_seconds(serve):
         assert served.call(f"/result/{queued['id']}?wait=0.1")[0] == 202  # still running
 
 
+def test_a_results_bad_wait_is_400_whatever_the_id(serve):
+    with serve() as served:
+        for wait in ("xx", "", "-1"):
+            status, _, answer = served.call(f"/result/no-such-id?wait={wait}")
+            assert status == 400 and answer["error"] == f'wait must be a number of seconds (0 or more), not "{wait}"'
+        status, _, answer = served.call("/result/no-such-id?wait=1")
+        assert status == 404 and answer["error"] == "no such id"
+
+
+def test_a_missing_token_and_a_wrong_token_are_both_401_and_told_apart(serve):
+    with serve(token="secret") as served:
+        for headers in ({}, {"Authorization": "Bearer "}, {"Authorization": "Basic c2VjcmV0"}):
+            status, _, answer = served.call("/health", headers=headers)
+            assert status == 401 and answer["error"].startswith("a bearer token is needed"), headers
+        for token in ("wrong", "secret2", "Secret"):
+            status, _, answer = served.call("/health", headers={"Authorization": f"Bearer {token}"})
+            assert status == 401 and answer["error"] == "the bearer token is not this server's", token
+        assert served.call("/health", headers={"Authorization": "Bearer secret"})[0] == 200
+
+
 def test_a_request_refused_before_its_body_was_read_closes_the_connection(serve):
     with serve(token="secret") as served:
         conn = http.client.HTTPConnection("127.0.0.1", served.port, timeout=30)
@@ -313,7 +353,8 @@ def test_a_problem_file_a_candidate_wrote_is_refused_and_never_imported(make_con
     planted, marker = tmp_path / "planted" / "9_Planted.py", tmp_path / "imported.marker"
     planted.parent.mkdir()
     candidate = planting_candidate(str(planted), EVIL_PROBLEM.format(marker=str(marker)))
-    with api.Session(make_config("timing.enabled=false")) as session, Served(session) as served:
+    # no boundary, so that the planted file exists: the service must refuse it by name alone
+    with api.Session(make_config("timing.enabled=false", "sandbox.layer=off")) as session, Served(session) as served:
         status, _, record = served.call("/evaluate", {"problem": "1_Scale_Bias_ReLU", "source": candidate, "name": "planter"})
         assert status == 200 and record["decision"]["status"] == "correct", record
         written = session.store.dir / "sources" / "1_Scale_Bias_ReLU" / "planter.py"  # the session's copy of the source

@@ -7,7 +7,7 @@ import pytest
 from harness.core import config
 from harness.core.channel import ChannelReader, ChannelWriter, ForgedMessage, new_key
 from harness.core.config import load_config
-from harness.core.errors import UserError
+from harness.core.errors import UserError, flat, one_line
 from harness.core.records import CandidateRecord, CheckResult, ExtensionBuild, TimingStats, from_dict, to_dict
 from harness.core.status import Status
 from harness.core.store import RunStore, read_records
@@ -39,6 +39,13 @@ def test_record_refuses_multiline_reason_and_speedup_on_failure():
         sample_record(reason="two\nlines")
     with pytest.raises(ValueError):
         sample_record(status=Status.INCORRECT)
+
+
+def test_a_multiline_exception_is_one_line_with_its_line_breaks_escaped_not_cut():
+    reason = one_line(RuntimeError("shape mismatch:\n  expected (2, 3)\r\n  got (3, 2)\u2028end\n"))
+    assert reason == "RuntimeError: shape mismatch:\\n  expected (2, 3)\\r\\n  got (3, 2)\\u2028end"
+    assert sample_record(status=Status.RUNTIME_ERROR, speedup=None, reason=flat(reason)).decision.reason == flat(reason)
+    assert one_line(ValueError("\n \n")) == "ValueError" and len(one_line(ValueError("x\n" * 500), 100)) == 100
 
 
 def test_timing_stats_summarise_samples():

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import signal
 import threading
 from typing import Iterator, Sequence
@@ -22,6 +23,16 @@ def add_config_arguments(parser: argparse.ArgumentParser, *, section: str = "", 
     command reads, `example` is a --set shown in the help."""
     parser.add_argument("--config", metavar="FILE", help="YAML layered over configs/default.yaml" + (f" ({section})" if section else ""))
     parser.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], help=f"override one config key, e.g. {example}")
+
+
+def add_problems_dir_argument(parser: argparse.ArgumentParser, description: str) -> None:
+    """The `--problems-dir DIR` option (config problems_dir); `problems_dir_override` reads it."""
+    parser.add_argument("--problems-dir", metavar="DIR", help=description)
+
+
+def problems_dir_override(args: argparse.Namespace) -> list[str]:
+    """`--problems-dir` as a config override for `load_config`, when it was given."""
+    return [f"problems_dir={json.dumps(args.problems_dir)}"] if args.problems_dir else []
 
 
 def load_config(args: argparse.Namespace, overrides: Sequence[str] = ()) -> Config:

@@ -1,4 +1,5 @@
-"""`python run.py gate --baseline OLD --current NEW`: fail when a candidate regressed."""
+"""`python run.py gate --baseline OLD --current NEW`: fail when a candidate regressed, a correct one is
+missing or a new one is not correct."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Sequence
 from harness.commands import add_config_arguments, load_config
 from harness.core.config import Config
 from harness.core.errors import ExitCode
-from harness.views.gate import GateResult, Rules, Side, gate, load_side, report
+from harness.views.gate import GateResult, Rules, Side, gate, load_side, print_report, report
 
 
 def setup_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,6 +31,11 @@ def add_gate_options(parser: argparse.ArgumentParser) -> None:
         default=True,
         help="compare the times of a candidate whose source changed, so that an edit that makes it slower fails (default); --no-across-changes reports those times as not comparable (correctness is compared either way)",
     )
+    parser.add_argument(
+        "--allow-missing",
+        action="store_true",
+        help="a baseline candidate that was correct and is absent from a problem this run evaluated fails nothing (default: it fails the gate)",
+    )
 
 
 def run_from_args(args: argparse.Namespace, argv: Sequence[str]) -> int:
@@ -37,13 +43,13 @@ def run_from_args(args: argparse.Namespace, argv: Sequence[str]) -> int:
     current = Path(args.current)
     folder = current if current.is_dir() else current.parent if current.is_file() else cfg.path(cfg.results_dir) / args.current
     out = Path(args.report) if args.report else (folder / "gate.md" if folder.is_dir() else Path("gate.md"))
-    baseline, rules = prepare_gate(cfg, args.baseline, args.fail_on)
+    baseline, rules = prepare_gate(cfg, args.baseline, args.fail_on, args.allow_missing)
     return run_gate(cfg, baseline, rules, args.current, args.across_changes, out)
 
 
-def prepare_gate(cfg: Config, baseline: str, fail_on: str | None) -> tuple[Side, Rules]:
+def prepare_gate(cfg: Config, baseline: str, fail_on: str | None, allow_missing: bool = False) -> tuple[Side, Rules]:
     """The baseline's records and the rules, read (and checked) before anything else happens."""
-    rules = Rules.parse(fail_on if fail_on is not None else cfg.gate.fail_on, cfg.gate.threshold)
+    rules = Rules.parse(fail_on if fail_on is not None else cfg.gate.fail_on, cfg.gate.threshold, allow_missing)
     return load_side(baseline, cfg.path(cfg.results_dir)), rules
 
 
@@ -55,6 +61,8 @@ def run_gate(cfg: Config, baseline: Side, rules: Rules, current: str, across_cha
 
 
 def publish(result: GateResult, out: Path, echo: bool = True) -> None:
+    """The markdown report to `out` (and $GITHUB_STEP_SUMMARY), the same as tables that fit the
+    terminal on stdout (`echo`), and the verdict in one line on stderr."""
     text = report(result)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
@@ -63,6 +71,8 @@ def publish(result: GateResult, out: Path, echo: bool = True) -> None:
         with open(summary, "a", encoding="utf-8") as f:
             f.write(text + "\n")
     if echo:
-        print(text)
+        from harness.views.terminal import terminal_console
+
+        print_report(result, terminal_console(), out.name)
     verdict = "gate passed" if result.passed else "gate FAILED: " + "; ".join(result.failures)
     print(f"{verdict} (report: {out})", file=sys.stderr)

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from harness.commands import add_config_arguments, load_config
+from harness.commands import add_config_arguments, add_problems_dir_argument, load_config, problems_dir_override
 from harness.core.config import DEFAULT_TOLERANCE, ROOT, Device, TimerSettings
 from harness.core.errors import ExitCode, UserError
 from harness.core.records import to_dict
@@ -25,13 +25,14 @@ LINT_TIMING_BUDGET_S = 2.0  # the timing config's budget, capped: the lint needs
 
 def setup_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("problems", nargs="*", metavar="PROBLEM", help="problem names or unique prefixes (default: every problem)")
+    add_problems_dir_argument(parser, "the problem tree (config problems_dir), e.g. KernelBench's KernelBench/ folder")
     parser.add_argument("--device", choices=Device.words(), help="where to run the references (default: config device)")
     parser.add_argument("--out", metavar="FILE", help="the markdown report (default: lint.md in the results folder, config results_dir)")
     add_config_arguments(parser, section="the lint section", example="lint.memory_gb=80")
 
 
 def run_from_args(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    cfg = load_config(args, [f"device={args.device}"] if args.device else [])
+    cfg = load_config(args, ([f"device={args.device}"] if args.device else []) + problems_dir_override(args))
     from harness.api import resolve_device
 
     device = resolve_device(cfg)

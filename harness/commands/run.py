@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -70,18 +71,42 @@ def run_from_args(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if args.resume and args.run_id:
         raise UserError("--resume names the run to finish; leave out --run-id")
     targets = select_targets(cfg, problem=args.problem, solution=args.solution, everything=args.all, samples=args.samples)
-    run_id = Path(args.resume).name if args.resume else args.run_id
-    if args.gate is None:
-        return run(cfg, targets, run_id=run_id, resume=bool(args.resume), quiet=args.quiet, json_output=args.json, argv=argv, kernelbench=bool(args.samples))
-    from harness.commands.gate import prepare_gate, run_gate
+    run_id = Path(args.resume).name if args.resume else args.run_id or new_run_id()  # named first, for the resume line
+    gating = None
+    if args.gate is not None:
+        from harness.commands.gate import prepare_gate
 
-    baseline, rules = prepare_gate(cfg, args.gate, args.fail_on)  # a bad baseline or rule is a usage error before anything runs
-    run_id = run_id or new_run_id()
+        gating = prepare_gate(cfg, args.gate, args.fail_on, args.allow_missing)  # a bad baseline or rule fails first
     code = run(cfg, targets, run_id=run_id, resume=bool(args.resume), quiet=args.quiet, json_output=args.json, argv=argv, kernelbench=bool(args.samples))
-    if code in (ExitCode.INTERRUPTED, ExitCode.INTERNAL):
-        return code  # an unfinished run, or a failed reference, is not gated
+    if gating is None or code in (ExitCode.INTERRUPTED, ExitCode.INTERNAL):
+        return told_how_to_resume(code, args.program, argv, run_id)  # unfinished, or a failed reference: not gated
+    from harness.commands.gate import run_gate
+
+    baseline, rules = gating
     folder = cfg.path(cfg.results_dir) / run_id
     return run_gate(cfg, baseline, rules, str(folder), args.across_changes, folder / "gate.md", echo=not args.json)
+
+
+def told_how_to_resume(code: int, program: str, argv: Sequence[str], run_id: str) -> int:
+    """`code`, after printing the line that resumes the run when it was interrupted."""
+    if code == ExitCode.INTERRUPTED:
+        print(resume_line(program, argv, run_id), file=sys.stderr)
+    return code
+
+
+def resume_line(program: str, argv: Sequence[str], run_id: str) -> str:
+    """ "interrupted: resume with python3 run.py --all --resume RUN": the run's own command line
+    (`program` as it was started, `argv` its arguments) with --resume RUN_ID in place of --run-id or --resume."""
+    words = list(argv[1:] if argv and argv[0] == "run" else argv)
+    kept: list[str] = []
+    while words:
+        word = words.pop(0)
+        if word in ("--run-id", "--resume"):
+            words = words[1:]  # and its value
+        elif not word.startswith(("--run-id=", "--resume=")):
+            kept.append(word)
+    start = f"python3 {program}" if program.endswith(".py") else program
+    return f"interrupted: resume with {start} {shlex.join([*kept, '--resume', run_id])}"
 
 
 def select_targets(cfg: Config, *, problem: str | Sequence[str] | None, solution: str | None, everything: bool, samples: str | None = None) -> list[Target]:
@@ -221,6 +246,7 @@ def _evaluate(session: Session, targets: list[Target], progress: Progress) -> tu
         progress.message("note: no CUDA device in use: running on the CPU; candidates that need CUDA get the status 'needs CUDA'")
     if session.executor.describe():
         progress.message(session.executor.describe())
+    progress.message(f"boundary around candidates: {session.resources.boundary.describe()}")
     futures: list[Any] = []
     interrupted = False
     try:

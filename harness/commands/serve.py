@@ -48,7 +48,13 @@ from typing import Any, Optional, Sequence
 from urllib.parse import ParseResult, parse_qs, urlparse
 
 from harness.api import Session
-from harness.commands import add_config_arguments, load_config, sigterm_interrupts
+from harness.commands import (
+    add_config_arguments,
+    add_problems_dir_argument,
+    load_config,
+    problems_dir_override,
+    sigterm_interrupts,
+)
 from harness.core.config import Device
 from harness.core.errors import ExitCode, UserError, flat, one_line
 from harness.core.records import CandidateRecord, to_dict
@@ -106,7 +112,10 @@ class Service:
         if found is None:
             cfg = self.session.cfg
             found = resolve_named_problem(query, cfg.path(cfg.problems_dir), self.allow_problem_dir)
-            _ = found.settings  # a malformed HARNESS_* declaration is bad input now, not in a lane
+            try:
+                _ = found.settings  # a malformed HARNESS_* declaration is bad input now, not in a lane
+            except UserError as exc:  # named as the client named it, not by the server's path
+                raise UserError(f"problem {query[:200]!r}: {str(exc).removeprefix(f'{found.path}: ')}") from None
             with self._lock:
                 self._problems[query] = found
         return found
@@ -186,17 +195,20 @@ class Handler(BaseHTTPRequestHandler):
             self._reply(HTTPStatus.ACCEPTED, {"id": ident})
 
     def _result(self, url: ParseResult) -> None:
+        """GET /result/ID: a bad `?wait=` is 400 whatever the id, then an unknown id 404."""
+        given = parse_qs(url.query, keep_blank_values=True).get("wait", ["0"])[0]
+        try:
+            wait = float(given)
+        except ValueError:
+            wait = math.nan
+        if not math.isfinite(wait) or wait < 0:
+            message = f"wait must be a number of seconds (0 or more), not {json.dumps(given[:40])}"
+            self._reply(HTTPStatus.BAD_REQUEST, {"error": message})
+            return
         ident = url.path.removeprefix("/result/")
         future = self.service.future(ident)
         if future is None:
             self._reply(HTTPStatus.NOT_FOUND, {"error": "no such id"})
-            return
-        try:
-            wait = float(parse_qs(url.query).get("wait", ["0"])[0])
-        except ValueError:
-            wait = math.nan
-        if not math.isfinite(wait) or wait < 0:
-            self._reply(HTTPStatus.BAD_REQUEST, {"error": "wait must be a number of seconds (0 or more)"})
             return
         self._answer(future, min(wait, 600.0), ident)
 
@@ -278,7 +290,10 @@ class Handler(BaseHTTPRequestHandler):
         given = self.headers.get("Authorization", "")
         if not token or hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
             return True
-        self._reply(HTTPStatus.UNAUTHORIZED, {"error": "a bearer token is needed (Authorization: Bearer <token>)"})
+        if given.startswith("Bearer ") and given.removeprefix("Bearer ").strip():
+            self._reply(HTTPStatus.UNAUTHORIZED, {"error": "the bearer token is not this server's"})
+        else:
+            self._reply(HTTPStatus.UNAUTHORIZED, {"error": "a bearer token is needed (Authorization: Bearer <token>)"})
         return False
 
     def _reply(self, status: HTTPStatus, payload: Any, headers: Optional[dict[str, str]] = None) -> None:
@@ -322,7 +337,7 @@ def setup_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     parser.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 = any free port, printed at start)")
     parser.add_argument("--token", default=os.environ.get("HARNESS_TOKEN", ""), help="bearer token every request must carry (default: $HARNESS_TOKEN; none = no check)")
-    parser.add_argument("--problems-dir", metavar="DIR", help="the problem tree (config problems_dir); clients name its problems, never files")
+    add_problems_dir_argument(parser, "the problem tree (config problems_dir); clients name its problems, never files")
     parser.add_argument("--allow-problem-dir", metavar="DIR", help="also take problem files a client names by path, when they lie inside DIR (symlinks resolved): the problem is the trusted reference, so name a directory only you write to")
     add_config_arguments(parser, example="workers.warm_problems=4")
     parser.add_argument("--device", choices=Device.words(), help="where to run (default: config, auto)")
@@ -332,8 +347,7 @@ def run_from_args(args: argparse.Namespace, argv: Sequence[str]) -> int:
     overrides: list[str] = []  # the command's own flags, over --set
     if args.device:
         overrides.append(f"device={args.device}")
-    if args.problems_dir:
-        overrides.append(f"problems_dir={json.dumps(args.problems_dir)}")
+    overrides += problems_dir_override(args)
     if args.host not in ("127.0.0.1", "localhost", "::1") and not args.token:
         print("warning: serving beyond this machine without --token: anyone who reaches the port runs code here", file=sys.stderr)
     allow_dir = None

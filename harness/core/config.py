@@ -127,6 +127,16 @@ class WeightSource(Vocabulary):
     SEED = "seed"
 
 
+class Boundary(Vocabulary):
+    """sandbox.layer: what keeps a candidate's processes from writing outside their scratch (docs/integrity.md)."""
+
+    AUTO = "auto"  # the strongest this machine offers: landlock, else mount, else hash
+    LANDLOCK = "landlock"  # Landlock: writes only beneath the run's scratch, the build cache and /dev
+    MOUNT = "mount"  # a private mount namespace with the trees bound read-only
+    HASH = "hash"  # no kernel boundary: the trees are fingerprinted around each candidate, a change restored and reported
+    OFF = "off"  # nothing: a candidate can write wherever the user can
+
+
 class SanitizerTool(Vocabulary):
     """sanitizer.tools: compute-sanitizer's tools."""
 
@@ -376,6 +386,15 @@ class WorkersConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class SandboxConfig:
+    layer: str  # auto | landlock | mount | hash | off (Boundary)
+
+    def __post_init__(self) -> None:
+        if self.layer not in Boundary.words():
+            raise ValueError(f"sandbox.layer must be one of {', '.join(Boundary.words())}, got {self.layer!r}")
+
+
+@dataclasses.dataclass(frozen=True)
 class RayConfig:
     address: str  # "" = start a Ray instance on this machine; "auto" = join the running cluster; "ray://HOST:10001"
     lanes: int  # evaluation actors, one GPU each (CPU runs: one CPU each); 0 = one per GPU in the cluster (CPU runs: 1)
@@ -441,6 +460,7 @@ class Config:
     speed_of_light: SpeedOfLightConfig
     builds: BuildsConfig
     workers: WorkersConfig
+    sandbox: SandboxConfig
     executor: str  # local | ray: where evaluations run (ray: needs the optional extra, pip install .[ray])
     ray: RayConfig
     limits: Limits
@@ -528,12 +548,26 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     except FileNotFoundError:
         raise UserError(f"config file not found: {path}") from None
     except yaml.YAMLError as exc:
-        raise UserError(f"config file {path} is not valid YAML: {str(exc).splitlines()[0]}") from None
+        raise UserError(_yaml_error(path, exc)) from None
     if loaded is None:
         return {}
     if not isinstance(loaded, dict):
         raise UserError(f"config file {path} must hold a mapping at the top level")
     return loaded
+
+
+def _yaml_error(path: Path, exc: yaml.YAMLError) -> str:
+    """PyYAML's error on one line, with the file, line and column (1-based) where it was found and,
+    when PyYAML says one, what it was reading and where that started."""
+    mark, problem = getattr(exc, "problem_mark", None), getattr(exc, "problem", None)
+    if mark is None or not problem:
+        return f"config file {path} is not valid YAML: {str(exc).splitlines()[0]}"
+    context, started = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+    if context and started is not None and (started.line, started.column) != (mark.line, mark.column):
+        problem = f"{problem} ({context} started at line {started.line + 1}, column {started.column + 1})"
+    elif context:
+        problem = f"{problem} ({context})"
+    return f"config file {path} is not valid YAML at line {mark.line + 1}, column {mark.column + 1}: {problem}"
 
 
 def _fields(cls: type) -> dict[str, Any]:

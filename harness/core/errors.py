@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import errno
 import os
+import re
 from typing import Optional
 
 
@@ -26,11 +27,15 @@ class ResourceError(Exception):
     """The machine lacks what a run needs (free disk). main() prints `harness error: <message>` and exits 5."""
 
 
+# What str.splitlines() breaks a line at; one_line writes each as an escape, as Python's repr does.
+LINE_BREAKS = re.compile("[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]")
+
+
 def one_line(exc: BaseException, limit: int = 300) -> str:
-    """An exception as one line: its type and the first line of its message, at most `limit` characters."""
-    text = str(exc).strip().splitlines()
-    first = text[0] if text else ""
-    return f"{type(exc).__name__}: {first}"[:limit] if first else type(exc).__name__
+    """An exception as one line: its type and its whole message, each line break in it written as an
+    escape (`\\n`, `\\r`, `\\u2028`), at most `limit` characters."""
+    text = LINE_BREAKS.sub(lambda m: repr(m.group())[1:-1], str(exc).strip())
+    return f"{type(exc).__name__}: {text}"[:limit] if text else type(exc).__name__
 
 
 def flat(text: str, limit: int = 400) -> str:

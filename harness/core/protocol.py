@@ -161,6 +161,7 @@ class JudgeJob:
     guard_bands: bool = True  # check the poisoned bands after the worker's inputs after each call
     rng_seed: int = 0  # torch is seeded with this plus the call's index before each checked reference call
     profile: Optional[CallProfile] = None  # the reference's profiled call, from the reference cache: not profiled again
+    source_text: str = ""  # the problem's pinned source, loaded instead of reading `source` ("" = read it)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -393,6 +394,7 @@ class WorkerJob:
     guard_bands: bool  # report a write past the end of an input the worker copied to the device
     weights: str  # check.weights: "transplant" (the reference's weights) or "seed" (its own same-seed ones)
     session: SessionHandle  # the worker's view of the judge: its regions, weights and first inputs
+    source_text: str = ""  # the module's pinned source (the problem's, for a baseline), loaded instead of reading `source`
 
 
 @dataclasses.dataclass(frozen=True)
@@ -453,6 +455,7 @@ class Done:
     """worker -> parent: the worker finished its run (its last message)."""
 
     phase_seconds: dict[str, float]  # how long each phase took
+    leftover: int = 0  # processes the model started and left running, ended by the worker before this message
 
 
 @dataclasses.dataclass(frozen=True)

@@ -95,7 +95,7 @@ DESCRIPTIONS: dict[Status, str] = {
     Status.CRASHED: "the worker process died (signal or non-zero exit) without reporting",
     Status.EXITED_EARLY: "the worker process exited cleanly before reporting a result",
     Status.FORGED_RESULT: "the result channel carried a message the harness did not write",
-    Status.TAMPERED: "the model replaced a timer, synchronisation, serialisation or harness function",
+    Status.TAMPERED: "the model replaced a timer, synchronisation, serialisation or harness function, or wrote into the problem, solutions or results tree",
     Status.NO_CUSTOM_KERNEL: "correct, but none of its own kernels ran (CUDA: in the profiled call; CPU: no extension call, or only the reference's ATen operators)",
     Status.FLAGGED: "correct, but an integrity flag whose policy is fail was raised (the reason names it; see the flags column)",
     Status.WRONG_GRADIENTS: "forward matched, but a backward of the same loss gave other gradients (check.gradients: fail)",

@@ -20,10 +20,15 @@ __all__ = ["LEAK_SHARE", "WorkerFailure", "classify", "load_module"]
 class WorkerFailure(Exception):
     """A failure of the model under a status of its own (not a bug of the harness)."""
 
-    def __init__(self, status: Status, reason: str) -> None:
+    def __init__(self, status: Status, reason: str, what: str = "") -> None:
         super().__init__(reason)
         self.status = status
         self.reason = reason
+        self.what = what or status.value  # what failed, as reports name it: e.g. "get_inputs failed"
+
+    def describe(self) -> str:
+        """ "construct failed: ValueError: ...": what failed, then why."""
+        return f"{self.what}: {self.reason}"
 
 
 _NEEDS_CUDA_MARKERS = (
@@ -87,9 +92,10 @@ def _memory_held_outside() -> str:
     return f" (the device had {free >> 20} MiB free of {total >> 20} MiB, and PyTorch's allocator held only {held >> 20} MiB: memory taken outside it, and never given back?)"
 
 
-def load_module(path: Path, module_name: str) -> types.ModuleType:
-    """Execute the source at `path` as module `module_name`; its failures as WorkerFailure (a syntax error, an import or build failure)."""
-    source = path.read_text(encoding="utf-8", errors="replace")
+def load_module(path: Path, module_name: str, text: str = "") -> types.ModuleType:
+    """Execute the source at `path` (or `text`, its pinned bytes, as `path`) as module
+    `module_name`; its failures as WorkerFailure (a syntax error, an import or build failure)."""
+    source = text or path.read_text(encoding="utf-8", errors="replace")
     try:
         code = compile(source, str(path), "exec")
     except SyntaxError as exc:

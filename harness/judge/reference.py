@@ -57,7 +57,7 @@ class Reference:
 
     def import_problem(self) -> None:
         """Load the problem's module; it must define Model (an nn.Module), get_inputs and get_init_inputs."""
-        self.module = load_module(Path(self.job.source), "__reference__")
+        self.module = load_module(Path(self.job.source), "__reference__", self.job.source_text)
         model_class = getattr(self.module, "Model", None)
         if not isinstance(model_class, type) or not issubclass(model_class, torch.nn.Module):
             raise WorkerFailure(Status.INTERFACE_ERROR, "the module defines no nn.Module subclass named Model")
@@ -169,7 +169,7 @@ class Reference:
                 setattr(self.module, name, value)
             torch.manual_seed(seed)
             with self.device:
-                raw = list(self.module.get_inputs())
+                raw = self.problem_inputs()
             args = [a.to(self.device) if isinstance(a, torch.Tensor) else a for a in raw]
             if self.structures is None:  # read once, from the first draw: the problem's guarantees
                 self.structures = [structure(a) for a in args]
@@ -180,6 +180,14 @@ class Reference:
         finally:
             for name, value in saved.items():
                 setattr(self.module, name, value)
+
+    def problem_inputs(self) -> list[Any]:
+        """What the problem's get_inputs() returns; its failure is named as such."""
+        try:
+            return list(self.module.get_inputs())
+        except BaseException as exc:
+            failure = classify(exc, Status.CONSTRUCT_FAILED)
+            raise WorkerFailure(failure.status, failure.reason, "get_inputs failed") from None
 
     def forward(self, args: list[Any], aliases: bool = False) -> dict[str, Any]:
         """The reference's outputs on `args`, as the record compare_outputs reads."""

@@ -359,7 +359,7 @@ class Judge:
         try:
             return self._start()
         except WorkerFailure as failure:
-            return P.ReferenceReport(False, f"{failure.status.value}: {failure.reason}", phase_seconds=self.phase_seconds)
+            return P.ReferenceReport(False, failure.describe(), phase_seconds=self.phase_seconds)
 
     def _phase(self, name: str) -> None:
         """Enter start-up phase `name` (the parent hears of it; the last phase's seconds are kept)."""
@@ -494,12 +494,12 @@ def serve(requests: Any, send: Callable[[Any], None]) -> None:
             failure = classify(exc, Status.HARNESS_ERROR)
             device = getattr(judge, "device", None)
             if failure.status in (Status.CUDA_FAULT, Status.OUT_OF_MEMORY) or _device_broken(device):
-                send(P.Fault(f"{failure.status.value}: {failure.reason}"))
+                send(P.Fault(failure.describe()))
                 return
             if isinstance(request, P.Check):
                 send(P.StepAnswer(failure=P.Failure(Status.HARNESS_ERROR, f"the judge failed on this step: {failure.reason}")))
             else:
-                send(P.Fault(f"{failure.status.value}: {failure.reason}"))
+                send(P.Fault(failure.describe()))
                 return
 
 

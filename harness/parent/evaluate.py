@@ -64,7 +64,7 @@ class ProblemEvaluation:
         self._owns_resources = resources is None  # then its scratch is ours to remove
         self.resources = resources if resources is not None else RunResources(cfg, device, store, RunScratch.create())
         self.builds = self.resources.builds  # a harness.parent.prebuild.BuildAhead already building these candidates, or None
-        self.lane: Lane = lane if lane is not None else Lane.single(cfg, device, quiet=self.resources.quiet)
+        self.lane: Lane = lane if lane is not None else Lane.single(cfg, device, quiet=self.resources.quiet, worker_env=self.resources.boundary.env)
         self._owns_lane = lane is None  # then its prestarted worker is ours to end
         memory_limit = cfg.limits.memory_mb << 20 if cfg.limits.memory_mb else default_memory_limit()
         self.plan: Optional[Plan] = plan  # the secret seeds and calls; None: a fresh one is drawn for the first candidate
@@ -74,7 +74,7 @@ class ProblemEvaluation:
         self.reference_pass = ReferencePass(self.setting, self.judge, lambda: self._stopped)
         self._stopped = False  # stop() was called: nothing more is written
         prestart = self.lane.launcher.prestart and self.cfg.sanitizer.prestart
-        self.sanitizer = LaneSanitizer(self.cfg, problem.path, device, self.lane.launcher.env, prestart, scratch=self.resources.scratch, quiet=self.resources.quiet)
+        self.sanitizer = LaneSanitizer(self.cfg, problem.path, device, {**self.lane.launcher.env, **self.lane.launcher.worker_env}, prestart, scratch=self.resources.scratch, quiet=self.resources.quiet)
 
     def screen(self) -> tuple[list[CandidateRecord], list[Candidate]]:
         """Records for candidates that cannot run here (written now), and the runnable rest."""
@@ -132,7 +132,7 @@ class ProblemEvaluation:
         except Exception as exc:  # a harness bug on one candidate must not end the run
             traceback.print_exc()
             record = self._failed(candidate, Status.HARNESS_ERROR, f"{type(exc).__name__}: {exc}")
-        return self._finish(record)
+        return self._finish(self._bounded(candidate, record))
 
     def close(self) -> None:
         self.judge.end()
@@ -173,6 +173,20 @@ class ProblemEvaluation:
         decided = verdict.settle(case, first, unsafe, lambda timed, paired: compare_times(timed, paired, compared.profile, reference, self.cfg))
         return self._record(candidate, *decided_parts(compared, case, decided, sanitized))
 
+    def _bounded(self, candidate: Candidate, record: CandidateRecord) -> CandidateRecord:
+        """The record once the boundary is checked: with the hash layer, a candidate that wrote into
+        a watched tree is `tampered` (what it wrote undone); a problem file changed on disk is a
+        warning (the judge loaded the bytes pinned when the problem was found)."""
+        watch = self.resources.boundary.watch
+        changes = watch.check() if watch is not None else []
+        if changes:
+            more = f" and {len(changes) - 3} more" if len(changes) > 3 else ""
+            return self._failed(candidate, Status.TAMPERED, f"wrote outside its scratch: {'; '.join(changes[:3])}{more}")
+        if self.problem.changed_on_disk():
+            note = f"the problem file {self.problem.path} changed on disk during the run; the bytes read when the run began were judged"
+            return dataclasses.replace(record, decision=dataclasses.replace(record.decision, warnings=(*record.decision.warnings, note)))
+        return record
+
     def _failed(self, candidate: Candidate, status: Status, reason: str) -> CandidateRecord:
         return self._record(candidate, Decision(status, flat(reason)), Checks(), Timing(), Integrity(), Provenance())
 
@@ -207,12 +221,18 @@ def reported(candidate: Candidate, outcome: WorkerOutcome) -> Reported:
     return Reported(mapping, outcome.first(P.ExtensionCalls), outcome.first(P.Threads), why, tuple(scan_source(candidate.path)), frozenset(declared_kernels(candidate.path)))
 
 
+def left_running(outcome: WorkerOutcome) -> tuple[str, ...]:
+    """A note when the model left processes running that its worker had to end."""
+    count = outcome.done.leftover if outcome.done is not None else 0
+    return (f"the model left {count} process{'es' if count > 1 else ''} running after its run; the worker ended {'them' if count > 1 else 'it'}",) if count else ()
+
+
 def decided_parts(compared: Compared, case: Case, decided: Verdict, sanitized: tuple[SanitizerResult, ...]) -> tuple[Decision, Checks, Timing, Integrity, Provenance]:
     """The parts of the record of a candidate that ran against the judge, from its settled verdict."""
     outcome, gradients = compared.outcome, compared.gradients
     mapping = case.reported.mapping
     return (
-        Decision(decided.status, flat(decided.reason), decided.stricter, decided.warnings, decided.notes),
+        Decision(decided.status, flat(decided.reason), decided.stricter, decided.warnings, decided.notes + left_running(outcome)),
         Checks(
             results=tuple(compared.checks),
             same_seed=compared.same_seed,

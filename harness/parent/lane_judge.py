@@ -82,6 +82,7 @@ class LaneJudge:
         cfg = self.setting.cfg
         return P.JudgeJob(
             source=str(self.setting.problem.path.resolve()),
+            source_text=self.setting.problem.text,
             device=self.setting.device,
             build_cache=str(cfg.path(cfg.build_cache_dir)),
             construct_seed=plan.construct_seed,
@@ -173,6 +174,7 @@ class Subject:
     compile_mode: Optional[str] = None  # a compile baseline: torch.compile's mode
     class_name: Optional[str] = None  # None: ModelNew for a candidate, Model for a baseline
     name: str = "the candidate"  # how timing messages name it
+    text: str = ""  # its pinned source (the problem's, for the null candidate and a baseline); "" = read `source`
 
 
 class ComparedPass:
@@ -222,6 +224,7 @@ class ComparedPass:
         return P.WorkerJob(
             role=subject.role,
             source=str(subject.source.resolve()),
+            source_text=subject.text,
             class_name=subject.class_name or ("ModelNew" if subject.role is P.Role.CANDIDATE else "Model"),
             compile_mode=subject.compile_mode,
             device=self.setting.device,
@@ -417,7 +420,7 @@ class ReferencePass:
         """The null candidate: the problem's own Model through the candidate path (every check, then
         timed in turns with the reference). Identical code: its speedup is this run's 1.00x."""
         try:
-            compared = self.judge.compare(plan, self.timing_mode, Subject(P.Role.CANDIDATE, self.setting.problem.path, "_null", class_name="Model", name="the null candidate"))
+            compared = self.judge.compare(plan, self.timing_mode, Subject(P.Role.CANDIDATE, self.setting.problem.path, "_null", class_name="Model", name="the null candidate", text=self.setting.problem.text))
         except JudgeFailed as exc:
             self.judge.failed(str(exc))
             return NullFloor(Status.HARNESS_ERROR.value, flat(f"the lane's judge failed: {exc}"))
@@ -432,7 +435,7 @@ class ReferencePass:
         candidate, then timed in turns with the eager reference. Its failure never fails the reference."""
         name = f"torch.compile({mode})"
         try:
-            compared = self.judge.compare(plan, self.timing_mode, Subject(P.Role.BASELINE, self.setting.problem.path, f"_compile-{mode}", compile_mode=mode, name=name))
+            compared = self.judge.compare(plan, self.timing_mode, Subject(P.Role.BASELINE, self.setting.problem.path, f"_compile-{mode}", compile_mode=mode, name=name, text=self.setting.problem.text))
         except JudgeFailed as exc:
             self.judge.failed(str(exc))
             return Baseline(name, False, flat(f"the lane's judge failed: {exc}"))

@@ -19,7 +19,7 @@ import collections
 import functools
 import threading
 import time
-from typing import Callable, Optional
+from typing import Callable, Mapping, Optional
 
 from harness.core.config import Config, Device
 from harness.core.errors import UserError
@@ -35,17 +35,18 @@ from harness.sources.problem import Problem
 __all__ = ["FAIR_WAIT_S", "LocalExecutor", "choose_job", "lane_count", "local_lanes", "visible_gpus"]
 
 
-def local_lanes(cfg: Config, device: str, quiet: Optional[QuietHost] = None) -> list[Lane]:
-    """The lanes of this machine (lane_count of them), their processes on the run's quiet host `quiet`."""
+def local_lanes(cfg: Config, device: str, quiet: Optional[QuietHost] = None, worker_env: Optional[Mapping[str, str]] = None) -> list[Lane]:
+    """The lanes of this machine (lane_count of them), their processes on the run's quiet host `quiet`,
+    their workers given `worker_env` (the run's boundary)."""
     if device != Device.CUDA:
-        return [Lane.single(cfg, device, quiet=quiet)]
+        return [Lane.single(cfg, device, quiet=quiet, worker_env=worker_env)]
     visible = visible_gpus()
     chosen = list(cfg.workers.gpus) or list(range(len(visible)))
     wrong = [g for g in chosen if g >= len(visible)]
     if wrong:
         raise UserError(f"workers.gpus names GPU {wrong[0]}, but {len(visible)} GPU(s) are visible (indices 0-{len(visible) - 1})")
     per_gpu = cfg.workers.lanes_per_gpu
-    return [Lane.single(cfg, device, gpu=visible[g], label=f"cuda:{visible[g]}" if per_gpu == 1 else f"cuda:{visible[g]}/{k}", index=i * per_gpu + k, quiet=quiet) for i, g in enumerate(chosen) for k in range(per_gpu)]
+    return [Lane.single(cfg, device, gpu=visible[g], label=f"cuda:{visible[g]}" if per_gpu == 1 else f"cuda:{visible[g]}/{k}", index=i * per_gpu + k, quiet=quiet, worker_env=worker_env) for i, g in enumerate(chosen) for k in range(per_gpu)]
 
 
 FAIR_WAIT_S = 30.0  # a candidate queued this long goes next, warm problem or not
@@ -72,7 +73,7 @@ class LocalExecutor(QueuedExecutor):
         super().__init__(on_record=observer.on_record, on_start=observer.on_start, on_problem=observer.on_problem)
         self.resources = resources
         self.cfg, self.device, self.store = resources.cfg, resources.device, resources.store
-        self.lanes = local_lanes(self.cfg, self.device, resources.quiet)
+        self.lanes = local_lanes(self.cfg, self.device, resources.quiet, resources.boundary.env)
         self.warm = max(1, warm)
         self._plans: dict[tuple[str, str], Plan] = {}
         self._warm: dict[int, collections.OrderedDict[tuple[str, str], ProblemEvaluation]] = {}  # per lane (from its first job): problem -> its evaluation, oldest first

@@ -21,7 +21,7 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Optional
+from typing import Mapping, Optional
 
 from harness.core.config import ROOT, Device
 from harness.parent.quiet import QuietHost
@@ -51,8 +51,9 @@ class BuildAhead:
     candidate's build has finished (or failed, or run past `timeout`). Its build processes are
     background work for `quiet`, the run's quiet host."""
 
-    def __init__(self, cache_dir: Path, arch: str, builds: int, jobs_per_build: int, timeout: float, quiet: Optional[QuietHost] = None) -> None:
+    def __init__(self, cache_dir: Path, arch: str, builds: int, jobs_per_build: int, timeout: float, quiet: Optional[QuietHost] = None, env: Optional[Mapping[str, str]] = None) -> None:
         self.cache_dir = cache_dir
+        self.env = dict(env or {})  # the run's boundary (harness.parent.boundary), for every build process
         self.quiet = quiet if quiet is not None else QuietHost()
         self.arch = arch
         self.jobs_per_build = jobs_per_build
@@ -105,7 +106,7 @@ class BuildAhead:
         for the run's quiet host while it runs: pinned to the builds' CPUs before its
         compilers start, stopped while a lane times. Time it spends stopped does not count against
         `timeout`."""
-        env = {**os.environ, "MAX_JOBS": str(self.jobs_per_build)}
+        env = {**os.environ, **self.env, "MAX_JOBS": str(self.jobs_per_build)}
         if self.arch not in ("", Device.CPU):
             env["TORCH_CUDA_ARCH_LIST"] = self.arch
         host = self.quiet

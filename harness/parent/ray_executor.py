@@ -176,7 +176,7 @@ class LaneActor:
         self.store = LaneStore(self.folder / "results", run_id)
         self.resources = RunResources(self.cfg, device, self.store, own)
         gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "") if device == Device.CUDA else ""
-        self.lane = Lane.single(self.cfg, device, label=f"{socket.gethostname()}/cuda:{gpu}" if gpu else f"{socket.gethostname()}/cpu", quiet=self.resources.quiet)
+        self.lane = Lane.single(self.cfg, device, label=f"{socket.gethostname()}/cuda:{gpu}" if gpu else f"{socket.gethostname()}/cpu", quiet=self.resources.quiet, worker_env=self.resources.boundary.env)
         self.evaluation: Optional[ProblemEvaluation] = None
         self.evaluation_key: Any = None
         self.sent: set[str] = set()

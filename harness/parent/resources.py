@@ -14,11 +14,12 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from harness.core.config import Ahead, Config, Device, Executor, QuietMode
 from harness.core.records import CandidateRecord
 from harness.core.store import RunStore, new_run_id
+from harness.parent.boundary import RunBoundary, open_boundary
 from harness.parent.prebuild import BuildAhead, default_parallelism, gpu_arch
 from harness.parent.quiet import QuietHost
 from harness.parent.scratch import MIB, RunScratch, check_free_disk, default_base
@@ -55,6 +56,7 @@ class RunResources:
     quiet: QuietHost = dataclasses.field(default_factory=QuietHost)  # "off": touches nothing
     builds: Optional[BuildAhead] = None
     observer: Observer = Observer()
+    boundary: RunBoundary = RunBoundary.none()  # what keeps candidates' processes from writing outside the scratch
 
     @classmethod
     def open(cls, cfg: Config, device: str, store: Optional[RunStore] = None, *, observer: Observer = Observer(), echo: bool = False) -> "RunResources":
@@ -72,7 +74,8 @@ class RunResources:
             if echo and host.pin_note:
                 print(f"note: timing.quiet={mode}: {host.pin_note}", file=sys.stderr)
             store = store or RunStore(results_dir, new_run_id())
-            return cls(cfg, device, store, scratch, host, start_builds(cfg, device, host), observer)
+            boundary = open_boundary(cfg, scratch.path, results_run=store.dir)
+            return cls(cfg, device, store, scratch, host, start_builds(cfg, device, host, boundary.env), observer, boundary)
         except BaseException:
             host.close()
             scratch.close()
@@ -124,7 +127,7 @@ def lane_count(cfg: Config, device: str) -> int:
     return max(1, len(cfg.workers.gpus) or len(visible_gpus())) * cfg.workers.lanes_per_gpu
 
 
-def start_builds(cfg: Config, device: str, quiet: QuietHost) -> Optional[BuildAhead]:
+def start_builds(cfg: Config, device: str, quiet: QuietHost, env: Optional[Mapping[str, str]] = None) -> Optional[BuildAhead]:
     """A BuildAhead that builds each submitted candidate's extensions in a CPU pool, its builds
     background work for `quiet`; None when builds.ahead is never, or auto on a CPU run (where
     building would disturb the timings), or on Ray (builds run in its tasks)."""
@@ -138,4 +141,5 @@ def start_builds(cfg: Config, device: str, quiet: QuietHost) -> Optional[BuildAh
         cfg.builds.jobs_per_build or jobs,
         timeout=cfg.timeouts.load,
         quiet=quiet,
+        env=env,
     )

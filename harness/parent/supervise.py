@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from harness.core import protocol as P
 from harness.core.channel import ChannelReader, ForgedMessage, new_key
@@ -120,8 +120,19 @@ class Launcher:
     (stopped while a lane times, kept on the builds' CPUs); a worker handed out is a timing process of
     lane `lane_index`: pinned to that lane's CPUs, and running even if a hold had stopped it."""
 
-    def __init__(self, prestart: bool = False, env: Optional[dict[str, str]] = None, lane_index: int = 0, prewarm: str = "", spares: int = 1, judges: bool = False, quiet: Optional[QuietHost] = None) -> None:
+    def __init__(
+        self,
+        prestart: bool = False,
+        env: Optional[dict[str, str]] = None,
+        lane_index: int = 0,
+        prewarm: str = "",
+        spares: int = 1,
+        judges: bool = False,
+        quiet: Optional[QuietHost] = None,
+        worker_env: Optional[Mapping[str, str]] = None,
+    ) -> None:
         self.quiet = quiet if quiet is not None else QuietHost()
+        self.worker_env = dict(worker_env or {})  # the run's boundary (harness.parent.boundary): workers only, not judges
         self.prestart = prestart
         self.judges = judges  # with prestart: also the next problem's judge (take_judge)
         self.prewarm = prewarm  # "cuda": the spare readies the CUDA context and the profiler while it waits
@@ -142,10 +153,10 @@ class Launcher:
         host = self.quiet
         while self._spares and self._spares[0].proc.poll() is not None:  # a spare that died waiting
             self._discard_one(self._spares.pop(0))
-        started = self._spares.pop(0) if self._spares else start_worker(self.env)
+        started = self._spares.pop(0) if self._spares else start_worker({**self.env, **self.worker_env})
         host.register_timing(started.proc, self.lane_index)  # pinned to the lane, then continued if stopped
         while self.prestart and not self._closed and len(self._spares) < self.spares:
-            spare = start_worker(self._spare_env())
+            spare = start_worker({**self._spare_env(), **self.worker_env})
             host.register_background(spare.proc)
             self._spares.append(spare)
         self.active.add(started.proc)
@@ -582,12 +593,13 @@ class Lane:
     launcher: Launcher
 
     @classmethod
-    def single(cls, cfg: Config, device: str, gpu: str = "", label: str = "", index: int = 0, quiet: Optional[QuietHost] = None) -> "Lane":
+    def single(cls, cfg: Config, device: str, gpu: str = "", label: str = "", index: int = 0, quiet: Optional[QuietHost] = None, worker_env: Optional[Mapping[str, str]] = None) -> "Lane":
         """`index`: the lane's place among the run's lanes, which picks its CPUs on the run's quiet
         host `quiet` (none: an `off` host, which touches nothing)."""
         # nvidia-smi (clocks, identity) numbers GPUs in PCI order; CUDA must number them the same way
         env = {"CUDA_VISIBLE_DEVICES": gpu, "CUDA_DEVICE_ORDER": os.environ.get("CUDA_DEVICE_ORDER", "PCI_BUS_ID")} if gpu else {}
-        launcher = Launcher(prestart=wants_prestart(cfg, device), env=env, lane_index=index, prewarm=Device.CUDA if device == Device.CUDA else "", spares=cfg.workers.spares, judges=cfg.workers.prestart_judge, quiet=quiet)
+        prewarm = Device.CUDA if device == Device.CUDA else ""
+        launcher = Launcher(wants_prestart(cfg, device), env, index, prewarm, cfg.workers.spares, cfg.workers.prestart_judge, quiet, worker_env)
         return cls(label, gpu, launcher)
 
     @property

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import re
 from pathlib import Path
 from typing import Optional
 
+from harness.core.errors import UserError
 from harness.sources.extract import extract_code
 from harness.sources.problem import file_hash, natural_key
 
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")  # a candidate's name: a file stem, never a path
 CUDA_METHOD = "cuda"  # the name of tensor.cuda() and module.cuda() as a candidate's source calls them: torch's spelling, not a device setting
 
 
@@ -23,6 +26,14 @@ class Candidate:
     @property
     def hash(self) -> str:
         return file_hash(self.path)
+
+
+def check_name(name: str) -> str:
+    """The name, if it can name a candidate (a file stem in its problem's folder); else UserError."""
+    if not NAME.fullmatch(name):
+        rule = "use letters, digits, '_', '.' or '-' (at most 100), starting with a letter or digit"
+        raise UserError(f"candidate name {name!r}: {rule}")
+    return name
 
 
 def discover_candidates(folder: Path) -> list[Candidate]:

@@ -19,18 +19,43 @@ from harness.core.errors import UserError
 
 @dataclasses.dataclass(frozen=True)
 class Problem:
+    """A problem file, pinned: its bytes are read once, when it is found, and the judge loads the
+    reference from those bytes, never from disk again (a file changed on disk since is reported by
+    `changed_on_disk`, and the pinned version is still the one judged)."""
+
     name: str  # file stem, e.g. "37_Matmul_Swish_Sum_GroupNorm"
     level: str  # the folder it sits in, e.g. "level2" ("" for a file given by path elsewhere)
     path: Path  # the problem file
+    source: bytes = dataclasses.field(default=b"", compare=False, repr=False)  # its bytes when found (read then)
+
+    def __post_init__(self) -> None:
+        if not self.source:
+            try:
+                object.__setattr__(self, "source", self.path.read_bytes())
+            except OSError:
+                pass  # the judge reports an unreadable problem
+
+    @functools.cached_property
+    def hash(self) -> str:
+        """sha256 of the pinned bytes."""
+        return hashlib.sha256(self.source).hexdigest()
 
     @property
-    def hash(self) -> str:
-        return file_hash(self.path)
+    def text(self) -> str:
+        """The pinned source, as the judge loads it."""
+        return self.source.decode("utf-8", errors="replace")
+
+    def changed_on_disk(self) -> bool:
+        """Whether the file on disk no longer holds the pinned bytes."""
+        try:
+            return self.path.read_bytes() != self.source
+        except OSError:
+            return True
 
     @functools.cached_property
     def settings(self) -> dict[str, object]:
         """The problem's HARNESS_* declarations (see declared_settings), read once."""
-        return declared_settings(self.path)
+        return declared_settings(self.path, self.text)
 
 
 DECLARABLE: dict[str, type[Any]] = {
@@ -43,7 +68,7 @@ DECLARABLE: dict[str, type[Any]] = {
 }
 
 
-def declared_settings(path: Path) -> dict[str, object]:
+def declared_settings(path: Path, text: str | None = None) -> dict[str, object]:
     """Module-level HARNESS_* constants of a problem file, read from its syntax tree (the parent
     never imports a problem). Only literal values count; a wrong type is a usage error."""
     import ast
@@ -52,7 +77,7 @@ def declared_settings(path: Path) -> dict[str, object]:
     from harness.core.errors import UserError
 
     try:
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        tree = ast.parse(path.read_text(encoding="utf-8") if text is None else text)
     except (OSError, SyntaxError, ValueError):
         return {}  # the judge reports an unreadable problem
     found: dict[str, object] = {}
@@ -106,6 +131,14 @@ UNSUPPORTED_LEVELS = {
 }
 
 
+class UnknownProblem(UserError):
+    """No problem has the name asked for; `close` holds the names it may have meant."""
+
+    def __init__(self, message: str, close: list[str]) -> None:
+        super().__init__(message)
+        self.close = close
+
+
 def resolve_problem(query: str, problems_dir: Path) -> Problem:
     """A problem by exact name, unique prefix (of the name or of the part after its number) or path.
     KernelBench's ways of naming one work too: `level1/19_ReLU`, with or without `.py`, and
@@ -139,7 +172,7 @@ def _resolve(query: str, problems_dir: Path) -> Problem:
         raise UserError(f"problem {query!r} is ambiguous: it matches {names} (give more of the name)")
     close = close_matches(query, [f"{p.level}/{p.name}" if "/" in query else p.name for p in problems])
     hint = f"; close matches: {', '.join(close)}" if close else f"; see {problems_dir} for the list"
-    raise UserError(f"no problem named {query!r}{hint}")
+    raise UnknownProblem(f"no problem named {query!r}{hint}", close)
 
 
 def close_matches(query: str, names: list[str], n: int = 5) -> list[str]:
@@ -158,15 +191,19 @@ def resolve_named_problem(query: str, problems_dir: Path, allow_dir: Path | None
     stem of letters, digits, `_`, `.` and `-`, so it is never read as a path; the file it finds
     must lie inside `problems_dir` once symlinks are resolved. Anything else (an absolute path,
     `..`, a link out of the tree) is refused, unless `allow_dir` is given: then a `.py` file inside
-    that one directory, symlinks resolved, is taken too (a relative path is read from `allow_dir`)."""
+    that one directory, symlinks resolved, is taken too (a relative path is read from `allow_dir`).
+    A refusal names the problem as `query` gives it, and neither directory: the caller is a client."""
     shown = repr(query[:200])
     name = query.removesuffix(".py")
     parts = name.split("/")
     named = len(parts) <= 2 and all(re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,199}", part) for part in parts) and Path(name).suffix != ".py"
-    refusal = UserError(f"problem {shown} is not a problem name: problems are named as in the problem tree ({problems_dir}), e.g. level1/7_GELU, and files are not taken")
+    refusal = UserError(f"problem {shown} is not a problem name: problems are named as in the problem tree, e.g. level1/7_GELU, and files are not taken")
     if named:
         try:
             problem = resolve_problem(name, problems_dir)  # no ".py" suffix left: never opened as a path
+        except UnknownProblem as exc:
+            hint = f"; close matches: {', '.join(exc.close)}" if exc.close else ""
+            refusal = UserError(f"no problem named {shown} in the problem tree{hint}")
         except UserError as exc:
             refusal = exc
         else:
@@ -176,7 +213,7 @@ def resolve_named_problem(query: str, problems_dir: Path, allow_dir: Path | None
                 inside = False
             if inside:
                 return problem
-            refusal = UserError(f"problem {shown} links out of the problem tree ({problems_dir}): refused")
+            refusal = UserError(f"problem {shown} links out of the problem tree: refused")
     if allow_dir is None or "\0" in query:
         raise refusal
     root = allow_dir.resolve()
@@ -185,7 +222,7 @@ def resolve_named_problem(query: str, problems_dir: Path, allow_dir: Path | None
     except (OSError, RuntimeError):  # a link loop
         path = root
     if path.suffix != ".py" or not path.is_relative_to(root) or not path.is_file():
-        taken = f"a .py file inside {allow_dir}, the directory problem files are taken from"
+        taken = "a .py file inside the directory problem files are taken from (serve --allow-problem-dir)"
         raise UserError(f"{refusal}; nor is it {taken}" if named else f"problem {shown} is neither a problem name nor {taken}")
     level = path.parent.name if path.parent != root else ""
     if level in UNSUPPORTED_LEVELS:

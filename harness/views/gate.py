@@ -8,8 +8,11 @@ not compared when the problem's source, the device or the timing protocol differ
 candidate's source, with across_changes off), or when a run's null floor for the problem (the
 problem's own Model timed as a candidate) lies outside 1.00 +/- timing.null_tolerance, or moved by
 more than that between the runs. A candidate skipped on one side (`needs CUDA`) is not comparable:
-a skip is no verdict on the kernel. The verdict follows the `--fail-on` rules; the markdown report
-is always written.
+a skip is no verdict on the kernel. Only the problems the current run evaluated are gated: there, a
+baseline candidate that was correct and is absent now fails (unless missing candidates are
+allowed), and so does a new candidate that is not correct (one skipped for `needs CUDA` is no
+verdict). The verdict follows the `--fail-on` rules; the markdown report is always written, and
+shown on the terminal as tables that fit it.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import dataclasses
 import math
 import re
 from pathlib import Path
-from typing import Any, Iterable, Optional, TypedDict
+from typing import Any, Callable, Iterable, Optional, Sequence, TypedDict
 
 from harness.core import nullfloor
 from harness.core.config import PROTOCOL_SETTINGS
@@ -27,7 +30,8 @@ from harness.core.records import CandidateRecord, NullFloor, ReferenceRecord, Ru
 from harness.core.status import Status, Vocabulary
 from harness.core.store import read_records, resolve_run
 from harness.sources.problem import natural_key
-from harness.views.text import markdown_code, markdown_text
+from harness.views.terminal import Column, fitted_table, left_out, notes
+from harness.views.text import markdown_code, markdown_text, terminal_text
 
 # Settings of the timing protocol that change what a median means; a baseline taken under other
 # values is not comparable (harness.core.config.PROTOCOL_SETTINGS).
@@ -46,10 +50,13 @@ class GateOutcome(Vocabulary):
 
 
 class Regression(Vocabulary):
-    """How a regressed candidate regressed: each has its own `--fail-on` rule."""
+    """The rule a candidate fails: how it regressed (each has its own `--fail-on` rule), or a correct
+    candidate gone, or a new one not correct (both with correctness: `status`)."""
 
     STATUS = "status"  # it was correct and is not now (rule: status)
     TIME = "time"  # it is correct on both sides and significantly slower (rule: median)
+    MISSING = "missing"  # it was correct and is absent from a problem the run evaluated (rule: status, unless allowed)
+    NEW_NOT_CORRECT = "new-not-correct"  # not in the baseline, and evaluated and not correct now (rule: status)
 
 
 class FailOn(Vocabulary):
@@ -94,7 +101,8 @@ class Comparison:
     ratio: Optional[float] = None  # current / baseline median (> 1: slower)
     p_value: Optional[float] = None  # two-sided Mann-Whitney U over the raw samples
     reference_ratio: Optional[float] = None  # the eager reference's own current / baseline median
-    regression: Optional[Regression] = None  # how it regressed, when the verdict is REGRESSED
+    # the rule it fails: how it regressed, or a correct one missing, or a new one not correct
+    regression: Optional[Regression] = None
 
 
 class _Statuses(TypedDict):
@@ -122,16 +130,17 @@ class Rules:
     status: bool = True  # a candidate that was correct and is not now
     median: Optional[float] = 0.10  # a significant slowdown beyond this fraction (None: never)
     geomean: Optional[float] = None  # the geometric mean of comparable ratios slower beyond this
-    missing: bool = False  # a baseline candidate absent from the current run
+    missing: bool = False  # any baseline candidate absent from the current run (a correct one fails with status)
     incomparable: bool = False  # any result that could not be compared
+    allow_missing: bool = False  # a correct baseline candidate absent from the current run fails nothing
 
     @classmethod
-    def parse(cls, text: str, median_default: float) -> "Rules":
+    def parse(cls, text: str, median_default: float, allow_missing: bool = False) -> "Rules":
         text = text.strip()
         if text in ("", FailOn.DEFAULT):
-            return cls(median=median_default)
+            return cls(median=median_default, allow_missing=allow_missing)
         if text == FailOn.NONE:
-            return cls(status=False, median=None)
+            return cls(status=False, median=None, allow_missing=allow_missing)
         fields: dict[str, Any] = {"status": True, "median": None}
         for item in (part.strip() for part in text.split(",")):
             match = re.fullmatch(rf"({FailOn.MEDIAN}|{FailOn.GEOMEAN}):(\d+(?:\.\d+)?)%", item)
@@ -141,7 +150,9 @@ class Rules:
                 fields[item] = True
             else:
                 raise UserError(f"--fail-on: cannot read {item!r}; use comma-separated status, median:10%, geomean:5%, missing, incomparable or none")
-        return cls(**fields)
+        if allow_missing and fields.get(FailOn.MISSING):
+            raise UserError("--allow-missing contradicts --fail-on missing (which fails on any missing candidate); pass one of them")
+        return cls(**fields, allow_missing=allow_missing)
 
     def describe(self) -> str:
         parts = [FailOn.STATUS if self.status else ""]
@@ -159,9 +170,10 @@ class GateResult:
     current: str  # the current run's source, as named
     rules: Rules  # what fails the gate
     alpha: float  # a change in time counts when the Mann-Whitney p is below this
-    comparisons: tuple[Comparison, ...]  # one per (problem, candidate) of either side, sorted
+    comparisons: tuple[Comparison, ...]  # one per (problem, candidate) of either side, sorted, on the problems gated
     geomean_ratio: Optional[float]  # over candidates compared on time
     failures: tuple[str, ...]  # why the gate fails; empty when it passes
+    left_out: tuple[str, ...] = ()  # the baseline's problems that the current run did not evaluate: not gated
 
     @property
     def passed(self) -> bool:
@@ -278,11 +290,8 @@ def compare_one(
 ) -> Comparison:
     problem, name = key
     old, new = baseline.candidates.get(key), current.candidates.get(key)
-    if old is None:
-        assert new is not None
-        return Comparison(problem, name, NEW, "not in the baseline", current_status=new.decision.status.value)
-    if new is None:
-        return Comparison(problem, name, MISSING, "in the baseline, not in this run", baseline_status=old.decision.status.value)
+    if old is None or new is None:
+        return _one_side(problem, name, old, new)
     statuses: _Statuses = {"baseline_status": old.decision.status.value, "current_status": new.decision.status.value}
     skipped = _skipped(old, new)
     if skipped:  # a skip is no verdict on the kernel: nothing to compare it with
@@ -316,6 +325,30 @@ def compare_one(
     return Comparison(problem, name, UNCHANGED, f"{_percent(ratio)}, within {threshold:.0%}{changed}", **statuses, **times)
 
 
+MISSING_HINT = "if it was renamed, rename it in the baseline too; if it was deleted on purpose, pass --allow-missing"
+
+
+def _one_side(problem: str, name: str, old: Optional[CandidateRecord], new: Optional[CandidateRecord]) -> Comparison:
+    """A candidate on one side only: new (a failure when it was evaluated and is not correct) or
+    missing (a failure when it was correct)."""
+    if old is None:
+        assert new is not None
+        status = new.decision.status
+        if status is Status.CORRECT:
+            return Comparison(problem, name, NEW, "not in the baseline", current_status=status.value)
+        if status is Status.NEEDS_CUDA:  # a skip is no verdict on the kernel
+            reason = "not in the baseline, skipped now (needs CUDA): this run could not evaluate it"
+            return Comparison(problem, name, NEW, reason, current_status=status.value)
+        reason = f"not in the baseline, and {status.value} now: {new.decision.reason}"
+        failing = Regression.NEW_NOT_CORRECT
+        return Comparison(problem, name, NEW, reason, current_status=status.value, regression=failing)
+    status = old.decision.status
+    if status is not Status.CORRECT:
+        return Comparison(problem, name, MISSING, "in the baseline, not in this run", baseline_status=status.value)
+    reason = f"was correct, not in this run ({MISSING_HINT})"
+    return Comparison(problem, name, MISSING, reason, baseline_status=status.value, regression=Regression.MISSING)
+
+
 def _status_change(old: CandidateRecord, new: CandidateRecord, changed: str) -> Optional[tuple[GateOutcome, str]]:
     """The verdict and reason when the candidate is not correct on both sides; None when it is.
     `changed` names what differs between the runs (its source, the problem's, the device, the
@@ -335,26 +368,52 @@ def _status_change(old: CandidateRecord, new: CandidateRecord, changed: str) -> 
 
 
 def gate(baseline: Side, current: Side, rules: Rules, alpha: float, across_changes: bool = True) -> GateResult:
+    """Compare the runs on the problems the current run evaluated (its candidates' and its references'
+    problems); the baseline's other problems are left out, not gated."""
     threshold = rules.median if rules.median is not None else 0.10
     tolerance = null_tolerance_of(current)
-    keys = sorted(set(baseline.candidates) | set(current.candidates))
-    comparisons = tuple(compare_one(baseline, current, key, threshold, alpha, across_changes, tolerance) for key in keys)
+    covered = {problem for problem, _ in current.candidates} | set(current.references)
+    keys = sorted(key for key in set(baseline.candidates) | set(current.candidates) if key[0] in covered)
+    compared = (compare_one(baseline, current, key, threshold, alpha, across_changes, tolerance) for key in keys)
+    comparisons = tuple(_allowed(comparison, rules) for comparison in compared)
     ratios = [c.ratio for c in comparisons if c.ratio is not None and c.verdict != NOT_COMPARABLE and 0 < c.ratio < math.inf]
     geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios)) if ratios else None
+    left = tuple(sorted({problem for problem, _ in baseline.candidates} - covered, key=natural_key))
+    failures = _failures(comparisons, rules, geomean)
+    return GateResult(baseline.source, current.source, rules, alpha, comparisons, geomean, failures, left)
+
+
+def _allowed(comparison: Comparison, rules: Rules) -> Comparison:
+    """A correct candidate missing now, when missing candidates are allowed: reported, failing nothing."""
+    if comparison.regression is not Regression.MISSING or not rules.allow_missing:
+        return comparison
+    allowed = "was correct, not in this run (allowed: --allow-missing)"
+    return dataclasses.replace(comparison, reason=allowed, regression=None)
+
+
+def _failures(comparisons: Sequence[Comparison], rules: Rules, geomean: Optional[float]) -> tuple[str, ...]:
+    """Why the gate fails under `rules`, one clause per rule that fails; empty when it passes."""
+
+    def failing(regression: Regression) -> int:
+        return sum(c.regression is regression for c in comparisons)
+
     failures = []
-    status_regressions = [c for c in comparisons if c.regression is Regression.STATUS]
-    slower = [c for c in comparisons if c.regression is Regression.TIME]
-    if rules.status and status_regressions:
-        failures.append(f"{len(status_regressions)} candidate(s) no longer correct")
-    if rules.median is not None and slower:
-        failures.append(f"{len(slower)} candidate(s) significantly slower than {1 + rules.median:.2f}x")
+    if rules.status and failing(Regression.STATUS):
+        failures.append(f"{failing(Regression.STATUS)} candidate(s) no longer correct")
+    if rules.status and failing(Regression.MISSING):
+        what_to_do = "rename them in the baseline, or pass --allow-missing"
+        failures.append(f"{failing(Regression.MISSING)} correct candidate(s) missing ({what_to_do})")
+    if rules.status and failing(Regression.NEW_NOT_CORRECT):
+        failures.append(f"{failing(Regression.NEW_NOT_CORRECT)} new candidate(s) not correct")
+    if rules.median is not None and failing(Regression.TIME):
+        failures.append(f"{failing(Regression.TIME)} candidate(s) significantly slower than {1 + rules.median:.2f}x")
     if rules.geomean is not None and geomean is not None and geomean > 1 + rules.geomean:
         failures.append(f"geometric mean {_percent(geomean)}, over {rules.geomean:.0%}")
     if rules.missing and any(c.verdict == MISSING for c in comparisons):
         failures.append(f"{sum(c.verdict == MISSING for c in comparisons)} baseline candidate(s) missing")
     if rules.incomparable and any(c.verdict == NOT_COMPARABLE for c in comparisons):
         failures.append(f"{sum(c.verdict == NOT_COMPARABLE for c in comparisons)} result(s) not comparable")
-    return GateResult(baseline.source, current.source, rules, alpha, comparisons, geomean, tuple(failures))
+    return tuple(failures)
 
 
 def _percent(ratio: float) -> str:
@@ -367,16 +426,56 @@ def _ms(value: Optional[float]) -> str:
     return "" if value is None else f"{value:.4g}"
 
 
+def _in_order(rows: Iterable[Comparison]) -> list[Comparison]:
+    """Natural order (`l1_p2` before `l1_p10`), by problem then candidate."""
+    return sorted(rows, key=lambda c: (natural_key(c.problem), natural_key(c.candidate)))
+
+
+def _shown(c: Comparison) -> dict[str, str]:
+    """A comparison's cells as the report shows them, by column, its names and reason left out."""
+    return {
+        "baseline ms": _ms(c.baseline_ms),
+        "current ms": _ms(c.current_ms),
+        "ratio": f"{c.ratio:.3f}x" if c.ratio is not None else "",
+        "p": f"{c.p_value:.1e}" if c.p_value is not None else "",
+        "reference moved": _percent(c.reference_ratio) if c.reference_ratio is not None else "",
+        "statuses": (c.current_status or "") if c.baseline_status == c.current_status else f"{c.baseline_status or '-'} → {c.current_status or '-'}",
+    }
+
+
+# The markdown table's cells after the names and the change, as `_shown` writes them.
+MARKDOWN_COLUMNS = ("baseline ms", "current ms", "ratio", "p", "reference moved", "statuses")
+
+
 def _table(rows: Iterable[Comparison]) -> list[str]:
-    """One row per comparison, in natural order (`l1_p2` before `l1_p10`); names and reasons as literal text."""
+    """One row per comparison, in natural order; names and reasons as literal text."""
     lines = ["| problem | candidate | change | baseline ms | current ms | ratio | p | reference moved | statuses |", "|---|---|---|---:|---:|---:|---:|---:|---|"]
-    for c in sorted(rows, key=lambda c: (natural_key(c.problem), natural_key(c.candidate))):
-        ratio = f"{c.ratio:.3f}x" if c.ratio is not None else ""
-        p = f"{c.p_value:.1e}" if c.p_value is not None else ""
-        moved = _percent(c.reference_ratio) if c.reference_ratio is not None else ""
-        states = c.current_status if c.baseline_status == c.current_status else f"{c.baseline_status or '-'} → {c.current_status or '-'}"
-        lines.append(f"| {markdown_text(c.problem)} | {markdown_text(c.candidate)} | {markdown_text(c.reason)} | {_ms(c.baseline_ms)} | {_ms(c.current_ms)} | {ratio} | {p} | {moved} | {states} |")
+    for c in _in_order(rows):
+        shown = _shown(c)
+        cells = [markdown_text(c.problem), markdown_text(c.candidate), markdown_text(c.reason)]
+        cells += [shown[header] for header in MARKDOWN_COLUMNS]
+        lines.append("| " + " | ".join(cells) + " |")
     return lines
+
+
+def _about(result: GateResult, quoted: Callable[[str], str]) -> str:
+    """What was compared under which rules, and what the gate left alone: missing candidates allowed,
+    the problems not gated. `quoted` writes a path and the rules (a code span in markdown)."""
+    said = [f"Baseline {quoted(result.baseline)}, current {quoted(result.current)}. Fails on: {quoted(result.rules.describe())}; a change in time counts when Mann-Whitney U gives p < {result.alpha:g}."]
+    if result.rules.allow_missing:
+        said.append("Correct baseline candidates missing from this run are allowed (`--allow-missing`).")
+    if result.left_out:
+        said.append(f"{len(result.left_out)} problem(s) of the baseline are not in this run and are not gated.")
+    return " ".join(said)
+
+
+SECTIONS = (
+    (REGRESSED, "Regressions"),
+    (IMPROVED, "Improvements"),
+    (NOT_COMPARABLE, "Not comparable"),
+    (MISSING, "Missing"),
+    (NEW, "New"),
+)
 
 
 def report(result: GateResult) -> str:
@@ -387,13 +486,13 @@ def report(result: GateResult) -> str:
         "",
         f"{verdict}",
         "",
-        f"Baseline {markdown_code(result.baseline)}, current {markdown_code(result.current)}. Fails on: `{result.rules.describe()}`; a change in time counts when Mann-Whitney U gives p < {result.alpha:g}.",
+        _about(result, markdown_code),
         "",
         "| " + " | ".join(VERDICTS) + " | geomean ratio |",
         "|" + "---:|" * (len(VERDICTS) + 1),
         "| " + " | ".join(str(result.count(v)) for v in VERDICTS) + f" | {f'{result.geomean_ratio:.3f}x' if result.geomean_ratio else ''} |",
     ]
-    for verdict_name, title in ((REGRESSED, "Regressions"), (IMPROVED, "Improvements"), (NOT_COMPARABLE, "Not comparable"), (MISSING, "Missing"), (NEW, "New")):
+    for verdict_name, title in SECTIONS:
         rows = [c for c in result.comparisons if c.verdict == verdict_name]
         if rows:
             lines += ["", f"## {title}", "", *_table(rows)]
@@ -401,3 +500,48 @@ def report(result: GateResult) -> str:
     if unchanged:
         lines += ["", f"<details><summary>{len(unchanged)} unchanged</summary>", "", *_table(unchanged), "", "</details>"]
     return "\n".join(lines) + "\n"
+
+
+# The terminal's view of a section: the names, then the cells of `_shown` under these headers; the reason
+# goes under the table as a note, and columns are left out highest `drop` first when the table does not fit.
+TERMINAL_COLUMNS = (
+    Column("problem"),
+    Column("candidate"),
+    Column("statuses"),
+    Column("ratio", numeric=True),
+    Column("p", numeric=True, drop=2),
+    Column("reference moved", numeric=True, drop=1),
+    Column("baseline ms", numeric=True, drop=4),
+    Column("current ms", numeric=True, drop=3),
+)
+
+
+def print_report(result: GateResult, console: Any, where: str = "gate.md") -> None:
+    """The report on `console`, fitted to its width: the verdict, the counts, then each section as a
+    table with its reasons as notes under it; unchanged candidates are counted (`where`, the markdown
+    report, lists them). Every name and reason is shown literally."""
+    verdict = "PASS" if result.passed else "FAIL: " + "; ".join(result.failures)
+    console.print(terminal_text(f"Regression gate: {verdict}", style="bold"))
+    console.print(terminal_text(_about(result, str)))
+    geomean = f"; geomean ratio {result.geomean_ratio:.3f}x" if result.geomean_ratio else ""
+    console.print(terminal_text(", ".join(f"{result.count(v)} {v}" for v in VERDICTS) + geomean))
+    for verdict_name, title in SECTIONS:
+        rows = _in_order(c for c in result.comparisons if c.verdict == verdict_name)
+        if not rows:
+            continue
+        every = [[c.problem, c.candidate, *(_shown(c)[column.header] for column in TERMINAL_COLUMNS[2:])] for c in rows]
+        kept = [i for i in range(len(TERMINAL_COLUMNS)) if any(row[i] for row in every)]  # no column empty in every row
+        columns, cells = [TERMINAL_COLUMNS[i] for i in kept], [[row[i] for i in kept] for row in every]
+        styles = ["red" if c.regression else "" for c in rows]
+        table, dropped = fitted_table(title, columns, cells, console.width, styles)
+        reasons: dict[str, list[str]] = {}
+        for c in rows:
+            reasons.setdefault(c.reason, []).append(f"{c.problem}/{c.candidate}")
+        console.print()
+        console.print(table)
+        console.print(notes("reasons", reasons))
+        if dropped:
+            console.print(left_out(dropped, console.width, where))
+    if result.count(UNCHANGED):
+        console.print()
+        console.print(terminal_text(f"{result.count(UNCHANGED)} unchanged ({where} lists them)"))

@@ -1,7 +1,8 @@
 """Progress on stderr: a rich progress bar on a terminal, one plain line per candidate otherwise.
 
 Every finished candidate's line ends with the run so far: done of total, failures, the build
-pool's state (built of submitted, when builds run ahead) and an estimate of the time left.
+pool's state (built of submitted, when builds run ahead) and an estimate of the time left (from the
+second finished candidate on: the first one carries the run's start-up, its first builds and reference).
 Names and reasons are shown literally: never read as rich markup, their control characters
 written as escapes (harness.views.text.visible).
 """
@@ -17,14 +18,21 @@ from harness.views.text import terminal_text, visible
 
 
 class Progress:
-    def __init__(self, quiet: bool = False, total: int = 0, builds: Optional[Callable[[], tuple[int, int]]] = None) -> None:
+    def __init__(
+        self,
+        quiet: bool = False,
+        total: int = 0,
+        builds: Optional[Callable[[], tuple[int, int]]] = None,
+        clock: Callable[[], float] = time.monotonic,  # seconds, for the estimate of the time left
+    ) -> None:
         self.quiet = quiet
         self.run_total = total  # candidates in the whole run
         self.run_done = 0
         self.evaluating = 0  # started, not finished (several at once when a run has several lanes)
         self.failed = 0
         self.builds = builds  # () -> (finished builds, submitted builds)
-        self.started_at = time.monotonic()
+        self.clock = clock
+        self.first_finished_at: Optional[float] = None  # the clock when the first candidate finished
         self.live = sys.stderr.isatty() and not quiet
         self._bar: Any = None
         self._task: Optional[int] = None
@@ -88,16 +96,26 @@ class Progress:
         if self.builds is not None:
             built, submitted = self.builds()
             parts.append(f"builds {built}/{submitted}")
-        left = self.run_total - self.run_done
-        if self.run_done and left > 0:
-            seconds = (time.monotonic() - self.started_at) / self.run_done * left
+        seconds = self.seconds_left()
+        if seconds is not None:
             parts.append(f"ETA {int(seconds // 60)}m{int(seconds % 60):02d}s")
         return ", ".join(parts)
+
+    def seconds_left(self) -> Optional[float]:
+        """The time the candidates left will take at the rate since the first one finished; None
+        before a second one has (the first carries the one-off start-up) or when none is left."""
+        left = self.run_total - self.run_done
+        if self.first_finished_at is None or self.run_done < 2 or left <= 0:
+            return None
+        elapsed = self.clock() - self.first_finished_at
+        return elapsed / (self.run_done - 1) * left if elapsed > 0 else None
 
     def finished(self, record: CandidateRecord) -> None:
         self.evaluating = max(self.evaluating - 1, 0)
         self._done += 1
         self.run_done += 1
+        if self.first_finished_at is None:
+            self.first_finished_at = self.clock()
         self.failed += record.decision.status.is_failure
         speed = f", {record.timing.speedup:.2f}x" if record.timing.speedup else ""
         line = f"  [{self._done}/{self._total}] {visible(record.identity.candidate)}: {record.decision.status.value}{speed} - {visible(record.decision.reason)} ({self.overall()})"

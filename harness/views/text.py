@@ -8,7 +8,7 @@ sequences, bidirectional overrides, line breaks) never reach a screen raw.
 - `terminal_text`: a rich `Text` of it, shown literally whatever the console's markup setting.
 - `markdown_text`: safe inside a GitHub-flavoured markdown table cell, heading or paragraph.
 - `markdown_code`: an inline code span of it (not for table cells: a `|` there still splits them).
-- `spreadsheet_cell`: a CSV cell a spreadsheet shows as text, never runs as a formula.
+- `spreadsheet_cell`: a CSV cell a spreadsheet shows as text on one line, never runs as a formula.
 """
 
 from __future__ import annotations
@@ -28,9 +28,11 @@ HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
 NAMED_ESCAPES = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
 MARKDOWN_ESCAPES = {"\\": "\\\\", "|": "\\|", "`": "\\`", "[": "\\[", "]": "\\]", "<": "&lt;", ">": "&gt;", "&": "&amp;"}
 # What markdown_text escapes: a bracket only where it would close a link or image (`](`, `][`);
-# with brackets=True (inside a link's own text), every bracket.
-MARKDOWN_SPECIAL = re.compile(r"[\\|`<>&]|\](?=[(\[])")
-MARKDOWN_SPECIAL_BRACKETS = re.compile(r"[\\|`<>&\[\]]")
+# with brackets=True (inside a link's own text), every bracket. Emphasis, strikethrough and math
+# marks (`*`, `~`, `$`), `_` unless a letter or digit is on both sides (where it never emphasises),
+# and a `#` that starts the text or a word (a heading's opening or closing run) are escaped too.
+MARKDOWN_SPECIAL = re.compile(r"[\\|`<>&*~$]|_+|(?<!\S)#|\](?=[(\[])")
+MARKDOWN_SPECIAL_BRACKETS = re.compile(r"[\\|`<>&*~$\[\]]|_+|(?<!\S)#")
 MARKDOWN_LINE_BREAK = "<br>"
 
 
@@ -63,13 +65,22 @@ def terminal_text(text: object, style: str = "", *, keep_newlines: bool = False)
 
 def markdown_text(text: object, *, brackets: bool = False) -> str:
     """`text` as literal markdown, fit for a table cell: `|`, backslashes and backticks escaped (no
-    cell split, no code span), `<`, `>` and `&` as entities (no HTML tag, no entity), a `]` that
+    cell split, no code span), `*`, `_`, `~`, `$` and a word's leading `#` escaped (no emphasis,
+    strikethrough, math or heading), `<`, `>` and `&` as entities (no HTML tag, no entity), a `]` that
     would close a link or image escaped (every bracket with `brackets`, for text inside a link's
     brackets), each line break as `<br>` (one row stays one row) and control characters as `visible`
     writes them."""
     special = MARKDOWN_SPECIAL_BRACKETS if brackets else MARKDOWN_SPECIAL
     lines = str(text).splitlines()
-    return MARKDOWN_LINE_BREAK.join(visible(special.sub(lambda m: MARKDOWN_ESCAPES[m.group()], line)) for line in lines)
+    return MARKDOWN_LINE_BREAK.join(visible(special.sub(_markdown_escape, line)) for line in lines)
+
+
+def _markdown_escape(match: "re.Match[str]") -> str:
+    found, line = match.group(), match.string
+    if found.startswith("_"):
+        before, after = line[match.start() - 1 : match.start()], line[match.end() : match.end() + 1]
+        return found if before.isalnum() and after.isalnum() else "\\_" * len(found)
+    return MARKDOWN_ESCAPES.get(found, "\\" + found)
 
 
 def markdown_code(text: object) -> str:
@@ -99,9 +110,11 @@ def spreadsheet_safe(frame: "DataFrame") -> "DataFrame":
 
 
 def spreadsheet_cell(value: object) -> object:
-    """A CSV cell of text that a spreadsheet opens as text: a string that a spreadsheet would read
-    as a formula (`=HYPERLINK(...)`, `+cmd|...`, `-2+3`, `@SUM(...)`) gets a leading `'`, the
+    """A CSV cell of text that a spreadsheet opens as text, on one line: control characters (ESC,
+    line breaks) written as `visible` writes them, and a string that a spreadsheet would read as a
+    formula (`=HYPERLINK(...)`, `+cmd|...`, `-2+3`, `@SUM(...)`) gets a leading `'`, the
     spreadsheets' own mark for literal text. Numbers and other values are returned as they are."""
-    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
-        return "'" + value
-    return value
+    if not isinstance(value, str):
+        return value
+    shown = visible(value)
+    return "'" + shown if shown.startswith(FORMULA_STARTS) else shown

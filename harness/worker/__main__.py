@@ -1,10 +1,17 @@
 """`python -m harness.worker`: read the job, run the role's sequence, report how it ended.
 
+It enters the run's boundary (harness.worker.sandbox) before anything else is imported.
+
 The job arrives as one JSON line on stdin: {"job": WorkerJob, "cwd", "result_fd", "key"} (the
 channel's end and key stay out of the job the worker's code holds).
 """
 
+# ruff: noqa: E402  (the boundary is entered before the other imports)
 from __future__ import annotations
+
+from harness.worker import sandbox
+
+sandbox.enter_from_environment()  # first: one thread, nothing of torch loaded, no candidate code yet
 
 import json
 import os
@@ -48,6 +55,7 @@ def main() -> None:
     except BaseException as exc:  # a bug in the harness, or a failure the phases did not classify
         traceback.print_exc()
         channel.send(P.encode(P.Failed(Status.HARNESS_ERROR, one_line(exc))))
+    sandbox.end_descendants()  # what a failed model left running (a finished one's were ended before its Done)
     sys.stdout.flush()
     sys.stderr.flush()
     # Threads or atexit hooks the model left behind must not keep the worker alive or change its exit.

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.status import Status
+from harness.worker import sandbox
 
 LOADERS = ("load_inline", "cpp_extension")  # a source that names one of these builds extensions somewhere
 
@@ -47,6 +48,8 @@ def construct(module: Any, problem: Path) -> None:
 
 
 def main() -> None:
+    sandbox.enter_from_environment()  # before torch and the candidate: the run's boundary
+    sandbox.enter_pending()
     parser = argparse.ArgumentParser()
     parser.add_argument("path", type=Path)
     parser.add_argument("cache_dir", type=Path)
@@ -77,6 +80,7 @@ def main() -> None:
         print(failure.status.value, failure.reason)
     if args.keys_file is not None:  # the cache entries this candidate uses, for shipping them elsewhere
         args.keys_file.write_text(json.dumps([e["cache_key"] for e in cache.events]))
+    sandbox.end_descendants()
     sys.stdout.flush()
     os._exit(0)  # threads or atexit hooks the module left must not keep the build process alive
 

@@ -36,6 +36,7 @@ from harness.device.profile import observe_ops, observed_call
 from harness.device.regions import GUARD, POISON, Region, band_changes, layout, past_end, view, write
 from harness.device.setup import setup_device, synchronize
 from harness.device.timed import prepare_timer, time_round
+from harness.worker.sandbox import end_descendants, enter_pending
 
 
 class Worker:
@@ -56,7 +57,7 @@ class Worker:
         self.device: Any = None  # the torch.device, once set up (`load`)
         self.guard = Guard(self)  # the identities the model must leave alone, taken before its module is imported
         self.inputs: Any = None  # the judge's inputs region, mapped (`construct`)
-        self.mailbox: Any = None  # the judge's mailbox region, mapped (`construct`)
+        self.mailbox: Any = None  # the judge's mailbox region, mapped (`load`)
         self._copies = False  # the inputs region is in host memory on a CUDA run: the model gets device copies
         self._last: Any = None  # (views, tensors) of the input set staged last
         self._phase_name, self._phase_started = "", 0.0
@@ -213,10 +214,18 @@ class Worker:
 
 
 def load(worker: Worker) -> tuple[type, BuildCache]:
-    """Phase load: the device, the build cache, the guard, and the model's class from its module."""
+    """Phase load: the device, the judge's regions mapped, the boundary entered (from here on the
+    process writes only where the run allows, harness.worker.sandbox), the build cache, the guard,
+    and the model's class from its module."""
     job = worker.job
     worker.phase("load")
     worker.device, arch, _ = setup_device(job)
+    try:  # before the boundary: Landlock refuses the judge's /proc entries to a process inside it
+        worker.inputs = Region.open(worker.session.inputs, worker.device)
+        worker.mailbox = Region.open(worker.session.mailbox, worker.device)
+    except Exception as exc:
+        raise WorkerFailure(Status.HARNESS_ERROR, f"could not map the judge's regions: {one_line(exc)}") from None
+    enter_pending()
     cache = BuildCache(
         Path(job.build_cache),
         arch,
@@ -224,7 +233,7 @@ def load(worker: Worker) -> tuple[type, BuildCache]:
         on_event=lambda event: worker.send(P.Built(ExtensionBuild(**event))),
     )
     cache.install()
-    module = load_module(Path(job.source), f"__{worker.role.value}__")
+    module = load_module(Path(job.source), f"__{worker.role.value}__", job.source_text)
     worker.guard.check("import")
     model_class = getattr(module, job.class_name, None)
     if not isinstance(model_class, type) or not issubclass(model_class, torch.nn.Module):
@@ -234,13 +243,8 @@ def load(worker: Worker) -> tuple[type, BuildCache]:
 
 
 def construct(worker: Worker, model_class: type) -> Any:
-    """Phase construct: the judge's regions mapped, and the model built under the shared seed on the device."""
+    """Phase construct: the model built under the shared seed on the device."""
     worker.phase("construct")
-    try:
-        worker.inputs = Region.open(worker.session.inputs, worker.device)
-        worker.mailbox = Region.open(worker.session.mailbox, worker.device)
-    except Exception as exc:
-        raise WorkerFailure(Status.HARNESS_ERROR, f"could not map the judge's regions: {one_line(exc)}") from None
     worker._copies = worker.inputs.kind == P.RegionKind.HOST and worker.device.type == Device.CUDA
     init_args = [a.clone() if isinstance(a, torch.Tensor) else a for a in worker._args(worker.session.init_args)]
     try:
@@ -345,7 +349,7 @@ def finish(worker: Worker, cache: BuildCache, checked: dict[str, int], before_ti
     """The extension calls counted while checked and while timed (with the observed call's ATen
     operators, when there are some), then the last message."""
     worker.send(P.ExtensionCalls(checked, _delta(cache.calls, before_timing), worker.forward_ops))
-    worker.send(P.Done(worker.phase_seconds))
+    worker.send(P.Done(worker.phase_seconds, end_descendants()))
 
 
 def _delta(now: dict[str, int], before: dict[str, int]) -> dict[str, int]:

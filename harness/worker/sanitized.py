@@ -22,6 +22,10 @@ from pathlib import Path
 
 def main() -> None:
     """One eval-mode forward of the candidate the job names, at the sizes it gives."""
+    from harness.worker import sandbox
+
+    sandbox.enter_from_environment()  # before torch and the candidate: the run's boundary
+    sandbox.enter_pending()
     import torch
 
     from harness.device.buildcache import BuildCache
@@ -50,6 +54,7 @@ def main() -> None:
         outputs = as_outputs(model(*inputs))
     torch.cuda.synchronize(device)
     print(f"[sanitize] forward ran: {len(outputs)} outputs", flush=True)
+    sandbox.end_descendants()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,172 @@
+"""The run's boundary around the processes that run a candidate's code (docs/integrity.md, "The
+boundary"): which layer protects them on this machine, the environment that hands it to them, and,
+where the kernel offers no layer, the watch that sees and undoes what a candidate wrote.
+
+`sandbox.layer` (auto | landlock | mount | hash | off) picks it; auto takes the strongest that a
+probe (a fresh `python -m harness.worker.sandbox LAYER`, once per run) could enter:
+
+- landlock, mount: the worker, the build process and the sanitizer's child enter it themselves
+  (harness.worker.sandbox) before any candidate code runs; what they may write is their run's
+  scratch (their working folder and TMPDIR), the build cache and /dev;
+- hash: `TreeWatch` fingerprints the problem, solutions and results trees (the run's own folder
+  aside) before each candidate and compares them after it: a file the candidate planted is removed,
+  a problem or candidate file it changed is rewritten from the bytes read before, and the candidate
+  is `tampered`;
+- off: nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Mapping, Optional
+
+from harness.core.boundary import ENV, Policy
+from harness.core.config import Boundary, Config
+from harness.core.errors import UserError
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = Path(__file__).resolve().parents[1]
+KEPT_BYTES = 1 << 20  # files of the problem and solutions trees up to this size are restored when changed
+
+
+@dataclasses.dataclass(frozen=True)
+class RunBoundary:
+    """The boundary of one run's candidate processes."""
+
+    layer: str  # what protects them: "landlock (ABI 7)", "mount", "hash" or "off"
+    env: Mapping[str, str]  # what their environment gets: the policy (HARNESS_SANDBOX) and where their caches go
+    watch: Optional["TreeWatch"] = None  # the hash layer's watch (None for the others)
+    why: str = ""  # with auto: why a stronger layer was not taken
+
+    @classmethod
+    def none(cls) -> "RunBoundary":
+        return cls(str(Boundary.OFF), {})
+
+    def describe(self) -> str:
+        return f"{self.layer} ({self.why})" if self.why else self.layer
+
+
+def candidate_env(scratch: Path, build_cache: Path) -> dict[str, str]:
+    """Where a candidate's processes keep their temporary files and JIT caches: the run's scratch
+    (TMPDIR, Triton's and CUDA's caches) and the build cache (torch.compile's)."""
+    folders = {"TMPDIR": scratch / "tmp", "TRITON_CACHE_DIR": scratch / "triton", "CUDA_CACHE_PATH": scratch / "nv", "TORCHINDUCTOR_CACHE_DIR": build_cache / "inductor"}
+    for folder in folders.values():
+        folder.mkdir(parents=True, exist_ok=True)
+    return {name: str(folder) for name, folder in folders.items()}
+
+
+def protected_trees(cfg: Config, problem_files: tuple[Path, ...] = ()) -> tuple[Path, ...]:
+    """What a candidate must not write: the problem, solutions and results trees, the folders of
+    problem files given by path, and the harness itself."""
+    trees = [cfg.path(cfg.problems_dir), cfg.path(cfg.solutions_dir), cfg.path(cfg.results_dir), PACKAGE, *(p.resolve().parent for p in problem_files)]
+    return tuple(dict.fromkeys(t.resolve() for t in trees if t.exists()))
+
+
+@functools.lru_cache(maxsize=None)
+def probe(layer: str, folder: str) -> tuple[bool, str]:
+    """Whether a fresh process can enter `layer` here (the kernel's support is the machine's, so
+    it is asked once per process); with the layer it entered, or why not."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    env.pop(ENV, None)
+    try:
+        done = subprocess.run([sys.executable, "-m", "harness.worker.sandbox", layer, folder], capture_output=True, text=True, timeout=60, cwd=ROOT, env=env)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return False, str(exc)
+    said = (done.stdout.strip() or done.stderr.strip() or f"exit {done.returncode}").splitlines()[-1]
+    return done.returncode == 0, said.removeprefix("failed: ")
+
+
+def open_boundary(cfg: Config, scratch: Path, problem_files: tuple[Path, ...] = (), results_run: Optional[Path] = None) -> RunBoundary:
+    """The boundary `cfg.sandbox.layer` asks for on this machine. A layer named outright that
+    cannot be entered is a usage error; auto falls back to the next one and says why."""
+    chosen = cfg.sandbox.layer
+    if chosen == Boundary.OFF:
+        return RunBoundary.none()
+    build_cache = cfg.path(cfg.build_cache_dir)
+    build_cache.mkdir(parents=True, exist_ok=True)
+    env = candidate_env(scratch, build_cache)
+    protected = protected_trees(cfg, problem_files)
+    policy = {
+        Boundary.LANDLOCK: Policy(Boundary.LANDLOCK, writable=(str(scratch), str(build_cache), "/dev")),
+        Boundary.MOUNT: Policy(Boundary.MOUNT, protected=tuple(str(p) for p in protected)),
+    }
+    why: list[str] = []
+    for layer in (Boundary.LANDLOCK, Boundary.MOUNT) if chosen == Boundary.AUTO else (Boundary(chosen),) if chosen != Boundary.HASH else ():
+        entered, said = probe(layer, str(scratch))
+        if entered:
+            return RunBoundary(said, {**env, ENV: policy[layer].to_env()}, why="; ".join(why))
+        if chosen != Boundary.AUTO:
+            raise UserError(f"sandbox.layer={layer}: this machine cannot enter it ({said}); choose auto, hash or off")
+        why.append(f"no {layer}: {said}")
+    watch = TreeWatch(protected, keep=(cfg.path(cfg.problems_dir), cfg.path(cfg.solutions_dir), *problem_files), skip=(results_run,) if results_run else ())
+    return RunBoundary(str(Boundary.HASH), env, watch, "; ".join(why))
+
+
+class TreeWatch:
+    """The hash layer: the trees' files by size and modification time, and the bytes of the
+    problem and candidate files, taken before a candidate and compared after it."""
+
+    def __init__(self, roots: tuple[Path, ...], keep: tuple[Path, ...] = (), skip: tuple[Path, ...] = ()) -> None:
+        self.roots = roots
+        self.keep = tuple(k.resolve() for k in keep if k.exists())
+        self.skip = tuple(s.resolve() for s in skip)
+        self._lock = threading.Lock()
+        self._seen: dict[Path, tuple[int, int]] = {}
+        self._bytes: dict[Path, bytes] = {}
+        self.take()
+
+    def _walk(self) -> dict[Path, tuple[int, int]]:
+        found: dict[Path, tuple[int, int]] = {}
+        for root in self.roots:
+            for folder, dirs, files in os.walk(root):
+                here = Path(folder)
+                dirs[:] = [d for d in dirs if (here / d).resolve() not in self.skip and d != "__pycache__"]
+                for name in files:
+                    path = here / name
+                    try:
+                        st = path.lstat()
+                    except OSError:
+                        continue
+                    found[path] = (st.st_size, st.st_mtime_ns)
+        return found
+
+    def _kept(self, path: Path) -> bool:
+        return any(path.is_relative_to(k) or path == k for k in self.keep)
+
+    def take(self) -> None:
+        """Fingerprint the trees now (and keep the bytes of the problem and candidate files)."""
+        with self._lock:
+            self._seen = self._walk()
+            for path, (size, _) in self._seen.items():
+                if size <= KEPT_BYTES and self._kept(path) and path not in self._bytes:
+                    try:
+                        self._bytes[path] = path.read_bytes()
+                    except OSError:
+                        pass
+
+    def check(self) -> list[str]:
+        """What changed since the last `take`, each undone where it can be: planted files removed,
+        changed or removed files with kept bytes written back. Then the trees are taken again."""
+        changes: list[str] = []
+        with self._lock:
+            now = self._walk()
+            for path in sorted(set(now) - set(self._seen)):
+                changes.append(f"planted {path} (removed)")
+                path.unlink(missing_ok=True)
+            for path in sorted(set(self._seen)):
+                if now.get(path) == self._seen[path]:
+                    continue
+                kept = self._bytes.get(path)
+                if kept is not None:
+                    path.write_bytes(kept)
+                    os.utime(path, ns=(self._seen[path][1], self._seen[path][1]))
+                changes.append(f"{'changed' if path in now else 'removed'} {path}{' (restored)' if kept is not None else ''}")
+        if changes:
+            self.take()
+        return changes

@@ -1,0 +1,301 @@
+"""The boundary around candidate code (harness.worker.sandbox, harness.parent.boundary): a candidate
+that rewrites the problem, plants files in the trees and leaves a detached process behind, judged
+before an all-zeros kernel, must change nothing a later verdict depends on, on every layer this
+machine offers; and the judge loads the problem from the bytes pinned when it was found."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.core.boundary import Policy
+from harness.core.config import Boundary
+from harness.core.status import Status
+from harness.parent.boundary import TreeWatch, open_boundary, probe
+
+ROOT = Path(__file__).resolve().parent.parent
+MARK = "4242.5"  # the detached process's sleep, found by its command line
+
+HONEST_FORWARD = "return torch.relu(x * self.scale + self.bias)"
+
+TAMPER = '''
+import pathlib
+import subprocess
+
+import torch
+import torch.nn as nn
+
+
+def _tamper():
+    problem = pathlib.Path({problem!r})
+    try:  # the reference would return zeros for every later candidate
+        problem.write_text(problem.read_text().replace({forward!r}, "return torch.zeros_like(x)"))
+    except OSError:
+        pass
+    for folder in {plant!r}:
+        try:
+            (pathlib.Path(folder) / "planted.py").write_text("class ModelNew: pass\\n")
+        except OSError:
+            pass
+    subprocess.Popen(["sh", "-c", "setsid sleep {mark} >/dev/null 2>&1 &"])  # detached, its shell gone
+
+
+_tamper()
+
+
+class ModelNew(nn.Module):
+    def __init__(self, features, scale):
+        super().__init__()
+        self.bias = nn.Parameter(torch.randn(features))
+        self.scale = scale
+
+    def forward(self, x):
+        return torch.relu(x * self.scale + self.bias)
+'''
+
+ZEROS = '''
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self, features, scale):
+        super().__init__()
+        self.bias = nn.Parameter(torch.randn(features))
+
+    def forward(self, x):
+        return torch.zeros_like(x)
+'''
+
+SCRATCH_WRITER = '''
+import os
+import pathlib
+import tempfile
+
+import torch
+import torch.nn as nn
+
+pathlib.Path("own.txt").write_text("its working folder")
+with tempfile.NamedTemporaryFile("w", delete=False) as f:  # the system temp folder: its TMPDIR
+    f.write("temporary")
+
+
+class ModelNew(nn.Module):
+    def __init__(self, features, scale):
+        super().__init__()
+        self.bias = nn.Parameter(torch.randn(features))
+        self.scale = scale
+
+    def forward(self, x):
+        return torch.relu(x * self.scale + self.bias)
+'''
+
+
+def _layers() -> list[str]:
+    """The kernel layers this machine can enter, and the hash fallback."""
+    folder = Path(os.environ.get("TMPDIR", "/tmp"))
+    return [layer for layer in (Boundary.LANDLOCK, Boundary.MOUNT) if probe(layer, str(folder))[0]] + [Boundary.HASH]
+
+
+def _sleepers() -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                command = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if command[:2] == [b"sleep", MARK.encode()]:
+                found.append(int(entry))
+    return found
+
+
+@pytest.fixture
+def trees(tmp_path, isolated_tmp):
+    """A problem tree, a solutions tree and a results folder of their own."""
+    problems = tmp_path / "problems" / "level0"
+    problems.mkdir(parents=True)
+    shutil.copy(ROOT / "problems" / "level0" / "1_Scale_Bias_ReLU.py", problems)
+    solutions = tmp_path / "solutions" / "1_Scale_Bias_ReLU"
+    solutions.mkdir(parents=True)
+    results = tmp_path / "results"
+    results.mkdir()
+    problem = problems / "1_Scale_Bias_ReLU.py"
+    tamper = TAMPER.format(problem=str(problem), forward=HONEST_FORWARD, plant=[str(problems), str(solutions), str(results)], mark=MARK)
+    (solutions / "a_tamper.py").write_text(tamper)
+    (solutions / "b_zeros.py").write_text(ZEROS)
+    yield {"problems": tmp_path / "problems", "solutions": tmp_path / "solutions", "results": results, "problem": problem, "before": problem.read_bytes()}
+    for pid in _sleepers():
+        os.kill(pid, 9)
+
+
+def _overrides(trees, layer):
+    return [f"problems_dir={trees['problems']}", f"solutions_dir={trees['solutions']}", f"results_dir={trees['results']}", f"sandbox.layer={layer}"]
+
+
+def _planted(trees) -> list[Path]:
+    return [p for key in ("problems", "solutions", "results") for p in trees[key].rglob("planted.py")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layer", _layers())
+def test_a_tampering_candidate_changes_nothing_a_later_verdict_depends_on_in_a_run(trees, make_config, layer):
+    done = subprocess.run(
+        [sys.executable, "run.py", "--problem", "1_Scale_Bias_ReLU", "--json", *[a for o in _overrides(trees, layer) for a in ("--set", o)],
+         "--set", f"build_cache_dir={make_config().build_cache_dir}", "--set", "device=cpu", "--set", "check.trials=2", "--set", "timing.enabled=false",
+         "--set", "baselines.compile_modes=[]", "--set", "flags.no_custom_kernel=flag"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )
+    records = {r["identity"]["candidate"]: r for r in map(__import__("json").loads, done.stdout.splitlines()) if r.get("identity")}
+    assert set(records) == {"a_tamper", "b_zeros"}, done.stderr[-2000:]
+    assert trees["problem"].read_bytes() == trees["before"]
+    assert records["b_zeros"]["decision"]["status"] == Status.INCORRECT
+    assert _planted(trees) == []
+    assert _sleepers() == []
+    tamper = records["a_tamper"]["decision"]
+    if layer == Boundary.HASH:
+        assert tamper["status"] == Status.TAMPERED and "(restored)" in tamper["reason"] and "planted" in tamper["reason"], tamper
+    else:
+        assert tamper["status"] != Status.TAMPERED, tamper
+        assert any("left 1 process running" in n for n in tamper["notes"]), tamper  # the detached sleep; its shell had exited
+    assert f"boundary around candidates: {layer}" in done.stderr
+
+
+@pytest.mark.slow
+def test_in_a_session_the_zeros_kernel_is_incorrect_before_and_after_the_tampering(trees, make_config):
+    from harness import api
+
+    cfg = make_config(*_overrides(trees, Boundary.AUTO), "timing.enabled=false")
+    folder = trees["solutions"] / "1_Scale_Bias_ReLU"
+    with api.Session(cfg) as session:
+        before = session.evaluate("1_Scale_Bias_ReLU", ZEROS, name="zeros_before")
+        session.evaluate("1_Scale_Bias_ReLU", (folder / "a_tamper.py").read_text(), name="tamper")
+        after = session.evaluate("1_Scale_Bias_ReLU", ZEROS, name="zeros_after")
+    assert before.decision.status is Status.INCORRECT
+    assert after.decision.status is Status.INCORRECT, after.decision.reason
+    assert trees["problem"].read_bytes() == trees["before"]
+    assert _planted(trees) == [] and _sleepers() == []
+
+
+@pytest.mark.slow
+def test_with_no_boundary_the_pinned_problem_is_still_the_one_judged_and_the_change_is_reported(trees, make_config):
+    """sandbox.layer=off: the candidate does rewrite the file, but the judge loaded the bytes read
+    when the problem was found; the later record says the file changed."""
+    from harness import api
+
+    cfg = make_config(*_overrides(trees, Boundary.OFF), "timing.enabled=false")
+    folder = trees["solutions"] / "1_Scale_Bias_ReLU"
+    with api.Session(cfg) as session:
+        session.evaluate("1_Scale_Bias_ReLU", (folder / "a_tamper.py").read_text(), name="tamper")
+        after = session.evaluate("1_Scale_Bias_ReLU", ZEROS, name="zeros_after")
+    assert trees["problem"].read_bytes() != trees["before"]  # nothing stopped the write
+    assert after.decision.status is Status.INCORRECT, after.decision.reason
+    assert any("changed on disk during the run" in w for w in after.decision.warnings), after.decision.warnings
+    assert _sleepers() == []  # processes end with their worker whatever the layer
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layer", _layers())
+def test_a_candidate_that_writes_its_own_folder_and_the_temp_folder_still_passes(trees, make_config, layer):
+    from harness import api
+
+    cfg = make_config(*_overrides(trees, layer), "timing.enabled=false")
+    with api.Session(cfg) as session:
+        record = session.evaluate("1_Scale_Bias_ReLU", SCRATCH_WRITER, name="scratch_writer")
+    assert record.decision.status is Status.CORRECT, record.decision.reason
+
+
+def _in_sandbox(policy: Policy, code: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HARNESS_SANDBOX": policy.to_env(), "PYTHONPATH": str(ROOT)}
+    runner = f"from harness.worker import sandbox\nsandbox.enter_from_environment()\nsandbox.enter_pending()\n{code}"
+    return subprocess.run([sys.executable, "-c", runner], env=env, capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.skipif(Boundary.LANDLOCK not in _layers(), reason="this kernel has no Landlock")
+def test_landlock_allows_writes_beneath_the_writable_folders_only_and_refuses_tcp(tmp_path):
+    own, other = tmp_path / "own", tmp_path / "other"
+    own.mkdir()
+    other.mkdir()
+    code = f"""
+import socket
+open({str(own / 'a')!r}, 'w').write('ok')
+for target in ({str(other / 'b')!r}, {str(tmp_path / 'c')!r}):
+    try:
+        open(target, 'w')
+        print('wrote', target)
+    except PermissionError:
+        pass
+try:
+    socket.socket().connect(('127.0.0.1', 9))
+except PermissionError:
+    print('tcp refused')
+except OSError:
+    print('tcp allowed')
+"""
+    done = _in_sandbox(Policy(Boundary.LANDLOCK, writable=(str(own), "/dev")), code)
+    assert done.returncode == 0, done.stderr
+    assert (own / "a").read_text() == "ok" and not (other / "b").exists() and not (tmp_path / "c").exists()
+    assert "wrote" not in done.stdout
+    assert "tcp refused" in done.stdout or "tcp allowed" in done.stdout  # refused where the ABI has network rules (4+)
+
+
+@pytest.mark.skipif(Boundary.MOUNT not in _layers(), reason="no user and mount namespaces here")
+def test_the_mount_layer_makes_the_trees_read_only_and_they_cannot_be_remounted(tmp_path):
+    kept, free = tmp_path / "kept", tmp_path / "free"
+    kept.mkdir()
+    free.mkdir()
+    code = f"""
+import subprocess
+open({str(free / 'a')!r}, 'w').write('ok')
+subprocess.run(['mount', '-o', 'remount,rw', {str(kept)!r}], capture_output=True)
+try:
+    open({str(kept / 'b')!r}, 'w')
+    print('wrote')
+except OSError:
+    print('refused')
+"""
+    done = _in_sandbox(Policy(Boundary.MOUNT, protected=(str(kept),)), code)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "refused" and not (kept / "b").exists() and (free / "a").exists()
+
+
+def test_a_layer_that_cannot_be_entered_ends_the_process_before_candidate_code(tmp_path):
+    policy = Policy(Boundary.LANDLOCK, writable=(str(tmp_path),))
+    env = {**os.environ, "HARNESS_SANDBOX": policy.to_env().replace('"landlock"', '"nonsense"'), "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", "from harness.worker import sandbox\nsandbox.enter_from_environment()\nprint('ran')"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 70 and "ran" not in done.stdout and "cannot enter the boundary" in done.stderr
+
+
+def test_the_hash_watch_removes_planted_files_and_restores_changed_ones(tmp_path):
+    problems, results = tmp_path / "problems", tmp_path / "results"
+    problems.mkdir()
+    (results / "this-run").mkdir(parents=True)
+    problem = problems / "p.py"
+    problem.write_text("original\n")
+    watch = TreeWatch((problems, results), keep=(problems,), skip=(results / "this-run",))
+    assert watch.check() == []
+    time.sleep(0.01)
+    problem.write_text("changed!\n")
+    (results / "planted.py").write_text("x")
+    (results / "this-run" / "records.jsonl").write_text("the run's own writes are not watched")
+    changes = watch.check()
+    assert problem.read_text() == "original\n" and not (results / "planted.py").exists()
+    assert any(c.startswith("planted") for c in changes) and any("(restored)" in c for c in changes)
+    assert watch.check() == []
+
+
+def test_a_named_layer_this_machine_cannot_enter_is_a_usage_error(tmp_path, make_config, monkeypatch):
+    from harness.core.errors import UserError
+    from harness.parent import boundary
+
+    monkeypatch.setattr(boundary, "probe", lambda layer, folder: (False, "not here"))
+    with pytest.raises(UserError, match="sandbox.layer=landlock: this machine cannot enter it"):
+        open_boundary(make_config("sandbox.layer=landlock"), tmp_path)
+    chosen = open_boundary(make_config("sandbox.layer=auto"), tmp_path)
+    assert chosen.layer == Boundary.HASH and "no landlock: not here" in chosen.why and chosen.watch is not None
