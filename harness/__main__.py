@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Sequence
+from typing import Any, Optional, Sequence
 
 from harness import __version__
 from harness.commands import baseline, gate, ingest, leaderboard, lint, run, serve
@@ -32,13 +32,35 @@ def program_name() -> str:
     return name if name and name != "-c" else "run.py"
 
 
+class Version(argparse.Action):
+    """`--version`: the program's name and version, then the environment: Python, the kernel,
+    torch and its CUDA, and the boundary layers a run would take here (the first one)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option_string: Optional[str] = None) -> None:
+        import platform
+
+        from harness.parent.boundary import layers_here
+
+        print(f"{parser.prog} {__version__}")
+        print(f"python {platform.python_version()} on {platform.system()} {platform.release()} ({platform.machine()})")
+        try:
+            import torch
+
+            print(f"torch {torch.__version__}, CUDA {torch.version.cuda or 'none'}")
+        except ImportError:
+            print("torch: not installed")
+        layers = layers_here()
+        print(f"boundary around candidates: {layers[0]} (this machine offers: {', '.join(layers)})")
+        parser.exit()
+
+
 def parser(prog: str = "run.py") -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
         prog=prog,
         description="Evaluate candidate kernels against reference problems: correctness, then speed.",
         epilog="exit codes: 0 ok, 1 usage error, 2 a candidate failed (or an ingest was refused), 3 the gate found a regression, 4 reference or harness failure, 5 too little free disk or no space left, 130 interrupted",
     )
-    top.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    top.add_argument("--version", action=Version, nargs=0, help="print the version and the environment it runs in, and exit")
     top.set_defaults(program=prog)  # how to run it again, e.g. in the line that resumes an interrupted run
     sub = top.add_subparsers(dest="command", metavar="{" + ",".join(COMMANDS) + "}")
     for name, module in COMMANDS.items():

@@ -82,6 +82,14 @@ def probe(layer: str, folder: str) -> tuple[bool, str]:
     return done.returncode == 0, said.removeprefix("failed: ")
 
 
+def layers_here() -> list[str]:
+    """The layers this machine offers, strongest first, as a run would record them ("hash" always)."""
+    import tempfile
+
+    found = [said for layer in (Boundary.LANDLOCK, Boundary.MOUNT) for entered, said in [probe(layer, tempfile.gettempdir())] if entered]
+    return [*found, str(Boundary.HASH)]
+
+
 def open_boundary(cfg: Config, scratch: Path, problem_files: tuple[Path, ...] = (), results_run: Optional[Path] = None) -> RunBoundary:
     """The boundary `cfg.sandbox.layer` asks for on this machine. A layer named outright that
     cannot be entered is a usage error; auto falls back to the next one and says why."""
