@@ -132,3 +132,82 @@ def test_the_kernelbench_profile_checks_each_model_with_its_own_weights_as_kerne
                           config="configs/kernelbench.yaml", overrides=overrides)
     assert record.decision.status is Status.CORRECT, record.decision.reason
     assert record.checks.weights == "seed" and not any(f.code == "weights-by-seed" for f in record.integrity.flags)
+
+
+# The reference registers its own `bias` before its layer's (named_parameters lists self.bias, then
+# linear.weight, linear.bias); ModelNew registers weight, lin_bias, bias: no pairing by position,
+# but every shape is unique on both sides.
+OWN_BIAS_PROBLEM = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.linear = nn.Linear(in_features, out_features)
+        self.bias = nn.Parameter(torch.randn(out_features, 1))
+
+    def forward(self, x):
+        return torch.relu(self.linear(x)).unsqueeze(-1) + self.bias
+
+
+def get_inputs():
+    return [torch.randn(16, 8)]
+
+
+def get_init_inputs():
+    return [8, 4]
+'''
+
+OWN_BIAS_NEW = '''
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(out_features, in_features))
+        self.lin_bias = nn.Parameter(torch.randn(out_features))
+        self.bias = nn.Parameter(torch.randn(out_features, 1))
+
+    def forward(self, x):
+        return torch.relu(F.linear(x, self.weight, {lin_bias})).unsqueeze(-1) + self.bias
+'''
+
+
+def test_weights_pair_by_name_then_position_then_unique_shape():
+    import torch
+
+    from harness.device.checks import pairing, weight_pairs
+
+    reference = {"bias": torch.zeros(4, 1), "linear.weight": torch.zeros(4, 8), "linear.bias": torch.zeros(4)}
+    own = {"weight": torch.zeros(4, 8), "lin_bias": torch.zeros(4), "bias": torch.zeros(4, 1)}
+    assert sorted(weight_pairs(own, reference)) == [("bias", "bias"), ("lin_bias", "linear.bias"), ("weight", "linear.weight")]
+    assert pairing(own, reference) == "shape"
+    assert pairing(reference, reference) == "name"
+    renamed = {"w": torch.zeros(4, 1), "x": torch.zeros(4, 8), "y": torch.zeros(4)}
+    assert pairing(renamed, reference) == "position"
+    twins = {"a": torch.zeros(4), "b": torch.zeros(4, 8), "c": torch.zeros(4)}  # two of one shape: which is which?
+    assert weight_pairs(twins, {"p": torch.zeros(4, 8), "q": torch.zeros(4), "r": torch.zeros(4), "s": torch.zeros(1)}) is None
+    assert weight_pairs({"a": torch.zeros(4), "b": torch.zeros(4, 8)}, {"p": torch.zeros(4, 8), "q": torch.zeros(4)}) == [("a", "q"), ("b", "p")]
+    assert weight_pairs({"a": torch.zeros(4)}, {"p": torch.zeros(4, 8), "q": torch.zeros(4)}) is None  # one left alone
+
+
+def test_weights_registered_in_another_order_pair_by_unique_shape_and_a_wrong_twin_still_fails(tmp_path, build_cache, measurement_cache):
+    problems = tmp_path / "problems"
+    problems.mkdir()
+    (problems / "9_Own_Bias.py").write_text(OWN_BIAS_PROBLEM)
+    overrides = [f"results_dir={tmp_path / 'results'}", f"build_cache_dir={build_cache}", f"measurement_cache_dir={measurement_cache}", f"problems_dir={problems}",
+                 "device=cpu", "timing.enabled=false", "check.trials=2", "flags.no_custom_kernel=flag"]
+    with api.Session(overrides=overrides) as session:
+        honest = session.evaluate("9_Own_Bias", OWN_BIAS_NEW.format(lin_bias="self.lin_bias"), name="honest")
+        wrong = session.evaluate("9_Own_Bias", OWN_BIAS_NEW.format(lin_bias="None"), name="no_linear_bias")
+    assert honest.decision.status is Status.CORRECT, honest.decision.reason
+    assert honest.checks.weights == "shape" and dict(honest.checks.weight_mapping) == {"weight": "linear.weight", "lin_bias": "linear.bias"}
+    assert any(w.startswith("weights mapped by shape") for w in honest.decision.warnings)
+    assert not any(f.code == "weights-by-seed" for f in honest.integrity.flags)
+    assert wrong.decision.status is Status.INCORRECT, wrong.decision.reason
+    assert wrong.checks.weights == "shape"

@@ -413,9 +413,10 @@ class WeightsBySeed:
 
 @dataclasses.dataclass(frozen=True)
 class WeightsMapped:
-    """worker -> parent: the reference's weights were loaded by registration order (ModelNew renames them)."""
+    """worker -> parent: the reference's weights were loaded under other names (ModelNew renames them)."""
 
     pairs: tuple[tuple[str, str], ...]  # (own name, reference name) of each renamed tensor
+    by: str = "position"  # how they paired: position (registration order and shape) or shape (each shape unique)
 
 
 @dataclasses.dataclass(frozen=True)

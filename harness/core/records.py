@@ -379,8 +379,8 @@ class Checks:
 
     results: tuple[CheckResult, ...] = ()  # weight-copied calls, buffers and the timed output, in the order they ran
     same_seed: Optional[CheckResult] = None  # both built after the same manual_seed; reported apart
-    weights: str = ""  # where its checked weights came from: name | position (the reference's, transplanted) | seed (its own, same-seed)
-    weight_mapping: tuple[tuple[str, str], ...] = ()  # (ModelNew's name, the reference's) where the transplant paired renamed weights by position
+    weights: str = ""  # where its checked weights came from: name | position | shape (the reference's, transplanted) | seed (its own, same-seed)
+    weight_mapping: tuple[tuple[str, str], ...] = ()  # (ModelNew's name, the reference's) where the transplant paired renamed weights by position or shape
     gradients: str = ""  # training parity: "match", "mismatch", "forward only"; "" when not checked
 
     @property

@@ -85,7 +85,7 @@ DESCRIPTIONS: dict[Status, str] = {
     Status.NEEDS_CUDA: "the candidate needs a CUDA device and this run has none (skipped, not failed)",
     Status.BUILD_FAILED: "compiling the inline extension failed",
     Status.CONSTRUCT_FAILED: "ModelNew(*get_init_inputs()) raised",
-    Status.WEIGHTS_MISMATCH: "the reference's state_dict loads into ModelNew neither by name nor by registration order and shape (flags.weights_by_seed: fail)",
+    Status.WEIGHTS_MISMATCH: "the reference's state_dict loads into ModelNew neither by name, nor by registration order and shape, nor by unique shape (flags.weights_by_seed: fail)",
     Status.RUNTIME_ERROR: "forward raised, or returned something that is not tensors",
     Status.CUDA_FAULT: "a CUDA error (illegal address, device assert, launch failure)",
     Status.UNSAFE_MEMORY: "an access outside its buffers: a write into the guard bands around an input, or a compute-sanitizer finding (flags.unsafe_memory: fail)",

@@ -66,11 +66,46 @@ def _counter(name: str) -> bool:
 
 
 def weight_pairs(own: dict[str, Any], reference: dict[str, Any]) -> Optional[list[tuple[str, str]]]:
-    """[] when the names and shapes match (loaded by name); the pairs by registration order and
-    shape when ModelNew renamed them (`positional_mapping`); None when neither."""
+    """[] when the names and shapes match (loaded by name); else the pairs by registration order
+    and shape (`positional_mapping`), else by unique shape (`shape_mapping`); None when none holds."""
     if set(own) == set(reference) and all(tuple(own[k].shape) == tuple(reference[k].shape) for k in own):
         return []
-    return positional_mapping(own, reference)
+    pairs = positional_mapping(own, reference)
+    return pairs if pairs is not None else shape_mapping(own, reference)
+
+
+def pairing(own: dict[str, Any], reference: dict[str, Any]) -> str:
+    """How `weight_pairs` paired them: name, position or shape ("" when they do not pair)."""
+    pairs = weight_pairs(own, reference)
+    if pairs is None:
+        return ""
+    return "name" if not pairs else "position" if positional_mapping(own, reference) is not None else "shape"
+
+
+def shape_mapping(own: dict[str, Any], reference: dict[str, Any]) -> Optional[list[tuple[str, str]]]:
+    """(own name, reference name) pairs when the registration orders differ but the tensors still
+    pair one to one: those of the same name and shape by name, each of the rest with the one
+    tensor of its shape on the other side (num_batches_tracked aside, paired among themselves as
+    by position). None when a shape left over is not unique on both sides, or one is left alone."""
+    mine = [k for k in own if not _counter(k)]
+    theirs = [k for k in reference if not _counter(k)]
+    pairs = [(k, k) for k in mine if k in reference and not _counter(k) and tuple(own[k].shape) == tuple(reference[k].shape)]
+    named = {k for k, _ in pairs}
+    rest_mine = [k for k in mine if k not in named]
+    rest_theirs = [k for k in theirs if k not in named]
+    if len(rest_mine) != len(rest_theirs):
+        return None
+    by_shape: dict[tuple[int, ...], list[str]] = {}
+    for k in rest_theirs:
+        by_shape.setdefault(tuple(reference[k].shape), []).append(k)
+    for k in rest_mine:
+        shape = tuple(own[k].shape)
+        matches = by_shape.get(shape, [])
+        if len(matches) != 1 or sum(tuple(own[m].shape) == shape for m in rest_mine) != 1:
+            return None
+        pairs.append((k, matches[0]))
+    counters = ([k for k in own if _counter(k)], [k for k in reference if _counter(k)])
+    return pairs + (list(zip(*counters)) if len(counters[0]) == len(counters[1]) else [])
 
 
 def paired_gradients(grads: dict[str, Any], shapes: dict[str, tuple[int, ...]]) -> dict[str, Any]:
@@ -101,4 +136,4 @@ def weights_problems(own: dict[str, Any], reference: dict[str, Any]) -> str:
         problems.append(f"not in ModelNew: {', '.join(unexpected)}")
     if mis_shaped:
         problems.append(f"shape differs: {', '.join(mis_shaped)}")
-    return "; ".join(problems) + "; no pairing by registration order and shape either"
+    return "; ".join(problems) + "; no pairing by registration order and shape, or by unique shape, either"

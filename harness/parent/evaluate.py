@@ -218,7 +218,9 @@ def reported(candidate: Candidate, outcome: WorkerOutcome) -> Reported:
     mapping = tuple(pair for m in outcome.every(P.WeightsMapped) for pair in m.pairs)
     by_seed = outcome.first(P.WeightsBySeed)
     why = by_seed.reason if by_seed is not None else ""
-    return Reported(mapping, outcome.first(P.ExtensionCalls), outcome.first(P.Threads), why, tuple(scan_source(candidate.path)), frozenset(declared_kernels(candidate.path)))
+    mapped = outcome.first(P.WeightsMapped)
+    scanned, declared = tuple(scan_source(candidate.path)), frozenset(declared_kernels(candidate.path))
+    return Reported(mapping, outcome.first(P.ExtensionCalls), outcome.first(P.Threads), why, scanned, declared, mapped.by if mapped is not None else "position")
 
 
 def left_running(outcome: WorkerOutcome) -> tuple[str, ...]:
@@ -236,7 +238,7 @@ def decided_parts(compared: Compared, case: Case, decided: Verdict, sanitized: t
         Checks(
             results=tuple(compared.checks),
             same_seed=compared.same_seed,
-            weights="seed" if compared.own_weights else "position" if mapping else "name",
+            weights="seed" if compared.own_weights else case.reported.mapped_by if mapping else "name",
             weight_mapping=mapping,
             gradients=gradients[0] if gradients is not None else "",
         ),

@@ -72,12 +72,13 @@ class Reported:
     """What the candidate's worker reported beyond its checks, and what its source declares: read
     and scanned by the caller (the messages and the file are its business)."""
 
-    mapping: tuple[tuple[str, str], ...] = ()  # weights paired by position: (ModelNew's name, the reference's)
+    mapping: tuple[tuple[str, str], ...] = ()  # renamed weights paired by position or shape: (ModelNew's name, the reference's)
     counted: Optional[ExtensionCalls] = None  # the worker's extension call counts, None when none came
     threads: Optional[Threads] = None  # the worker's report of threads left running, None when none came
     weights_why: str = ""  # the weights_by_seed message's reason ("" when none came)
     scanned: tuple[Finding, ...] = ()  # the findings of the scan of its source (harness.core.scan.scan_source)
     declared: frozenset[str] = frozenset()  # the kernels its source declares (harness.core.scan.declared_kernels)
+    mapped_by: str = "position"  # how `mapping` paired them: position (registration order and shape) or shape (each unique)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,7 +137,7 @@ def first_warnings(case: Case) -> list[str]:
         warnings.append(f"the other-size trial ran at the problem's own size: {case.reference.other_size_note}")
     if mapping:
         shown = ", ".join(f"{a} <- {b}" for a, b in mapping[:6]) + (f", and {len(mapping) - 6} more" if len(mapping) > 6 else "")
-        warnings.append(f"weights mapped by position (ModelNew renames them): {shown}")
+        warnings.append(f"weights mapped by {case.reported.mapped_by} (ModelNew renames them): {shown}")
     if case.compared.profile_error:
         warnings.append(f"profiling the candidate failed: {case.compared.profile_error}")
     observed = case.reported.counted.forward_ops if case.reported.counted is not None else None

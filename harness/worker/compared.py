@@ -28,7 +28,7 @@ from harness.core.records import ExtensionBuild, ForwardOps, from_dict
 from harness.core.scan import declared_kernels
 from harness.core.status import Backward, Status
 from harness.device.buildcache import BuildCache
-from harness.device.checks import _counter, weight_pairs, weights_problems
+from harness.device.checks import _counter, pairing, weight_pairs, weights_problems
 from harness.device.failures import WorkerFailure, classify, load_module
 from harness.device.guard import Guard
 from harness.device.inputs import aliased_input, as_outputs, same_bits
@@ -307,11 +307,12 @@ def load_reference_weights(worker: Worker, model: Any, pairs: Optional[list[tupl
     if pairs is None:
         raise WorkerFailure(Status.WEIGHTS_MISMATCH, weights_problems(own, reference)[:500])
     if pairs:
+        how = pairing(own, reference)
         renamed = {mine: theirs for mine, theirs in pairs if mine != theirs}
         worker.reference_names = lambda name: renamed.get(name, name)
         unpaired = {k: own[k] for k in own if _counter(k) and k not in dict(pairs)}  # counters that could not pair keep their own
         reference = {mine: reference[theirs] for mine, theirs in pairs} | unpaired
-        worker.send(P.WeightsMapped(tuple(sorted(renamed.items())[:200])))
+        worker.send(P.WeightsMapped(tuple(sorted(renamed.items())[:200]), how))
     try:
         model.load_state_dict(reference, strict=True)
     except BaseException as exc:
