@@ -29,7 +29,7 @@ def compare_outputs(name: str, expected: dict[str, Any], actual: dict[str, Any],
     judged against that level, not against their own size, and the result carries a note."""
     exp, act = expected["tensors"], actual["tensors"]
     if len(exp) != len(act):
-        return CheckResult(name, False, f"returned {len(act)} outputs, the reference returns {len(exp)}")
+        return outputs_counted(name, len(act), len(exp))
     worst: CheckResult | None = None
     notes: list[str] = []
     for index, (e, a, kind) in enumerate(zip(exp, act, actual["types"])):
@@ -46,6 +46,11 @@ def compare_outputs(name: str, expected: dict[str, Any], actual: dict[str, Any],
         if worst is None or (result.max_abs_error or 0.0) > (worst.max_abs_error or 0.0):
             worst = result
     return dataclasses.replace(worst, note="; ".join(notes)) if worst is not None else CheckResult(name, True, "ok (no outputs)")
+
+
+def outputs_counted(name: str, got: int, expected: int) -> CheckResult:
+    """The failed check of a model that returned another number of outputs than the reference."""
+    return CheckResult(name, False, f"returned {got} outputs, the reference returns {expected}")
 
 
 def _form(index: int, label: str, expected: dict[str, Any], actual: dict[str, Any]) -> str:

@@ -50,7 +50,7 @@ from harness.device.regions import device_sharing, dtype_of, view
 from harness.device.setup import PREWARM, prewarm_cuda, setup_device, synchronize
 from harness.device.timed import prepare_timer, time_round
 from harness.device.timing import flush_buffer
-from harness.judge.compare import compare_gradients, compare_outputs, relative_error
+from harness.judge.compare import compare_gradients, compare_outputs, outputs_counted, relative_error
 from harness.judge.degenerate import NOISE_THEN, InertBuffers, judge_buffers
 from harness.judge.reference import Reference, device_memory, release, structure_notes
 from harness.judge.roofline import count_work, device_peaks, floor
@@ -191,6 +191,8 @@ class Checker:
     def _compare(self, name: str, expected: dict[str, Any], session: SessionState, step: P.Step, noise: Optional[dict[int, float]] = None) -> CheckResult:
         """The step's outputs, read in place in the mailbox, against the reference's (`noise`: those
         that are rounding noise around zero, with their levels: harness.judge.degenerate)."""
+        if len(step.outputs) != len(expected["tensors"]):
+            return outputs_counted(name, len(step.outputs), len(expected["tensors"]))
         tensors: list[Any] = []
         for output, want in zip(step.outputs, expected["tensors"]):
             spec = output.tensor

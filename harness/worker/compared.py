@@ -149,7 +149,7 @@ class Worker:
         self._steps.append(step)
         if step in (P.StepKind.SAME_SEED, P.StepKind.CALL):
             self._check_copies(step if step == P.StepKind.SAME_SEED else f"call_{index}")
-        tensors = [o for o in outputs if isinstance(o, torch.Tensor)]
+        tensors = [o for o in outputs if dense(o)]  # a sparse or meta tensor has no bytes to put in the mailbox
         specs, end = layout(tensors)
         fits = end <= self.mailbox.nbytes
         if fits:
@@ -159,11 +159,13 @@ class Worker:
         spec_of = iter(specs)
         for position, o in enumerate(outputs):
             name = names[position] if names else ""
-            if isinstance(o, torch.Tensor):
+            if dense(o):
                 spec = next(spec_of)
                 if not fits:
                     spec = dataclasses.replace(spec, offset=-1)
                 described.append(P.Output(type(o).__name__, name, str(o.layout), o.device.type, aliased_input(o, inputs), spec))
+            elif isinstance(o, torch.Tensor):  # the judge reads its layout or device, and fails it
+                described.append(P.Output(type(o).__name__, name, str(o.layout), o.device.type))
             else:
                 described.append(P.Output(type(o).__name__, name))
         reply = self._exchange(P.Step(step, index, tuple(described), status, reason, want, own_weights))
@@ -211,6 +213,11 @@ class Worker:
 
 
 # -- the steps every role's pass is made of --------------------------------------------------------
+
+
+def dense(output: Any) -> bool:
+    """Whether `output` is a tensor with bytes of its own to copy: strided, and not on the meta device."""
+    return isinstance(output, torch.Tensor) and output.layout == torch.strided and output.device.type != "meta"
 
 
 def load(worker: Worker) -> tuple[type, BuildCache]:
