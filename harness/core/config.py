@@ -176,6 +176,7 @@ class CheckConfig:
     gradient_tolerance_factor: float  # gradients sum over the batch: their atol and rtol are the output's times this
     weights: str = WeightSource.TRANSPLANT  # transplant: ModelNew gets the reference's (redrawn) weights, by name, else by position, else
     # keeps its own same-seed ones (flag weights-by-seed); seed: always its own (KernelBench's way)
+    problem_globals: bool = False  # the candidate's module starts with the problem file's globals (KernelBench's eval shares one namespace)
 
     def __post_init__(self) -> None:
         if self.trials < 1:

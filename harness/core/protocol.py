@@ -395,6 +395,7 @@ class WorkerJob:
     weights: str  # check.weights: "transplant" (the reference's weights) or "seed" (its own same-seed ones)
     session: SessionHandle  # the worker's view of the judge: its regions, weights and first inputs
     source_text: str = ""  # the module's pinned source (the problem's, for a baseline), loaded instead of reading `source`
+    problem_text: str = ""  # check.problem_globals: the problem's pinned source, run first in the module's namespace
 
 
 @dataclasses.dataclass(frozen=True)

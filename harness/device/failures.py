@@ -92,9 +92,10 @@ def _memory_held_outside() -> str:
     return f" (the device had {free >> 20} MiB free of {total >> 20} MiB, and PyTorch's allocator held only {held >> 20} MiB: memory taken outside it, and never given back?)"
 
 
-def load_module(path: Path, module_name: str, text: str = "") -> types.ModuleType:
+def load_module(path: Path, module_name: str, text: str = "", preamble: str = "") -> types.ModuleType:
     """Execute the source at `path` (or `text`, its pinned bytes, as `path`) as module
-    `module_name`; its failures as WorkerFailure (a syntax error, an import or build failure)."""
+    `module_name`; its failures as WorkerFailure (a syntax error, an import or build failure).
+    `preamble` (the problem's source, check.problem_globals) runs first in the same namespace."""
     source = text or path.read_text(encoding="utf-8", errors="replace")
     try:
         code = compile(source, str(path), "exec")
@@ -104,6 +105,8 @@ def load_module(path: Path, module_name: str, text: str = "") -> types.ModuleTyp
     module.__file__ = str(path)
     sys.modules[module_name] = module
     try:
+        if preamble:  # one namespace, as KernelBench's eval runs the two
+            exec(compile(preamble, "<the problem file>", "exec"), module.__dict__)
         exec(code, module.__dict__)
     except BaseException as exc:  # SystemExit at import is a failure of the module, not of the worker
         if isinstance(exc, KeyboardInterrupt):

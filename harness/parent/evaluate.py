@@ -9,6 +9,7 @@ process only relays steps and verdicts, never tensors, and writes one record per
 from __future__ import annotations
 
 import dataclasses
+import re
 import traceback
 from typing import Any, Callable, Optional
 
@@ -176,12 +177,16 @@ class ProblemEvaluation:
     def _bounded(self, candidate: Candidate, record: CandidateRecord) -> CandidateRecord:
         """The record once the boundary is checked: with the hash layer, a candidate that wrote into
         a watched tree is `tampered` (what it wrote undone); a problem file changed on disk is a
-        warning (the judge loaded the bytes pinned when the problem was found)."""
+        warning (the judge loaded the bytes pinned when the problem was found). A NameError of a
+        name the problem file defines says so (`problem_global_hint`)."""
         watch = self.resources.boundary.watch
         changes = watch.check() if watch is not None else []
         if changes:
             more = f" and {len(changes) - 3} more" if len(changes) > 3 else ""
             return self._failed(candidate, Status.TAMPERED, f"wrote outside its scratch: {'; '.join(changes[:3])}{more}")
+        hint = problem_global_hint(record.decision.reason, self.problem, self.cfg.check.problem_globals)
+        if hint:
+            record = dataclasses.replace(record, decision=dataclasses.replace(record.decision, reason=flat(f"{record.decision.reason} ({hint})")))
         if self.problem.changed_on_disk():
             note = f"the problem file {self.problem.path} changed on disk during the run; the bytes read when the run began were judged"
             return dataclasses.replace(record, decision=dataclasses.replace(record.decision, warnings=(*record.decision.warnings, note)))
@@ -221,6 +226,18 @@ def reported(candidate: Candidate, outcome: WorkerOutcome) -> Reported:
     mapped = outcome.first(P.WeightsMapped)
     scanned, declared = tuple(scan_source(candidate.path)), frozenset(declared_kernels(candidate.path))
     return Reported(mapping, outcome.first(P.ExtensionCalls), outcome.first(P.Threads), why, scanned, declared, mapped.by if mapped is not None else "position")
+
+
+NAME_ERROR = re.compile(r"NameError: name '([A-Za-z_][A-Za-z0-9_]*)' is not defined")
+
+
+def problem_global_hint(reason: str, problem: Problem, shared: bool) -> str:
+    """Why a candidate's NameError names something the problem file defines: its module does not
+    share the problem's globals (check.problem_globals, which configs/kernelbench.yaml sets)."""
+    found = NAME_ERROR.search(reason)
+    if shared or found is None or found.group(1) not in problem.global_names:
+        return ""
+    return f"{found.group(1)} is defined only in the problem file; a candidate's module does not see the problem's globals unless check.problem_globals is set, as configs/kernelbench.yaml does"
 
 
 def left_running(outcome: WorkerOutcome) -> tuple[str, ...]:

@@ -225,6 +225,7 @@ class ComparedPass:
             role=subject.role,
             source=str(subject.source.resolve()),
             source_text=subject.text,
+            problem_text=self.setting.problem.text if cfg.check.problem_globals and subject.role is P.Role.CANDIDATE and not subject.text else "",
             class_name=subject.class_name or ("ModelNew" if subject.role is P.Role.CANDIDATE else "Model"),
             compile_mode=subject.compile_mode,
             device=self.setting.device,

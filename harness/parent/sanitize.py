@@ -266,6 +266,7 @@ class LaneSanitizer:
             "sizes": dict(sizes),
             "seed": seed,
             "build_cache": str(self.cfg.path(self.cfg.build_cache_dir)),
+            "problem_globals": self.cfg.check.problem_globals,  # the candidate's module starts with the problem's globals
         }
         key = (source_hash, json.dumps(job["sizes"], sort_keys=True), job["seed"], tuple(cfg.tools))
         if key in self.runs:  # the same source, on the same inputs: the tools would say the same

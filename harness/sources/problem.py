@@ -45,6 +45,26 @@ class Problem:
         """The pinned source, as the judge loads it."""
         return self.source.decode("utf-8", errors="replace")
 
+    @functools.cached_property
+    def global_names(self) -> frozenset[str]:
+        """The names the problem file binds at its top level (assignments, functions, classes, imports)."""
+        import ast
+
+        try:
+            tree = ast.parse(self.text)
+        except (SyntaxError, ValueError):
+            return frozenset()
+        names: set[str] = set()
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                names.update((a.asname or a.name).split(".")[0] for a in node.names)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                names.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+        return frozenset(names)
+
     def changed_on_disk(self) -> bool:
         """Whether the file on disk no longer holds the pinned bytes."""
         try:

@@ -240,7 +240,7 @@ def load(worker: Worker) -> tuple[type, BuildCache]:
         on_event=lambda event: worker.send(P.Built(ExtensionBuild(**event))),
     )
     cache.install()
-    module = load_module(Path(job.source), f"__{worker.role.value}__", job.source_text)
+    module = load_module(Path(job.source), f"__{worker.role.value}__", job.source_text, job.problem_text)
     worker.guard.check("import")
     model_class = getattr(module, job.class_name, None)
     if not isinstance(model_class, type) or not issubclass(model_class, torch.nn.Module):

@@ -48,7 +48,8 @@ def main() -> None:
     torch.manual_seed(job["seed"])
     init = problem.get_init_inputs()
     inputs = [a.to(device) if isinstance(a, torch.Tensor) else a for a in problem.get_inputs()]
-    module = load_module(Path(job["source"]), "__candidate__")
+    preamble = Path(job["problem"]).read_text(encoding="utf-8") if job.get("problem_globals") else ""
+    module = load_module(Path(job["source"]), "__candidate__", preamble=preamble)
     model = getattr(module, job["class_name"])(*init).to(device).eval()
     with torch.no_grad():
         outputs = as_outputs(model(*inputs))
