@@ -267,3 +267,15 @@ def test_the_latest_record_per_candidate_wins_in_the_place_first_seen():
     first, other, again = sample_record(reason="first"), sample_record(candidate="d", reason="other"), sample_record(reason="again")
     latest = latest_per_candidate([first, other, again])
     assert list(latest) == [("p", "c"), ("p", "d")] and [r.decision.reason for r in latest.values()] == ["again", "other"]
+
+
+def test_a_triton_compilation_error_is_a_build_failure_with_its_first_line_whatever_the_phase():
+    from harness.device.failures import classify
+
+    CompilationError = type("CompilationError", (Exception,), {"__module__": "triton.compiler.errors"})
+    UnsupportedLanguageConstruct = type("UnsupportedLanguageConstruct", (CompilationError,), {"__module__": "triton.compiler.errors"})
+    for error in (CompilationError("at 12:8:\n    acc += tl.dot(a, b)\n    ^\nIncompatible shapes"), UnsupportedLanguageConstruct("at 3:4: unsupported")):
+        failure = classify(error, Status.RUNTIME_ERROR)
+        assert failure.status is Status.BUILD_FAILED and failure.reason.startswith(f"Triton {type(error).__name__}: at ")
+    impostor = type("CompilationError", (Exception,), {"__module__": "mylib"})("at 1:1")  # not Triton's: a runtime error
+    assert classify(impostor, Status.RUNTIME_ERROR).status is Status.RUNTIME_ERROR

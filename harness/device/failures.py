@@ -60,6 +60,9 @@ def classify(exc: BaseException, default: Status) -> WorkerFailure:
     message = str(exc)
     if isinstance(exc, BuildFailedError):
         return WorkerFailure(Status.BUILD_FAILED, exc.first_error)
+    if triton_compile_error(exc):  # Triton compiles at the first call: a build, whichever phase it falls in
+        first = next((line.strip() for line in message.splitlines() if line.strip()), type(exc).__name__)
+        return WorkerFailure(Status.BUILD_FAILED, f"Triton {type(exc).__name__}: {first}"[:300])
     if isinstance(exc, NeedsCudaError) or any(m in message for m in _NEEDS_CUDA_MARKERS):
         return WorkerFailure(Status.NEEDS_CUDA, one_line(exc))
     if isinstance(exc, (torch.cuda.OutOfMemoryError, MemoryError)) or "out of memory" in message.lower():
@@ -70,6 +73,12 @@ def classify(exc: BaseException, default: Status) -> WorkerFailure:
     if isinstance(exc, ImportError) and default is Status.IMPORT_ERROR:
         return WorkerFailure(Status.IMPORT_ERROR, one_line(exc))
     return WorkerFailure(default, one_line(exc) + _memory_held_outside())
+
+
+def triton_compile_error(exc: BaseException) -> bool:
+    """Whether `exc` is Triton's failure to compile a kernel (triton.compiler.errors.CompilationError
+    and its kinds), found by its class's module and name so that Triton need not be installed."""
+    return any(cls.__module__.split(".")[0] == "triton" and cls.__name__ == "CompilationError" for cls in type(exc).__mro__)
 
 
 LEAK_SHARE = 0.9  # device memory in use beyond this share, mostly outside PyTorch's allocator, is named

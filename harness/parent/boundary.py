@@ -94,11 +94,11 @@ def open_boundary(cfg: Config, scratch: Path, problem_files: tuple[Path, ...] = 
     """The boundary `cfg.sandbox.layer` asks for on this machine. A layer named outright that
     cannot be entered is a usage error; auto falls back to the next one and says why."""
     chosen = cfg.sandbox.layer
-    if chosen == Boundary.OFF:
-        return RunBoundary.none()
     build_cache = cfg.path(cfg.build_cache_dir)
     build_cache.mkdir(parents=True, exist_ok=True)
-    env = candidate_env(scratch, build_cache)
+    env = candidate_env(scratch, build_cache)  # per-run JIT caches, whatever the layer
+    if chosen == Boundary.OFF:
+        return RunBoundary(str(Boundary.OFF), env)
     protected = protected_trees(cfg, problem_files)
     policy = {
         Boundary.LANDLOCK: Policy(Boundary.LANDLOCK, writable=(str(scratch), str(build_cache), "/dev")),
@@ -161,12 +161,9 @@ class TreeWatch:
     def check(self) -> list[str]:
         """What changed since the last `take`, each undone where it can be: planted files removed,
         changed or removed files with kept bytes written back. Then the trees are taken again."""
-        changes: list[str] = []
+        changes: list[str] = []  # what it changed first, then what it planted
         with self._lock:
             now = self._walk()
-            for path in sorted(set(now) - set(self._seen)):
-                changes.append(f"planted {path} (removed)")
-                path.unlink(missing_ok=True)
             for path in sorted(set(self._seen)):
                 if now.get(path) == self._seen[path]:
                     continue
@@ -175,6 +172,9 @@ class TreeWatch:
                     path.write_bytes(kept)
                     os.utime(path, ns=(self._seen[path][1], self._seen[path][1]))
                 changes.append(f"{'changed' if path in now else 'removed'} {path}{' (restored)' if kept is not None else ''}")
+            for path in sorted(set(now) - set(self._seen)):
+                changes.append(f"planted {path} (removed)")
+                path.unlink(missing_ok=True)
         if changes:
             self.take()
         return changes
