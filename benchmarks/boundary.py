@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from test_boundary import HONEST_FORWARD, MARK, TAMPER, ZEROS, _sleepers  # noqa: E402
 
-from harness.core.boundary import Policy  # noqa: E402
+from harness.core.boundary import SandboxPolicy  # noqa: E402
 from harness.core.config import Boundary, load_config  # noqa: E402
 from harness.parent.boundary import TreeWatch, probe, protected_trees  # noqa: E402
 
@@ -105,7 +105,7 @@ def costs(layers: list[str]) -> list[tuple[str, float]]:
     bare = timed(lambda: subprocess.run([sys.executable, "-c", "from harness.worker import sandbox"], env=env, check=True))
     rows = [("a fresh interpreter importing harness.worker.sandbox (no layer)", bare)]
     for layer in layers:
-        policy = Policy(Boundary(layer), writable=(folder, "/dev"), protected=(str(ROOT / "problems"),))
+        policy = SandboxPolicy(Boundary(layer), writable=(folder, "/dev"), protected=(str(ROOT / "problems"),))
         code = "from harness.worker import sandbox\nsandbox.enter_from_environment()\nsandbox.enter_pending()"
         ms = timed(lambda p=policy: subprocess.run([sys.executable, "-c", code], env={**env, "HARNESS_SANDBOX": p.to_env()}, check=True))
         rows.append((f"the same, entering {layer} (difference: {ms - bare:+.1f} ms)", ms))

@@ -30,8 +30,13 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from harness.core import nullfloor
-from harness.core.config import Config, Device, load_config, with_overrides
-from harness.core.config import Executor as ExecutorKind  # the config choice (local, ray); Executor here is the protocol
+from harness.core.config import (
+    Config,
+    Device,
+    ExecutorKind,  # the config choice (local, ray); Executor is the protocol
+    load_config,
+    with_overrides,
+)
 from harness.core.errors import UserError
 from harness.core.records import CandidateRecord, ReferenceRecord, RunEnd, RunHeader
 from harness.core.store import RunStore, read_records

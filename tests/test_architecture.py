@@ -8,6 +8,7 @@
 - only the packages of RUNS_USER_CODE execute a problem's or a candidate's code;
 - no comparison (==, !=, in, not in) spells a Vocabulary's word as a string literal: it names the member
   (`device == Device.CUDA`, never `device == "cuda"`); a literal tested `in` a string is a substring test.
+- no two module-level classes share a name, and no module imports another's private (`_name`) name.
 
 Each check fails on any offender, named with its file and line. Each detector takes a package folder, so the
 self-tests run it on a synthetic package in tmp_path. `python3 tests/test_architecture.py` prints the current
@@ -395,6 +396,32 @@ def string_twins(root: Path) -> dict[str, str]:
     return {place: "; ".join(f"{w} ({', '.join(sorted(words[w]))})" for w in spelled) for place, spelled in found.items()}
 
 
+# -- one class per name, and private names kept private ------------------------------------------------------
+
+
+def twin_classes(root: Path) -> dict[str, list[str]]:
+    """{class name: [where, ...]} for every name that two module-level classes under root share."""
+    found: dict[str, list[str]] = defaultdict(list)
+    for file in _files(root):
+        for node in _parse(file.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.ClassDef):
+                found[node.name].append(f"{_name(root, file)}:{node.lineno}")
+    return {name: places for name, places in found.items() if len(places) > 1}
+
+
+def private_imports(root: Path) -> dict[str, str]:
+    """{"pkg/file.py:line": name} for every `from module import _name` under root (dunders aside):
+    a name its module keeps private, used by another."""
+    found: dict[str, str] = {}
+    for file in _files(root):
+        for node in ast.walk(_parse(file.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                for alias in node.names:
+                    if alias.name.startswith("_") and not alias.name.startswith("__"):
+                        found[f"{_name(root, file)}:{node.lineno}"] = alias.name
+    return found
+
+
 # -- the checks on harness/ ----------------------------------------------------------------------------------
 
 
@@ -442,6 +469,16 @@ def test_no_comparison_spells_a_vocabulary_word_as_a_string() -> None:
     found = _on_harness(string_twins)
     bad = [f"{where}: {words}" for where, words in sorted(found.items(), key=lambda item: (item[0].rpartition(":")[0], int(item[0].rpartition(":")[2])))]
     assert not bad, "vocabulary words compared as strings (compare the Vocabulary's member instead):\n" + "\n".join(bad)
+
+
+def test_no_two_classes_share_a_name() -> None:
+    twins = twin_classes(PACKAGE)
+    assert not twins, "classes that share a name: " + "; ".join(f"{name} ({', '.join(places)})" for name, places in sorted(twins.items()))
+
+
+def test_no_module_imports_a_private_name_of_another() -> None:
+    found = private_imports(PACKAGE)
+    assert not found, "private names imported: " + ", ".join(f"{name} at {where}" for where, name in sorted(found.items()))
 
 
 # -- the detectors on synthetic packages ---------------------------------------------------------------------
@@ -579,6 +616,15 @@ def run(device, setting, message, name):
         "pkg/use.py:7": "cpu (Device)",
         "pkg/use.py:8": "off (Switch)",
     }
+
+
+def test_twin_classes_and_private_imports_find_them_on_a_synthetic_package(tmp_path: Path) -> None:
+    root = _package(tmp_path, {
+        "a.py": "class Rules:\n    pass\n\n\nclass Alone:\n    class Rules:  # nested: not module level\n        pass\n",
+        "b.py": "from pkg.a import _hidden, __version__, Alone\n\n\nclass Rules:\n    pass\n",
+    })
+    assert twin_classes(root) == {"Rules": ["pkg/a.py:1", "pkg/b.py:4"]}
+    assert private_imports(root) == {"pkg/b.py:1": "_hidden"}
 
 
 if __name__ == "__main__":  # print today's offenders: python3 tests/test_architecture.py

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.core.boundary import Policy
+from harness.core.boundary import SandboxPolicy
 from harness.core.config import Boundary
 from harness.core.status import Status
 from harness.parent.boundary import TreeWatch, open_boundary, probe
@@ -211,7 +211,7 @@ def test_a_candidate_that_writes_its_own_folder_and_the_temp_folder_still_passes
     assert record.decision.status is Status.CORRECT, record.decision.reason
 
 
-def _in_sandbox(policy: Policy, code: str) -> subprocess.CompletedProcess:
+def _in_sandbox(policy: SandboxPolicy, code: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "HARNESS_SANDBOX": policy.to_env(), "PYTHONPATH": str(ROOT)}
     runner = f"from harness.worker import sandbox\nsandbox.enter_from_environment()\nsandbox.enter_pending()\n{code}"
     return subprocess.run([sys.executable, "-c", runner], env=env, capture_output=True, text=True, timeout=60)
@@ -238,7 +238,7 @@ except PermissionError:
 except OSError:
     print('tcp allowed')
 """
-    done = _in_sandbox(Policy(Boundary.LANDLOCK, writable=(str(own), "/dev")), code)
+    done = _in_sandbox(SandboxPolicy(Boundary.LANDLOCK, writable=(str(own), "/dev")), code)
     assert done.returncode == 0, done.stderr
     assert (own / "a").read_text() == "ok" and not (other / "b").exists() and not (tmp_path / "c").exists()
     assert "wrote" not in done.stdout
@@ -260,13 +260,13 @@ try:
 except OSError:
     print('refused')
 """
-    done = _in_sandbox(Policy(Boundary.MOUNT, protected=(str(kept),)), code)
+    done = _in_sandbox(SandboxPolicy(Boundary.MOUNT, protected=(str(kept),)), code)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "refused" and not (kept / "b").exists() and (free / "a").exists()
 
 
 def test_a_layer_that_cannot_be_entered_ends_the_process_before_candidate_code(tmp_path):
-    policy = Policy(Boundary.LANDLOCK, writable=(str(tmp_path),))
+    policy = SandboxPolicy(Boundary.LANDLOCK, writable=(str(tmp_path),))
     env = {**os.environ, "HARNESS_SANDBOX": policy.to_env().replace('"landlock"', '"nonsense"'), "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-c", "from harness.worker import sandbox\nsandbox.enter_from_environment()\nprint('ran')"], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 70 and "ran" not in done.stdout and "cannot enter the boundary" in done.stderr

@@ -23,7 +23,7 @@ from harness.core.status import Code, Status
 from harness.core.store import RunStore, read_records
 from harness.device.profile import observe_ops, observed_call, summarize_ops
 from harness.parent.evaluate import ProblemEvaluation
-from harness.parent.verdict import Case, Compared, Reported, Rules, decide
+from harness.parent.verdict import Case, Compared, Reported, VerdictRules, decide
 from harness.sources.candidate import Candidate
 from harness.sources.problem import resolve_problem
 
@@ -181,7 +181,7 @@ def cpu_verdict(candidate_ops, called=CALLED, policies=()):
     outcome = WorkerOutcome(None, P.Done({}), (), "done", 0, 1.0, 100)
     compared = Compared(outcome, [OK] * len(CALLS), OK, {}, None)
     reported = Reported(counted=P.ExtensionCalls(dict(called), dict(called), candidate_ops))
-    return decide(Case(compared, CALLS, True, REFERENCE, Rules.of(cfg), "cpu", reported))
+    return decide(Case(compared, CALLS, True, REFERENCE, VerdictRules.of(cfg), "cpu", reported))
 
 
 def test_on_the_cpu_wraps_reference_fails_by_default_and_its_policy_applies():

@@ -17,7 +17,7 @@ from harness.core.errors import ExitCode, UserError
 from harness.core.records import NullFloor, PairedSpeedup, ReferenceRecord, RunHeader, TimingStats
 from harness.core.status import Status
 from harness.core.store import RunStore
-from harness.views.gate import IMPROVED, NOT_COMPARABLE, REGRESSED, UNCHANGED, Regression, Rules, gate, load_side
+from harness.views.gate import IMPROVED, NOT_COMPARABLE, REGRESSED, UNCHANGED, Regression, GateRules, gate, load_side
 from tests.records import candidate_record
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -126,7 +126,7 @@ def test_no_across_changes_reports_an_edited_candidates_times_as_not_comparable(
 def test_an_edited_candidate_that_is_now_incorrect_fails_with_the_default_rules(tmp_path):
     base = write_run(tmp_path / "base", [candidate("k", ms=samples(1.0, 0.01))])
     now = write_run(tmp_path / "now", [candidate("k", Status.INCORRECT, candidate_hash="edited")])
-    result = gate(load_side(str(base), tmp_path), load_side(str(now), tmp_path), Rules.parse("default", 0.10), alpha=0.001)
+    result = gate(load_side(str(base), tmp_path), load_side(str(now), tmp_path), GateRules.parse("default", 0.10), alpha=0.001)
     (comparison,) = result.comparisons
     assert comparison.verdict == REGRESSED and comparison.regression is Regression.STATUS
     assert comparison.reason == "was correct, now incorrect (the candidate file changed): why"
@@ -148,7 +148,7 @@ def test_an_edited_candidate_that_is_now_incorrect_fails_with_the_default_rules(
 def test_a_kernel_that_broke_fails_whatever_changed_between_the_runs(tmp_path, change, protocol, device_name, why):
     base = write_run(tmp_path / "base", [candidate("k", ms=samples(1.0, 0.01))])
     now = write_run(tmp_path / "now", [candidate("k", Status.RUNTIME_ERROR, **change)], protocol=protocol, device_name=device_name)
-    (comparison,) = gate(load_side(str(base), tmp_path), load_side(str(now), tmp_path), Rules(), alpha=0.001).comparisons
+    (comparison,) = gate(load_side(str(base), tmp_path), load_side(str(now), tmp_path), GateRules(), alpha=0.001).comparisons
     assert comparison.verdict == REGRESSED and comparison.regression is Regression.STATUS
     assert comparison.reason == f"was correct, now runtime error ({why}): why"
     assert gate_cli(base, now) == ExitCode.REGRESSION
@@ -158,7 +158,7 @@ def test_a_kernel_that_broke_fails_whatever_changed_between_the_runs(tmp_path, c
 def test_an_edited_candidate_that_stays_correct_does_not_fail(tmp_path):
     base = write_run(tmp_path / "base", [candidate("k", ms=samples(1.0, 0.01, seed=1))])
     now = write_run(tmp_path / "now", [candidate("k", ms=samples(1.0, 0.01, seed=2), candidate_hash="edited")])
-    (comparison,) = gate(load_side(str(base), tmp_path), load_side(str(now), tmp_path), Rules(), alpha=0.001).comparisons
+    (comparison,) = gate(load_side(str(base), tmp_path), load_side(str(now), tmp_path), GateRules(), alpha=0.001).comparisons
     assert comparison.verdict == UNCHANGED and comparison.reason.endswith("within 10% (source changed)")
     assert gate_cli(base, now) == ExitCode.OK
     assert "**PASS**" in (now / "gate.md").read_text()
@@ -167,7 +167,7 @@ def test_an_edited_candidate_that_stays_correct_does_not_fail(tmp_path):
 def test_an_edited_candidate_that_was_wrong_and_is_now_correct_is_an_improvement(tmp_path):
     base = write_run(tmp_path / "base", [candidate("k", Status.INCORRECT)])
     now = write_run(tmp_path / "now", [candidate("k", ms=samples(1.0, 0.01), candidate_hash="fixed")])
-    (comparison,) = gate(load_side(str(base), tmp_path), load_side(str(now), tmp_path), Rules(), alpha=0.001).comparisons
+    (comparison,) = gate(load_side(str(base), tmp_path), load_side(str(now), tmp_path), GateRules(), alpha=0.001).comparisons
     assert comparison.verdict == IMPROVED and comparison.reason == "was incorrect, now correct (the candidate file changed)"
 
 
@@ -175,7 +175,7 @@ def test_a_candidate_skipped_for_needs_cuda_on_one_side_is_not_comparable_not_a_
     """A GPU baseline gated by a CPU run: the CUDA kernel was not evaluated, which says nothing about it."""
     base = write_run(tmp_path / "base", [candidate("gpu", ms=samples(1.0, 0.01)), candidate("later", Status.NEEDS_CUDA, device="cpu")])
     now = write_run(tmp_path / "now", [candidate("gpu", Status.NEEDS_CUDA, device="cpu"), candidate("later", Status.INCORRECT)])
-    skipped, later = gate(load_side(str(base), tmp_path), load_side(str(now), tmp_path), Rules(), alpha=0.001).comparisons
+    skipped, later = gate(load_side(str(base), tmp_path), load_side(str(now), tmp_path), GateRules(), alpha=0.001).comparisons
     assert later.verdict == NOT_COMPARABLE and later.reason == "not evaluated in the baseline (needs CUDA), now incorrect"
     assert skipped.verdict == NOT_COMPARABLE and skipped.regression is None
     assert skipped.reason == "was correct, skipped now (needs CUDA): this run could not evaluate it"
@@ -188,7 +188,7 @@ def test_a_candidate_skipped_for_needs_cuda_on_one_side_is_not_comparable_not_a_
 def test_a_candidate_skipped_on_both_sides_is_unchanged(tmp_path):
     base = write_run(tmp_path / "base", [candidate("k", Status.NEEDS_CUDA, device="cpu")])
     now = write_run(tmp_path / "now", [candidate("k", Status.NEEDS_CUDA, device="cpu", candidate_hash="edited")])
-    (comparison,) = gate(load_side(str(base), tmp_path), load_side(str(now), tmp_path), Rules(), alpha=0.001).comparisons
+    (comparison,) = gate(load_side(str(base), tmp_path), load_side(str(now), tmp_path), GateRules(), alpha=0.001).comparisons
     assert comparison.verdict == UNCHANGED and comparison.reason == "not evaluated on either side (needs CUDA)"
 
 
@@ -214,7 +214,7 @@ def test_missing_and_new_candidates_are_listed_and_any_missing_one_can_fail(tmp_
 def test_a_renamed_and_broken_candidate_fails(tmp_path):
     base = write_run(tmp_path / "base", [candidate("k", ms=samples(1.0, 0.01))])
     now = write_run(tmp_path / "now", [candidate("k_renamed", Status.INCORRECT)])
-    result = gate(load_side(str(base), tmp_path), load_side(str(now), tmp_path), Rules(), alpha=0.001)
+    result = gate(load_side(str(base), tmp_path), load_side(str(now), tmp_path), GateRules(), alpha=0.001)
     assert [c.regression for c in result.comparisons] == [Regression.MISSING, Regression.NEW_NOT_CORRECT]
     assert gate_cli(base, now) == ExitCode.REGRESSION
     report = (now / "gate.md").read_text()
@@ -252,7 +252,7 @@ def test_a_run_of_one_problem_gates_that_problem_only(tmp_path, capsys):
         candidate("third_kernel", Status.INCORRECT, problem="p3"),
     ])
     now = write_run(tmp_path / "now", [candidate("k", ms=samples(1.0, 0.01, seed=2))])
-    result = gate(load_side(str(base), tmp_path), load_side(str(now), tmp_path), Rules(), alpha=0.001)
+    result = gate(load_side(str(base), tmp_path), load_side(str(now), tmp_path), GateRules(), alpha=0.001)
     assert [(c.problem, c.candidate) for c in result.comparisons] == [("p1", "k")] and result.left_out == ("p2", "p3")
     capsys.readouterr()
     assert gate_cli(base, now) == ExitCode.OK
@@ -270,7 +270,7 @@ def test_a_new_candidate_that_is_not_correct_fails_and_one_skipped_for_needs_cud
     assert gate_cli(base, wrong) == ExitCode.REGRESSION
     assert "**FAIL**: 1 new candidate(s) not correct" in (wrong / "gate.md").read_text()
     skipped = write_run(tmp_path / "skipped", [same, candidate("gpu", Status.NEEDS_CUDA, device="cpu")])
-    new, _ = gate(load_side(str(base), tmp_path), load_side(str(skipped), tmp_path), Rules(), alpha=0.001).comparisons
+    new, _ = gate(load_side(str(base), tmp_path), load_side(str(skipped), tmp_path), GateRules(), alpha=0.001).comparisons
     assert new.regression is None
     assert new.reason == "not in the baseline, skipped now (needs CUDA): this run could not evaluate it"
     assert gate_cli(base, skipped) == ExitCode.OK
@@ -320,13 +320,13 @@ def test_geomean_rule_fails_on_a_broad_small_slowdown(tmp_path):
 
 
 def test_fail_on_grammar():
-    assert Rules.parse("default", 0.1) == Rules(status=True, median=0.1)
-    assert Rules.parse("median:5%,geomean:2.5%,missing", 0.1) == Rules(status=True, median=0.05, geomean=0.025, missing=True)
-    assert Rules.parse("none", 0.1) == Rules(status=False, median=None)
-    assert Rules.parse("median:5%", 0.1).describe() == "status,median:5%"
+    assert GateRules.parse("default", 0.1) == GateRules(status=True, median=0.1)
+    assert GateRules.parse("median:5%,geomean:2.5%,missing", 0.1) == GateRules(status=True, median=0.05, geomean=0.025, missing=True)
+    assert GateRules.parse("none", 0.1) == GateRules(status=False, median=None)
+    assert GateRules.parse("median:5%", 0.1).describe() == "status,median:5%"
     for bad in ("median:5", "speed:5%", "median:five%"):
         with pytest.raises(UserError, match="--fail-on: cannot read"):
-            Rules.parse(bad, 0.1)
+            GateRules.parse(bad, 0.1)
 
 
 def test_bad_rules_and_missing_runs_are_usage_errors(tmp_path, capsys):
@@ -453,7 +453,7 @@ def gated(tmp_path, base_floors, now_floors, *, now_status=Status.CORRECT, now_p
     base = write_run(tmp_path / "base", [candidate("k", ms=samples(1.0, 0.01, seed=1))], floors={"p1": base_floors})
     now_ms = samples(1.2, 0.01, seed=2) if now_status is Status.CORRECT else None
     now = write_run(tmp_path / "now", [candidate("k", now_status, ms=now_ms)], protocol=now_protocol, floors={"p1": now_floors})
-    (comparison,) = gate(load_side(str(base), tmp_path), load_side(str(now), tmp_path), Rules(), alpha=0.001).comparisons
+    (comparison,) = gate(load_side(str(base), tmp_path), load_side(str(now), tmp_path), GateRules(), alpha=0.001).comparisons
     return comparison, base, now
 
 

@@ -110,7 +110,7 @@ def test_bad_config_is_a_clear_user_error(override, message):
 @pytest.mark.parametrize(
     "key, vocabulary",
     [
-        ("executor", config.Executor), ("device", config.Device), ("check.gradients", config.GradientPolicy), ("check.weights", config.WeightSource),
+        ("executor", config.ExecutorKind), ("device", config.Device), ("check.gradients", config.GradientPolicy), ("check.weights", config.WeightSource),
         ("flags.fallback", config.Policy), ("timing.mode", config.TimingMode), ("timing.sync", config.SyncMode), ("timing.quiet", config.QuietMode),
         ("timing.null_candidate", config.Switch), ("sanitizer.enabled", config.Switch), ("builds.ahead", config.Ahead), ("workers.prestart", config.Ahead),
     ],

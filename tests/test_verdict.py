@@ -10,13 +10,13 @@ from harness.core.config import load_config
 from harness.core.protocol import Call, WorkerOutcome
 from harness.core.records import CheckResult, ReferenceRecord, Timing, TimingStats
 from harness.core.status import Code, Status
-from harness.parent.verdict import Case, Compared, Reported, Rules, decide, settle
+from harness.parent.verdict import Case, Compared, Reported, VerdictRules, decide, settle
 
 CALLS = (Call(0, "train"), Call(0, "eval"), Call(1, "train", "normal"), Call(1, "eval", "normal"), Call(0, "eval", repeat=1))
 OK = CheckResult("ok", True, "ok", 3e-5, 1e-4, 0.0)
 SAME_SEED_DIFFERS = CheckResult("same-seed construction (eval)", False, "output: 40% of elements outside", 0.5, 2.0, 0.4)
 DEFAULTS = load_config().flags.policies("flag")
-RULES = Rules(require_same_seed=False, modes=("train", "eval"), repeats=1, precision_ratio=10.0, own_share_floor=0.002, weights="transplant", policies=DEFAULTS, log_kib=256)
+RULES = VerdictRules(require_same_seed=False, modes=("train", "eval"), repeats=1, precision_ratio=10.0, own_share_floor=0.002, weights="transplant", policies=DEFAULTS, log_kib=256)
 REFERENCE = ReferenceRecord(run_id="r", problem="p", problem_hash="h", problem_path="p.py", device="cuda", device_name="gpu", ok=True, reason="ok")
 TIMING = TimingStats.from_samples([1.0] * 5, timer="cuda_events", warmup_calls=1, stopped_by="target_rse")
 PAIRED = object()  # compare is stubbed: the paired speedup is only handed through
@@ -214,7 +214,7 @@ def test_on_the_cpu_counted_extension_calls_are_the_evidence(counted, status, sh
 
 def test_the_rules_of_a_config():
     cfg = load_config(overrides=["check.repeats=0", "check.gradients=fail", "check.require_same_seed=true"])
-    rules = Rules.of(cfg)
+    rules = VerdictRules.of(cfg)
     assert (rules.repeats, rules.require_same_seed, rules.modes, rules.log_kib) == (0, True, tuple(cfg.check.modes), cfg.limits.log_kib)
     assert rules.policies["wrong_gradients"] == rules.policies["forward_only"] == "fail"
 

@@ -12,7 +12,7 @@ from typing import Sequence
 from harness.commands import add_config_arguments, load_config
 from harness.core.config import Config
 from harness.core.errors import ExitCode
-from harness.views.gate import GateResult, Rules, Side, gate, load_side, print_report, report
+from harness.views.gate import GateResult, GateRules, Side, gate, load_side, print_report, report
 
 
 def setup_arguments(parser: argparse.ArgumentParser) -> None:
@@ -47,13 +47,13 @@ def run_from_args(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return run_gate(cfg, baseline, rules, args.current, args.across_changes, out)
 
 
-def prepare_gate(cfg: Config, baseline: str, fail_on: str | None, allow_missing: bool = False) -> tuple[Side, Rules]:
+def prepare_gate(cfg: Config, baseline: str, fail_on: str | None, allow_missing: bool = False) -> tuple[Side, GateRules]:
     """The baseline's records and the rules, read (and checked) before anything else happens."""
-    rules = Rules.parse(fail_on if fail_on is not None else cfg.gate.fail_on, cfg.gate.threshold, allow_missing)
+    rules = GateRules.parse(fail_on if fail_on is not None else cfg.gate.fail_on, cfg.gate.threshold, allow_missing)
     return load_side(baseline, cfg.path(cfg.results_dir)), rules
 
 
-def run_gate(cfg: Config, baseline: Side, rules: Rules, current: str, across_changes: bool, out: Path, echo: bool = True) -> int:
+def run_gate(cfg: Config, baseline: Side, rules: GateRules, current: str, across_changes: bool, out: Path, echo: bool = True) -> int:
     """Compare, write the report (file, stdout, and $GITHUB_STEP_SUMMARY when set), then the exit code."""
     result = gate(baseline, load_side(current, cfg.path(cfg.results_dir)), rules, cfg.gate.alpha, across_changes)
     publish(result, out, echo)

@@ -11,7 +11,7 @@ from typing import Any, Sequence
 
 from harness.api import Session
 from harness.commands import Terminated, add_config_arguments, load_config, sigterm_interrupts
-from harness.core.config import Config, Device, Executor
+from harness.core.config import Config, Device, ExecutorKind
 from harness.core.errors import ExitCode, UserError
 from harness.core.records import CandidateRecord, ReferenceRecord, RunEnd, latest_per_candidate, to_dict
 from harness.core.status import Status
@@ -41,7 +41,7 @@ def setup_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--results", metavar="DIR", help="results folder (config results_dir)")
     parser.add_argument("--run-id", metavar="ID", help="name of the run folder (default: time + random)")
     parser.add_argument("--resume", metavar="RUN", help="finish an interrupted run: evaluate only the candidates without a record in results/RUN")
-    parser.add_argument("--executor", choices=Executor.words(), help="where evaluations run (config executor; ray: pip install '.[ray]')")
+    parser.add_argument("--executor", choices=ExecutorKind.words(), help="where evaluations run (config executor; ray: pip install '.[ray]')")
     parser.add_argument("--ray-address", metavar="ADDR", help="Ray cluster to use with --executor ray: auto, ray://HOST:10001 (default: a new local instance)")
     parser.add_argument("--gate", metavar="BASELINE", help="after the run, gate it against this baseline (file, run folder or id): exit 3 on a regression, else 0")
     from harness.commands.gate import add_gate_options

@@ -12,7 +12,7 @@ ENV = "HARNESS_SANDBOX"  # the policy, for the processes that enter it (they rem
 
 
 @dataclasses.dataclass(frozen=True)
-class Policy:
+class SandboxPolicy:
     """What a candidate's process may touch."""
 
     layer: Boundary  # landlock | mount (the layers a process enters itself)
@@ -23,6 +23,6 @@ class Policy:
         return json.dumps({"layer": self.layer.value, "writable": list(self.writable), "protected": list(self.protected)})
 
     @classmethod
-    def from_env(cls, text: str) -> "Policy":
+    def from_env(cls, text: str) -> "SandboxPolicy":
         data = json.loads(text)
         return cls(Boundary(data["layer"]), tuple(data.get("writable", ())), tuple(data.get("protected", ())))

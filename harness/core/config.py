@@ -89,7 +89,7 @@ class Device(Vocabulary):
     CPU = "cpu"
 
 
-class Executor(Vocabulary):
+class ExecutorKind(Vocabulary):
     """executor."""
 
     LOCAL = "local"
@@ -472,7 +472,7 @@ class Config:
     def __post_init__(self) -> None:
         if self.device not in Device.words():
             raise ValueError(f"device must be auto, cuda or cpu, got {self.device!r}")
-        if self.executor not in Executor.words():
+        if self.executor not in ExecutorKind.words():
             raise ValueError(f"executor must be local or ray, got {self.executor!r}")
 
     def for_problem(self, declared: dict[str, Any]) -> "Config":

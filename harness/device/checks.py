@@ -60,7 +60,7 @@ def projection(output: Any, seed: int) -> Any:
     return torch.randn(tuple(output.shape), generator=generator, device=output.device)
 
 
-def _counter(name: str) -> bool:
+def step_counter(name: str) -> bool:
     """BatchNorm's step counter: no weight, never part of a positional pairing."""
     return name.rsplit(".", 1)[-1] == "num_batches_tracked"
 
@@ -87,9 +87,9 @@ def shape_mapping(own: dict[str, Any], reference: dict[str, Any]) -> Optional[li
     pair one to one: those of the same name and shape by name, each of the rest with the one
     tensor of its shape on the other side (num_batches_tracked aside, paired among themselves as
     by position). None when a shape left over is not unique on both sides, or one is left alone."""
-    mine = [k for k in own if not _counter(k)]
-    theirs = [k for k in reference if not _counter(k)]
-    pairs = [(k, k) for k in mine if k in reference and not _counter(k) and tuple(own[k].shape) == tuple(reference[k].shape)]
+    mine = [k for k in own if not step_counter(k)]
+    theirs = [k for k in reference if not step_counter(k)]
+    pairs = [(k, k) for k in mine if k in reference and not step_counter(k) and tuple(own[k].shape) == tuple(reference[k].shape)]
     named = {k for k, _ in pairs}
     rest_mine = [k for k in mine if k not in named]
     rest_theirs = [k for k in theirs if k not in named]
@@ -104,7 +104,7 @@ def shape_mapping(own: dict[str, Any], reference: dict[str, Any]) -> Optional[li
         if len(matches) != 1 or sum(tuple(own[m].shape) == shape for m in rest_mine) != 1:
             return None
         pairs.append((k, matches[0]))
-    counters = ([k for k in own if _counter(k)], [k for k in reference if _counter(k)])
+    counters = ([k for k in own if step_counter(k)], [k for k in reference if step_counter(k)])
     return pairs + (list(zip(*counters)) if len(counters[0]) == len(counters[1]) else [])
 
 
@@ -117,11 +117,11 @@ def paired_gradients(grads: dict[str, Any], shapes: dict[str, tuple[int, ...]]) 
 def positional_mapping(own: dict[str, Any], reference: dict[str, Any]) -> Optional[list[tuple[str, str]]]:
     """(own name, reference name) pairs in registration order, when both hold as many tensors
     (num_batches_tracked aside) and each pair has one shape; else None."""
-    mine = [k for k in own if not _counter(k)]
-    theirs = [k for k in reference if not _counter(k)]
+    mine = [k for k in own if not step_counter(k)]
+    theirs = [k for k in reference if not step_counter(k)]
     if len(mine) != len(theirs) or any(own[a].shape != reference[b].shape for a, b in zip(mine, theirs)):
         return None
-    counters = ([k for k in own if _counter(k)], [k for k in reference if _counter(k)])
+    counters = ([k for k in own if step_counter(k)], [k for k in reference if step_counter(k)])
     return list(zip(mine, theirs)) + (list(zip(*counters)) if len(counters[0]) == len(counters[1]) else [])
 
 

@@ -26,7 +26,7 @@ import threading
 from pathlib import Path
 from typing import Mapping, Optional
 
-from harness.core.boundary import ENV, Policy
+from harness.core.boundary import ENV, SandboxPolicy
 from harness.core.config import Boundary, Config
 from harness.core.errors import UserError
 
@@ -101,8 +101,8 @@ def open_boundary(cfg: Config, scratch: Path, problem_files: tuple[Path, ...] = 
         return RunBoundary(str(Boundary.OFF), env)
     protected = protected_trees(cfg, problem_files)
     policy = {
-        Boundary.LANDLOCK: Policy(Boundary.LANDLOCK, writable=(str(scratch), str(build_cache), "/dev")),
-        Boundary.MOUNT: Policy(Boundary.MOUNT, protected=tuple(str(p) for p in protected)),
+        Boundary.LANDLOCK: SandboxPolicy(Boundary.LANDLOCK, writable=(str(scratch), str(build_cache), "/dev")),
+        Boundary.MOUNT: SandboxPolicy(Boundary.MOUNT, protected=tuple(str(p) for p in protected)),
     }
     why: list[str] = []
     for layer in (Boundary.LANDLOCK, Boundary.MOUNT) if chosen == Boundary.AUTO else (Boundary(chosen),) if chosen != Boundary.HASH else ():

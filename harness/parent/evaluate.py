@@ -30,7 +30,7 @@ from harness.parent.resources import RunResources
 from harness.parent.sanitize import LaneSanitizer
 from harness.parent.scratch import RunScratch
 from harness.parent.supervise import JudgeFailed, Lane, default_memory_limit
-from harness.parent.verdict import Case, Compared, Reported, Rules, Verdict
+from harness.parent.verdict import Case, Compared, Reported, Verdict, VerdictRules
 from harness.sources.candidate import Candidate, needs_cuda_statically
 from harness.sources.problem import Problem
 
@@ -165,7 +165,7 @@ class ProblemEvaluation:
 
     def _run_candidate(self, candidate: Candidate, plan: Plan, reference: ReferenceRecord) -> CandidateRecord:
         compared = self.judge.compare(plan, self.reference_pass.timing_mode, Subject(P.Role.CANDIDATE, candidate.path, candidate.name))
-        case = Case(compared, plan.calls, plan.randomize_weights, reference, Rules.of(self.cfg), self.device, reported(candidate, compared.outcome), self.judge.take_restart_note())
+        case = Case(compared, plan.calls, plan.randomize_weights, reference, VerdictRules.of(self.cfg), self.device, reported(candidate, compared.outcome), self.judge.take_restart_note())
         first = verdict.decide(case)
         sanitized: tuple[SanitizerResult, ...] = ()
         unsafe: list[Finding] = []

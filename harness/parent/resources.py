@@ -16,7 +16,7 @@ import os
 import sys
 from typing import Any, Callable, Mapping, Optional
 
-from harness.core.config import Ahead, Config, Device, Executor, QuietMode
+from harness.core.config import Ahead, Config, Device, ExecutorKind, QuietMode
 from harness.core.records import CandidateRecord
 from harness.core.store import RunStore, new_run_id
 from harness.parent.boundary import RunBoundary, open_boundary
@@ -69,7 +69,7 @@ class RunResources:
         host = QuietHost()
         try:
             mode = quiet_mode(cfg, device)
-            per_gpu = cfg.workers.lanes_per_gpu if device == Device.CUDA and cfg.executor == Executor.LOCAL else 1
+            per_gpu = cfg.workers.lanes_per_gpu if device == Device.CUDA and cfg.executor == ExecutorKind.LOCAL else 1
             host = QuietHost(mode, lane_count(cfg, device) if mode != QuietMode.OFF or per_gpu > 1 else 1, lanes_per_gpu=per_gpu)
             if echo and host.pin_note:
                 print(f"note: timing.quiet={mode}: {host.pin_note}", file=sys.stderr)
@@ -103,7 +103,7 @@ class RunResources:
 def quiet_mode(cfg: Config, device: str) -> str:
     """The quiet host's mode for a run: timing.quiet on this machine's lanes (Ray lanes run in
     actors of their own: off), and no pinning on a CPU run, whose checks use every core."""
-    mode = cfg.timing.quiet if cfg.executor == Executor.LOCAL else QuietMode.OFF
+    mode = cfg.timing.quiet if cfg.executor == ExecutorKind.LOCAL else QuietMode.OFF
     if device == Device.CPU and mode in (QuietMode.PIN, QuietMode.BOTH):
         mode = QuietMode.PAUSE
     return mode
@@ -131,7 +131,7 @@ def start_builds(cfg: Config, device: str, quiet: QuietHost, env: Optional[Mappi
     """A BuildAhead that builds each submitted candidate's extensions in a CPU pool, its builds
     background work for `quiet`; None when builds.ahead is never, or auto on a CPU run (where
     building would disturb the timings), or on Ray (builds run in its tasks)."""
-    if cfg.executor == Executor.RAY or cfg.builds.ahead == Ahead.NEVER or (cfg.builds.ahead == Ahead.AUTO and device != Device.CUDA):
+    if cfg.executor == ExecutorKind.RAY or cfg.builds.ahead == Ahead.NEVER or (cfg.builds.ahead == Ahead.AUTO and device != Device.CUDA):
         return None
     parallel, jobs = default_parallelism()
     return BuildAhead(

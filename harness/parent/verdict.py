@@ -23,7 +23,7 @@ from harness.core.protocol import Call, CheckKind, ExtensionCalls, Threads, Work
 from harness.core.records import CallProfile, CheckResult, Flag, Integrity, PairedSpeedup, ReferenceRecord, Stricter, Timing, TimingStats
 from harness.core.status import Code, Finding, Gradients, Status, Vocabulary
 
-__all__ = ["PRECISION_FLOOR", "Case", "Check", "Compared", "Comparison", "Reported", "Rules", "Verdict", "decide", "findings", "settle", "stricter_than_kernelbench"]
+__all__ = ["PRECISION_FLOOR", "Case", "StricterCheck", "Compared", "Comparison", "Reported", "VerdictRules", "Verdict", "decide", "findings", "settle", "stricter_than_kernelbench"]
 
 PRECISION_FLOOR = 1e-6  # relative errors below this are never called imprecise
 
@@ -48,7 +48,7 @@ class Compared:
 
 
 @dataclasses.dataclass(frozen=True)
-class Rules:
+class VerdictRules:
     """The settings a verdict depends on (a problem's config, its declarations applied)."""
 
     require_same_seed: bool  # check.require_same_seed: a same-seed mismatch fails the candidate (else a warning)
@@ -61,7 +61,7 @@ class Rules:
     log_kib: int  # limits.log_kib: a worker printing more gets a warning
 
     @classmethod
-    def of(cls, cfg: Any) -> "Rules":
+    def of(cls, cfg: Any) -> "VerdictRules":
         """The rules of a config (harness.core.config.Config)."""
         check = cfg.check
         return cls(check.require_same_seed, tuple(check.modes), check.repeats, check.precision_ratio, check.own_share_floor, check.weights, cfg.flags.policies(check.gradients), cfg.limits.log_kib)
@@ -89,7 +89,7 @@ class Case:
     calls: tuple[Call, ...]  # the plan's calls, in order
     randomize_weights: bool  # the plan redrew the reference's weights
     reference: ReferenceRecord  # the lane's reference
-    rules: Rules  # the problem's settings
+    rules: VerdictRules  # the problem's settings
     device: str  # cpu | cuda: on the CPU, counted extension calls stand in for the profile
     reported: Reported = Reported()  # its messages and its source, read beforehand
     restart_note: str = ""  # a warning that its judge is a restarted one ("" when not)
@@ -257,7 +257,7 @@ def settle(case: Case, first: Verdict, unsafe: list[Finding], compare: Callable[
 # A pure function of the record's evidence and the plan's calls; `verdict` calls it.
 
 
-class Check(Vocabulary):
+class StricterCheck(Vocabulary):
     """The stable codes: one per check of ours that KernelBench does not make."""
 
     TOLERANCE = "tolerance"  # the output is within allclose(1e-2) but outside our float tolerance
@@ -273,9 +273,9 @@ class Check(Vocabulary):
 
 
 # The checks of ours that are not planned calls, by kind (protocol.CHECK_NAMES): their code, and what KernelBench does instead.
-NOT_CALLS: dict[CheckKind, tuple[Check, str]] = {
-    CheckKind.BUFFERS: (Check.BUFFERS, "KernelBench compares outputs only"),
-    CheckKind.TIMED: (Check.TIMED_OUTPUT, "KernelBench does not check what its timed calls return"),
+NOT_CALLS: dict[CheckKind, tuple[StricterCheck, str]] = {
+    CheckKind.BUFFERS: (StricterCheck.BUFFERS, "KernelBench compares outputs only"),
+    CheckKind.TIMED: (StricterCheck.TIMED_OUTPUT, "KernelBench does not check what its timed calls return"),
 }
 
 
@@ -293,9 +293,9 @@ def stricter_than_kernelbench(
         return None
     failing = next((f for f in flags if f.policy == Policy.FAIL), None)
     if failing is not None:
-        return Stricter(f"{Check.FLAG.value}:{failing.code}", failing.reason[:200])
+        return Stricter(f"{StricterCheck.FLAG.value}:{failing.code}", failing.reason[:200])
     if status is Status.MUTATED_INPUT:
-        return Stricter(Check.MUTATED_INPUT.value, "KernelBench does not look at the inputs after a call")
+        return Stricter(StricterCheck.MUTATED_INPUT.value, "KernelBench does not look at the inputs after a call")
     if status is not Status.INCORRECT or not checks or checks[-1].passed:
         return None
     check = checks[-1]  # a failing check ends the worker: it is the last one made
@@ -309,15 +309,15 @@ def stricter_than_kernelbench(
         return None
     call = calls[len(checks) - 1]
     if call.distribution != Distribution.GIVEN:
-        return Stricter(Check.REDRAWN_INPUTS.value, f"{check.name}: KernelBench runs get_inputs() only" + loose)
+        return Stricter(StricterCheck.REDRAWN_INPUTS.value, f"{check.name}: KernelBench runs get_inputs() only" + loose)
     if call.other_size:
-        return Stricter(Check.OTHER_SIZE.value, f"{check.name}: KernelBench runs one size" + loose)
+        return Stricter(StricterCheck.OTHER_SIZE.value, f"{check.name}: KernelBench runs one size" + loose)
     if call.repeat:
-        return Stricter(Check.REPEAT.value, f"{check.name}: KernelBench calls once per trial" + loose)
+        return Stricter(StricterCheck.REPEAT.value, f"{check.name}: KernelBench calls once per trial" + loose)
     if call.mode == ModuleMode.EVAL:
-        return Stricter(Check.EVAL_MODE.value, f"{check.name}: KernelBench calls both models in train mode" + loose)
+        return Stricter(StricterCheck.EVAL_MODE.value, f"{check.name}: KernelBench calls both models in train mode" + loose)
     if check.within_kernelbench:
-        return Stricter(Check.TOLERANCE.value, f"{check.name}: max abs error {check.max_abs_error:.2e}, max rel error {check.max_rel_error:.2e}; {within}")
+        return Stricter(StricterCheck.TOLERANCE.value, f"{check.name}: max abs error {check.max_abs_error:.2e}, max rel error {check.max_rel_error:.2e}; {within}")
     if redrawn_weights and same_seed is not None and (same_seed.passed or same_seed.within_kernelbench):
-        return Stricter(Check.REDRAWN_WEIGHTS.value, f"{check.name}: right with the weights both models were built with, wrong with redrawn ones")
+        return Stricter(StricterCheck.REDRAWN_WEIGHTS.value, f"{check.name}: right with the weights both models were built with, wrong with redrawn ones")
     return None

@@ -60,15 +60,15 @@ class Regression(Vocabulary):
 
 
 class FailOn(Vocabulary):
-    """The words of `--fail-on` (`Rules.parse`): a rule of `Rules` each, or a whole set of them."""
+    """The words of `--fail-on` (`GateRules.parse`): a rule of `GateRules` each, or a whole set of them."""
 
     DEFAULT = "default"  # correctness and median at the command's default threshold (as an empty --fail-on)
     NONE = "none"  # nothing fails the gate
-    STATUS = "status"  # Rules.status
-    MEDIAN = "median"  # median:N%, Rules.median
-    GEOMEAN = "geomean"  # geomean:N%, Rules.geomean
-    MISSING = "missing"  # Rules.missing
-    INCOMPARABLE = "incomparable"  # Rules.incomparable
+    STATUS = "status"  # GateRules.status
+    MEDIAN = "median"  # median:N%, GateRules.median
+    GEOMEAN = "geomean"  # geomean:N%, GateRules.geomean
+    MISSING = "missing"  # GateRules.missing
+    INCOMPARABLE = "incomparable"  # GateRules.incomparable
 
 
 REGRESSED, IMPROVED, UNCHANGED, NOT_COMPARABLE, NEW, MISSING = GateOutcome
@@ -123,7 +123,7 @@ class _Times(TypedDict):
 
 
 @dataclasses.dataclass(frozen=True)
-class Rules:
+class GateRules:
     """What fails the gate (`--fail-on`): comma-separated `median:10%`, `geomean:5%`, `missing`,
     `incomparable`; correctness (`status`) is always checked, unless the rule is `none`."""
 
@@ -135,7 +135,7 @@ class Rules:
     allow_missing: bool = False  # a correct baseline candidate absent from the current run fails nothing
 
     @classmethod
-    def parse(cls, text: str, median_default: float, allow_missing: bool = False) -> "Rules":
+    def parse(cls, text: str, median_default: float, allow_missing: bool = False) -> "GateRules":
         text = text.strip()
         if text in ("", FailOn.DEFAULT):
             return cls(median=median_default, allow_missing=allow_missing)
@@ -168,7 +168,7 @@ class GateResult:
 
     baseline: str  # the baseline's source, as named
     current: str  # the current run's source, as named
-    rules: Rules  # what fails the gate
+    rules: GateRules  # what fails the gate
     alpha: float  # a change in time counts when the Mann-Whitney p is below this
     comparisons: tuple[Comparison, ...]  # one per (problem, candidate) of either side, sorted, on the problems gated
     geomean_ratio: Optional[float]  # over candidates compared on time
@@ -367,7 +367,7 @@ def _status_change(old: CandidateRecord, new: CandidateRecord, changed: str) -> 
     return UNCHANGED, f"still not correct{same}"
 
 
-def gate(baseline: Side, current: Side, rules: Rules, alpha: float, across_changes: bool = True) -> GateResult:
+def gate(baseline: Side, current: Side, rules: GateRules, alpha: float, across_changes: bool = True) -> GateResult:
     """Compare the runs on the problems the current run evaluated (its candidates' and its references'
     problems); the baseline's other problems are left out, not gated."""
     threshold = rules.median if rules.median is not None else 0.10
@@ -383,7 +383,7 @@ def gate(baseline: Side, current: Side, rules: Rules, alpha: float, across_chang
     return GateResult(baseline.source, current.source, rules, alpha, comparisons, geomean, failures, left)
 
 
-def _allowed(comparison: Comparison, rules: Rules) -> Comparison:
+def _allowed(comparison: Comparison, rules: GateRules) -> Comparison:
     """A correct candidate missing now, when missing candidates are allowed: reported, failing nothing."""
     if comparison.regression is not Regression.MISSING or not rules.allow_missing:
         return comparison
@@ -391,7 +391,7 @@ def _allowed(comparison: Comparison, rules: Rules) -> Comparison:
     return dataclasses.replace(comparison, reason=allowed, regression=None)
 
 
-def _failures(comparisons: Sequence[Comparison], rules: Rules, geomean: Optional[float]) -> tuple[str, ...]:
+def _failures(comparisons: Sequence[Comparison], rules: GateRules, geomean: Optional[float]) -> tuple[str, ...]:
     """Why the gate fails under `rules`, one clause per rule that fails; empty when it passes."""
 
     def failing(regression: Regression) -> int:

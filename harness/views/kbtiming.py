@@ -26,7 +26,7 @@ import pandas as pd
 from harness.core.errors import UserError
 from harness.core.records import CandidateRecord, ReferenceRecord, latest_per_candidate
 from harness.core.status import Status
-from harness.views.leaderboard import _cell, _header, markdown_table, natural_order
+from harness.views.leaderboard import cell_text, column_header, markdown_table, natural_order
 from harness.views.terminal import Column, fitted_table, notes
 from harness.views.text import markdown_code, markdown_text, spreadsheet_safe, terminal_text
 
@@ -224,7 +224,7 @@ def _cells(shown: pd.DataFrame) -> list[list[str]]:
     def cell(value: Any, column: str) -> str:
         if column == "reference_vs_kb" and isinstance(value, float) and not math.isnan(value):
             return f"{value:.2f}x"
-        return _cell(value, column)
+        return cell_text(value, column)
 
     return [[cell(v, c) for v, c in zip(row, shown.columns)] for row in shown.itertuples(index=False)]
 
@@ -266,7 +266,7 @@ def print_report(table: FastPAgainstBaseline, console: Any) -> None:
         if why:
             missing.setdefault(why, []).append(problem)
     shown = shown[["problem"] + [c for c in shown.columns if c.startswith("fast_")] + ["reference_vs_kb"]]
-    columns = [Column(_header(c), numeric=c != "problem") for c in shown.columns]
+    columns = [Column(column_header(c), numeric=c != "problem") for c in shown.columns]
     rich_table, _ = fitted_table(f"fast_p against KernelBench's {table.baseline.source}", columns, _cells(shown), console.width)
     console.print(rich_table)
     if missing:

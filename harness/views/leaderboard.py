@@ -153,7 +153,7 @@ def _geomean(values: pd.Series) -> float | None:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
 
 
-def _cell(value: object, column: str) -> str:
+def cell_text(value: object, column: str) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return ""
     if isinstance(value, float):
@@ -171,22 +171,22 @@ def _cell(value: object, column: str) -> str:
 
 def summary_cells(summary: pd.DataFrame, floors: Mapping[str, NullFloor]) -> list[list[str]]:
     """The summary's cells as shown: the null floor as "1.00x [0.99, 1.01]" (its 95% interval) or
-    "failed: <status>", the rest as `_cell` writes them."""
+    "failed: <status>", the rest as `cell_text` writes them."""
     rows = []
     for row in summary.to_dict("records"):
-        rows.append([nullfloor.describe(floors.get(row["problem"])) if c == "null_floor" else _cell(v, c) for c, v in row.items()])
+        rows.append([nullfloor.describe(floors.get(row["problem"])) if c == "null_floor" else cell_text(v, c) for c, v in row.items()])
     return rows
 
 
 def markdown_table(table: pd.DataFrame, cells: Sequence[Sequence[str]] | None = None) -> str:
     """A GitHub-flavoured markdown table, each cell literal text (harness.views.text.markdown_text: one
     row per row, nothing in it read as a link, HTML or a cell break); `cells`: the rows as shown,
-    when not `_cell` of each value."""
+    when not `cell_text` of each value."""
     header = "| " + " | ".join(table.columns) + " |"
     rule = "|" + "|".join("---:" if c in NUMERIC or c.startswith("fast_") else "---" for c in table.columns) + "|"
     lines = [header, rule]
     if cells is None:
-        cells = [[_cell(v, c) for v, c in zip(row, table.columns)] for row in table.itertuples(index=False)]
+        cells = [[cell_text(v, c) for v, c in zip(row, table.columns)] for row in table.itertuples(index=False)]
     for row_cells in cells:
         lines.append("| " + " | ".join(markdown_text(cell) for cell in row_cells) + " |")
     return "\n".join(lines)
@@ -254,14 +254,14 @@ def print_leaderboard(frame: pd.DataFrame, fast_p: Sequence[float], console: Any
         _print_problem(problem_table(frame, problem), problem, console)
     references = list(references) if references is not None else None
     summary = summary_table(frame, fast_p, references)
-    columns = [Column(_header(c), numeric=c not in ("problem", "null_floor"), drop=SUMMARY_DROP.get(c, 0)) for c in summary.columns]
+    columns = [Column(column_header(c), numeric=c not in ("problem", "null_floor"), drop=SUMMARY_DROP.get(c, 0)) for c in summary.columns]
     table, dropped = fitted_table("summary", columns, summary_cells(summary, null_floors(frame, references)), console.width)
     console.print(table)
     if dropped:
         console.print(left_out(dropped, console.width, "leaderboard.md"))
 
 
-def _header(column: str) -> str:
+def column_header(column: str) -> str:
     """A column's header on the terminal: its words apart, so that it wraps between them (fast_p's
     thresholds keep their name)."""
     return column if column.startswith("fast_") else column.replace("_", " ")
@@ -271,12 +271,12 @@ def _print_problem(shown: pd.DataFrame, problem: str, console: Any) -> None:
     """One problem's table (no reason column) and its reasons under it, grouped by text."""
     status_style = {Status.CORRECT.value: "green", Status.NEEDS_CUDA.value: "yellow"}
     names = [c for c in shown.columns if c != "reason"]
-    columns = [Column(_header(c), numeric=c in NUMERIC, drop=TERMINAL_DROP.get(c, 0)) for c in names]
+    columns = [Column(column_header(c), numeric=c in NUMERIC, drop=TERMINAL_DROP.get(c, 0)) for c in names]
     rows: list[list[str]] = []
     styles: list[str] = []
     reasons: dict[str, list[str]] = {}
     for row in shown.to_dict("records"):
-        rows.append([_cell(row[c], c) for c in names])
+        rows.append([cell_text(row[c], c) for c in names])
         styles.append("yellow" if row["status"] == Status.CORRECT.value and row["flags"] else status_style.get(row["status"], "red"))
         if row["reason"]:
             reasons.setdefault(str(row["reason"]), []).append(str(row["candidate"]))

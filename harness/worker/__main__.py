@@ -26,11 +26,11 @@ from harness.core.records import from_dict
 from harness.core.status import Status
 from harness.device.failures import WorkerFailure
 from harness.device.setup import PREWARM, prewarm_cuda
-from harness.worker.baseline import Baseline
-from harness.worker.candidate import Candidate
+from harness.worker.baseline import BaselineRun
+from harness.worker.candidate import CandidateRun
 from harness.worker.compared import Worker
 
-ROLES: dict[P.Role, type[Worker]] = {cls.role: cls for cls in (Candidate, Baseline)}  # the run sequence of each role
+ROLES: dict[P.Role, type[Worker]] = {cls.role: cls for cls in (CandidateRun, BaselineRun)}  # the run sequence of each role
 
 
 def main() -> None:

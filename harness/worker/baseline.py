@@ -13,10 +13,10 @@ from harness.core import protocol as P
 from harness.core.status import Status
 from harness.device.failures import classify
 from harness.device.setup import synchronize
-from harness.worker.compared import Worker, _delta, check_calls, construct, finish, inductor_cache, load, load_reference_weights, start_timing, time_rounds
+from harness.worker.compared import Worker, calls_since, check_calls, construct, finish, inductor_cache, load, load_reference_weights, start_timing, time_rounds
 
 
-class Baseline(Worker):
+class BaselineRun(Worker):
     """torch.compile(mode=job.compile_mode) of the reference, in a worker like a candidate's."""
 
     role = P.Role.BASELINE
@@ -31,7 +31,7 @@ class Baseline(Worker):
         before_checks = dict(cache.calls)
         with torch.no_grad():
             staged = check_calls(self, model, runner, self.session.first)
-        checked = _delta(cache.calls, before_checks)
+        checked = calls_since(cache.calls, before_checks)
         timing = self.job.timing is not None
         timing_staged = self._ask(P.WantKind.TIMING) if timing else staged
         self.end_phase()

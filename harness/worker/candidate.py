@@ -10,10 +10,10 @@ import torch
 from harness.core import protocol as P
 from harness.core.config import Device
 from harness.device.checks import model_gradients, paired_gradients
-from harness.worker.compared import Worker, _delta, check_calls, construct, finish, load, load_reference_weights, reference_pairs, start_timing, time_rounds
+from harness.worker.compared import Worker, calls_since, check_calls, construct, finish, load, load_reference_weights, reference_pairs, start_timing, time_rounds
 
 
-class Candidate(Worker):
+class CandidateRun(Worker):
     """Steps, in the order protocol.STEPS declares: same_seed (its own weights, under the shared
     seed), then the reference's weights loaded, every planned call, its buffers, its gradients
     (when asked), and the last timed call's output."""
@@ -29,7 +29,7 @@ class Candidate(Worker):
             model.eval()
             staged, own = self._same_seed(model)
             staged = check_calls(self, model, model, staged, cache)
-        checked = _delta(cache.calls, before_checks)
+        checked = calls_since(cache.calls, before_checks)
         timing = self.job.timing is not None
         after_buffers = P.Want(P.WantKind.TRIAL if self.job.gradients else P.WantKind.TIMING if timing else P.WantKind.NONE)
         buffers = list(model.named_buffers())

@@ -28,7 +28,7 @@ from harness.core.records import ExtensionBuild, ForwardOps, from_dict
 from harness.core.scan import declared_kernels
 from harness.core.status import Backward, Status
 from harness.device.buildcache import BuildCache
-from harness.device.checks import _counter, pairing, weight_pairs, weights_problems
+from harness.device.checks import pairing, step_counter, weight_pairs, weights_problems
 from harness.device.failures import WorkerFailure, classify, load_module
 from harness.device.guard import Guard
 from harness.device.inputs import aliased_input, as_outputs, same_bits
@@ -317,7 +317,7 @@ def load_reference_weights(worker: Worker, model: Any, pairs: Optional[list[tupl
         how = pairing(own, reference)
         renamed = {mine: theirs for mine, theirs in pairs if mine != theirs}
         worker.reference_names = lambda name: renamed.get(name, name)
-        unpaired = {k: own[k] for k in own if _counter(k) and k not in dict(pairs)}  # counters that could not pair keep their own
+        unpaired = {k: own[k] for k in own if step_counter(k) and k not in dict(pairs)}  # counters that could not pair keep their own
         reference = {mine: reference[theirs] for mine, theirs in pairs} | unpaired
         worker.send(P.WeightsMapped(tuple(sorted(renamed.items())[:200]), how))
     try:
@@ -356,11 +356,11 @@ def start_timing(worker: Worker, staged: Optional[P.Staged]) -> list[list[Any]]:
 def finish(worker: Worker, cache: BuildCache, checked: dict[str, int], before_timing: dict[str, int]) -> None:
     """The extension calls counted while checked and while timed (with the observed call's ATen
     operators, when there are some), then the last message."""
-    worker.send(P.ExtensionCalls(checked, _delta(cache.calls, before_timing), worker.forward_ops))
+    worker.send(P.ExtensionCalls(checked, calls_since(cache.calls, before_timing), worker.forward_ops))
     worker.send(P.Done(worker.phase_seconds, end_descendants()))
 
 
-def _delta(now: dict[str, int], before: dict[str, int]) -> dict[str, int]:
+def calls_since(now: dict[str, int], before: dict[str, int]) -> dict[str, int]:
     """Calls into each extension function since `before` (functions built since count from zero)."""
     return {name: count - before.get(name, 0) for name, count in now.items()}
 

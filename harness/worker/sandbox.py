@@ -1,7 +1,7 @@
 """The boundary around every process that runs a candidate's code (the worker, the build process,
 the sanitizer's child): what it may write is the operating system's decision, not a convention.
 
-The parent decides a `Policy` per run (harness.parent.boundary) and hands it over in the
+The parent decides a `SandboxPolicy` per run (harness.parent.boundary) and hands it over in the
 environment (`HARNESS_SANDBOX`). Each such process reads it first (`enter_from_environment`,
 before torch is imported) and enters it with `enter_pending` before any candidate code runs: the
 worker maps the judge's shared memory in between, which neither layer would let it open. The layer
@@ -9,12 +9,12 @@ applies to the thread that enters it (the one that runs the candidate) and to ev
 process that thread starts:
 
 - `landlock` (Linux 5.13 and later): an allow-list. The process may write only beneath
-  `Policy.writable` (the run's scratch, the build cache, /dev); everything else, the problem,
+  `SandboxPolicy.writable` (the run's scratch, the build cache, /dev); everything else, the problem,
   solutions and results trees and the harness among them, is read-only to it. Where the kernel's
   Landlock has network rules (ABI 4), binding and connecting TCP sockets is refused too; with its
   scopes (ABI 6), signals to processes outside the boundary are refused.
 - `mount` (needs CAP_SYS_ADMIN, i.e. a root parent): a private mount namespace where each of
-  `Policy.protected` is a read-only bind mount; then CAP_SYS_ADMIN is dropped for good, so the
+  `SandboxPolicy.protected` is a read-only bind mount; then CAP_SYS_ADMIN is dropped for good, so the
   mounts cannot be made writable again.
 - `off`: nothing here; the parent's hash check (harness.parent.boundary) sees and undoes changes.
 
@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from harness.core.boundary import ENV, Policy
+from harness.core.boundary import ENV, SandboxPolicy
 from harness.core.config import Boundary
 
 _SYS_CREATE_RULESET, _SYS_ADD_RULE, _SYS_RESTRICT_SELF = 444, 445, 446  # the same on x86_64 and aarch64
@@ -158,7 +158,7 @@ def become_subreaper() -> None:
         _libc().prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 
-def enter(policy: Policy) -> str:
+def enter(policy: SandboxPolicy) -> str:
     """Enter the policy's layer in this (single-threaded) process; the layer entered."""
     become_subreaper()
     if policy.layer == Boundary.LANDLOCK:
@@ -169,7 +169,7 @@ def enter(policy: Policy) -> str:
     return str(Boundary.OFF)
 
 
-_pending: list[Policy] = []  # the policy read at start, entered by enter_pending()
+_pending: list[SandboxPolicy] = []  # the policy read at start, entered by enter_pending()
 
 
 def enter_from_environment() -> str:
@@ -182,7 +182,7 @@ def enter_from_environment() -> str:
     if not text:
         return ""
     try:
-        policy = Policy.from_env(text)
+        policy = SandboxPolicy.from_env(text)
         if policy.layer == Boundary.LANDLOCK and landlock_abi() < 1:
             raise SandboxError(0, "the kernel has no Landlock")
         _pending.append(policy)
@@ -264,7 +264,7 @@ def _reap() -> None:
 def probe(layer: Boundary, writable: tuple[str, ...] = (), protected: tuple[str, ...] = ()) -> Optional[str]:
     """Enter `layer` in this process (a fresh one: it cannot be left) and say which it entered."""
     try:
-        return enter(Policy(layer, writable, protected))
+        return enter(SandboxPolicy(layer, writable, protected))
     except OSError as exc:
         print(f"failed: {exc}")
         return None
