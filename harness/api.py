@@ -38,8 +38,8 @@ from harness.core.config import (
     with_overrides,
 )
 from harness.core.errors import UserError
-from harness.core.records import CandidateRecord, ReferenceRecord, RunEnd, RunHeader
-from harness.core.store import RunStore, read_records
+from harness.core.records import CandidateRecord, ReferenceRecord, RunEnd, RunHeader, RunSummary
+from harness.core.store import RunStore
 from harness.parent.executor import Executor
 from harness.parent.prebuild import BuildAhead
 from harness.parent.quiet import QuietHost
@@ -105,7 +105,7 @@ class Session:
         self._names: dict[tuple[str, str], str] = {}  # (problem, candidate name) -> source hash
         self._problems: dict[str, Problem] = {}
         self._closed = False
-        self._end: RunEnd  # the run's last record, set by the first close()
+        self._summary: RunSummary  # what the run wrote, set by the first close()
         resources: Optional[RunResources] = None
         try:
             resources = RunResources.open(self.cfg, self.device, store, observer=Observer(on_problem, on_start, on_record), echo=echo)
@@ -178,12 +178,13 @@ class Session:
         """End running evaluations (their processes) and cancel queued ones: Ctrl-C's path."""
         self.executor.stop()
 
-    def close(self) -> RunEnd:
-        """Finish what is queued, end the lanes and the build pool, and write the run's last record.
-        Safe to call twice (the second returns the run's end again)."""
+    def close(self) -> RunSummary:
+        """Finish what is queued, end the lanes and the build pool, write the run's last record, and
+        return what the session wrote: its reference and candidate records and its end. Safe to
+        call twice (the second returns the same summary)."""
         with self._lock:
             if self._closed:
-                return self._end
+                return self._summary
             self._closed = True
         try:
             self.executor.close()
@@ -192,8 +193,10 @@ class Session:
                 self.resources.close()
             finally:
                 self._release()
-        self._end = finish_run(self.store, self.device, self.cfg.timing.null_tolerance)
-        return self._end
+        written = self.store.written
+        end = finish_run(self.store, self.device, self.cfg.timing.null_tolerance, written)
+        self._summary = RunSummary(tuple(r for r in written if isinstance(r, ReferenceRecord)), tuple(r for r in written if isinstance(r, CandidateRecord)), end)
+        return self._summary
 
     def __enter__(self) -> "Session":
         return self
@@ -288,13 +291,13 @@ def make_executor(resources: RunResources) -> Executor:
 def finish_run(store: RunStore, device: str, null_tolerance: float = nullfloor.DEFAULT_TOLERANCE, written: Optional[list] = None) -> RunEnd:
     """Append the run's last record: the GPU's state now, whether its clocks moved between timings,
     and each problem whose null floor lies outside 1.00 +/- `null_tolerance` (or whose null candidate
-    failed). `written`: the run's records so far, when the caller has read them already."""
+    failed). `written`: the run's records so far (default: what `store` appended in this process)."""
     from harness.device.environment import gpu_state
     from harness.parent.evaluate import CLOCK_TOLERANCE
 
     timings = []
     references = []
-    for record in written if written is not None else read_records(store.records_path):
+    for record in written if written is not None else store.written:
         if isinstance(record, CandidateRecord) and record.timing.stats is not None:
             timings.append((record.identity.problem, record.identity.candidate, record.timing.stats))
         if isinstance(record, ReferenceRecord):

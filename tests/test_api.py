@@ -53,7 +53,7 @@ def test_a_session_takes_submissions_from_many_threads_and_runs_the_reference_on
         for thread in threads:
             thread.join(60)
         records = {name: future.result(300) for name, future in futures.items()}
-        end = session.close()
+        summary = session.close()
         assert len(references(session)) == 1  # the lane's judge stayed up for all eight
     assert not errors
     assert len(records) == 8
@@ -61,7 +61,8 @@ def test_a_session_takes_submissions_from_many_threads_and_runs_the_reference_on
         assert record.identity.candidate == name and record.identity.problem == PROBLEM
         expected = Status.INCORRECT if name.endswith("wrong") else Status.CORRECT
         assert record.decision.status is expected, (name, record.decision.reason)
-    assert end.run_id == session.run_id
+    assert summary.end.run_id == session.run_id
+    assert sorted(r.identity.candidate for r in summary.records) == sorted(records) and len(summary.references) == 1  # what the session wrote
     assert (session.store.dir / "sources" / PROBLEM / "t0_right.py").read_text().strip() == source(False, 0).strip()
 
 

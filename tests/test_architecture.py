@@ -476,6 +476,15 @@ def test_no_two_classes_share_a_name() -> None:
     assert not twins, "classes that share a name: " + "; ".join(f"{name} ({', '.join(places)})" for name, places in sorted(twins.items()))
 
 
+def test_the_run_command_and_the_api_never_read_back_the_records_they_wrote() -> None:
+    """What a session wrote comes back from Session.close() (a RunSummary); only a resume reads the
+    file, through RunStore.earlier(), for what an earlier process wrote."""
+    for module in ("api.py", "commands/run.py"):
+        tree = _parse((PACKAGE / module).read_text(encoding="utf-8"))
+        named = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+        assert "read_records" not in named, f"harness/{module} reads records.jsonl back"
+
+
 def test_no_module_imports_a_private_name_of_another() -> None:
     found = private_imports(PACKAGE)
     assert not found, "private names imported: " + ", ".join(f"{name} at {where}" for where, name in sorted(found.items()))

@@ -13,9 +13,9 @@ from harness.api import Session
 from harness.commands import Terminated, add_config_arguments, load_config, sigterm_interrupts
 from harness.core.config import Config, Device, ExecutorKind
 from harness.core.errors import ExitCode, UserError
-from harness.core.records import CandidateRecord, ReferenceRecord, RunEnd, latest_per_candidate, to_dict
+from harness.core.records import CandidateRecord, ReferenceRecord, RunSummary, latest_per_candidate, to_dict
 from harness.core.status import Status
-from harness.core.store import RunStore, new_run_id, read_records
+from harness.core.store import RunStore, new_run_id
 from harness.parent import scratch
 from harness.parent.executor import gather
 from harness.sources.candidate import Candidate, discover_candidates
@@ -161,10 +161,12 @@ def solution_target(path: Path, queries: list[str], problems_dir: Path) -> Targe
     return chosen, [Candidate(path.stem, path.resolve())]
 
 
-def resume_targets(store: RunStore, targets: list[Target]) -> tuple[list[Target], list[CandidateRecord]]:
+def resume_targets(store: RunStore, targets: list[Target]) -> tuple[list[Target], list[CandidateRecord], list[ReferenceRecord]]:
     """The targets minus candidates that already have a final record in `store` (same problem and
-    candidate file contents), and those records. A `harness error` record is redone."""
-    latest = latest_per_candidate(r for r in read_records(store.records_path) if isinstance(r, CandidateRecord))
+    candidate file contents), those records, and the reference records the earlier process wrote.
+    A `harness error` record is redone."""
+    earlier = store.earlier()
+    latest = latest_per_candidate(r for r in earlier if isinstance(r, CandidateRecord))
     finished = {key: record for key, record in latest.items() if record.decision.status is not Status.HARNESS_ERROR}
     left: list[Target] = []
     kept: list[CandidateRecord] = []
@@ -178,7 +180,7 @@ def resume_targets(store: RunStore, targets: list[Target]) -> tuple[list[Target]
                 todo.append(candidate)
         if todo:
             left.append((problem, todo))
-    return left, kept
+    return left, kept, [r for r in earlier if isinstance(r, ReferenceRecord)]
 
 
 def run(cfg: Config, targets: list[Target], *, run_id: str | None = None, resume: bool = False, quiet: bool = False, json_output: bool = False, argv: Sequence[str] = (), kernelbench: bool = False) -> int:
@@ -203,21 +205,21 @@ def _run(cfg: Config, targets: list[Target], results_dir: Path, *, run_id: str |
     store = RunStore(results_dir, run_id or new_run_id())
     levels = {p.name: p.level for p, _ in targets}  # before a resume drops the finished ones
     previous: list[CandidateRecord] = []
+    references: list[ReferenceRecord] = []  # the earlier process's, on a resume
     if resume:
         if store.drop_partial_line() and not quiet:
             print(f"note: {store.records_path} ended in a half-written line (the run was killed); it was cut", file=sys.stderr)
-        targets, previous = resume_targets(store, targets)
+        targets, previous, references = resume_targets(store, targets)
         if not quiet:
             print(f"resuming {store.run_id}: {len(previous)} candidate(s) already finished, {sum(len(c) for _, c in targets)} to evaluate", file=sys.stderr)
     counts = {p.name: len(c) for p, c in targets}
     with Progress(quiet=quiet, total=sum(counts.values())) as progress:
         session = Session(cfg, store=store, argv=argv, echo=not quiet, on_problem=lambda p: progress.problem(p.name, counts[p.name]), on_start=lambda c: progress.started(c.name), on_record=progress.finished)
-        records, interrupted, end = _evaluate(session, targets, progress)
+        records, interrupted, summary = _evaluate(session, targets, progress)
     records = previous + records
-    for warning in end.warnings:
+    for warning in summary.end.warnings:
         print(f"warning: {visible(warning)}", file=sys.stderr)
-    written = read_records(store.records_path)
-    references = [r for r in written if isinstance(r, ReferenceRecord)]
+    references += summary.references
     if records:
         csv_path, md_path = write_leaderboards(store.dir, records, cfg.leaderboard.fast_p, references=references)
     extra = []
@@ -238,7 +240,7 @@ def _run(cfg: Config, targets: list[Target], results_dir: Path, *, run_id: str |
     return int(exit_code(records, interrupted))
 
 
-def _evaluate(session: Session, targets: list[Target], progress: Progress) -> tuple[list[CandidateRecord], bool, RunEnd]:
+def _evaluate(session: Session, targets: list[Target], progress: Progress) -> tuple[list[CandidateRecord], bool, RunSummary]:
     """Every target's candidate submitted to `session`, and their records in target order; on
     Ctrl-C or SIGTERM, the records finished so far. The session is closed however this ends."""
     progress.builds = session.builds.counts if session.builds is not None else None
@@ -262,8 +264,8 @@ def _evaluate(session: Session, targets: list[Target], progress: Progress) -> tu
         session.stop()
         raise
     finally:
-        end = session.close()
-    return records, interrupted, end
+        summary = session.close()
+    return records, interrupted, summary
 
 
 def exit_code(records: list[CandidateRecord], interrupted: bool = False) -> ExitCode:

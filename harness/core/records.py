@@ -528,4 +528,14 @@ class RunEnd:
     tool_version: str = __version__
 
 
+@dataclasses.dataclass(frozen=True)
+class RunSummary:
+    """What a run wrote, as the session that ran it holds it (`api.Session.close()`): nothing
+    needs to read its records file back."""
+
+    references: tuple[ReferenceRecord, ...]  # every reference record, in the order written
+    records: tuple[CandidateRecord, ...]  # every candidate record, in the order written
+    end: RunEnd  # its last record
+
+
 RECORD_KINDS: dict[str, type] = {"run": RunHeader, "reference": ReferenceRecord, "candidate": CandidateRecord, "end": RunEnd}

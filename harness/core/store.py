@@ -31,6 +31,7 @@ class RunStore:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.records_path = self.dir / RECORDS_FILE
         self._lock = threading.Lock()  # lanes append from their own threads
+        self._written: list[Any] = []  # what this process appended, in order
 
     @property
     def has_records(self) -> bool:
@@ -59,6 +60,17 @@ class RunStore:
             f.write(line + "\n")
             f.flush()
             os.fsync(f.fileno())
+            self._written.append(record)
+
+    @property
+    def written(self) -> list[Any]:
+        """The records this process appended, in order (a copy): what a run holds without reading its file back."""
+        with self._lock:
+            return list(self._written)
+
+    def earlier(self) -> list[Any]:
+        """The records already in the file, from an earlier process (a run being resumed)."""
+        return read_records(self.records_path) if self.has_records else []
 
 
 def resolve_run(value: str, results_dir: Path) -> Path:
