@@ -155,7 +155,7 @@ class LocalExecutor(QueuedExecutor):
 
     def _evaluation(self, problem: Problem, lane: Lane) -> ProblemEvaluation:
         """A problem's evaluation on `lane`, on the problem's one plan: every lane checks on the same inputs."""
-        cfg = self.cfg.for_problem(problem.settings)
-        with self._state:
-            plan = self._plans.setdefault(problem_key(problem), Plan.fresh(cfg))
-        return ProblemEvaluation(problem, [], self.cfg, self.device, self.store, on_record=self.on_record, on_start=self.on_start, lane=lane, plan=plan, resources=self.resources)
+        evaluation = ProblemEvaluation(problem, [], self.cfg, self.device, self.store, on_record=self.on_record, on_start=self.on_start, lane=lane, resources=self.resources)
+        with self._state:  # drawn under the problem's settings, which the evaluation resolved
+            evaluation.plan = self._plans.setdefault(problem_key(problem), Plan.fresh(evaluation.cfg))
+        return evaluation
