@@ -29,14 +29,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from test_boundary import HONEST_FORWARD, MARK, TAMPER, ZEROS, _sleepers  # noqa: E402
+from test_boundary import MARK, ZEROS, _sleepers, tampering  # noqa: E402
 
 from harness.core.boundary import SandboxPolicy  # noqa: E402
 from harness.core.config import Boundary, load_config  # noqa: E402
 from harness.parent.boundary import TreeWatch, probe, protected_trees  # noqa: E402
 
-HONEST = TAMPER.split("_tamper()\n\n\n", 1)[1]  # the tamper candidate's ModelNew, without the tampering
-HONEST = "import torch\nimport torch.nn as nn\n\n\n" + HONEST
+from sources import scale_bias_relu  # noqa: E402
 
 
 def trees(base: Path, honest: int) -> dict[str, Path]:
@@ -48,10 +47,10 @@ def trees(base: Path, honest: int) -> dict[str, Path]:
     (base / "results").mkdir()
     problem = problems / "1_Scale_Bias_ReLU.py"
     plant = [str(problems), str(solutions), str(base / "results")]
-    (solutions / "a_tamper.py").write_text(TAMPER.format(problem=str(problem), forward=HONEST_FORWARD, plant=plant, mark=MARK))
+    (solutions / "a_tamper.py").write_text(tampering(problem, plant))
     (solutions / "b_zeros.py").write_text(ZEROS)
     for i in range(honest):
-        (solutions / f"c_honest_{i}.py").write_text(HONEST + f"\n# copy {i}\n")
+        (solutions / f"c_honest_{i}.py").write_text(scale_bias_relu() + f"\n# copy {i}\n")
     return {"problems": base / "problems", "solutions": base / "solutions", "results": base / "results", "problem": problem}
 
 

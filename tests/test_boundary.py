@@ -18,18 +18,14 @@ from harness.core.boundary import SandboxPolicy
 from harness.core.config import Boundary
 from harness.core.status import Status
 from harness.parent.boundary import TreeWatch, open_boundary, probe
+from tests.sources import HONEST_FORWARD, scale_bias_relu
 
 ROOT = Path(__file__).resolve().parent.parent
 MARK = "4242.5"  # the detached process's sleep, found by its command line
 
-HONEST_FORWARD = "return torch.relu(x * self.scale + self.bias)"
-
-TAMPER = '''
+TAMPERING = """
 import pathlib
 import subprocess
-
-import torch
-import torch.nn as nn
 
 
 def _tamper():
@@ -47,54 +43,24 @@ def _tamper():
 
 
 _tamper()
+"""
 
+ZEROS = scale_bias_relu("return torch.zeros_like(x)")
 
-class ModelNew(nn.Module):
-    def __init__(self, features, scale):
-        super().__init__()
-        self.bias = nn.Parameter(torch.randn(features))
-        self.scale = scale
-
-    def forward(self, x):
-        return torch.relu(x * self.scale + self.bias)
-'''
-
-ZEROS = '''
-import torch
-import torch.nn as nn
-
-
-class ModelNew(nn.Module):
-    def __init__(self, features, scale):
-        super().__init__()
-        self.bias = nn.Parameter(torch.randn(features))
-
-    def forward(self, x):
-        return torch.zeros_like(x)
-'''
-
-SCRATCH_WRITER = '''
-import os
+SCRATCH_WRITER = scale_bias_relu(before="""
 import pathlib
 import tempfile
-
-import torch
-import torch.nn as nn
 
 pathlib.Path("own.txt").write_text("its working folder")
 with tempfile.NamedTemporaryFile("w", delete=False) as f:  # the system temp folder: its TMPDIR
     f.write("temporary")
+""")
 
 
-class ModelNew(nn.Module):
-    def __init__(self, features, scale):
-        super().__init__()
-        self.bias = nn.Parameter(torch.randn(features))
-        self.scale = scale
-
-    def forward(self, x):
-        return torch.relu(x * self.scale + self.bias)
-'''
+def tampering(problem: Path, plant: list[str]) -> str:
+    """An honest ModelNew whose import rewrites `problem`'s forward to return zeros, plants
+    `planted.py` in each folder of `plant` and leaves a detached `sleep` running."""
+    return scale_bias_relu(before=TAMPERING.format(problem=str(problem), forward=HONEST_FORWARD, plant=plant, mark=MARK))
 
 
 def _layers() -> list[str]:
@@ -127,8 +93,7 @@ def trees(tmp_path, isolated_tmp):
     results = tmp_path / "results"
     results.mkdir()
     problem = problems / "1_Scale_Bias_ReLU.py"
-    tamper = TAMPER.format(problem=str(problem), forward=HONEST_FORWARD, plant=[str(problems), str(solutions), str(results)], mark=MARK)
-    (solutions / "a_tamper.py").write_text(tamper)
+    (solutions / "a_tamper.py").write_text(tampering(problem, [str(problems), str(solutions), str(results)]))
     (solutions / "b_zeros.py").write_text(ZEROS)
     yield {"problems": tmp_path / "problems", "solutions": tmp_path / "solutions", "results": results, "problem": problem, "before": problem.read_bytes()}
     for pid in _sleepers():

@@ -7,24 +7,14 @@ import pytest
 
 from harness import api
 from harness.core.status import Status
+from tests.sources import HONEST_FORWARD, scale_bias_relu
 
 pytestmark = pytest.mark.slow  # real workers
 
-CANDIDATE = '''
-import torch
-import torch.nn as nn
+def candidate(output: str) -> str:
+    """ModelNew for 1_Scale_Bias_ReLU whose forward computes the right `y`, then returns `output`."""
+    return scale_bias_relu(f"y = {HONEST_FORWARD.removeprefix('return ')}\n        return {output}")
 
-
-class ModelNew(nn.Module):
-    def __init__(self, features, scale):
-        super().__init__()
-        self.bias = nn.Parameter(torch.randn(features))
-        self.scale = scale
-
-    def forward(self, x):
-        y = torch.relu(x * self.scale + self.bias)
-        return {output}
-'''
 
 WRONG = {  # what forward returns -> what the reason must say
     "empty": ("torch.empty(0)", "output has shape (0,), expected (64, 256)"),
@@ -44,8 +34,8 @@ WRONG = {  # what forward returns -> what the reason must say
 def records(tmp_path_factory, build_cache, measurement_cache):
     overrides = [f"results_dir={tmp_path_factory.mktemp('results')}", f"build_cache_dir={build_cache}", f"measurement_cache_dir={measurement_cache}",
                  "device=cpu", "timing.enabled=false", "check.trials=1", "flags.no_custom_kernel=flag"]
-    sources = {name: CANDIDATE.format(output=output) for name, (output, _) in WRONG.items()}
-    sources["honest_non_contiguous"] = CANDIDATE.format(output="y.t().contiguous().t()")
+    sources = {name: candidate(output) for name, (output, _) in WRONG.items()}
+    sources["honest_non_contiguous"] = candidate("y.t().contiguous().t()")
     with api.Session(overrides=overrides) as session:
         futures = {name: session.submit("1_Scale_Bias_ReLU", source, name=name) for name, source in sources.items()}
         return {name: future.result() for name, future in futures.items()}
