@@ -19,7 +19,15 @@ from harness.commands import baseline, gate, ingest, leaderboard, lint, run, ser
 from harness.core.errors import ExitCode, ResourceError, UserError, no_space
 from harness.views.text import visible
 
-COMMANDS = {"run": run, "ingest": ingest, "gate": gate, "baseline": baseline, "leaderboard": leaderboard, "lint": lint, "serve": serve}
+COMMANDS = {
+    "run": run,
+    "ingest": ingest,
+    "gate": gate,
+    "baseline": baseline,
+    "leaderboard": leaderboard,
+    "lint": lint,
+    "serve": serve,
+}
 
 
 def program_name() -> str:
@@ -36,7 +44,13 @@ class Version(argparse.Action):
     """`--version`: the program's name and version, then the environment: Python, the kernel,
     torch and its CUDA, and the boundary layers a run would take here (the first one)."""
 
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option_string: Optional[str] = None) -> None:
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: Optional[str] = None,
+    ) -> None:
         import platform
 
         from harness.parent.boundary import layers_here
@@ -58,9 +72,12 @@ def parser(prog: str = "run.py") -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
         prog=prog,
         description="Evaluate candidate kernels against reference problems: correctness, then speed.",
-        epilog="exit codes: 0 ok, 1 usage error, 2 a candidate failed (or an ingest was refused), 3 the gate found a regression, 4 reference or harness failure, 5 too little free disk or no space left, 130 interrupted",
+        epilog="exit codes: 0 ok, 1 usage error, 2 a candidate failed (or an ingest was refused), 3 the gate found a "
+        "regression, 4 reference or harness failure, 5 too little free disk or no space left, 130 interrupted",
     )
-    top.add_argument("--version", action=Version, nargs=0, help="print the version and the environment it runs in, and exit")
+    top.add_argument(
+        "--version", action=Version, nargs=0, help="print the version and the environment it runs in, and exit"
+    )
     top.set_defaults(program=prog)  # how to run it again, e.g. in the line that resumes an interrupted run
     sub = top.add_subparsers(dest="command", metavar="{" + ",".join(COMMANDS) + "}")
     for name, module in COMMANDS.items():

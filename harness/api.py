@@ -63,7 +63,14 @@ def load(config: ConfigLike = None, overrides: Sequence[str] | Mapping[str, Any]
     return load_config(config, list(overrides))
 
 
-def evaluate(problem: str | Path | Problem, source: str, *, config: ConfigLike = None, overrides: Sequence[str] | Mapping[str, Any] = (), name: Optional[str] = None) -> CandidateRecord:
+def evaluate(
+    problem: str | Path | Problem,
+    source: str,
+    *,
+    config: ConfigLike = None,
+    overrides: Sequence[str] | Mapping[str, Any] = (),
+    name: Optional[str] = None,
+) -> CandidateRecord:
     """One candidate's record, from a session opened and closed around it. `source` is the
     candidate's Python source or a raw completion (its code is extracted as `run.py ingest` does).
     In a loop, keep a Session instead: this call pays for the reference and the workers each time."""
@@ -108,9 +115,13 @@ class Session:
         self._summary: RunSummary  # what the run wrote, set by the first close()
         resources: Optional[RunResources] = None
         try:
-            resources = RunResources.open(self.cfg, self.device, store, observer=Observer(on_problem, on_start, on_record), echo=echo)
+            resources = RunResources.open(
+                self.cfg, self.device, store, observer=Observer(on_problem, on_start, on_record), echo=echo
+            )
             self.resources = resources
-            self.store.append(run_header(self.store.run_id, self.cfg, argv, resources.quiet, resources.boundary.describe()))
+            self.store.append(
+                run_header(self.store.run_id, self.cfg, argv, resources.quiet, resources.boundary.describe())
+            )
             self.executor: Executor = make_executor(resources)
         except BaseException:
             if resources is not None:
@@ -144,7 +155,9 @@ class Session:
                 self._problems[key] = found
             return self._problems[key]
 
-    def submit(self, problem: str | Path | Problem, source: str, *, name: Optional[str] = None) -> "concurrent.futures.Future[CandidateRecord]":
+    def submit(
+        self, problem: str | Path | Problem, source: str, *, name: Optional[str] = None
+    ) -> "concurrent.futures.Future[CandidateRecord]":
         """Queue one candidate (its source, or a raw completion); its record arrives in the future.
         `name` (default: `candidate_<hash>`) names it in records and logs; a name is kept for one
         source per problem. Bad input (an unknown problem, a bad name) raises UserError here."""
@@ -155,7 +168,9 @@ class Session:
         """Queue a candidate file (as the command line does)."""
         return self.submit_all([(problem, candidate)])[0]
 
-    def submit_all(self, jobs: Sequence[tuple[Problem, Candidate]]) -> "list[concurrent.futures.Future[CandidateRecord]]":
+    def submit_all(
+        self, jobs: Sequence[tuple[Problem, Candidate]]
+    ) -> "list[concurrent.futures.Future[CandidateRecord]]":
         """Queue candidate files together (the command line's whole run): on Ray, a problem's
         candidates then share one batch and one reference."""
         if self._closed:
@@ -163,10 +178,13 @@ class Session:
         if self.builds is not None:
             for problem, candidate in jobs:
                 if candidate.extraction_failure is None:
-                    self.builds.submit(candidate.path, problem.path if self.cfg.builds.construct else None)  # building while the lanes are busy
+                    # building while the lanes are busy
+                    self.builds.submit(candidate.path, problem.path if self.cfg.builds.construct else None)
         return self.executor.submit_all(jobs)
 
-    def evaluate(self, problem: str | Path | Problem, source: str, *, name: Optional[str] = None, timeout: Optional[float] = None) -> CandidateRecord:
+    def evaluate(
+        self, problem: str | Path | Problem, source: str, *, name: Optional[str] = None, timeout: Optional[float] = None
+    ) -> CandidateRecord:
         """`submit` and wait for the record."""
         return self.submit(problem, source, name=name).result(timeout)
 
@@ -195,7 +213,11 @@ class Session:
                 self._release()
         written = self.store.written
         end = finish_run(self.store, self.device, self.cfg.timing.null_tolerance, written)
-        self._summary = RunSummary(tuple(r for r in written if isinstance(r, ReferenceRecord)), tuple(r for r in written if isinstance(r, CandidateRecord)), end)
+        self._summary = RunSummary(
+            tuple(r for r in written if isinstance(r, ReferenceRecord)),
+            tuple(r for r in written if isinstance(r, CandidateRecord)),
+            end,
+        )
         return self._summary
 
     def __enter__(self) -> "Session":
@@ -212,7 +234,10 @@ class Session:
         global _open_session
         with _open_lock:
             if _open_session is not None:
-                raise UserError("a Session is already open in this process (one at a time: it owns the lanes and the quiet host); close it first, or submit to it")
+                raise UserError(
+                    "a Session is already open in this process (one at a time: it owns the lanes and the quiet "
+                    "host); close it first, or submit to it"
+                )
             _open_session = self
 
     def _release(self) -> None:
@@ -232,7 +257,9 @@ class Session:
         with self._lock:
             known = self._names.setdefault((problem.name, name), digest)
         if known != digest:
-            raise UserError(f"candidate name {name!r} is already used for another source of {problem.name} in this session")
+            raise UserError(
+                f"candidate name {name!r} is already used for another source of {problem.name} in this session"
+            )
         folder = self.store.dir / "sources" / problem.name
         folder.mkdir(parents=True, exist_ok=True)
         extraction = extract_code(source)
@@ -288,7 +315,9 @@ def make_executor(resources: RunResources) -> Executor:
     return LocalExecutor(resources, warm=cfg.workers.warm_problems)
 
 
-def finish_run(store: RunStore, device: str, null_tolerance: float = nullfloor.DEFAULT_TOLERANCE, written: Optional[list] = None) -> RunEnd:
+def finish_run(
+    store: RunStore, device: str, null_tolerance: float = nullfloor.DEFAULT_TOLERANCE, written: Optional[list] = None
+) -> RunEnd:
     """Append the run's last record: the GPU's state now, whether its clocks moved between timings,
     and each problem whose null floor lies outside 1.00 +/- `null_tolerance` (or whose null candidate
     failed). `written`: the run's records so far (default: what `store` appended in this process)."""
@@ -311,7 +340,9 @@ def finish_run(store: RunStore, device: str, null_tolerance: float = nullfloor.D
         low, high = min(clocks, key=lambda x: x[2]), max(clocks, key=lambda x: x[2])
         if high[2] > low[2] * (1 + CLOCK_TOLERANCE):
             warnings.append(
-                f"SM clocks moved during the run: {low[2]:.0f} MHz after timing {low[0]}/{low[1]}, {high[2]:.0f} MHz after {high[0]}/{high[1]}; timings taken at different clocks are not comparable (check cooling, power and other GPU users)"
+                f"SM clocks moved during the run: {low[2]:.0f} MHz after timing {low[0]}/{low[1]}, {high[2]:.0f} MHz "
+                f"after {high[0]}/{high[1]}; timings taken at different clocks are not comparable (check cooling, "
+                "power and other GPU users)"
             )
     warnings += nullfloor.warnings(references, null_tolerance)
     end = RunEnd(

@@ -1,6 +1,7 @@
 """Structure targets for harness/, as executable specifications.
 
-- no class over MAX_CLASS_LINES lines, no function over MAX_FUNCTION_LINES lines;
+- no class over MAX_CLASS_STATEMENTS statements, no function over MAX_FUNCTION_STATEMENTS statements (statements,
+  not lines: the formatter's line breaks do not change a definition's size);
 - no import cycle among harness modules, imports inside functions included;
 - no block of DUPLICATE_WINDOW or more (normalized) lines that occurs twice in harness/;
 - every import between harness's packages follows an arrow of ALLOWED (no allowlist of exceptions);
@@ -9,6 +10,7 @@
 - no comparison (==, !=, in, not in) spells a Vocabulary's word as a string literal: it names the member
   (`device == Device.CUDA`, never `device == "cuda"`); a literal tested `in` a string is a substring test.
 - no two module-level classes share a name, and no module imports another's private (`_name`) name.
+- no line over MAX_LINE_LENGTH characters (ruff's line-length in pyproject.toml).
 
 Each check fails on any offender, named with its file and line. Each detector takes a package folder, so the
 self-tests run it on a synthetic package in tmp_path. `python3 tests/test_architecture.py` prints the current
@@ -30,10 +32,11 @@ from typing import Callable, Optional
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "harness"
 
-MAX_CLASS_LINES = 200
-MAX_FUNCTION_LINES = 60
+MAX_CLASS_STATEMENTS = 160
+MAX_FUNCTION_STATEMENTS = 45
 DUPLICATE_WINDOW = 6
 MAX_IMPORT_DEPTH = 10
+MAX_LINE_LENGTH = 120
 
 # The packages by process and trust, and which of them each may import (besides itself and the root
 # package, which holds only the version). The entry points at the top (api, __main__) and
@@ -77,16 +80,17 @@ def _name(root: Path, path: Path) -> str:
 # -- long classes and functions ------------------------------------------------------------------------------
 
 
-def long_definitions(root: Path, max_class: int = MAX_CLASS_LINES, max_function: int = MAX_FUNCTION_LINES) -> dict[str, tuple[int, int]]:
-    """Every class over max_class lines and function over max_function lines under root:
-    {"pkg/file.py::Outer.name": (line, size)}, size counted from the def or class line to the last line."""
+def long_definitions(root: Path, max_class: int = MAX_CLASS_STATEMENTS, max_function: int = MAX_FUNCTION_STATEMENTS) -> dict[str, tuple[int, int]]:
+    """Every class over max_class statements and function over max_function statements under root:
+    {"pkg/file.py::Outer.name": (line, size)}, size counted as the statements inside the definition, nested ones
+    included (a method's def and each statement of its body count in its class)."""
     found: dict[str, tuple[int, int]] = {}
 
     def visit(node: ast.AST, path: str, prefix: str) -> None:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
                 qualified = prefix + child.name
-                size = (child.end_lineno or child.lineno) - child.lineno + 1
+                size = sum(isinstance(n, ast.stmt) for n in ast.walk(child)) - 1
                 limit = max_class if isinstance(child, ast.ClassDef) else max_function
                 key = f"{path}::{qualified}"
                 if size > limit and size > found.get(key, (0, 0))[1]:
@@ -422,13 +426,26 @@ def private_imports(root: Path) -> dict[str, str]:
     return found
 
 
+# -- line length ---------------------------------------------------------------------------------------------
+
+
+def long_lines(root: Path, limit: int = MAX_LINE_LENGTH) -> dict[str, int]:
+    """{"pkg/file.py:line": length} for every line under root over limit characters."""
+    found: dict[str, int] = {}
+    for file in _files(root):
+        for number, line in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
+            if len(line) > limit:
+                found[f"{_name(root, file)}:{number}"] = len(line)
+    return found
+
+
 # -- the checks on harness/ ----------------------------------------------------------------------------------
 
 
 def test_no_class_or_function_over_the_limit() -> None:
     found = _on_harness(long_definitions)
     bad = [f"{key.split('::')[0]}:{line} {key.split('::')[1]}: {size} lines" for key, (line, size) in sorted(found.items())]
-    assert not bad, f"over {MAX_CLASS_LINES} lines (class) or {MAX_FUNCTION_LINES} lines (function):\n" + "\n".join(bad)
+    assert not bad, f"over {MAX_CLASS_STATEMENTS} statements (class) or {MAX_FUNCTION_STATEMENTS} (function):\n" + "\n".join(bad)
 
 
 def test_no_import_cycle() -> None:
@@ -490,6 +507,12 @@ def test_no_module_imports_a_private_name_of_another() -> None:
     assert not found, "private names imported: " + ", ".join(f"{name} at {where}" for where, name in sorted(found.items()))
 
 
+def test_no_line_in_harness_is_longer_than_120_characters() -> None:
+    found = long_lines(PACKAGE)
+    bad = [f"{where}: {length} characters" for where, length in sorted(found.items(), key=lambda item: (item[0].rpartition(":")[0], int(item[0].rpartition(":")[2])))]
+    assert not bad, f"lines over {MAX_LINE_LENGTH} characters:\n" + "\n".join(bad)
+
+
 # -- the detectors on synthetic packages ---------------------------------------------------------------------
 
 
@@ -503,16 +526,16 @@ def _package(tmp_path: Path, files: dict[str, str]) -> Path:
     return root
 
 
-def test_long_definitions_finds_a_61_line_function_and_a_201_line_class(tmp_path: Path) -> None:
-    def function(name: str, lines: int) -> str:  # the def line and lines - 1 statements
-        return f"def {name}():\n" + "".join(f"    x{i} = {i}\n" for i in range(lines - 1)) + "\n\n"
+def test_long_definitions_finds_a_46_statement_function_and_a_162_statement_class(tmp_path: Path) -> None:
+    def function(name: str, statements: int) -> str:  # one statement a line, however long the call
+        return f"def {name}():\n" + "".join(f"    x{i} = f(\n        {i},\n    )\n" for i in range(statements)) + "\n\n"
 
-    def klass(name: str, lines: int) -> str:  # the class line, then three-line methods and blank lines
-        return f"class {name}:\n" + "".join(f"    def m{i}(self):\n        return {i}\n\n" for i in range((lines - 1) // 3)) + "\n"
+    def klass(name: str, statements: int) -> str:  # methods of two statements each: the def and its return
+        return f"class {name}:\n" + "".join(f"    def m{i}(self):\n        return {i}\n\n" for i in range(statements // 2)) + "\n"
 
-    source = function("long", 61) + function("limit", 60) + klass("Big", 202) + klass("Fits", 199)
+    source = function("long", 46) + function("limit", 45) + klass("Big", 162) + klass("Fits", 160)
     found = long_definitions(_package(tmp_path, {"mod.py": source}))
-    assert found == {"pkg/mod.py::long": (1, 61), "pkg/mod.py::Big": (126, 201)}
+    assert found == {"pkg/mod.py::long": (1, 46), "pkg/mod.py::Big": (280, 162)}
 
 
 def test_import_cycles_finds_a_cycle_of_imports_inside_functions(tmp_path: Path) -> None:
@@ -636,6 +659,11 @@ def test_twin_classes_and_private_imports_find_them_on_a_synthetic_package(tmp_p
     assert private_imports(root) == {"pkg/b.py:1": "_hidden"}
 
 
+def test_long_lines_finds_a_121_character_line_and_passes_120(tmp_path: Path) -> None:
+    root = _package(tmp_path, {"a.py": "x = 1\n" + "#" * 120 + "\n" + "#" * 121 + "\n", "sub/b.py": "y = '" + "é" * 116 + "'\n"})
+    assert long_lines(root) == {"pkg/a.py:3": 121, "pkg/sub/b.py:1": 122}
+
+
 if __name__ == "__main__":  # print today's offenders: python3 tests/test_architecture.py
     for key, (line, size) in sorted(long_definitions(PACKAGE).items()):
         print(f"long: {key} (line {line}): {size} lines")
@@ -647,5 +675,7 @@ if __name__ == "__main__":  # print today's offenders: python3 tests/test_archit
         print(f"against the arrows: {edge} ({where})")
     for where, words in sorted(string_twins(PACKAGE).items()):
         print(f"vocabulary word as a string: {where}: {words}")
+    for where, length in sorted(long_lines(PACKAGE).items()):
+        print(f"long line: {where}: {length} characters")
     chain = deepest_chain(PACKAGE)
     print(f"deepest chain, {len(chain)} modules: " + " -> ".join(chain))

@@ -18,11 +18,17 @@ from harness.core import config
 from harness.core.config import Config
 
 
-def add_config_arguments(parser: argparse.ArgumentParser, *, section: str = "", example: str = "check.trials=3") -> None:
+def add_config_arguments(
+    parser: argparse.ArgumentParser, *, section: str = "", example: str = "check.trials=3"
+) -> None:
     """The common `--config` and `--set` options; `section` names the part of the config the
     command reads, `example` is a --set shown in the help."""
-    parser.add_argument("--config", metavar="FILE", help="YAML layered over configs/default.yaml" + (f" ({section})" if section else ""))
-    parser.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], help=f"override one config key, e.g. {example}")
+    parser.add_argument(
+        "--config", metavar="FILE", help="YAML layered over configs/default.yaml" + (f" ({section})" if section else "")
+    )
+    parser.add_argument(
+        "--set", metavar="KEY=VALUE", action="append", default=[], help=f"override one config key, e.g. {example}"
+    )
 
 
 def add_problems_dir_argument(parser: argparse.ArgumentParser, description: str) -> None:

@@ -17,9 +17,15 @@ def setup_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", metavar="{save}", required=True)
     save = sub.add_parser("save", help="write a run's header, references and latest candidate records to one file")
     save.add_argument("run", metavar="RUN", help="run folder, run id or records.jsonl")
-    save.add_argument("--out", required=True, metavar="FILE", help="the baseline file to write (e.g. baselines/main.jsonl)")
-    save.add_argument("--problem", action="append", default=[], metavar="NAME", help="keep only these problems (repeatable)")
-    add_config_arguments(save, section="results_dir, where run ids are looked up", example="results_dir=results/nightly")
+    save.add_argument(
+        "--out", required=True, metavar="FILE", help="the baseline file to write (e.g. baselines/main.jsonl)"
+    )
+    save.add_argument(
+        "--problem", action="append", default=[], metavar="NAME", help="keep only these problems (repeatable)"
+    )
+    add_config_arguments(
+        save, section="results_dir, where run ids are looked up", example="results_dir=results/nightly"
+    )
 
 
 def run_from_args(args: argparse.Namespace, argv: Sequence[str]) -> int:
@@ -32,7 +38,9 @@ def run_from_args(args: argparse.Namespace, argv: Sequence[str]) -> int:
     for record in records:
         if isinstance(record, ReferenceRecord) and (not keep or record.problem in keep):
             references.setdefault((record.problem, record.lane), record)
-    candidates = latest_per_candidate(r for r in records if isinstance(r, CandidateRecord) and (not keep or r.identity.problem in keep))
+    candidates = latest_per_candidate(
+        r for r in records if isinstance(r, CandidateRecord) and (not keep or r.identity.problem in keep)
+    )
     if not candidates:
         raise UserError(f"{args.run}: no candidate records" + (f" for {', '.join(sorted(keep))}" if keep else ""))
     out = Path(args.out)

@@ -27,7 +27,9 @@ def setup_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("files", nargs="+", metavar="FILE", help="raw completions (text)")
     parser.add_argument("--problem", required=True, metavar="NAME", help="problem the completions answer")
     parser.add_argument("--name", help="candidate name: letters, digits, _ . - (one FILE only; default: its stem)")
-    parser.add_argument("--force", action="store_true", help="replace an existing candidate of the same name (its code or raw text)")
+    parser.add_argument(
+        "--force", action="store_true", help="replace an existing candidate of the same name (its code or raw text)"
+    )
     add_config_arguments(parser, example="solutions_dir=my_solutions")
 
 
@@ -54,7 +56,9 @@ def run(cfg: Config, files: list[Path], problem_query: str, *, name: str | None 
     for _, stem, text, extraction in plans:
         existing = _replaced(folder, stem, text, extraction.code)
         if existing is not None and not force:
-            raise UserError(f"{existing} exists with other content (use --force to replace it, or --name to pick another name)")
+            raise UserError(
+                f"{existing} exists with other content (use --force to replace it, or --name to pick another name)"
+            )
     refused = sum(_write(folder, *plan, force=force) for plan in plans)
     return int(ExitCode.CANDIDATES_FAILED if refused else ExitCode.OK)
 

@@ -26,15 +26,43 @@ from harness.views.leaderboard import candidate_frame, print_leaderboard, write_
 
 
 def setup_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("runs", nargs="+", metavar="RUN", help="run folder, run id under the results folder, or records.jsonl file")
-    parser.add_argument("--problem", metavar="NAME", action="append", default=[], help="keep this problem (exact name or prefix; repeatable)")
-    parser.add_argument("--status", metavar="STATUS", action="append", default=[], help="keep candidates with this status, e.g. correct or 'build failed' (repeatable)")
-    parser.add_argument("--run", metavar="ID", action="append", default=[], help="keep only records of this run id (repeatable)")
-    parser.add_argument("--out", metavar="DIR", help="where leaderboard.csv, leaderboard.md and plots/ go (default: the run's folder, or RUN/views/<filters>/ when filtered; needed for several runs)")
+    parser.add_argument(
+        "runs", nargs="+", metavar="RUN", help="run folder, run id under the results folder, or records.jsonl file"
+    )
+    parser.add_argument(
+        "--problem",
+        metavar="NAME",
+        action="append",
+        default=[],
+        help="keep this problem (exact name or prefix; repeatable)",
+    )
+    parser.add_argument(
+        "--status",
+        metavar="STATUS",
+        action="append",
+        default=[],
+        help="keep candidates with this status, e.g. correct or 'build failed' (repeatable)",
+    )
+    parser.add_argument(
+        "--run", metavar="ID", action="append", default=[], help="keep only records of this run id (repeatable)"
+    )
+    parser.add_argument(
+        "--out",
+        metavar="DIR",
+        help="where leaderboard.csv, leaderboard.md and plots/ go (default: the run's folder, or RUN/views/<filters>/ "
+        "when filtered; needed for several runs)",
+    )
     add_config_arguments(parser, example="leaderboard.fast_p=[0,1,1.5]")
-    parser.add_argument("--results", metavar="DIR", help="results folder that run ids are looked up in (config results_dir)")
+    parser.add_argument(
+        "--results", metavar="DIR", help="results folder that run ids are looked up in (config results_dir)"
+    )
     parser.add_argument("--no-plots", action="store_true", help="write no charts")
-    parser.add_argument("--kernelbench-baseline", metavar="FILE", help="also fast_p against KernelBench's published baseline timings (results/timing/<hardware>/baseline_time_torch*.json): fast_p_kernelbench.md and .csv")
+    parser.add_argument(
+        "--kernelbench-baseline",
+        metavar="FILE",
+        help="also fast_p against KernelBench's published baseline timings "
+        "(results/timing/<hardware>/baseline_time_torch*.json): fast_p_kernelbench.md and .csv",
+    )
 
 
 def run_from_args(args: argparse.Namespace, argv: Sequence[str]) -> int:
@@ -59,7 +87,13 @@ def parse_status(value: str) -> Status:
     raise UserError(f"--status {value!r} is not a status; one of: {', '.join(s.value for s in Status)}")
 
 
-def select(records: list[CandidateRecord], *, problems: Sequence[str] = (), statuses: Sequence[Status] = (), run_ids: Sequence[str] = ()) -> list[CandidateRecord]:
+def select(
+    records: list[CandidateRecord],
+    *,
+    problems: Sequence[str] = (),
+    statuses: Sequence[Status] = (),
+    run_ids: Sequence[str] = (),
+) -> list[CandidateRecord]:
     """The latest record per (problem, candidate) among the records of `run_ids` (all when empty),
     kept when its problem matches one of `problems` and its status is one of `statuses`."""
     if run_ids:
@@ -82,11 +116,16 @@ def match_problems(queries: Sequence[str], names: list[str]) -> set[str]:
     its number); a query that matches nothing is a usage error."""
     chosen: set[str] = set()
     for query in queries:
-        matches = [n for n in names if n == query] or [n for n in names if n.startswith(query) or n.split("_", 1)[-1].startswith(query)]
+        matches = [n for n in names if n == query] or [
+            n for n in names if n.startswith(query) or n.split("_", 1)[-1].startswith(query)
+        ]
         if not matches:
             close = close_matches(query, names)
             listed = close or names[:8]
-            raise UserError(f"--problem {query!r}: no records for such a problem; {'close matches' if close else 'problems in these records'}: {', '.join(listed)}")
+            raise UserError(
+                f"--problem {query!r}: no records for such a problem; "
+                f"{'close matches' if close else 'problems in these records'}: {', '.join(listed)}"
+            )
         chosen.update(matches)
     return chosen
 
@@ -95,7 +134,9 @@ def view_folder(run_dir: Path, problems: Sequence[str], statuses: Sequence[Statu
     """Where a run's leaderboard goes by default: the run's own folder when nothing is filtered
     out (the same files, rebuilt), else a view beside them, views/<filters>/, so a filtered table
     never takes the place of the run's own (whose summary means something else)."""
-    filters = [f"problem-{p}" for p in problems] + [f"status-{s.value}" for s in statuses] + [f"run-{r}" for r in run_ids]
+    filters = (
+        [f"problem-{p}" for p in problems] + [f"status-{s.value}" for s in statuses] + [f"run-{r}" for r in run_ids]
+    )
     if not filters:
         return run_dir
     return run_dir / "views" / re.sub(r"[^A-Za-z0-9._-]+", "-", "_".join(filters)).strip("-")[:120]
@@ -120,7 +161,8 @@ def run(
     console: Any = None,
     kernelbench_baseline: Path | None = None,
 ) -> int:
-    baseline = kbtiming.load_baseline(kernelbench_baseline) if kernelbench_baseline is not None else None  # a bad file stops before anything is written
+    # a bad file stops before anything is written
+    baseline = kbtiming.load_baseline(kernelbench_baseline) if kernelbench_baseline is not None else None
     if out is None:
         if len(records_files) > 1:
             raise UserError(f"{len(records_files)} runs are combined: say where the leaderboard goes with --out DIR")
@@ -131,12 +173,17 @@ def run(
         raise UserError(f"no candidate records in {', '.join(str(p) for p in records_files)}")
     chosen = select(candidates, problems=problems, statuses=statuses, run_ids=run_ids)
     if not chosen:
-        filters = [f"--problem {p}" for p in problems] + [f"--status '{s.value}'" for s in statuses] + [f"--run {r}" for r in run_ids]
+        filters = (
+            [f"--problem {p}" for p in problems]
+            + [f"--status '{s.value}'" for s in statuses]
+            + [f"--run {r}" for r in run_ids]
+        )
         raise UserError(f"no candidate records left after {' '.join(filters)}")
     used_runs = {r.identity.run_id for r in chosen}
     fast_p = run_fast_p([r for r in loaded if isinstance(r, RunHeader) and r.run_id in used_runs], default_fast_p)
     shown = {(r.identity.problem, r.identity.run_id) for r in chosen}
-    references = [r for r in loaded if isinstance(r, ReferenceRecord) and (r.problem, r.run_id) in shown]  # the shown runs' null floors
+    # the shown runs' null floors
+    references = [r for r in loaded if isinstance(r, ReferenceRecord) and (r.problem, r.run_id) in shown]
     out.mkdir(parents=True, exist_ok=True)
     csv_path, md_path = write_leaderboards(out, chosen, fast_p, plots=plots, references=references)
     if console is None:
@@ -148,7 +195,9 @@ def run(
     written = f"{csv_path}, {md_path}" + (f", {charts}/" if plots and any(charts.glob("*.png")) else "")
     if baseline is not None:
         table = kbtiming.fast_p_against(chosen, references, baseline, fast_p)
-        written += ", " + ", ".join(str(p) for p in kbtiming.write_report(out, table, f"fast_p against KernelBench's baseline: {out.name}"))
+        written += ", " + ", ".join(
+            str(p) for p in kbtiming.write_report(out, table, f"fast_p against KernelBench's baseline: {out.name}")
+        )
         kbtiming.print_report(table, console)
     print(f"wrote {written} ({len(chosen)} candidate(s) of {len(used_runs)} run(s))", file=sys.stderr)
     return int(ExitCode.OK)

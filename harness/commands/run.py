@@ -31,24 +31,55 @@ def setup_arguments(parser: argparse.ArgumentParser) -> None:
     what = parser.add_mutually_exclusive_group()
     what.add_argument("--all", action="store_true", help="every problem that has candidates")
     what.add_argument("--solution", metavar="PATH", help="evaluate one candidate file")
-    what.add_argument("--samples", metavar="DIR", help="a KernelBench sample folder (level_<L>_problem_<P>_sample_<S>_kernel.py), each file against its problem")
-    parser.add_argument("--problem", metavar="NAME", action="append", help="problem name, unique prefix or path (repeatable); KernelBench's level1/19_ReLU and level1/19 work too")
-    parser.add_argument("--problems-dir", metavar="DIR", help="the problem tree (config problems_dir), e.g. KernelBench's KernelBench/ folder as it is")
+    what.add_argument(
+        "--samples",
+        metavar="DIR",
+        help="a KernelBench sample folder (level_<L>_problem_<P>_sample_<S>_kernel.py), each file against its problem",
+    )
+    parser.add_argument(
+        "--problem",
+        metavar="NAME",
+        action="append",
+        help="problem name, unique prefix or path (repeatable); KernelBench's level1/19_ReLU and level1/19 work too",
+    )
+    parser.add_argument(
+        "--problems-dir",
+        metavar="DIR",
+        help="the problem tree (config problems_dir), e.g. KernelBench's KernelBench/ folder as it is",
+    )
     add_config_arguments(parser, example="check.trials=3")
     parser.add_argument("--device", choices=Device.words(), help="where to run (default: config, auto)")
     parser.add_argument("--trials", type=int, help="fresh input sets per candidate (config check.trials)")
     parser.add_argument("--no-timing", action="store_true", help="check correctness only")
     parser.add_argument("--results", metavar="DIR", help="results folder (config results_dir)")
     parser.add_argument("--run-id", metavar="ID", help="name of the run folder (default: time + random)")
-    parser.add_argument("--resume", metavar="RUN", help="finish an interrupted run: evaluate only the candidates without a record in results/RUN")
-    parser.add_argument("--executor", choices=ExecutorKind.words(), help="where evaluations run (config executor; ray: pip install '.[ray]')")
-    parser.add_argument("--ray-address", metavar="ADDR", help="Ray cluster to use with --executor ray: auto, ray://HOST:10001 (default: a new local instance)")
-    parser.add_argument("--gate", metavar="BASELINE", help="after the run, gate it against this baseline (file, run folder or id): exit 3 on a regression, else 0")
+    parser.add_argument(
+        "--resume",
+        metavar="RUN",
+        help="finish an interrupted run: evaluate only the candidates without a record in results/RUN",
+    )
+    parser.add_argument(
+        "--executor",
+        choices=ExecutorKind.words(),
+        help="where evaluations run (config executor; ray: pip install '.[ray]')",
+    )
+    parser.add_argument(
+        "--ray-address",
+        metavar="ADDR",
+        help="Ray cluster to use with --executor ray: auto, ray://HOST:10001 (default: a new local instance)",
+    )
+    parser.add_argument(
+        "--gate",
+        metavar="BASELINE",
+        help="after the run, gate it against this baseline (file, run folder or id): exit 3 on a regression, else 0",
+    )
     from harness.commands.gate import add_gate_options
 
     add_gate_options(parser)
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
-    parser.add_argument("--json", action="store_true", help="print the records as JSON lines on stdout instead of tables")
+    parser.add_argument(
+        "--json", action="store_true", help="print the records as JSON lines on stdout instead of tables"
+    )
 
 
 def run_from_args(args: argparse.Namespace, argv: Sequence[str]) -> int:
@@ -70,14 +101,25 @@ def run_from_args(args: argparse.Namespace, argv: Sequence[str]) -> int:
     cfg = load_config(args, overrides)
     if args.resume and args.run_id:
         raise UserError("--resume names the run to finish; leave out --run-id")
-    targets = select_targets(cfg, problem=args.problem, solution=args.solution, everything=args.all, samples=args.samples)
+    targets = select_targets(
+        cfg, problem=args.problem, solution=args.solution, everything=args.all, samples=args.samples
+    )
     run_id = Path(args.resume).name if args.resume else args.run_id or new_run_id()  # named first, for the resume line
     gating = None
     if args.gate is not None:
         from harness.commands.gate import prepare_gate
 
         gating = prepare_gate(cfg, args.gate, args.fail_on, args.allow_missing)  # a bad baseline or rule fails first
-    code = run(cfg, targets, run_id=run_id, resume=bool(args.resume), quiet=args.quiet, json_output=args.json, argv=argv, kernelbench=bool(args.samples))
+    code = run(
+        cfg,
+        targets,
+        run_id=run_id,
+        resume=bool(args.resume),
+        quiet=args.quiet,
+        json_output=args.json,
+        argv=argv,
+        kernelbench=bool(args.samples),
+    )
     if gating is None or code in (ExitCode.INTERRUPTED, ExitCode.INTERNAL):
         return told_how_to_resume(code, args.program, argv, run_id)  # unfinished, or a failed reference: not gated
     from harness.commands.gate import run_gate
@@ -109,7 +151,14 @@ def resume_line(program: str, argv: Sequence[str], run_id: str) -> str:
     return f"interrupted: resume with {start} {shlex.join([*kept, '--resume', run_id])}"
 
 
-def select_targets(cfg: Config, *, problem: str | Sequence[str] | None, solution: str | None, everything: bool, samples: str | None = None) -> list[Target]:
+def select_targets(
+    cfg: Config,
+    *,
+    problem: str | Sequence[str] | None,
+    solution: str | None,
+    everything: bool,
+    samples: str | None = None,
+) -> list[Target]:
     """What a run evaluates: one candidate file (`solution`, against `problem` or its folder's
     name), a KernelBench sample folder, every problem with candidates, or each named problem's
     candidates (`problem`: one name or several, in the order given, each once)."""
@@ -137,7 +186,10 @@ def select_targets(cfg: Config, *, problem: str | Sequence[str] | None, solution
     for each in chosen:
         candidates = discover_candidates(solutions_dir / each.name)
         if not candidates:
-            raise UserError(f"no candidates in {solutions_dir / each.name} (add ModelNew files there, or use `python run.py ingest FILE --problem {each.name}`)")
+            raise UserError(
+                f"no candidates in {solutions_dir / each.name} (add ModelNew files there, or use `python run.py "
+                f"ingest FILE --problem {each.name}`)"
+            )
         targets.append((each, candidates))
     return targets
 
@@ -157,11 +209,16 @@ def solution_target(path: Path, queries: list[str], problems_dir: Path) -> Targe
     try:
         chosen = resolve_problem(folder, problems_dir)
     except UserError:
-        raise UserError(f"--solution {path}: its folder {folder!r} names no problem in {problems_dir}; say which problem it solves with --problem NAME") from None
+        raise UserError(
+            f"--solution {path}: its folder {folder!r} names no problem in {problems_dir}; say which problem it "
+            "solves with --problem NAME"
+        ) from None
     return chosen, [Candidate(path.stem, path.resolve())]
 
 
-def resume_targets(store: RunStore, targets: list[Target]) -> tuple[list[Target], list[CandidateRecord], list[ReferenceRecord]]:
+def resume_targets(
+    store: RunStore, targets: list[Target]
+) -> tuple[list[Target], list[CandidateRecord], list[ReferenceRecord]]:
     """The targets minus candidates that already have a final record in `store` (same problem and
     candidate file contents), those records, and the reference records the earlier process wrote.
     A `harness error` record is redone."""
@@ -174,7 +231,11 @@ def resume_targets(store: RunStore, targets: list[Target]) -> tuple[list[Target]
         todo = []
         for candidate in candidates:
             done = finished.get((problem.name, candidate.name))
-            if done is not None and done.identity.candidate_hash == candidate.hash and done.identity.problem_hash == problem.hash:
+            if (
+                done is not None
+                and done.identity.candidate_hash == candidate.hash
+                and done.identity.problem_hash == problem.hash
+            ):
                 kept.append(done)
             else:
                 todo.append(candidate)
@@ -183,7 +244,17 @@ def resume_targets(store: RunStore, targets: list[Target]) -> tuple[list[Target]
     return left, kept, [r for r in earlier if isinstance(r, ReferenceRecord)]
 
 
-def run(cfg: Config, targets: list[Target], *, run_id: str | None = None, resume: bool = False, quiet: bool = False, json_output: bool = False, argv: Sequence[str] = (), kernelbench: bool = False) -> int:
+def run(
+    cfg: Config,
+    targets: list[Target],
+    *,
+    run_id: str | None = None,
+    resume: bool = False,
+    quiet: bool = False,
+    json_output: bool = False,
+    argv: Sequence[str] = (),
+    kernelbench: bool = False,
+) -> int:
     """Evaluate `targets` into a new (or, with `resume`, an existing) run folder; the exit code.
     With `kernelbench` (a sample folder), the verdicts are also written as KernelBench's eval_results.json.
     The run's session owns its resources (a scratch folder, the quiet host, the build pool) and
@@ -196,25 +267,65 @@ def run(cfg: Config, targets: list[Target], *, run_id: str | None = None, resume
         if resume and not (results_dir / str(run_id) / "records.jsonl").is_file():
             raise UserError(f"--resume {run_id}: no run with records in {results_dir}")
         if not resume and run_id and (results_dir / run_id / "records.jsonl").is_file():
-            raise UserError(f"run {run_id} already has records in {results_dir}; use --resume {run_id} to finish it, or another --run-id")
-        scratch.check_free_disk([scratch.default_base(), results_dir], cfg.limits.min_free_disk_mb * scratch.MIB)  # before the run folder exists
-        return _run(cfg, targets, results_dir, run_id=run_id, resume=resume, quiet=quiet, json_output=json_output, argv=argv, kernelbench=kernelbench)
+            raise UserError(
+                f"run {run_id} already has records in {results_dir}; use --resume {run_id} to finish it, or another "
+                "--run-id"
+            )
+        # before the run folder exists
+        scratch.check_free_disk([scratch.default_base(), results_dir], cfg.limits.min_free_disk_mb * scratch.MIB)
+        return _run(
+            cfg,
+            targets,
+            results_dir,
+            run_id=run_id,
+            resume=resume,
+            quiet=quiet,
+            json_output=json_output,
+            argv=argv,
+            kernelbench=kernelbench,
+        )
 
 
-def _run(cfg: Config, targets: list[Target], results_dir: Path, *, run_id: str | None, resume: bool, quiet: bool, json_output: bool, argv: Sequence[str], kernelbench: bool = False) -> int:
+def _run(
+    cfg: Config,
+    targets: list[Target],
+    results_dir: Path,
+    *,
+    run_id: str | None,
+    resume: bool,
+    quiet: bool,
+    json_output: bool,
+    argv: Sequence[str],
+    kernelbench: bool = False,
+) -> int:
     store = RunStore(results_dir, run_id or new_run_id())
     levels = {p.name: p.level for p, _ in targets}  # before a resume drops the finished ones
     previous: list[CandidateRecord] = []
     references: list[ReferenceRecord] = []  # the earlier process's, on a resume
     if resume:
         if store.drop_partial_line() and not quiet:
-            print(f"note: {store.records_path} ended in a half-written line (the run was killed); it was cut", file=sys.stderr)
+            print(
+                f"note: {store.records_path} ended in a half-written line (the run was killed); it was cut",
+                file=sys.stderr,
+            )
         targets, previous, references = resume_targets(store, targets)
         if not quiet:
-            print(f"resuming {store.run_id}: {len(previous)} candidate(s) already finished, {sum(len(c) for _, c in targets)} to evaluate", file=sys.stderr)
+            print(
+                f"resuming {store.run_id}: {len(previous)} candidate(s) already finished, "
+                f"{sum(len(c) for _, c in targets)} to evaluate",
+                file=sys.stderr,
+            )
     counts = {p.name: len(c) for p, c in targets}
     with Progress(quiet=quiet, total=sum(counts.values())) as progress:
-        session = Session(cfg, store=store, argv=argv, echo=not quiet, on_problem=lambda p: progress.problem(p.name, counts[p.name]), on_start=lambda c: progress.started(c.name), on_record=progress.finished)
+        session = Session(
+            cfg,
+            store=store,
+            argv=argv,
+            echo=not quiet,
+            on_problem=lambda p: progress.problem(p.name, counts[p.name]),
+            on_start=lambda c: progress.started(c.name),
+            on_record=progress.finished,
+        )
         records, interrupted, summary = _evaluate(session, targets, progress)
     records = previous + records
     for warning in summary.end.warnings:
@@ -235,24 +346,32 @@ def _run(cfg: Config, targets: list[Target], results_dir: Path, *, run_id: str |
 
         print_leaderboard(candidate_frame(records), cfg.leaderboard.fast_p, terminal_console(), references)
     if not quiet:
-        paths = f"{store.records_path}" + (f", {csv_path}, {md_path}" if records else "") + "".join(f", {p}" for p in extra)
+        paths = (
+            f"{store.records_path}" + (f", {csv_path}, {md_path}" if records else "") + "".join(f", {p}" for p in extra)
+        )
         print(f"wrote {paths}", file=sys.stderr)
     return int(exit_code(records, interrupted))
 
 
-def _evaluate(session: Session, targets: list[Target], progress: Progress) -> tuple[list[CandidateRecord], bool, RunSummary]:
+def _evaluate(
+    session: Session, targets: list[Target], progress: Progress
+) -> tuple[list[CandidateRecord], bool, RunSummary]:
     """Every target's candidate submitted to `session`, and their records in target order; on
     Ctrl-C or SIGTERM, the records finished so far. The session is closed however this ends."""
     progress.builds = session.builds.counts if session.builds is not None else None
     if session.device == Device.CPU:
-        progress.message("note: no CUDA device in use: running on the CPU; candidates that need CUDA get the status 'needs CUDA'")
+        progress.message(
+            "note: no CUDA device in use: running on the CPU; candidates that need CUDA get the status 'needs CUDA'"
+        )
     if session.executor.describe():
         progress.message(session.executor.describe())
     progress.message(f"boundary around candidates: {session.resources.boundary.describe()}")
     futures: list[Any] = []
     interrupted = False
     try:
-        futures = session.submit_all([(problem, candidate) for problem, candidates in targets for candidate in candidates])
+        futures = session.submit_all(
+            [(problem, candidate) for problem, candidates in targets for candidate in candidates]
+        )
         records = gather(futures)
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (Terminated)
         interrupted = True

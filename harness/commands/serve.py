@@ -145,7 +145,14 @@ def record_json(record: CandidateRecord) -> dict[str, Any]:
 
 def allowed_method(path: str) -> Optional[str]:
     """The method a known path takes (None: no such path)."""
-    return next((method for route, method in ROUTES.items() if path == route or (route.endswith("/") and path.startswith(route))), None)
+    return next(
+        (
+            method
+            for route, method in ROUTES.items()
+            if path == route or (route.endswith("/") and path.startswith(route))
+        ),
+        None,
+    )
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -159,7 +166,9 @@ class Handler(BaseHTTPRequestHandler):
     do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_GET  # noqa: N815
 
     def _route(self, method: str) -> None:
-        self._body_pending = "Transfer-Encoding" in self.headers or self.headers.get("Content-Length", "0").strip() not in ("", "0")
+        self._body_pending = "Transfer-Encoding" in self.headers or self.headers.get(
+            "Content-Length", "0"
+        ).strip() not in ("", "0")
         if not self._authorised():
             return
         url = urlparse(self.path)
@@ -167,10 +176,17 @@ class Handler(BaseHTTPRequestHandler):
         if allowed is None:
             self._reply(HTTPStatus.NOT_FOUND, {"error": f"no route {url.path[:200]}"})
         elif method != allowed:
-            self._reply(HTTPStatus.METHOD_NOT_ALLOWED, {"error": f"{url.path[:200]} takes {allowed}, not {method}"}, {"Allow": allowed})
+            self._reply(
+                HTTPStatus.METHOD_NOT_ALLOWED,
+                {"error": f"{url.path[:200]} takes {allowed}, not {method}"},
+                {"Allow": allowed},
+            )
         elif url.path == "/health":
             session = self.service.session
-            self._reply(HTTPStatus.OK, {"ok": True, "device": session.device, "run_id": session.run_id, "pending": session.pending()})
+            self._reply(
+                HTTPStatus.OK,
+                {"ok": True, "device": session.device, "run_id": session.run_id, "pending": session.pending()},
+            )
         elif url.path == "/evaluate":
             self._evaluate()
         else:
@@ -227,7 +243,9 @@ class Handler(BaseHTTPRequestHandler):
     def _body(self) -> Any:
         """The request's JSON body (Refused: none, too big, or not JSON)."""
         if "Transfer-Encoding" in self.headers:
-            raise Refused(HTTPStatus.LENGTH_REQUIRED, "send the body with a Content-Length (chunked bodies are not read)")
+            raise Refused(
+                HTTPStatus.LENGTH_REQUIRED, "send the body with a Content-Length (chunked bodies are not read)"
+            )
         try:
             length = int(self.headers.get("Content-Length") or 0)
         except ValueError:
@@ -238,7 +256,9 @@ class Handler(BaseHTTPRequestHandler):
             raise Refused(HTTPStatus.BAD_REQUEST, "the body is empty: send a JSON object with problem and source")
         if length > MAX_BODY:
             self._discard(length)
-            raise Refused(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"the body has {length} bytes; at most {MAX_BODY} are taken")
+            raise Refused(
+                HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"the body has {length} bytes; at most {MAX_BODY} are taken"
+            )
         data = self._read(length)
         try:
             return json.loads(data)
@@ -334,11 +354,24 @@ def make_server(service: Service, host: str = "127.0.0.1", port: int = 8765) -> 
 
 
 def setup_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
-    parser.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 = any free port, printed at start)")
-    parser.add_argument("--token", default=os.environ.get("HARNESS_TOKEN", ""), help="bearer token every request must carry (default: $HARNESS_TOKEN; none = no check)")
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)"
+    )
+    parser.add_argument(
+        "--port", type=int, default=8765, help="port (default 8765; 0 = any free port, printed at start)"
+    )
+    parser.add_argument(
+        "--token",
+        default=os.environ.get("HARNESS_TOKEN", ""),
+        help="bearer token every request must carry (default: $HARNESS_TOKEN; none = no check)",
+    )
     add_problems_dir_argument(parser, "the problem tree (config problems_dir); clients name its problems, never files")
-    parser.add_argument("--allow-problem-dir", metavar="DIR", help="also take problem files a client names by path, when they lie inside DIR (symlinks resolved): the problem is the trusted reference, so name a directory only you write to")
+    parser.add_argument(
+        "--allow-problem-dir",
+        metavar="DIR",
+        help="also take problem files a client names by path, when they lie inside DIR (symlinks resolved): the "
+        "problem is the trusted reference, so name a directory only you write to",
+    )
     add_config_arguments(parser, example="workers.warm_problems=4")
     parser.add_argument("--device", choices=Device.words(), help="where to run (default: config, auto)")
 
@@ -349,13 +382,18 @@ def run_from_args(args: argparse.Namespace, argv: Sequence[str]) -> int:
         overrides.append(f"device={args.device}")
     overrides += problems_dir_override(args)
     if args.host not in ("127.0.0.1", "localhost", "::1") and not args.token:
-        print("warning: serving beyond this machine without --token: anyone who reaches the port runs code here", file=sys.stderr)
+        print(
+            "warning: serving beyond this machine without --token: anyone who reaches the port runs code here",
+            file=sys.stderr,
+        )
     allow_dir = None
     if args.allow_problem_dir:
         allow_dir = Path(args.allow_problem_dir).expanduser().resolve()
         if not allow_dir.is_dir():
             raise UserError(f"--allow-problem-dir {args.allow_problem_dir}: not a directory")
-        print(f"note: problem files inside {allow_dir} are taken by path: they run as trusted references", file=sys.stderr)
+        print(
+            f"note: problem files inside {allow_dir} are taken by path: they run as trusted references", file=sys.stderr
+        )
     cfg = load_config(args, overrides)
     with sigterm_interrupts(), Session(cfg, argv=argv, echo=True) as session:
         try:
@@ -364,7 +402,11 @@ def run_from_args(args: argparse.Namespace, argv: Sequence[str]) -> int:
             raise UserError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
         host, port = server.server_address[:2]
         assert isinstance(host, str)  # an internet (TCP) server's address, never a socket path in bytes
-        print(f"serving on http://{host}:{port} (device {session.device}, records in {session.store.dir}); Ctrl-C stops", file=sys.stderr, flush=True)
+        print(
+            f"serving on http://{host}:{port} (device {session.device}, records in {session.store.dir}); Ctrl-C stops",
+            file=sys.stderr,
+            flush=True,
+        )
         try:
             server.serve_forever(poll_interval=0.2)
         except KeyboardInterrupt:

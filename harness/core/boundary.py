@@ -20,7 +20,9 @@ class SandboxPolicy:
     protected: tuple[str, ...] = ()  # mount: the folders made read-only
 
     def to_env(self) -> str:
-        return json.dumps({"layer": self.layer.value, "writable": list(self.writable), "protected": list(self.protected)})
+        return json.dumps(
+            {"layer": self.layer.value, "writable": list(self.writable), "protected": list(self.protected)}
+        )
 
     @classmethod
     def from_env(cls, text: str) -> "SandboxPolicy":

@@ -17,10 +17,15 @@ from harness.core.errors import UserError
 from harness.core.status import Vocabulary
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent  # harness/
-DEFAULT_CONFIG = PACKAGE_DIR / "default.yaml"  # shipped with the package; configs/default.yaml in a checkout links to it
+# shipped with the package; configs/default.yaml in a checkout links to it
+DEFAULT_CONFIG = PACKAGE_DIR / "default.yaml"
 # The project root, which relative config paths (problems, solutions, results, caches) start from:
 # the checkout the package sits in, or, for an installed package, the folder it was started in.
-ROOT = PACKAGE_DIR.parent if (PACKAGE_DIR.parent / "run.py").is_file() and (PACKAGE_DIR.parent / "configs").is_dir() else Path.cwd()
+ROOT = (
+    PACKAGE_DIR.parent
+    if (PACKAGE_DIR.parent / "run.py").is_file() and (PACKAGE_DIR.parent / "configs").is_dir()
+    else Path.cwd()
+)
 
 
 class Policy(Vocabulary):
@@ -133,7 +138,8 @@ class Boundary(Vocabulary):
     AUTO = "auto"  # the strongest this machine offers: landlock, else mount, else hash
     LANDLOCK = "landlock"  # Landlock: writes only beneath the run's scratch, the build cache and /dev
     MOUNT = "mount"  # a private mount namespace with the trees bound read-only
-    HASH = "hash"  # no kernel boundary: the trees are fingerprinted around each candidate, a change restored and reported
+    # no kernel boundary: the trees are fingerprinted around each candidate, a change restored and reported
+    HASH = "hash"
     OFF = "off"  # nothing: a candidate can write wherever the user can
 
 
@@ -170,20 +176,27 @@ class CheckConfig:
     randomize_weights: bool  # move the reference's parameters and buffers away from their default init
     max_plausible_speedup: float  # warn when a speedup over eager is above this
     precision_ratio: float  # warn when the error against float64 exceeds the reference's own by this factor
-    own_share_floor: float  # own-share-low: the candidate's own kernels take less than this share of the profiled GPU time
-    guard_bands: bool  # poisoned bytes around every input handed to a worker, checked after each call (writes past an input)
+    # own-share-low: the candidate's own kernels take less than this share of the profiled GPU time
+    own_share_floor: float
+    # poisoned bytes around every input handed to a worker, checked after each call (writes past an input)
+    guard_bands: bool
     gradients: str  # flag | fail | off: backward of the same loss must give the reference's gradients
     gradient_tolerance_factor: float  # gradients sum over the batch: their atol and rtol are the output's times this
-    weights: str = WeightSource.TRANSPLANT  # transplant: ModelNew gets the reference's (redrawn) weights, by name, else by position, else
+    # transplant: ModelNew gets the reference's (redrawn) weights, by name, else by position, else
     # keeps its own same-seed ones (flag weights-by-seed); seed: always its own (KernelBench's way)
-    problem_globals: bool = False  # the candidate's module starts with the problem file's globals (KernelBench's eval shares one namespace)
+    weights: str = WeightSource.TRANSPLANT
+    # the candidate's module starts with the problem file's globals (KernelBench's eval shares one namespace)
+    problem_globals: bool = False
 
     def __post_init__(self) -> None:
         if self.trials < 1:
             raise ValueError("check.trials must be at least 1")
         bad = [d for d in self.input_distributions if d not in Distribution.words()]
         if bad or not self.input_distributions:
-            raise ValueError(f"check.input_distributions must be a non-empty list of {list(Distribution.words())}, got {list(self.input_distributions)}")
+            raise ValueError(
+                f"check.input_distributions must be a non-empty list of {list(Distribution.words())}, got "
+                f"{list(self.input_distributions)}"
+            )
         if not 0 <= self.own_share_floor < 1:
             raise ValueError("check.own_share_floor must be in [0, 1)")
         if self.gradients not in GradientPolicy.words():
@@ -198,7 +211,9 @@ class CheckConfig:
             raise ValueError("check.max_plausible_speedup must be above 1")
         bad = [m for m in self.modes if m not in ModuleMode.words()]
         if bad or not self.modes:
-            raise ValueError(f"check.modes must be a non-empty list of {list(ModuleMode.words())}, got {list(self.modes)}")
+            raise ValueError(
+                f"check.modes must be a non-empty list of {list(ModuleMode.words())}, got {list(self.modes)}"
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -207,7 +222,8 @@ class FlagPolicies:
     (wrong-gradients, forward-only) take check.gradients."""
 
     no_custom_kernel: str  # none of its own kernels ran: a torch pass-through
-    wraps_reference: str  # every kernel (CPU: ATen compute operator) of the reference's call ran too; its own kernels only add to it
+    # every kernel (CPU: ATen compute operator) of the reference's call ran too; its own kernels only add to it
+    wraps_reference: str
     own_share_low: str  # its own kernels are under check.own_share_floor of the GPU time
     side_stream: str  # work on other streams or threads, or still running when forward returned
     tamper_suspect: str  # source that reaches into the process or device settings; a persisting-L2 limit found set
@@ -216,7 +232,9 @@ class FlagPolicies:
     implausible_time: str  # below the bytes floor, also when re-timed eagerly with device sync
     suspect_time: str  # below the call's own profiled GPU time, or over max_plausible_speedup
     unsafe_memory: str  # a write into an input's guard bands, or a compute-sanitizer finding
-    weights_by_seed: str = Policy.FLAG  # the reference's weights pair with ModelNew's neither by name nor by position: checked with its own same-seed weights
+    # the reference's weights pair with ModelNew's neither by name nor by position: checked with its own same-seed
+    # weights
+    weights_by_seed: str = Policy.FLAG
 
     def __post_init__(self) -> None:
         for name, value in dataclasses.asdict(self).items():
@@ -231,7 +249,9 @@ class FlagPolicies:
 
 @dataclasses.dataclass(frozen=True)
 class SanitizerConfig:
-    enabled: str  # auto | on | off: one small checked call of each correct candidate under compute-sanitizer (auto: CUDA runs, when the tool is found)
+    # auto | on | off: one small checked call of each correct candidate under compute-sanitizer (auto: CUDA runs, when
+    # the tool is found)
+    enabled: str
     tools: tuple[str, ...]  # compute-sanitizer tools, each its own run: memcheck | racecheck | initcheck | synccheck
     path: str  # the compute-sanitizer executable; "" = PATH, then $CUDA_HOME/bin, then /usr/local/cuda/bin
     timeout: float  # seconds for each tool's run (start-up under the tool is slow)
@@ -242,7 +262,9 @@ class SanitizerConfig:
             raise ValueError(f"sanitizer.enabled must be auto, on or off, got {self.enabled!r}")
         bad = [t for t in self.tools if t not in SanitizerTool.words()]
         if bad:
-            raise ValueError(f"sanitizer.tools: unknown tool {bad[0]!r} (valid: memcheck, racecheck, initcheck, synccheck)")
+            raise ValueError(
+                f"sanitizer.tools: unknown tool {bad[0]!r} (valid: memcheck, racecheck, initcheck, synccheck)"
+            )
         if self.timeout <= 0:
             raise ValueError("sanitizer.timeout must be positive")
 
@@ -272,7 +294,9 @@ class TimerSettings:
     budget_s: float  # stop sampling after this long
     target_rse: float  # stop when the relative standard error of the median is below this
     flush_l2: bool  # flush L2 before each timed CUDA call
-    mode: str  # eager | graph | auto (CUDA: capture each input set's call in a CUDA graph, time replays; auto: graph when the reference is launch-bound); a worker's job carries the problem's resolved mode
+    # eager | graph | auto (CUDA: capture each input set's call in a CUDA graph, time replays; auto: graph when the
+    # reference is launch-bound); a worker's job carries the problem's resolved mode
+    mode: str
     subtract_overhead: bool  # subtract the median time of an empty timed region from every sample
 
     @classmethod
@@ -291,7 +315,9 @@ class TimingConfig(TimerSettings):
     sync: str  # auto | stream | device: where the end of a timed CUDA call is taken
     unstable_iqr: float  # warn when the interquartile range exceeds this fraction of the median
     reuse_reference: bool  # reuse cached baseline timings (paired with the reference) and speed-of-light
-    reuse_profile: bool  # reuse the reference's profiled call and speed-of-light from the reference cache (same problem file, GPU model, driver, torch)
+    # reuse the reference's profiled call and speed-of-light from the reference cache (same problem file, GPU model,
+    # driver, torch)
+    reuse_profile: bool
     rounds: int  # paired rounds per side: reference and compared model timed in turns, this many each
     max_rounds: int  # more rounds, two at a time, up to this many while the speedup's interval is wider than `interval`
     interval: float  # the half-width (relative) of the speedup's 95% interval that ends the rounds early
@@ -329,7 +355,8 @@ class TimingConfig(TimerSettings):
 # median is.) With TF32 on or off the same kernels compute other things, so the protocol also holds
 # check.allow_tf32. In the order the gate names the first that differs.
 TIMING_PROTOCOL_FIELDS = ("mode", "sync", "flush_l2", "subtract_overhead", "cpu_threads")
-PROTOCOL_SETTINGS = (*(f"timing.{name}" for name in TIMING_PROTOCOL_FIELDS), "check.allow_tf32")  # dotted config keys, as in a run header's config
+# dotted config keys, as in a run header's config
+PROTOCOL_SETTINGS = (*(f"timing.{name}" for name in TIMING_PROTOCOL_FIELDS), "check.allow_tf32")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -339,7 +366,9 @@ class BaselinesConfig:
     def __post_init__(self) -> None:
         bad = [m for m in self.compile_modes if m not in CompileMode.words()]
         if bad:
-            raise ValueError(f"baselines.compile_modes: unknown mode {bad[0]!r} (valid: {', '.join(CompileMode.words())})")
+            raise ValueError(
+                f"baselines.compile_modes: unknown mode {bad[0]!r} (valid: {', '.join(CompileMode.words())})"
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -354,10 +383,12 @@ class SpeedOfLightConfig:
 
 @dataclasses.dataclass(frozen=True)
 class BuildsConfig:
-    ahead: str  # auto | always | never: build candidates' extensions in a CPU pool ahead of evaluation (auto: on CUDA runs)
+    # auto | always | never: build candidates' extensions in a CPU pool ahead of evaluation (auto: on CUDA runs)
+    ahead: str
     parallel: int  # concurrent builds (0: one per two cores and per 4 GiB of memory)
     jobs_per_build: int  # MAX_JOBS for each build's ninja (0: cores / parallel builds)
-    construct: bool  # a build also constructs a candidate that builds in its constructor (from its problem's init inputs)
+    # a build also constructs a candidate that builds in its constructor (from its problem's init inputs)
+    construct: bool
 
     def __post_init__(self) -> None:
         if self.ahead not in Ahead.words():
@@ -368,8 +399,10 @@ class BuildsConfig:
 
 @dataclasses.dataclass(frozen=True)
 class WorkersConfig:
-    prestart: str  # auto | always | never: start each worker's interpreter and torch import ahead of its job (auto: on CUDA runs)
-    gpus: tuple[int, ...]  # CUDA runs: indices of the visible GPUs to evaluate on, one evaluation at a time on each; [] = all
+    # auto | always | never: start each worker's interpreter and torch import ahead of its job (auto: on CUDA runs)
+    prestart: str
+    # CUDA runs: indices of the visible GPUs to evaluate on, one evaluation at a time on each; [] = all
+    gpus: tuple[int, ...]
     warm_problems: int  # problems whose judge each lane keeps running between candidates (a session serving several)
     spares: int  # prestarted workers each lane keeps ready (more when candidates come faster than one readies)
     prestart_judge: bool  # with prestart: the next problem's judge is started while this problem runs
@@ -381,7 +414,10 @@ class WorkersConfig:
         if self.prestart not in Ahead.words():
             raise ValueError(f"workers.prestart must be auto, always or never, got {self.prestart!r}")
         if self.warm_problems < 1 or self.spares < 1:
-            raise ValueError(f"workers.warm_problems and workers.spares must be 1 or more, got {self.warm_problems} and {self.spares}")
+            raise ValueError(
+                f"workers.warm_problems and workers.spares must be 1 or more, got {self.warm_problems} and "
+                f"{self.spares}"
+            )
         if any(g < 0 for g in self.gpus) or len(set(self.gpus)) != len(self.gpus):
             raise ValueError(f"workers.gpus must list distinct GPU indices (0 or more), got {list(self.gpus)}")
 
@@ -487,13 +523,18 @@ class Config:
         if "HARNESS_RANDOMIZE_WEIGHTS" in declared:
             check = dataclasses.replace(check, randomize_weights=bool(declared["HARNESS_RANDOMIZE_WEIGHTS"]))
         if "HARNESS_TOLERANCES" in declared:
-            named = {dtype: Tolerance(atol=float(t["atol"]), rtol=float(t["rtol"]), norm=float(t.get("norm", 0.0))) for dtype, t in declared["HARNESS_TOLERANCES"].items()}
+            named = {
+                dtype: Tolerance(atol=float(t["atol"]), rtol=float(t["rtol"]), norm=float(t.get("norm", 0.0)))
+                for dtype, t in declared["HARNESS_TOLERANCES"].items()
+            }
             check = dataclasses.replace(check, tolerances={**check.tolerances, **named})
         if "HARNESS_BACKWARD" in declared:
             check = dataclasses.replace(check, gradients="fail" if declared["HARNESS_BACKWARD"] else "off")
         flags = self.flags
         if "HARNESS_FLAGS" in declared:
-            flags = dataclasses.replace(flags, **{str(code).replace("-", "_"): policy for code, policy in declared["HARNESS_FLAGS"].items()})
+            flags = dataclasses.replace(
+                flags, **{str(code).replace("-", "_"): policy for code, policy in declared["HARNESS_FLAGS"].items()}
+            )
         if check is self.check and flags is self.flags:
             return self
         return dataclasses.replace(self, check=check, flags=flags)
@@ -598,7 +639,11 @@ def build(cls: type, data: Any, prefix: str) -> Any:
     if not isinstance(data, dict):
         raise UserError(f"{where} must be a mapping, got {type(data).__name__}")
     hints = _fields(cls)
-    optional = {f.name for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING}
+    optional = {
+        f.name
+        for f in dataclasses.fields(cls)
+        if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+    }
     missing = [k for k in hints if k not in data and k not in optional]
     if missing:
         raise UserError(f"{where} is missing keys: {', '.join(missing)}")

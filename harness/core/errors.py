@@ -59,7 +59,10 @@ def no_space(exc: BaseException) -> Optional[str]:
         seen.add(id(current_exc))
         if isinstance(current_exc, OSError) and current_exc.errno == errno.ENOSPC:
             where = current_exc.filename
-            return f"no space left on device ({os.fsdecode(where) if isinstance(where, (str, bytes, os.PathLike)) else 'unknown path'})"
+            return (
+                "no space left on device "
+                f"({os.fsdecode(where) if isinstance(where, (str, bytes, os.PathLike)) else 'unknown path'})"
+            )
         text = str(current_exc)
         if any(marker in text for marker in NO_SPACE_TEXTS):
             return "no space left on device (unknown path)"

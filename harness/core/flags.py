@@ -25,7 +25,9 @@ FAILING_STATUS: dict[Code, Status] = {
 }
 
 
-def decide(status: Status, reason: str, found: Iterable[Finding], policies: Mapping[str, str]) -> tuple[Status, str, tuple[Flag, ...]]:
+def decide(
+    status: Status, reason: str, found: Iterable[Finding], policies: Mapping[str, str]
+) -> tuple[Status, str, tuple[Flag, ...]]:
     """Apply each finding's policy to a verdict. The first failing finding turns a correct verdict
     into its failing status; a verdict that already failed keeps its status and the flags."""
     flags = []

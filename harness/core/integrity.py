@@ -17,16 +17,26 @@ PROFILE_FLOOR = 0.8  # a median under this fraction of the profiled call's own G
 # ATen operators that do none of a problem's arithmetic (is_compute), named without "aten::" and
 # without an in-place "_": allocations and fills, copies and dtype or layout changes, views and
 # shape queries, conjugate and negative bits, scalar reads.
-ALLOCATIONS = "empty empty_like empty_strided new_empty new_empty_strided zeros zeros_like new_zeros ones ones_like new_ones full full_like new_full scalar_tensor zero fill resize resize_as set lift lift_fresh lift_fresh_copy"
-COPIES = "copy clone contiguous to _to_copy _copy_from _copy_from_and_resize type_as detach alias resolve_conj resolve_neg _conj conj item _local_scalar_dense"
+ALLOCATIONS = (
+    "empty empty_like empty_strided new_empty new_empty_strided zeros zeros_like new_zeros ones ones_like new_ones "
+    "full full_like new_full scalar_tensor zero fill resize resize_as set lift lift_fresh lift_fresh_copy"
+)
+COPIES = (
+    "copy clone contiguous to _to_copy _copy_from _copy_from_and_resize type_as detach alias resolve_conj "
+    "resolve_neg _conj conj item _local_scalar_dense"
+)
 VIEWS = (
-    "view view_as _unsafe_view reshape reshape_as _reshape_alias as_strided t transpose permute expand expand_as squeeze unsqueeze select slice narrow unflatten flatten "
-    "split split_with_sizes chunk unbind diagonal movedim moveaxis swapaxes swapdims numpy_T mT unfold size sym_size stride sym_stride numel sym_numel dim result_type"
+    "view view_as _unsafe_view reshape reshape_as _reshape_alias as_strided t transpose permute expand expand_as "
+    "squeeze unsqueeze select slice narrow unflatten flatten "
+    "split split_with_sizes chunk unbind diagonal movedim moveaxis swapaxes swapdims numpy_T mT unfold size sym_size "
+    "stride sym_stride numel sym_numel dim result_type"
 )
 NON_COMPUTE = frozenset(f"{ALLOCATIONS} {COPIES} {VIEWS}".split())
 
 
-def own_kernels(profile: Optional[CallProfile], reference: Optional[CallProfile], names: set[str], floor: float) -> tuple[Optional[float], list[Finding]]:
+def own_kernels(
+    profile: Optional[CallProfile], reference: Optional[CallProfile], names: set[str], floor: float
+) -> tuple[Optional[float], list[Finding]]:
     """The share of the profiled GPU time in the candidate's own kernels (`names`), and what it
     shows: none ran (no-custom-kernel), every kernel of the reference's call ran besides them
     (wraps-reference), or they are under `floor` of the time (own-share-low). (None, []) without
@@ -36,7 +46,11 @@ def own_kernels(profile: Optional[CallProfile], reference: Optional[CallProfile]
     share = custom_share([(k.name, k.total_ms) for k in profile.kernels], names)
     if share == 0:
         ran = ", ".join(_short(k.name) for k in profile.kernels[:3])
-        why = f"none of its own kernels ({', '.join(sorted(names)[:4])}) ran" if names else "it brings no kernel of its own"
+        why = (
+            f"none of its own kernels ({', '.join(sorted(names)[:4])}) ran"
+            if names
+            else "it brings no kernel of its own"
+        )
         return share, [(Code.NO_CUSTOM_KERNEL, f"{why}; the profiled call ran only {ran}")]
     found: list[Finding] = []
     if reference is not None and reference.kernels:
@@ -45,11 +59,20 @@ def own_kernels(profile: Optional[CallProfile], reference: Optional[CallProfile]
             found.append(
                 (
                     Code.WRAPS_REFERENCE,
-                    (f"every kernel of the reference's call ({', '.join(_short(k.name) for k in reference.kernels[:3])}) ran in its call too, as often; its own kernels ({share:.1%} of the GPU time) only add to the reference's work"),
+                    (
+                        "every kernel of the reference's call "
+                        f"({', '.join(_short(k.name) for k in reference.kernels[:3])}) ran in its call too, as "
+                        f"often; its own kernels ({share:.1%} of the GPU time) only add to the reference's work"
+                    ),
                 )
             )
     if share < floor:
-        found.append((Code.OWN_SHARE_LOW, f"its own kernels take {share:.2%} of the profiled GPU time (under check.own_share_floor={floor:g})"))
+        found.append(
+            (
+                Code.OWN_SHARE_LOW,
+                f"its own kernels take {share:.2%} of the profiled GPU time (under check.own_share_floor={floor:g})",
+            )
+        )
     return share, found
 
 
@@ -60,7 +83,13 @@ def extension_use(counted: Optional[dict[str, int]]) -> list[Finding]:
     if counted is None or any(n > 0 for n in counted.values()):
         return []
     if counted:
-        return [(Code.NO_CUSTOM_KERNEL, f"none of its extensions' functions ({', '.join(sorted(counted)[:4])}) was called in its checked forward calls")]
+        return [
+            (
+                Code.NO_CUSTOM_KERNEL,
+                f"none of its extensions' functions ({', '.join(sorted(counted)[:4])}) was called in its checked "
+                "forward calls",
+            )
+        ]
     return [(Code.NO_CUSTOM_KERNEL, "it builds no extension of its own (load_inline); its forward is torch's")]
 
 
@@ -70,7 +99,12 @@ def is_compute(name: str) -> bool:
     query (`is_contiguous`, `_has_compatible_shallow_copy_type`, `_nnpack_available`). An
     in-place variant is its operator (`aten::relu_` is `aten::relu`)."""
     base = _base(name)
-    return name.startswith("aten::") and base not in NON_COMPUTE and not base.startswith(("is_", "_has_")) and not base.endswith("_available")
+    return (
+        name.startswith("aten::")
+        and base not in NON_COMPUTE
+        and not base.startswith(("is_", "_has_"))
+        and not base.endswith("_available")
+    )
 
 
 def _base(name: str) -> str:
@@ -79,14 +113,22 @@ def _base(name: str) -> str:
     return base[:-1] if base.endswith("_") and not base.endswith("__") else base
 
 
-def reference_ops(candidate: Optional[ForwardOps], reference: Optional[ForwardOps], called: Mapping[str, int]) -> list[Finding]:
+def reference_ops(
+    candidate: Optional[ForwardOps], reference: Optional[ForwardOps], called: Mapping[str, int]
+) -> list[Finding]:
     """CPU evidence beside the extension counts: the ATen compute operators of the candidate's
     observed forward against the reference's on the same call. When its extension functions ran
     (`called`) and every compute operator of the reference ran in its forward too, as often, torch
     did the reference's work: `no-custom-kernel` when all of those ran inside its extension
     functions (C++ that only calls ATen), else `wraps-reference` (its functions only add to torch's
     work). Nothing without both observations, or when the reference runs no compute operator."""
-    if candidate is None or reference is None or candidate.error or reference.error or not any(n > 0 for n in called.values()):
+    if (
+        candidate is None
+        or reference is None
+        or candidate.error
+        or reference.error
+        or not any(n > 0 for n in called.values())
+    ):
         return []
     wanted, ran, inside = Counter[str](), Counter[str](), Counter[str]()
     for op in reference.compute:
@@ -96,36 +138,63 @@ def reference_ops(candidate: Optional[ForwardOps], reference: Optional[ForwardOp
         inside[_base(op.name)] += op.inside
     if not wanted or any(ran[name] < n for name, n in wanted.items()):
         return []
-    listed = ", ".join(f"aten::{name} x{n}" for name, n in sorted(wanted.items())[:6]) + (", ..." if len(wanted) > 6 else "")
+    listed = ", ".join(f"aten::{name} x{n}" for name, n in sorted(wanted.items())[:6]) + (
+        ", ..." if len(wanted) > 6 else ""
+    )
     functions = ", ".join(sorted(name for name, n in called.items() if n > 0)[:4])
     if all(inside[name] >= n for name, n in wanted.items()):
-        return [(Code.NO_CUSTOM_KERNEL, f"its extension functions ({functions}) call torch's operators for the reference's work: every compute operator of the reference's forward ({listed}) ran inside them")]
+        return [
+            (
+                Code.NO_CUSTOM_KERNEL,
+                f"its extension functions ({functions}) call torch's operators for the reference's work: every "
+                f"compute operator of the reference's forward ({listed}) ran inside them",
+            )
+        ]
     outside = sum(min(ran[name] - inside[name], n) for name, n in wanted.items())
     return [
         (
             Code.WRAPS_REFERENCE,
-            f"every compute operator of the reference's forward ({listed}) ran in its forward too, as often ({outside} of them outside its extension functions); its extension functions ({functions}) only add to torch's work",
+            f"every compute operator of the reference's forward ({listed}) ran in its forward too, as often "
+            f"({outside} of them outside its extension functions); its extension functions ({functions}) only add to "
+            "torch's work",
         )
     ]
 
 
 def side_work(profile: Optional[CallProfile], threads: Any) -> list[Finding]:
     """Work outside the calling stream: other streams, launches after forward returned, streams
-    still busy when the calling one drained (profile); threads left running (the worker's `Threads` message, or None)."""
+    still busy when the calling one drained (profile); threads left running (the worker's `Threads`
+    message, or None)."""
     found: list[Finding] = []
     if profile is not None and (profile.streams > 1 or profile.after_return or profile.busy_after_return):
         parts = [f"its call ran on {profile.streams} streams"] if profile.streams > 1 else []
         if profile.after_return:
             parts.append(f"{profile.after_return} GPU activities were launched after forward returned")
         if profile.busy_after_return:
-            parts.append(f"{profile.busy_after_return} were still running on other streams when the calling stream had finished")
+            parts.append(
+                f"{profile.busy_after_return} were still running on other streams when the calling stream had finished"
+            )
         found.append((Code.SIDE_STREAM, "; ".join(parts) + " (it was timed with a device-wide synchronise)"))
     if threads is not None:
-        found.append((Code.SIDE_STREAM, f"forward left {threads.count} thread(s) running after it returned ({', '.join(threads.names)}; first seen after {threads.label})"))
+        found.append(
+            (
+                Code.SIDE_STREAM,
+                f"forward left {threads.count} thread(s) running after it returned ({', '.join(threads.names)}; "
+                f"first seen after {threads.label})",
+            )
+        )
     return found
 
 
-def implausible_time(timing: TimingStats, speedup: float, reference_ms: float, profile: Optional[CallProfile], sol: Optional[SpeedOfLight], max_speedup: float, impossible_below: float) -> list[Finding]:
+def implausible_time(
+    timing: TimingStats,
+    speedup: float,
+    reference_ms: float,
+    profile: Optional[CallProfile],
+    sol: Optional[SpeedOfLight],
+    max_speedup: float,
+    impossible_below: float,
+) -> list[Finding]:
     """Timings to doubt: over `max_speedup` x eager or under the GPU time of the call's own
     profile (suspect-time, to look at), and under the hard speed-of-light floor (implausible-time:
     the fewest bytes at peak bandwidth, which no algorithm avoids; the reference's FLOPs are its
@@ -134,16 +203,39 @@ def implausible_time(timing: TimingStats, speedup: float, reference_ms: float, p
     found: list[Finding] = []
     median = timing.median_ms
     if speedup > max_speedup:
-        found.append((Code.SUSPECT_TIME, (f"{speedup:.1f}x faster than eager ({median:.4g} ms vs {reference_ms:.4g} ms) is above check.max_plausible_speedup={max_speedup:g}; look at the profile and the source")))
-    if profile is not None and profile.launches and median < PROFILE_FLOOR * min(profile.kernel_ms, profile.span_ms or profile.kernel_ms):
-        found.append((Code.SUSPECT_TIME, (f"the timed median {median:.4g} ms is below the GPU time of its own profiled call ({profile.kernel_ms:.4g} ms in {profile.launches} activities); the timing does not cover the work")))
+        found.append(
+            (
+                Code.SUSPECT_TIME,
+                (
+                    f"{speedup:.1f}x faster than eager ({median:.4g} ms vs {reference_ms:.4g} ms) is above "
+                    f"check.max_plausible_speedup={max_speedup:g}; look at the profile and the source"
+                ),
+            )
+        )
+    if (
+        profile is not None
+        and profile.launches
+        and median < PROFILE_FLOOR * min(profile.kernel_ms, profile.span_ms or profile.kernel_ms)
+    ):
+        found.append(
+            (
+                Code.SUSPECT_TIME,
+                (
+                    f"the timed median {median:.4g} ms is below the GPU time of its own profiled call "
+                    f"({profile.kernel_ms:.4g} ms in {profile.launches} activities); the timing does not cover the "
+                    "work"
+                ),
+            )
+        )
     if sol is not None and sol.bytes_ms > 0 and median < sol.bytes_ms * impossible_below:
         found.append(
             (
                 Code.IMPLAUSIBLE_TIME,
                 (
-                    f"{median:.4g} ms is below the speed-of-light floor {sol.bytes_ms:.4g} ms: the problem's fewest bytes "
-                    f"({sol.min_bytes:.3g} B, inputs and weights read once, outputs written once) at {sol.peak_gbps:.4g} GB/s, "
+                    f"{median:.4g} ms is below the speed-of-light floor {sol.bytes_ms:.4g} ms: the problem's fewest "
+                    "bytes "
+                    f"({sol.min_bytes:.3g} B, inputs and weights read once, outputs written once) at "
+                    f"{sol.peak_gbps:.4g} GB/s, "
                     "which no algorithm avoids; the timing misses work or the output is not computed"
                 ),
             )
@@ -156,7 +248,16 @@ def persisting_l2(timing: TimingStats) -> list[Finding]:
     evict, so cold-cache timings run warm. The timer undoes it before every call; it is flagged."""
     if timing.l2_persisting_found <= 0:
         return []
-    return [(Code.TAMPER_SUSPECT, (f"set a persisting-L2 limit of {timing.l2_persisting_found / 2**20:.3g} MiB while being timed (L2 the flush does not evict); the timer reset it to 0 and made its lines normal before every timed call"))]
+    return [
+        (
+            Code.TAMPER_SUSPECT,
+            (
+                f"set a persisting-L2 limit of {timing.l2_persisting_found / 2**20:.3g} MiB while being timed (L2 "
+                "the flush does not evict); the timer reset it to 0 and made its lines normal before every timed "
+                "call"
+            ),
+        )
+    ]
 
 
 def _short(name: str) -> str:

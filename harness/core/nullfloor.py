@@ -91,13 +91,17 @@ def warnings(references: Iterable[ReferenceRecord], tolerance: float) -> list[st
             continue
         if failed(floor):
             lines.append(
-                f"{problem}: the null candidate (the problem's own Model through the candidate path) failed ({floor.status}: {floor.reason}); this run has no fairness floor for the problem, so its speedups are not checked against 1.00x"
+                f"{problem}: the null candidate (the problem's own Model through the candidate path) failed "
+                f"({floor.status}: {floor.reason}); this run has no fairness floor for the problem, so its speedups "
+                "are not checked against 1.00x"
             )
         else:
             assert floor.speedup is not None
             lines.append(
-                f"{problem}: null floor {describe(floor)}, outside 1.00x +/- {tolerance * 100:g}%: the problem's own Model reads "
-                f"{floor.speedup:.2f}x against itself, so speedups on this problem are off by about {_percent(floor.speedup)}; "
+                f"{problem}: null floor {describe(floor)}, outside 1.00x +/- {tolerance * 100:g}%: the problem's own "
+                "Model reads "
+                f"{floor.speedup:.2f}x against itself, so speedups on this problem are off by about "
+                f"{_percent(floor.speedup)}; "
                 f"quiet the machine or use timing.mode=graph"
             )
     return lines

@@ -57,7 +57,8 @@ def device_sync_reason(profile: Optional[CallProfile]) -> str:
     return "; ".join(why)
 
 
-GPU_BUSY_SHARE = 0.8  # a reference whose kernels keep the GPU busy for less than this share of their span is launch-bound
+# a reference whose kernels keep the GPU busy for less than this share of their span is launch-bound
+GPU_BUSY_SHARE = 0.8
 
 
 def launch_bound(profile: Optional[CallProfile]) -> tuple[bool, str]:
@@ -72,7 +73,10 @@ def launch_bound(profile: Optional[CallProfile]) -> tuple[bool, str]:
     if profile is None or not profile.launches or profile.span_ms <= 0:
         return False, ""
     busy = min(profile.kernel_ms / profile.span_ms, 1.0)
-    seen = f"the reference's kernels keep the GPU busy for {busy:.0%} of its profiled call's {profile.span_ms * 1e3:.0f} us span in {profile.launches} launches"
+    seen = (
+        f"the reference's kernels keep the GPU busy for {busy:.0%} of its profiled call's "
+        f"{profile.span_ms * 1e3:.0f} us span in {profile.launches} launches"
+    )
     if profile.launches > 1 and busy < GPU_BUSY_SHARE:
         return True, f"{seen} (launch-bound: the host launches slower than the GPU runs)"
     return False, f"{seen} (not launch-bound)"
@@ -96,7 +100,14 @@ def resolve_mode(mode: str, reference_profile: Optional[CallProfile]) -> tuple[s
     return (TimingMode.GRAPH if bound else TimingMode.EAGER), why
 
 
-def choose_protocol(mode: str, sync: str, reference: P.Ready, compared: P.Ready, compared_name: str = "the candidate", mode_reason: str = "") -> P.TimingProtocol:
+def choose_protocol(
+    mode: str,
+    sync: str,
+    reference: P.Ready,
+    compared: P.Ready,
+    compared_name: str = "the candidate",
+    mode_reason: str = "",
+) -> P.TimingProtocol:
     """One protocol for both sides: whichever side needs the stricter mode, both get it.
     `mode` is the problem's resolved timing mode (eager or graph, `resolve_mode`), `sync` the
     configured timing.sync; `mode_reason` says why graph was chosen, when it was chosen for the problem."""
@@ -111,7 +122,10 @@ def choose_protocol(mode: str, sync: str, reference: P.Ready, compared: P.Ready,
         if failed:
             why_mode = graph_failure(failed)
         else:
-            chosen_mode, why_mode = TimingMode.GRAPH, f"CUDA graphs for both sides because {mode_reason}" if mode_reason else ""
+            chosen_mode, why_mode = (
+                TimingMode.GRAPH,
+                f"CUDA graphs for both sides because {mode_reason}" if mode_reason else "",
+            )
     return P.TimingProtocol(chosen_mode, chosen_sync, sync_reason, why_mode)
 
 
@@ -122,7 +136,9 @@ def graph_failure(failed: list[str]) -> str:
     return "graph capture failed, both sides timed eagerly (" + "; ".join(failed) + ")"
 
 
-def paired_speedup(reference: list[TimingStats], compared: list[TimingStats], protocol: P.TimingProtocol, seed: int = 0) -> PairedSpeedup:
+def paired_speedup(
+    reference: list[TimingStats], compared: list[TimingStats], protocol: P.TimingProtocol, seed: int = 0
+) -> PairedSpeedup:
     """The speedup of the compared model over the reference from paired rounds: the median of the
     rounds' ratios, and a percentile-bootstrap 95% interval of that median (rounds resampled).
     Where overhead is subtracted, both sides lose the same one (`common_overhead`)."""
@@ -135,7 +151,9 @@ def paired_speedup(reference: list[TimingStats], compared: list[TimingStats], pr
     medians = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(BOOTSTRAP_RESAMPLES))
     low = min(medians[int(0.025 * (BOOTSTRAP_RESAMPLES - 1))], middle)
     high = max(medians[int(math.ceil(0.975 * (BOOTSTRAP_RESAMPLES - 1)))], middle)
-    return PairedSpeedup(middle, low, high, len(ratios), protocol.describe(), tuple(ratios), pooled(reference, protocol, overhead))
+    return PairedSpeedup(
+        middle, low, high, len(ratios), protocol.describe(), tuple(ratios), pooled(reference, protocol, overhead)
+    )
 
 
 def common_overhead(rounds: list[TimingStats]) -> float:
@@ -191,7 +209,16 @@ class Pairing:
     rounds are asked for directly, the worker's are the replies to its messages. While rounds run,
     the host is kept quiet (harness.parent.quiet)."""
 
-    def __init__(self, judge: Any, session: int, timing: Any, limit: float, compared_name: str = "the candidate", quiet: Any = None, plan: Optional[ProblemTiming] = None) -> None:
+    def __init__(
+        self,
+        judge: Any,
+        session: int,
+        timing: Any,
+        limit: float,
+        compared_name: str = "the candidate",
+        quiet: Any = None,
+        plan: Optional[ProblemTiming] = None,
+    ) -> None:
         self.judge = judge  # a JudgeClient
         self.session = session
         self.timing = timing  # the run's TimingConfig
@@ -207,13 +234,18 @@ class Pairing:
         self._order = schedule(timing.rounds)
         self._next = 0
         self._held = contextlib.ExitStack()
-        self.first_protocol: Optional[P.TimingProtocol] = None  # the protocol whose median fell below the floor, when the rounds were re-timed
+        # the protocol whose median fell below the floor, when the rounds were re-timed
+        self.first_protocol: Optional[P.TimingProtocol] = None
 
     def on_ready(self, ready: P.Ready) -> dict[str, Any]:
         """The worker is ready: prepare the reference, choose the protocol, run up to the worker's first round."""
         self.ready = ready
-        self.reference_ready = self.judge.request(P.PrepareTiming(self.session, graph=self.mode == TimingMode.GRAPH), self.limit)
-        self.protocol = choose_protocol(self.mode, self.timing.sync, self.reference_ready, ready, self.compared_name, self.mode_reason)
+        self.reference_ready = self.judge.request(
+            P.PrepareTiming(self.session, graph=self.mode == TimingMode.GRAPH), self.limit
+        )
+        self.protocol = choose_protocol(
+            self.mode, self.timing.sync, self.reference_ready, ready, self.compared_name, self.mode_reason
+        )
         if self.quiet is not None:
             self._held.enter_context(self.quiet.hold())
         return self._advance()
@@ -249,7 +281,11 @@ class Pairing:
         """Whether the finished rounds put the compared model below the hard floor, under a
         protocol other than eager with device sync (which leaves nothing out)."""
         assert self.protocol is not None
-        if self.first_protocol is not None or self.plan.floor_ms <= 0 or (self.protocol.mode, self.protocol.sync) == (TimingMode.EAGER, SyncMode.DEVICE):
+        if (
+            self.first_protocol is not None
+            or self.plan.floor_ms <= 0
+            or (self.protocol.mode, self.protocol.sync) == (TimingMode.EAGER, SyncMode.DEVICE)
+        ):
             return False
         done = self.result()
         return done is not None and done[0].median_ms < self.plan.floor_ms
@@ -269,9 +305,17 @@ class Pairing:
         assert done is not None
         sync = SyncMode.DEVICE if self.protocol.mode == TimingMode.EAGER else self.protocol.sync
         how = "eagerly with device sync" if sync == SyncMode.DEVICE else "eagerly"
-        why = f"re-timed {how}: under {self.protocol.describe()} its median {done[0].median_ms:.4g} ms was below the bytes floor {self.plan.floor_ms:.4g} ms"
+        why = (
+            f"re-timed {how}: under {self.protocol.describe()} its median {done[0].median_ms:.4g} ms was below the "
+            f"bytes floor {self.plan.floor_ms:.4g} ms"
+        )
         self.first_protocol = self.protocol
-        self.protocol = P.TimingProtocol(TimingMode.EAGER, sync, "its time was below the bytes floor" if sync == SyncMode.DEVICE else self.protocol.sync_reason, why)
+        self.protocol = P.TimingProtocol(
+            TimingMode.EAGER,
+            sync,
+            "its time was below the bytes floor" if sync == SyncMode.DEVICE else self.protocol.sync_reason,
+            why,
+        )
         self.rounds = {REFERENCE: [], COMPARED: []}
         self._order, self._next = schedule(self.timing.rounds), 0
 
@@ -279,7 +323,12 @@ class Pairing:
         """Two more rounds each while the speedup's interval is wider than ± timing.interval
         (noisy rounds get more of them), up to timing.max_rounds."""
         done = len(self.rounds[COMPARED])
-        if self._next < len(self._order) or done + 2 > self.timing.max_rounds or done != len(self.rounds[REFERENCE]) or not done:
+        if (
+            self._next < len(self._order)
+            or done + 2 > self.timing.max_rounds
+            or done != len(self.rounds[REFERENCE])
+            or not done
+        ):
             return False
         assert self.protocol is not None
         paired = paired_speedup(self.rounds[REFERENCE], self.rounds[COMPARED], self.protocol)
@@ -295,4 +344,6 @@ class Pairing:
         scheduled = sum(side == COMPARED for side, _ in self._order)
         if self.protocol is None or not compared or len(compared) != scheduled or len(reference) != len(compared):
             return None
-        return pooled(compared, self.protocol, common_overhead(reference + compared)), paired_speedup(reference, compared, self.protocol)
+        return pooled(compared, self.protocol, common_overhead(reference + compared)), paired_speedup(
+            reference, compared, self.protocol
+        )

@@ -29,7 +29,10 @@ class Plan:
     @property
     def precision_call(self) -> Optional[int]:
         """The call the reference also makes in float64: the first regular eval call."""
-        return next((i for i, c in enumerate(self.calls) if c.mode == ModuleMode.EVAL and not c.repeat and not c.other_size), None)
+        return next(
+            (i for i, c in enumerate(self.calls) if c.mode == ModuleMode.EVAL and not c.repeat and not c.other_size),
+            None,
+        )
 
     @property
     def timed_inputs(self) -> int:

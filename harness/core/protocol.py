@@ -14,7 +14,16 @@ from itertools import takewhile
 from typing import Any, Optional, Sequence, TypeVar
 
 from harness.core.config import Distribution, TimerSettings
-from harness.core.records import CallProfile, CheckResult, ExtensionBuild, ForwardOps, SpeedOfLight, TimingStats, from_dict, to_dict
+from harness.core.records import (
+    CallProfile,
+    CheckResult,
+    ExtensionBuild,
+    ForwardOps,
+    SpeedOfLight,
+    TimingStats,
+    from_dict,
+    to_dict,
+)
 from harness.core.status import Backward, Status, Vocabulary
 
 
@@ -125,7 +134,9 @@ CHECK_NAMES: dict[CheckKind, str] = {
     CheckKind.BUFFERS: "buffers after the calls",
     CheckKind.TIMED: "last timed call on trial 1 (eval)",
 }
-SAME_SEED_CHECK, BUFFERS_CHECK, TIMED_CHECK = (CHECK_NAMES[k] for k in (CheckKind.SAME_SEED, CheckKind.BUFFERS, CheckKind.TIMED))
+SAME_SEED_CHECK, BUFFERS_CHECK, TIMED_CHECK = (
+    CHECK_NAMES[k] for k in (CheckKind.SAME_SEED, CheckKind.BUFFERS, CheckKind.TIMED)
+)
 
 
 def check_kind(check: CheckResult) -> CheckKind:
@@ -314,8 +325,10 @@ class ReferenceReport:
     other_size_note: str = ""
     peak_bytes: int = 0  # the reference's peak device (or host) memory through the plan
     float64_note: str = ""  # why the float64 twin is not available, when it is not
-    input_structure: tuple[str, ...] = ()  # per input: what its redraws keep ("input 0: upper-triangular, non-negative")
-    degenerate: tuple[str, ...] = ()  # per output that is rounding noise around zero on every call: the note (harness.judge.degenerate)
+    # per input: what its redraws keep ("input 0: upper-triangular, non-negative")
+    input_structure: tuple[str, ...] = ()
+    # per output that is rounding noise around zero on every call: the note (harness.judge.degenerate)
+    degenerate: tuple[str, ...] = ()
     data_plane: str = ""  # where workers' regions live: "cuda" (device memory, IPC) or "host" (shared memory)
     phase_seconds: dict[str, float] = dataclasses.field(default_factory=dict)
 
@@ -394,7 +407,8 @@ class WorkerJob:
     guard_bands: bool  # report a write past the end of an input the worker copied to the device
     weights: str  # check.weights: "transplant" (the reference's weights) or "seed" (its own same-seed ones)
     session: SessionHandle  # the worker's view of the judge: its regions, weights and first inputs
-    source_text: str = ""  # the module's pinned source (the problem's, for a baseline), loaded instead of reading `source`
+    # the module's pinned source (the problem's, for a baseline), loaded instead of reading `source`
+    source_text: str = ""
     problem_text: str = ""  # check.problem_globals: the problem's pinned source, run first in the module's namespace
 
 
@@ -407,7 +421,8 @@ class Built:
 
 @dataclasses.dataclass(frozen=True)
 class WeightsBySeed:
-    """worker -> parent: the reference's weights pair with ModelNew's neither by name nor by position; it keeps its own."""
+    """worker -> parent: the reference's weights pair with ModelNew's neither by name nor by position;
+    it keeps its own."""
 
     reason: str  # what differs (names, shapes)
 
@@ -468,10 +483,43 @@ class Failed:
     reason: str  # one line
 
 
-WORKER_MESSAGES: tuple[type, ...] = (Phase, Built, WeightsBySeed, WeightsMapped, Threads, Unsafe, Compiled, ExtensionCalls, Step, Ready, RoundTimed, Done, Failed)  # what a worker sends on its channel
+# what a worker sends on its channel
+WORKER_MESSAGES: tuple[type, ...] = (
+    Phase,
+    Built,
+    WeightsBySeed,
+    WeightsMapped,
+    Threads,
+    Unsafe,
+    Compiled,
+    ExtensionCalls,
+    Step,
+    Ready,
+    RoundTimed,
+    Done,
+    Failed,
+)
 
 # what parent and judge send each other (a worker's messages pass through the parent on to the judge)
-JUDGE_MESSAGES: tuple[type, ...] = (Start, Open, Check, Close, Phase, Closed, Fault, Step, StepAnswer, SessionHandle, ReferenceReport, Staged, PrepareTiming, Ready, TimeRound, RoundTimed, TimingProtocol)
+JUDGE_MESSAGES: tuple[type, ...] = (
+    Start,
+    Open,
+    Check,
+    Close,
+    Phase,
+    Closed,
+    Fault,
+    Step,
+    StepAnswer,
+    SessionHandle,
+    ReferenceReport,
+    Staged,
+    PrepareTiming,
+    Ready,
+    TimeRound,
+    RoundTimed,
+    TimingProtocol,
+)
 
 MESSAGES: dict[str, type] = {cls.__name__: cls for cls in JUDGE_MESSAGES + WORKER_MESSAGES}
 
@@ -515,13 +563,19 @@ def out_of_order(role: Role, seen: Sequence[str], step: Step, calls: int, gradie
     made = sum(s == StepKind.CALL for s in seen)
     ok = at >= 0 and (at > last or (at == last and kind is StepKind.CALL))
     skippable = SKIPPABLE - {StepKind.GRADS} if gradients else SKIPPABLE  # asked for, the gradients must come
-    ok = ok and not any(k not in skippable and k is not StepKind.CALL for k in order[last + 1 : at])  # a required step left out
+    # a required step left out
+    ok = ok and not any(k not in skippable and k is not StepKind.CALL for k in order[last + 1 : at])
     if kind is StepKind.CALL:
         ok = ok and step.index == made < calls
     elif StepKind.CALL in order[:at]:
         ok = ok and made == calls  # every call before what follows them
     ok = ok and (kind is not StepKind.GRADS or gradients) and (kind is not StepKind.STAGE or not step.outputs)
-    return "" if ok else f"step {step.step} {step.index} arrived out of the plan's order (after {', '.join(seen[-2:]) or 'nothing'})"
+    return (
+        ""
+        if ok
+        else f"step {step.step} {step.index} arrived out of the plan's order (after "
+        f"{', '.join(seen[-2:]) or 'nothing'})"
+    )
 
 
 # -- how a worker ended, as the parent saw it ----------------------------------------------------------------

@@ -18,9 +18,12 @@ from typing import Any, Iterable, Optional
 from harness import __version__
 from harness.core.status import Status, Vocabulary
 
-OUTSIDE_CAPTURE = "launches outside the capturing stream: timed eagerly"  # the start of every failed graph check's reason
+# the start of every failed graph check's reason
+OUTSIDE_CAPTURE = "launches outside the capturing stream: timed eagerly"
 
-SCHEMA_VERSION = 5  # 2: timing protocol fields, profiles, baselines, speed-of-light, run end; 3: paired rounds, null floor; 4: flags, sanitizer runs; 5: a candidate in parts
+# 2: timing protocol fields, profiles, baselines, speed-of-light, run end; 3: paired rounds, null floor; 4: flags,
+# sanitizer runs; 5: a candidate in parts
+SCHEMA_VERSION = 5
 
 
 def to_dict(obj: Any) -> Any:
@@ -62,7 +65,8 @@ def _convert(tp: Any, value: Any) -> Any:
         unknown = set(value) - {f.name for f in fields}
         if unknown:
             raise ValueError(f"{tp.__name__}: unknown fields {sorted(unknown)}")
-        derived = {f.name for f in fields if not f.init}  # computed by the record itself (a timing's statistics): never read back
+        # computed by the record itself (a timing's statistics): never read back
+        derived = {f.name for f in fields if not f.init}
         return tp(**{name: _convert(hints[name], v) for name, v in value.items() if name not in derived})
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         return tp(value)
@@ -88,7 +92,8 @@ class TimingStats:
     mean_ms: float = dataclasses.field(init=False)  # arithmetic mean
     std_ms: float = dataclasses.field(init=False)  # sample standard deviation (0 for a single sample)
     min_ms: float = dataclasses.field(init=False)  # fastest
-    rse: float = dataclasses.field(init=False)  # relative standard error of the median (approximated as 1.2533*std/sqrt(n)/median)
+    # relative standard error of the median (approximated as 1.2533*std/sqrt(n)/median)
+    rse: float = dataclasses.field(init=False)
     timer: str  # "cuda_events" or "perf_counter"
     warmup_calls: int  # untimed calls made before sampling
     stopped_by: str  # why sampling stopped: "target_rse", "budget" or "max_reps"
@@ -103,7 +108,8 @@ class TimingStats:
     sm_clock_mhz: Optional[float] = None  # SM clock read right after sampling, when readable
     clock_event_reasons: str = ""  # the driver's active clock-event (throttle) reasons then, e.g. "0x0000000000000004"
     l2_reset: bool = False  # CUDA: the persisting-L2 limit was reset to 0 (and read back as 0) before every timed call
-    l2_persisting_found: int = 0  # the largest persisting-L2 limit (bytes) set during the sampling, found before a timed call and reset
+    # the largest persisting-L2 limit (bytes) set during the sampling, found before a timed call and reset
+    l2_persisting_found: int = 0
 
     def __post_init__(self) -> None:
         if not self.samples_ms:
@@ -118,7 +124,14 @@ class TimingStats:
         else:
             q1 = q3 = median
             std = 0.0
-        derived = {"median_ms": median, "q1_ms": q1, "q3_ms": q3, "mean_ms": statistics.fmean(samples), "std_ms": std, "min_ms": min(samples)}
+        derived = {
+            "median_ms": median,
+            "q1_ms": q1,
+            "q3_ms": q3,
+            "mean_ms": statistics.fmean(samples),
+            "std_ms": std,
+            "min_ms": min(samples),
+        }
         for name, value in {**derived, "rse": relative_standard_error_of_median(samples)}.items():
             object.__setattr__(self, name, value)
 
@@ -138,9 +151,27 @@ class TimingStats:
         return minus_overhead(self.samples_ms, self.overhead_ms if overhead_ms is None else overhead_ms)
 
     @classmethod
-    def from_samples(cls, samples_ms: list[float], *, timer: str, warmup_calls: int, stopped_by: str, overhead_ms: float = 0.0, subtract: bool = False, **protocol: Any) -> "TimingStats":
+    def from_samples(
+        cls,
+        samples_ms: list[float],
+        *,
+        timer: str,
+        warmup_calls: int,
+        stopped_by: str,
+        overhead_ms: float = 0.0,
+        subtract: bool = False,
+        **protocol: Any,
+    ) -> "TimingStats":
         raw = tuple(float(s) for s in samples_ms)
-        return cls(samples_ms=raw, timer=timer, warmup_calls=warmup_calls, stopped_by=stopped_by, overhead_ms=overhead_ms, overhead_subtracted=subtract, **protocol)
+        return cls(
+            samples_ms=raw,
+            timer=timer,
+            warmup_calls=warmup_calls,
+            stopped_by=stopped_by,
+            overhead_ms=overhead_ms,
+            overhead_subtracted=subtract,
+            **protocol,
+        )
 
 
 def minus_overhead(samples_ms: Iterable[float], overhead_ms: float) -> list[float]:
@@ -200,7 +231,8 @@ class ForwardOps:
     profile: the compute operators (innermost, not views, copies or allocations: harness.core.integrity.is_compute)."""
 
     compute: tuple[OpCount, ...] = ()  # by name
-    other: int = 0  # the other ATen operators it ran: views, copies, allocations, and those that only called compute ones
+    # the other ATen operators it ran: views, copies, allocations, and those that only called compute ones
+    other: int = 0
     call: int = -1  # the planned call observed (harness.device.profile.observed_call)
     error: str = ""  # why the forward could not be observed ("" when it was)
 
@@ -241,7 +273,8 @@ class NullFloor:
 
 @dataclasses.dataclass(frozen=True)
 class Baseline:
-    """A baseline (e.g. torch.compile of the reference), run in a worker of its own and timed in turns with the eager reference."""
+    """A baseline (e.g. torch.compile of the reference), run in a worker of its own and timed in turns
+    with the eager reference."""
 
     name: str  # e.g. "torch.compile(default)"
     ok: bool  # compiled, matched the eager outputs and was timed
@@ -287,16 +320,21 @@ class CheckResult:
     max_abs_error: Optional[float] = None  # max |candidate - reference| over finite elements
     max_rel_error: Optional[float] = None  # max |candidate - reference| / |reference| (reference != 0)
     mismatch_fraction: Optional[float] = None  # fraction of elements outside atol + rtol*|reference|
-    within_kernelbench: Optional[bool] = None  # a failed value comparison that allclose(atol = rtol = 1e-2), KernelBench's, passes
-    note: str = ""  # what a reader should know of a comparison that did not fail on it: an output that is rounding noise, an inert buffer that differs
+    # a failed value comparison that allclose(atol = rtol = 1e-2), KernelBench's, passes
+    within_kernelbench: Optional[bool] = None
+    # what a reader should know of a comparison that did not fail on it: an output that is rounding noise, an inert
+    # buffer that differs
+    note: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
 class Stricter:
-    """The check of ours that failed a candidate KernelBench's own check would have passed (harness/parent/verdict.py)."""
+    """The check of ours that failed a candidate KernelBench's own check would have passed
+    (harness/parent/verdict.py)."""
 
-    code: str  # a stable code: tolerance | redrawn-inputs | eval-mode | repeat | other-size | redrawn-weights | buffers |
+    # a stable code: tolerance | redrawn-inputs | eval-mode | repeat | other-size | redrawn-weights | buffers |
     # timed-output | mutated-input | flag:<flag code>
+    code: str
     detail: str  # one line, with the figures (e.g. the error and KernelBench's tolerance)
 
 
@@ -362,9 +400,11 @@ class Decision:
 
     status: Status  # the verdict, from one closed set
     reason: str  # one human-readable line explaining the status
-    stricter: Optional[Stricter] = None  # failed by a check of ours that KernelBench's would have passed: which, and why
+    # failed by a check of ours that KernelBench's would have passed: which, and why
+    stricter: Optional[Stricter] = None
     warnings: tuple[str, ...] = ()  # things to look at that do not change the status
-    notes: tuple[str, ...] = ()  # information that is neither a warning nor a flag (a faster algorithm than the reference's)
+    # information that is neither a warning nor a flag (a faster algorithm than the reference's)
+    notes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.status, Status):
@@ -379,8 +419,11 @@ class Checks:
 
     results: tuple[CheckResult, ...] = ()  # weight-copied calls, buffers and the timed output, in the order they ran
     same_seed: Optional[CheckResult] = None  # both built after the same manual_seed; reported apart
-    weights: str = ""  # where its checked weights came from: name | position | shape (the reference's, transplanted) | seed (its own, same-seed)
-    weight_mapping: tuple[tuple[str, str], ...] = ()  # (ModelNew's name, the reference's) where the transplant paired renamed weights by position or shape
+    # where its checked weights came from: name | position | shape (the reference's, transplanted) | seed (its own,
+    # same-seed)
+    weights: str = ""
+    # (ModelNew's name, the reference's) where the transplant paired renamed weights by position or shape
+    weight_mapping: tuple[tuple[str, str], ...] = ()
     gradients: str = ""  # training parity: "match", "mismatch", "forward only"; "" when not checked
 
     @property
@@ -398,11 +441,13 @@ class Timing:
     speedup: Optional[float] = None  # over the eager reference, from paired rounds (paired.speedup)
     paired: Optional[PairedSpeedup] = None  # the rounds timed in turns with the reference, its interval and protocol
     baseline_ms: dict[str, float] = dataclasses.field(default_factory=dict)  # other baselines' medians, by name
-    speedups: dict[str, float] = dataclasses.field(default_factory=dict)  # over each baseline: speedup / the baseline's paired speedup
+    # over each baseline: speedup / the baseline's paired speedup
+    speedups: dict[str, float] = dataclasses.field(default_factory=dict)
     sol_ms: Optional[float] = None  # the floor sol_fraction uses, on this device (sol_floor says which)
     sol_fraction: Optional[float] = None  # sol_ms / stats.median_ms: 1.0 is the speed of light
-    sol_floor: str = ""  # "roofline": the reference algorithm's (FLOPs and bytes); "bytes": the fewest bytes only, for a
+    # "roofline": the reference algorithm's (FLOPs and bytes); "bytes": the fewest bytes only, for a
     # candidate faster than the reference's algorithm allows
+    sol_floor: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -410,12 +455,15 @@ class Integrity:
     """What it ran, as the harness saw it, and the flags raised on that evidence."""
 
     flags: tuple[Flag, ...] = ()  # integrity findings with the policy applied to each (harness/core/flags.py)
-    sanitizer: tuple[SanitizerResult, ...] = ()  # compute-sanitizer checks of one small forward (CUDA, correct candidates)
+    # compute-sanitizer checks of one small forward (CUDA, correct candidates)
+    sanitizer: tuple[SanitizerResult, ...] = ()
     profile: Optional[CallProfile] = None  # one profiled call (CUDA)
     custom_kernel_share: Optional[float] = None  # share of the profiled GPU time in the candidate's own kernels
     forward_ops: Optional[ForwardOps] = None  # the ATen operators of one checked forward (CPU), against the reference's
-    extension_calls: dict[str, int] = dataclasses.field(default_factory=dict)  # "extension.function" -> calls during the checked forward calls
-    timed_extension_calls: dict[str, int] = dataclasses.field(default_factory=dict)  # the same during warm-up, profile and timed rounds
+    # "extension.function" -> calls during the checked forward calls
+    extension_calls: dict[str, int] = dataclasses.field(default_factory=dict)
+    # the same during warm-up, profile and timed rounds
+    timed_extension_calls: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -423,7 +471,8 @@ class Provenance:
     """How the record came about: builds, time spent, the log, when."""
 
     builds: tuple[ExtensionBuild, ...] = ()  # load_inline calls and cache hits
-    phase_seconds: dict[str, float] = dataclasses.field(default_factory=dict)  # wall time per worker phase (timer, profile: parts of time)
+    # wall time per worker phase (timer, profile: parts of time)
+    phase_seconds: dict[str, float] = dataclasses.field(default_factory=dict)
     wall_seconds: float = 0.0  # wall time of the whole evaluation, seen by the parent
     log_path: str = ""  # captured stdout/stderr of the worker, relative to the run folder
     finished_at: str = ""  # ISO-8601 time the record was written
@@ -478,26 +527,34 @@ class ReferenceRecord:
     device_name: str  # e.g. "NVIDIA H100 80GB HBM3" or the CPU model
     ok: bool  # the reference built, ran every call and (if asked) was timed
     reason: str  # one line: "ok" or why the reference failed
-    timing: Optional[TimingStats] = None  # eager reference forward: its rounds paired with the null candidate (else the first baseline)
+    # eager reference forward: its rounds paired with the null candidate (else the first baseline)
+    timing: Optional[TimingStats] = None
     baselines: tuple[Baseline, ...] = ()  # torch.compile modes, timed in the same worker
     speed_of_light: Optional[SpeedOfLight] = None  # the problem's roofline floor on this device
     profile: Optional[CallProfile] = None  # one profiled call (CUDA)
     forward_ops: Optional[ForwardOps] = None  # the ATen operators of its forward on the call workers observe (CPU)
     timing_reused_from: str = ""  # run id whose cached timings were reused (timing.reuse_reference)
-    profile_reused_from: str = ""  # run id whose profiled call and speed-of-light the reference cache gave (timing.reuse_profile)
+    # run id whose profiled call and speed-of-light the reference cache gave (timing.reuse_profile)
+    profile_reused_from: str = ""
     other_size: dict[str, Any] = dataclasses.field(default_factory=dict)  # module constants of the other-size trial
     other_size_note: str = ""  # why the other-size trial ran at the problem's own size, when it did
-    wall_seconds: float = 0.0  # wall time of the reference's pass in its judge (start-up included; baselines and null candidate not)
-    phase_seconds: dict[str, float] = dataclasses.field(default_factory=dict)  # where the reference pass's time went: the judge's start-up and phases, the baselines, the null candidate
+    # wall time of the reference's pass in its judge (start-up included; baselines and null candidate not)
+    wall_seconds: float = 0.0
+    # where the reference pass's time went: the judge's start-up and phases, the baselines, the null candidate
+    phase_seconds: dict[str, float] = dataclasses.field(default_factory=dict)
     finished_at: str = ""  # ISO-8601
     lane: str = ""  # the lane (GPU) this reference ran and was timed on; its candidates compare to it
-    declared: dict[str, Any] = dataclasses.field(default_factory=dict)  # the problem's HARNESS_* declarations, which override the config
-    data_plane: str = ""  # where the judge shares inputs and outputs with workers: "cuda" (device memory) or "host" (shared memory)
+    # the problem's HARNESS_* declarations, which override the config
+    declared: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # where the judge shares inputs and outputs with workers: "cuda" (device memory) or "host" (shared memory)
+    data_plane: str = ""
     peak_bytes: int = 0  # the reference's peak device memory (host RSS on the CPU) through the plan
     notes: tuple[str, ...] = ()  # what the judge could not do (float64 twin) and judge restarts on this lane
-    null_floor: Optional[NullFloor] = None  # the built-in null candidate's speedup: this run's 1.00x (timing.null_candidate)
+    # the built-in null candidate's speedup: this run's 1.00x (timing.null_candidate)
+    null_floor: Optional[NullFloor] = None
     timing_mode: str = ""  # the problem's timing mode, eager or graph (timing.mode resolved once per problem)
-    timing_mode_reason: str = ""  # the measurement that chose it under timing.mode auto (the reference's GPU busy share)
+    # the measurement that chose it under timing.mode auto (the reference's GPU busy share)
+    timing_mode_reason: str = ""
     schema_version: int = SCHEMA_VERSION  # record layout version
     tool_version: str = __version__  # harness version that wrote the record
 
@@ -538,4 +595,9 @@ class RunSummary:
     end: RunEnd  # its last record
 
 
-RECORD_KINDS: dict[str, type] = {"run": RunHeader, "reference": ReferenceRecord, "candidate": CandidateRecord, "end": RunEnd}
+RECORD_KINDS: dict[str, type] = {
+    "run": RunHeader,
+    "reference": ReferenceRecord,
+    "candidate": CandidateRecord,
+    "end": RunEnd,
+}

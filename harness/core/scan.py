@@ -24,13 +24,23 @@ SUSPICIOUS_MODULES = {
     "builtins": (Code.TAMPER_SUSPECT, "can replace Python's own functions"),
 }
 CODE_FROM_TEXT = {"exec", "eval", "__import__", "compile"}  # builtins that run code read only at run time
-FRAME_CALLS = {("sys", "_getframe"), ("inspect", "currentframe"), ("inspect", "stack"), ("inspect", "getouterframes"), ("gc", "get_objects"), ("gc", "get_referrers")}
+FRAME_CALLS = {
+    ("sys", "_getframe"),
+    ("inspect", "currentframe"),
+    ("inspect", "stack"),
+    ("inspect", "getouterframes"),
+    ("gc", "get_objects"),
+    ("gc", "get_referrers"),
+}
 PATCHABLE_ROOTS = {"torch", "time", "sys", "builtins", "os", "harness"}
 NATIVE_MARKERS = {
     "cudaStreamCreate": (Code.SIDE_STREAM, "creates CUDA streams (work there is outside the calling stream)"),
     "std::thread": (Code.SIDE_STREAM, "starts threads"),
     "cudaDeviceSetLimit": (Code.TAMPER_SUSPECT, "changes device limits"),
-    "cudaStreamSetAttribute": (Code.TAMPER_SUSPECT, "changes stream attributes (an L2 access-policy window survives the flush)"),
+    "cudaStreamSetAttribute": (
+        Code.TAMPER_SUSPECT,
+        "changes stream attributes (an L2 access-policy window survives the flush)",
+    ),
     "cudaCtxResetPersistingL2Cache": (Code.TAMPER_SUSPECT, "changes the L2 cache's persisting lines"),
 }
 LOW_PRECISION = {"float16", "half", "bfloat16", "float8_e4m3fn", "float8_e5m2"}
@@ -67,7 +77,10 @@ def scan_source(path: Path) -> list[Finding]:
         _scan_node(node, library, note)
     for forward in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "forward"):
         _scan_forward(forward, note)
-    return [(code, f"source: {message} (line {line})") for (code, message), line in sorted(found.items(), key=lambda item: item[1])]
+    return [
+        (code, f"source: {message} (line {line})")
+        for (code, message), line in sorted(found.items(), key=lambda item: item[1])
+    ]
 
 
 def _library_names(tree: ast.AST) -> set[str]:
@@ -116,7 +129,11 @@ def _scan_call(node: ast.Call, library: set[str], note: Note) -> None:
     elif name == "setattr" and node.args and _dotted(node.args[0]).split(".")[0] in library:
         note(Code.TAMPER_SUSPECT, f"calls setattr on {_dotted(node.args[0])}: replaces a library attribute", node)
     elif name.endswith(("cuda.Stream", "cuda.stream")):
-        note(Code.SIDE_STREAM, f"uses {name}: work on another stream is only timed when joined or device-synchronised", node)
+        note(
+            Code.SIDE_STREAM,
+            f"uses {name}: work on another stream is only timed when joined or device-synchronised",
+            node,
+        )
     elif name.split(".")[-1] == "Thread":
         note(Code.SIDE_STREAM, f"starts a thread ({name})", node)
 
@@ -127,12 +144,26 @@ def _scan_forward(forward: ast.FunctionDef, note: Note) -> None:
         if isinstance(node, ast.Try) and node.handlers:
             note(Code.FALLBACK, "forward has try/except: a failing custom kernel may fall back to PyTorch unseen", node)
         if isinstance(node, ast.Attribute) and node.attr in LOW_PRECISION:
-            note(Code.LESS_PRECISE, f"forward uses {node.attr}: lower precision than the reference may hide in the tolerance", node)
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("half", "bfloat16"):
-            note(Code.LESS_PRECISE, f"forward calls .{node.func.attr}(): lower precision than the reference may hide in the tolerance", node)
+            note(
+                Code.LESS_PRECISE,
+                f"forward uses {node.attr}: lower precision than the reference may hide in the tolerance",
+                node,
+            )
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("half", "bfloat16")
+        ):
+            note(
+                Code.LESS_PRECISE,
+                f"forward calls .{node.func.attr}(): lower precision than the reference may hide in the tolerance",
+                node,
+            )
 
 
-_GLOBAL = re.compile(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(?:static\s+)?void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)")
+_GLOBAL = re.compile(
+    r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(?:static\s+)?void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)"
+)
 
 
 def declared_kernels(path: Path) -> set[str]:

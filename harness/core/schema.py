@@ -85,7 +85,14 @@ def _to_2(data: dict[str, Any]) -> dict[str, Any]:
     if data.get("kind") == REFERENCE_KIND:
         _fill(data, {"baselines": [], "speed_of_light": None, "profile": None, "timing_reused_from": ""})
     for timing in _timings(data):
-        protocol: dict[str, Any] = {"mode": "eager", "sync": "stream", "sync_reason": "", "fallback": "", "overhead_ms": 0.0, "overhead_subtracted": False}
+        protocol: dict[str, Any] = {
+            "mode": "eager",
+            "sync": "stream",
+            "sync_reason": "",
+            "fallback": "",
+            "overhead_ms": 0.0,
+            "overhead_subtracted": False,
+        }
         _fill(timing, {**protocol, "input_sets": 1, "flush_bytes": 0, "sm_clock_mhz": None})
     return data
 
@@ -97,7 +104,19 @@ def _to_3(data: dict[str, Any]) -> dict[str, Any]:
     if data.get("kind") == CANDIDATE_KIND:
         _fill(data, {"paired": None, "custom_kernel_share": None, "lane": "", "gradients": ""})
     if data.get("kind") == REFERENCE_KIND:
-        _fill(data, {"null_floor": None, "other_size": {}, "other_size_note": "", "lane": "", "declared": {}, "data_plane": "", "peak_bytes": 0, "notes": []})
+        _fill(
+            data,
+            {
+                "null_floor": None,
+                "other_size": {},
+                "other_size_note": "",
+                "lane": "",
+                "declared": {},
+                "data_plane": "",
+                "peak_bytes": 0,
+                "notes": [],
+            },
+        )
         for baseline in data["baselines"]:
             _fill(baseline, {"paired": None})
     for timing in _timings(data):
@@ -111,12 +130,28 @@ def _to_4(data: dict[str, Any]) -> dict[str, Any]:
     may lack the counts of extension calls; since then: the stricter check, weight pairing, the
     observed ATen operators and the reference's timing mode."""
     if data.get("kind") == CANDIDATE_KIND:
-        found: dict[str, Any] = {"flags": [], "sanitizer": [], "weight_mapping": [], "stricter": None, "weights": "", "forward_ops": None}
+        found: dict[str, Any] = {
+            "flags": [],
+            "sanitizer": [],
+            "weight_mapping": [],
+            "stricter": None,
+            "weights": "",
+            "forward_ops": None,
+        }
         _fill(data, {**found, "sol_floor": "", "notes": [], "extension_calls": {}, "timed_extension_calls": {}})
         for check in [*data.get("checks", []), data.get("same_seed")]:
             _fill(check, {"within_kernelbench": None, "note": ""})
     if data.get("kind") == REFERENCE_KIND:
-        _fill(data, {"forward_ops": None, "profile_reused_from": "", "phase_seconds": {}, "timing_mode": "", "timing_mode_reason": ""})
+        _fill(
+            data,
+            {
+                "forward_ops": None,
+                "profile_reused_from": "",
+                "phase_seconds": {},
+                "timing_mode": "",
+                "timing_mode_reason": "",
+            },
+        )
     for timing in _timings(data):
         _fill(timing, {"l2_reset": False, "l2_persisting_found": 0})
     return data
@@ -125,11 +160,49 @@ def _to_4(data: dict[str, Any]) -> dict[str, Any]:
 # Version 5's parts of a candidate record, and the version 4 fields each gathers (renamed where the part
 # names them otherwise: a candidate's `checks` list is checks.results, its `timing` timing.stats).
 PARTS: dict[str, dict[str, str]] = {
-    "identity": {name: name for name in ("run_id", "problem", "problem_hash", "candidate", "candidate_path", "candidate_hash", "device", "lane")},
+    "identity": {
+        name: name
+        for name in (
+            "run_id",
+            "problem",
+            "problem_hash",
+            "candidate",
+            "candidate_path",
+            "candidate_hash",
+            "device",
+            "lane",
+        )
+    },
     "decision": {name: name for name in ("status", "reason", "stricter", "warnings", "notes")},
     "checks": {"checks": "results", **{name: name for name in ("same_seed", "weights", "weight_mapping", "gradients")}},
-    "timing": {"timing": "stats", **{name: name for name in ("reference_ms", "speedup", "paired", "baseline_ms", "speedups", "sol_ms", "sol_fraction", "sol_floor")}},
-    "integrity": {name: name for name in ("flags", "sanitizer", "profile", "custom_kernel_share", "forward_ops", "extension_calls", "timed_extension_calls")},
+    "timing": {
+        "timing": "stats",
+        **{
+            name: name
+            for name in (
+                "reference_ms",
+                "speedup",
+                "paired",
+                "baseline_ms",
+                "speedups",
+                "sol_ms",
+                "sol_fraction",
+                "sol_floor",
+            )
+        },
+    },
+    "integrity": {
+        name: name
+        for name in (
+            "flags",
+            "sanitizer",
+            "profile",
+            "custom_kernel_share",
+            "forward_ops",
+            "extension_calls",
+            "timed_extension_calls",
+        )
+    },
     "provenance": {name: name for name in ("builds", "phase_seconds", "wall_seconds", "log_path", "finished_at")},
 }
 
@@ -147,4 +220,5 @@ def _to_5(data: dict[str, Any]) -> dict[str, Any]:
     return nested
 
 
-STEPS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _to_2, 2: _to_3, 3: _to_4, 4: _to_5}  # version -> the step to the next
+# version -> the step to the next
+STEPS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _to_2, 2: _to_3, 3: _to_4, 4: _to_5}

@@ -85,21 +85,39 @@ DESCRIPTIONS: dict[Status, str] = {
     Status.NEEDS_CUDA: "the candidate needs a CUDA device and this run has none (skipped, not failed)",
     Status.BUILD_FAILED: "compiling the inline extension failed",
     Status.CONSTRUCT_FAILED: "ModelNew(*get_init_inputs()) raised",
-    Status.WEIGHTS_MISMATCH: "the reference's state_dict loads into ModelNew neither by name, nor by registration order and shape, nor by unique shape (flags.weights_by_seed: fail)",
+    Status.WEIGHTS_MISMATCH: (
+        "the reference's state_dict loads into ModelNew neither by name, nor by registration order and shape, nor by "
+        "unique shape (flags.weights_by_seed: fail)"
+    ),
     Status.RUNTIME_ERROR: "forward raised, or returned something that is not tensors",
     Status.CUDA_FAULT: "a CUDA error (illegal address, device assert, launch failure)",
-    Status.UNSAFE_MEMORY: "an access outside its buffers: a write into the guard bands around an input, or a compute-sanitizer finding (flags.unsafe_memory: fail)",
+    Status.UNSAFE_MEMORY: (
+        "an access outside its buffers: a write into the guard bands around an input, or a compute-sanitizer finding "
+        "(flags.unsafe_memory: fail)"
+    ),
     Status.MUTATED_INPUT: "forward changed one of its input tensors in place",
     Status.TIMEOUT: "a phase (build, construct, check, time) ran past its time limit",
     Status.OUT_OF_MEMORY: "device or host memory ran out",
     Status.CRASHED: "the worker process died (signal or non-zero exit) without reporting",
     Status.EXITED_EARLY: "the worker process exited cleanly before reporting a result",
     Status.FORGED_RESULT: "the result channel carried a message the harness did not write",
-    Status.TAMPERED: "the model replaced a timer, synchronisation, serialisation or harness function, or wrote into the problem, solutions or results tree",
-    Status.NO_CUSTOM_KERNEL: "correct, but none of its own kernels ran (CUDA: in the profiled call; CPU: no extension call, or only the reference's ATen operators)",
-    Status.FLAGGED: "correct, but an integrity flag whose policy is fail was raised (the reason names it; see the flags column)",
-    Status.WRONG_GRADIENTS: "forward matched, but a backward of the same loss gave other gradients (check.gradients: fail)",
-    Status.FORWARD_ONLY: "forward matched, but no gradients flow through it to its inputs or parameters (check.gradients: fail)",
+    Status.TAMPERED: (
+        "the model replaced a timer, synchronisation, serialisation or harness function, or wrote into the problem, "
+        "solutions or results tree"
+    ),
+    Status.NO_CUSTOM_KERNEL: (
+        "correct, but none of its own kernels ran (CUDA: in the profiled call; CPU: no extension call, or only the "
+        "reference's ATen operators)"
+    ),
+    Status.FLAGGED: (
+        "correct, but an integrity flag whose policy is fail was raised (the reason names it; see the flags column)"
+    ),
+    Status.WRONG_GRADIENTS: (
+        "forward matched, but a backward of the same loss gave other gradients (check.gradients: fail)"
+    ),
+    Status.FORWARD_ONLY: (
+        "forward matched, but no gradients flow through it to its inputs or parameters (check.gradients: fail)"
+    ),
     Status.REFERENCE_FAILED: "the problem's own reference could not be evaluated",
     Status.HARNESS_ERROR: "the harness itself failed on this candidate (a bug: please report it)",
 }
@@ -114,12 +132,15 @@ class Code(Vocabulary):
     TAMPER_SUSPECT = "tamper-suspect"  # code that reaches into the process or the device's settings
     FALLBACK = "fallback"  # forward catches exceptions: a failing kernel may fall back to PyTorch
     LESS_PRECISE = "less-precise"  # passes the tolerance, but with more error than the reference's precision
-    IMPLAUSIBLE_TIME = "implausible-time"  # a time below the bytes floor, also when re-timed eagerly with device sync: not a result
-    SUSPECT_TIME = "suspect-time"  # a time to look at: over check.max_plausible_speedup, or below its own profiled GPU time
+    # a time below the bytes floor, also when re-timed eagerly with device sync: not a result
+    IMPLAUSIBLE_TIME = "implausible-time"
+    # a time to look at: over check.max_plausible_speedup, or below its own profiled GPU time
+    SUSPECT_TIME = "suspect-time"
     WRONG_GRADIENTS = "wrong-gradients"  # forward matches, backward gives other gradients
     FORWARD_ONLY = "forward-only"  # forward matches, no gradients flow
     UNSAFE_MEMORY = "unsafe-memory"  # an access outside its buffers (guard bands, compute-sanitizer)
-    WEIGHTS_BY_SEED = "weights-by-seed"  # the reference's weights could not be given to it: checked with its own, built under the shared seed
+    # the reference's weights could not be given to it: checked with its own, built under the shared seed
+    WEIGHTS_BY_SEED = "weights-by-seed"
 
     @property
     def key(self) -> str:

@@ -75,7 +75,8 @@ class BuildCache:
         self.around_build = around_build  # told True before and False after each build (for phase limits)
         self.on_event = on_event  # told of each finished load_inline call
         self.events: list[dict[str, Any]] = []
-        self.calls: dict[str, int] = {}  # "extension.function" -> calls so far, for every function of every built extension
+        # "extension.function" -> calls so far, for every function of every built extension
+        self.calls: dict[str, int] = {}
         self._original: Callable[..., Any] | None = None
 
     def install(self) -> None:

@@ -15,14 +15,18 @@ from harness.device.inputs import as_outputs
 from harness.device.setup import synchronize
 
 
-def model_gradients(model: Any, args: list[Any], seed: int, guard: Optional[Guard] = None) -> tuple[Backward, str, dict[str, Any]]:
+def model_gradients(
+    model: Any, args: list[Any], seed: int, guard: Optional[Guard] = None
+) -> tuple[Backward, str, dict[str, Any]]:
     """Training parity: a train-mode forward on `args` (cloned), then a backward of a fixed random
     projection of the floating outputs. Returns (status, reason, {name: gradient}) for the
     floating inputs ("input i") and every parameter ("parameter NAME"); the module's state is then
     restored, so what runs after this sees the same model."""
     device = next((a.device for a in args if isinstance(a, torch.Tensor)), torch.device("cpu"))
     snapshot = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    inputs = [a.detach().clone().requires_grad_(a.is_floating_point()) if isinstance(a, torch.Tensor) else a for a in args]
+    inputs = [
+        a.detach().clone().requires_grad_(a.is_floating_point()) if isinstance(a, torch.Tensor) else a for a in args
+    ]
     model.train()
     model.zero_grad(set_to_none=True)
     status, reason = Backward.RAN, ""
@@ -32,7 +36,10 @@ def model_gradients(model: Any, args: list[Any], seed: int, guard: Optional[Guar
             out = model(*inputs)
             outputs = [o for o in as_outputs(out) if isinstance(o, torch.Tensor) and o.is_floating_point()]
             if not any(o.requires_grad for o in outputs):
-                status, reason = Backward.FORWARD_ONLY, "its outputs carry no autograd graph (the kernel has no backward)"
+                status, reason = (
+                    Backward.FORWARD_ONLY,
+                    "its outputs carry no autograd graph (the kernel has no backward)",
+                )
             else:
                 loss = sum((o.float() * projection(o, seed + k)).sum() for k, o in enumerate(outputs))
                 loss.backward()
@@ -45,7 +52,11 @@ def model_gradients(model: Any, args: list[Any], seed: int, guard: Optional[Guar
         except BaseException:
             raise classify(exc, Status.RUNTIME_ERROR) from None  # a device fault, not a missing backward
         status, reason = Backward.FORWARD_ONLY, f"backward raised {one_line(exc, 200)}"
-    grads = {f"input {i}": a.grad.detach() for i, a in enumerate(inputs) if isinstance(a, torch.Tensor) and a.requires_grad and a.grad is not None}
+    grads = {
+        f"input {i}": a.grad.detach()
+        for i, a in enumerate(inputs)
+        if isinstance(a, torch.Tensor) and a.requires_grad and a.grad is not None
+    }
     grads.update({f"parameter {name}": p.grad.detach() for name, p in model.named_parameters() if p.grad is not None})
     model.load_state_dict(snapshot)
     model.zero_grad(set_to_none=True)
@@ -89,7 +100,11 @@ def shape_mapping(own: dict[str, Any], reference: dict[str, Any]) -> Optional[li
     by position). None when a shape left over is not unique on both sides, or one is left alone."""
     mine = [k for k in own if not step_counter(k)]
     theirs = [k for k in reference if not step_counter(k)]
-    pairs = [(k, k) for k in mine if k in reference and not step_counter(k) and tuple(own[k].shape) == tuple(reference[k].shape)]
+    pairs = [
+        (k, k)
+        for k in mine
+        if k in reference and not step_counter(k) and tuple(own[k].shape) == tuple(reference[k].shape)
+    ]
     named = {k for k, _ in pairs}
     rest_mine = [k for k in mine if k not in named]
     rest_theirs = [k for k in theirs if k not in named]
@@ -129,7 +144,11 @@ def weights_problems(own: dict[str, Any], reference: dict[str, Any]) -> str:
     problems = []
     missing = [k for k in own if k not in reference]
     unexpected = [k for k in reference if k not in own]
-    mis_shaped = [f"{k} {tuple(own[k].shape)} vs {tuple(reference[k].shape)}" for k in own if k in reference and own[k].shape != reference[k].shape]
+    mis_shaped = [
+        f"{k} {tuple(own[k].shape)} vs {tuple(reference[k].shape)}"
+        for k in own
+        if k in reference and own[k].shape != reference[k].shape
+    ]
     if missing:
         problems.append(f"missing from the reference: {', '.join(missing)}")
     if unexpected:

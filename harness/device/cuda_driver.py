@@ -41,7 +41,9 @@ def persisting_l2() -> int:
     """The current context's persisting-L2 limit in bytes (the L2 set aside for accesses marked
     persisting, which a flush does not evict); -1 when it cannot be read."""
     value = ctypes.c_size_t()
-    return int(value.value) if driver().cuCtxGetLimit(ctypes.byref(value), CU_LIMIT_PERSISTING_L2_CACHE_SIZE) == 0 else -1
+    return (
+        int(value.value) if driver().cuCtxGetLimit(ctypes.byref(value), CU_LIMIT_PERSISTING_L2_CACHE_SIZE) == 0 else -1
+    )
 
 
 def reset_persisting_l2() -> int:
@@ -61,7 +63,12 @@ def can_open(handle: str) -> bool:
     """In a process with no CUDA context yet: open the IPC handle on device 0, then close it."""
     lib = driver()
     device, context, pointer = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_uint64()
-    for result in (lib.cuInit(0), lib.cuDeviceGet(ctypes.byref(device), 0), lib.cuDevicePrimaryCtxRetain(ctypes.byref(context), device), lib.cuCtxSetCurrent(context)):
+    for result in (
+        lib.cuInit(0),
+        lib.cuDeviceGet(ctypes.byref(device), 0),
+        lib.cuDevicePrimaryCtxRetain(ctypes.byref(context), device),
+        lib.cuCtxSetCurrent(context),
+    ):
         if result != 0:
             return False
     raw = IpcHandle()

@@ -52,7 +52,14 @@ def _visible_gpu() -> list[str]:
 def query_gpu(fields: list[str], target: Optional[list[str]] = None) -> list[str]:
     """The values of nvidia-smi's --query-gpu `fields` for one GPU (`target` selector, else the
     first visible one), read without a CUDA context; [] when nothing is readable."""
-    out = _run(["nvidia-smi", *(_visible_gpu() if target is None else target), f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"])
+    out = _run(
+        [
+            "nvidia-smi",
+            *(_visible_gpu() if target is None else target),
+            f"--query-gpu={','.join(fields)}",
+            "--format=csv,noheader,nounits",
+        ]
+    )
     lines = [line for line in out.splitlines() if line.strip()]
     values = [v.strip() for v in lines[0].split(",")] if lines else []
     return values if len(values) == len(fields) else []
@@ -110,7 +117,13 @@ def cpu_name() -> str:
 def collect_environment() -> dict[str, Any]:
     import torch
 
-    gpus = [line.strip() for line in _run(["nvidia-smi", "--query-gpu=name,driver_version,clocks.sm,clocks.mem", "--format=csv,noheader"]).splitlines() if line.strip()]
+    gpus = [
+        line.strip()
+        for line in _run(
+            ["nvidia-smi", "--query-gpu=name,driver_version,clocks.sm,clocks.mem", "--format=csv,noheader"]
+        ).splitlines()
+        if line.strip()
+    ]
     nvcc = _run(["nvcc", "--version"]).splitlines()
     sha = _run(["git", "rev-parse", "HEAD"])
     dirty = bool(_run(["git", "status", "--porcelain"])) if sha else None

@@ -78,7 +78,9 @@ def classify(exc: BaseException, default: Status) -> WorkerFailure:
 def triton_compile_error(exc: BaseException) -> bool:
     """Whether `exc` is Triton's failure to compile a kernel (triton.compiler.errors.CompilationError
     and its kinds), found by its class's module and name so that Triton need not be installed."""
-    return any(cls.__module__.split(".")[0] == "triton" and cls.__name__ == "CompilationError" for cls in type(exc).__mro__)
+    return any(
+        cls.__module__.split(".")[0] == "triton" and cls.__name__ == "CompilationError" for cls in type(exc).__mro__
+    )
 
 
 LEAK_SHARE = 0.9  # device memory in use beyond this share, mostly outside PyTorch's allocator, is named
@@ -98,7 +100,10 @@ def _memory_held_outside() -> str:
     used = total - free
     if used < LEAK_SHARE * total or held > used / 2:
         return ""
-    return f" (the device had {free >> 20} MiB free of {total >> 20} MiB, and PyTorch's allocator held only {held >> 20} MiB: memory taken outside it, and never given back?)"
+    return (
+        f" (the device had {free >> 20} MiB free of {total >> 20} MiB, and PyTorch's allocator held only "
+        f"{held >> 20} MiB: memory taken outside it, and never given back?)"
+    )
 
 
 def load_module(path: Path, module_name: str, text: str = "", preamble: str = "") -> types.ModuleType:

@@ -28,8 +28,12 @@ from harness.core.records import (
     CallProfile,  # noqa: I001
 )
 
-REPLAY_TOLERANCE = 1e-3  # a replay's output may differ from the eager one's by this share of its norm (atomics, split-K)
-LEGACY_HINT = "a kernel launched with <<<grid, block>>> and no stream goes to the legacy default stream, which a capture does not record"
+# a replay's output may differ from the eager one's by this share of its norm (atomics, split-K)
+REPLAY_TOLERANCE = 1e-3
+LEGACY_HINT = (
+    "a kernel launched with <<<grid, block>>> and no stream goes to the legacy default stream, which a capture does "
+    "not record"
+)
 
 
 class GraphCaptureError(RuntimeError):
@@ -103,11 +107,16 @@ def disagreement(got: torch.Tensor, want: torch.Tensor) -> str:
     scale = float(want[finite].double().norm())
     if error > REPLAY_TOLERANCE * scale:
         zeros = " (all zeros: only the output's allocation was replayed)" if not bool(got.any()) else ""
-        return f"its replay's output is {error / scale if scale else float('inf'):.3g} of the norm away from the eager call's{zeros}"
+        return (
+            f"its replay's output is {error / scale if scale else float('inf'):.3g} of the norm away from the eager "
+            f"call's{zeros}"
+        )
     return ""
 
 
-def replay_mismatch(fn: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], captured: Sequence[Captured], device: torch.device) -> str:
+def replay_mismatch(
+    fn: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], captured: Sequence[Captured], device: torch.device
+) -> str:
     """Why the graphs do not do the calls' work ("" when every input set's replay, with its
     outputs poisoned first, gives that set's eager output). The eager call runs first; the
     device is synchronised whole before each comparison, so work on any stream has finished."""
@@ -118,7 +127,10 @@ def replay_mismatch(fn: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], c
         replay()
         torch.cuda.synchronize(device)
         if len(got) != len(want):
-            return f"{OUTSIDE_CAPTURE} (input set {index}: its replay returns {len(got)} tensors, the eager call {len(want)})"
+            return (
+                f"{OUTSIDE_CAPTURE} (input set {index}: its replay returns {len(got)} tensors, the eager call "
+                f"{len(want)})"
+            )
         for number, (g, w) in enumerate(zip(got, want)):
             why = disagreement(g, w)
             if why:
@@ -140,4 +152,7 @@ def missing_from_graph(eager: Optional[CallProfile], replayed: Optional[CallProf
     if not missing:
         return ""
     named = ", ".join(f"{k.name.split('(')[0][:60]} x{k.count}" for k in missing[:3])
-    return f"{OUTSIDE_CAPTURE} (its eager call ran {named}; its graph's replay ran {sum(counts[k.name] for k in missing)} of them; {LEGACY_HINT})"
+    return (
+        f"{OUTSIDE_CAPTURE} (its eager call ran {named}; its graph's replay ran "
+        f"{sum(counts[k.name] for k in missing)} of them; {LEGACY_HINT})"
+    )

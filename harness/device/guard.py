@@ -50,7 +50,11 @@ class Guard:
 
     def check(self, when: str) -> None:
         """Raise TAMPERED when any target was replaced since the guard was made (restoring them first)."""
-        changed = [f"{label}.{name}" for (label, owner, name), before in zip(self.targets, self.original) if getattr(owner, name) is not before]
+        changed = [
+            f"{label}.{name}"
+            for (label, owner, name), before in zip(self.targets, self.original)
+            if getattr(owner, name) is not before
+        ]
         if changed:
             for (_, owner, name), before in zip(self.targets, self.original):
                 setattr(owner, name, before)  # restore, so the report itself goes out unaltered

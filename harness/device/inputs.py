@@ -29,7 +29,10 @@ def same_tensor_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     if bits is not None and a.dtype != torch.bool:
         flat_a, flat_b = flat_a.view(bits), flat_b.view(bits)
     step = chunk(a)
-    return all(torch.equal(flat_a[s : s + step], flat_b[s : s + step].to(flat_a.device)) for s in range(0, flat_a.numel(), step))
+    return all(
+        torch.equal(flat_a[s : s + step], flat_b[s : s + step].to(flat_a.device))
+        for s in range(0, flat_a.numel(), step)
+    )
 
 
 def same_bits(a: Any, b: Any) -> bool:
@@ -56,7 +59,17 @@ def other_sizes(module: types.ModuleType) -> dict[str, Any]:
     return {}
 
 
-STRUCTURES = ("0/1 mask", "integer-valued", "rows on the simplex", "upper-triangular", "lower-triangular", "zero pattern", "symmetric", "sorted", "non-negative")
+STRUCTURES = (
+    "0/1 mask",
+    "integer-valued",
+    "rows on the simplex",
+    "upper-triangular",
+    "lower-triangular",
+    "zero pattern",
+    "symmetric",
+    "sorted",
+    "non-negative",
+)
 
 
 def structure(value: Any) -> tuple[str, ...]:
@@ -115,13 +128,23 @@ def redistribute(value: Any, distribution: str, seed: int, keep: tuple[str, ...]
     `keep`: the input's structure (harness.device.inputs.structure), which the redraw keeps: a mask or
     integer values are not redrawn; otherwise the fresh values are made non-negative (|x|, or
     uniform in [0, 4)), put on the simplex (softmax), given the zero pattern, symmetrised or sorted."""
-    if not isinstance(value, torch.Tensor) or not value.is_floating_point() or distribution == Distribution.GIVEN or "0/1 mask" in keep or "integer-valued" in keep:
+    if (
+        not isinstance(value, torch.Tensor)
+        or not value.is_floating_point()
+        or distribution == Distribution.GIVEN
+        or "0/1 mask" in keep
+        or "integer-valued" in keep
+    ):
         return value
     generator = torch.Generator(device=value.device).manual_seed(seed)
     if distribution == Distribution.NORMAL or (distribution == Distribution.SHIFTED and "rows on the simplex" in keep):
         fresh = torch.randn(value.shape, generator=generator, device=value.device)
     elif distribution == Distribution.SIGNED:
-        fresh = torch.rand(value.shape, generator=generator, device=value.device).mul_(4).sub_(0 if "non-negative" in keep else 2)
+        fresh = (
+            torch.rand(value.shape, generator=generator, device=value.device)
+            .mul_(4)
+            .sub_(0 if "non-negative" in keep else 2)
+        )
     elif distribution == Distribution.SHIFTED:
         fresh = value.float() + 3
     else:

@@ -32,13 +32,27 @@ RETURN_RANGE = "harness::returned"
 AFTER_RANGE = "harness::after_return"
 
 
-def profile_call(fn: Callable[..., Any], args: Sequence[Any], device: torch.device, flush: Optional[torch.Tensor] = None, tail_s: float = 0.05) -> CallProfile:
+def profile_call(
+    fn: Callable[..., Any],
+    args: Sequence[Any],
+    device: torch.device,
+    flush: Optional[torch.Tensor] = None,
+    tail_s: float = 0.05,
+) -> CallProfile:
     """Profile `fn(*args)` once on `device`, with L2 flushed first when `flush` is given, then watch
     the device for `tail_s` more seconds for work launched after the call returned."""
     return profile_calls(fn, [args], device, flush, calls=1, tail_s=tail_s)[0]
 
 
-def profile_calls(fn: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], device: torch.device, flush: Optional[torch.Tensor] = None, calls: int = 1, tail_s: float = 0.05, isolated: bool = True) -> list[CallProfile]:
+def profile_calls(
+    fn: Callable[..., Any],
+    arg_sets: Sequence[Sequence[Any]],
+    device: torch.device,
+    flush: Optional[torch.Tensor] = None,
+    calls: int = 1,
+    tail_s: float = 0.05,
+    isolated: bool = True,
+) -> list[CallProfile]:
     """Profile `calls` calls (rotating over `arg_sets`), each after an L2 flush, in one profiler
     session. `isolated`: the device is synchronised before and after every call; otherwise calls
     (and flushes) are queued back to back, as the timer queues them, and told apart by when the
@@ -52,7 +66,13 @@ def _bound(fn: Callable[..., Any], args: Sequence[Any]) -> Callable[[], Any]:
     return lambda: fn(*args)
 
 
-def profile_thunks(thunks: Sequence[Callable[[], Any]], device: torch.device, flush: Optional[torch.Tensor] = None, tail_s: float = 0.05, isolated: bool = True) -> list[CallProfile]:
+def profile_thunks(
+    thunks: Sequence[Callable[[], Any]],
+    device: torch.device,
+    flush: Optional[torch.Tensor] = None,
+    tail_s: float = 0.05,
+    isolated: bool = True,
+) -> list[CallProfile]:
     """One CallProfile per call of `thunks` (calls taking no arguments: a forward on its inputs,
     a graph's replay), in one profiler session, as `profile_calls` describes."""
     from torch.profiler import ProfilerActivity, profile, record_function
@@ -90,7 +110,11 @@ def summarize_trace(events: list[dict[str, Any]]) -> list[CallProfile]:
     was launched after forward returned), or after the last call."""
 
     def ranges_named(name: str) -> list[tuple[float, float]]:
-        return sorted((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))) for e in events if e.get("cat") == "user_annotation" and e.get("name") == name)
+        return sorted(
+            (float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)))
+            for e in events
+            if e.get("cat") == "user_annotation" and e.get("name") == name
+        )
 
     calls, returns = ranges_named(CALL_RANGE), ranges_named(RETURN_RANGE)
     if not calls:
@@ -128,7 +152,9 @@ def summarize_trace(events: list[dict[str, Any]]) -> list[CallProfile]:
     return profiles
 
 
-def _summarize_call(during: list[tuple[float, dict[str, Any]]], after: int, closing: Optional[dict[str, Any]] = None) -> CallProfile:
+def _summarize_call(
+    during: list[tuple[float, dict[str, Any]]], after: int, closing: Optional[dict[str, Any]] = None
+) -> CallProfile:
     if not during:
         raise ValueError("the profile shows no GPU activity in a call (not even the marker)")
     during.sort(key=lambda item: (item[0], float(item[1]["ts"])))
@@ -138,9 +164,19 @@ def _summarize_call(during: list[tuple[float, dict[str, Any]]], after: int, clos
     by_name: dict[str, list[float]] = {}
     for e in work:
         by_name.setdefault(str(e.get("name", "?"))[:200], []).append(float(e.get("dur", 0)) / 1e3)
-    kernels = sorted((KernelTime(name, len(d), round(sum(d), 6)) for name, d in by_name.items()), key=lambda k: -k.total_ms)
-    span = (max(float(e["ts"]) + float(e.get("dur", 0)) for e in work) - min(float(e["ts"]) for e in work)) / 1e3 if work else 0.0
-    busy = sum(1 for e in work if float(e["ts"]) + float(e.get("dur", 0)) > float(closing["ts"])) if closing is not None else 0
+    kernels = sorted(
+        (KernelTime(name, len(d), round(sum(d), 6)) for name, d in by_name.items()), key=lambda k: -k.total_ms
+    )
+    span = (
+        (max(float(e["ts"]) + float(e.get("dur", 0)) for e in work) - min(float(e["ts"]) for e in work)) / 1e3
+        if work
+        else 0.0
+    )
+    busy = (
+        sum(1 for e in work if float(e["ts"]) + float(e.get("dur", 0)) > float(closing["ts"]))
+        if closing is not None
+        else 0
+    )
     return CallProfile(
         kernel_ms=round(sum(float(e.get("dur", 0)) for e in work) / 1e3, 6),
         span_ms=round(span, 6),
@@ -154,7 +190,8 @@ def _summarize_call(during: list[tuple[float, dict[str, Any]]], after: int, clos
 
 # -- the CPU: the ATen operators of one forward ------------------------------------------------------
 
-EXTENSION_CALL = re.compile(r"^<built-in (?:method|function) (\w+) of (?:pybind11|PyCapsule)")  # a traced call of a C++ extension's function
+# a traced call of a C++ extension's function
+EXTENSION_CALL = re.compile(r"^<built-in (?:method|function) (\w+) of (?:pybind11|PyCapsule)")
 
 
 def observed_call(calls: Sequence[Any]) -> int:
@@ -164,7 +201,9 @@ def observed_call(calls: Sequence[Any]) -> int:
     return next((index for index, call in enumerate(calls) if call.mode == ModuleMode.EVAL and not call.other_size), 0)
 
 
-def observe_ops(thunk: Callable[[], Any], compute: Callable[[str], bool], functions: Collection[str] = (), call: int = -1) -> tuple[Any, ForwardOps]:
+def observe_ops(
+    thunk: Callable[[], Any], compute: Callable[[str], bool], functions: Collection[str] = (), call: int = -1
+) -> tuple[Any, ForwardOps]:
     """`thunk()` (one forward on the CPU) under torch's profiler: its result, and the ATen operators
     it ran (`summarize_ops`, with `compute` and the extension's `functions`). With `functions`, the
     profiler also traces Python calls, so that operators dispatched from inside them are told
@@ -198,7 +237,9 @@ def _stop(observer: Any) -> str:
     return ""
 
 
-def summarize_ops(events: Iterable[Any], compute: Callable[[str], bool], functions: Collection[str] = (), call: int = -1) -> ForwardOps:
+def summarize_ops(
+    events: Iterable[Any], compute: Callable[[str], bool], functions: Collection[str] = (), call: int = -1
+) -> ForwardOps:
     """The ATen operators among profiler `events` (each with `name` and `cpu_parent`, the call it
     ran under). An operator counts as compute where `compute(name)` holds and no operator it called
     does (so `aten::linear` is counted as its `aten::addmm`, `aten::relu` as its

@@ -72,7 +72,9 @@ def view(region: torch.Tensor, spec: TensorSpec) -> torch.Tensor:
         raise ValueError(f"bad shape {spec.shape}")
     end = spec.offset + spec.nbytes
     if spec.offset < 0 or spec.offset % ALIGN or end > region.numel():
-        raise ValueError(f"a {spec.nbytes}-byte tensor at offset {spec.offset} does not lie in the {region.numel()}-byte region")
+        raise ValueError(
+            f"a {spec.nbytes}-byte tensor at offset {spec.offset} does not lie in the {region.numel()}-byte region"
+        )
     return region[spec.offset : end].view(dtype).view(spec.shape)
 
 
@@ -100,7 +102,10 @@ def band_changes(band: torch.Tensor) -> int:
 
 def past_end(position: int, changed: int, label: str) -> str:
     """The unsafe-memory finding for a broken guard band, in one line."""
-    return f"forward wrote past the end of input {position} ({changed} of the {GUARD} guard bytes after it changed, {label})"
+    return (
+        f"forward wrote past the end of input {position} ({changed} of the {GUARD} guard bytes after it changed, "
+        f"{label})"
+    )
 
 
 def _guard(region: torch.Tensor, spec: TensorSpec) -> torch.Tensor:
@@ -112,7 +117,13 @@ class _CudaMemory:
     """A device pointer exposed to torch.as_tensor without a copy (the CUDA array interface)."""
 
     def __init__(self, pointer: int, nbytes: int) -> None:
-        self.__cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (pointer, False), "version": 2, "strides": None}
+        self.__cuda_array_interface__ = {
+            "shape": (nbytes,),
+            "typestr": "|u1",
+            "data": (pointer, False),
+            "version": 2,
+            "strides": None,
+        }
 
 
 class Region:
@@ -142,7 +153,13 @@ class Region:
                 lib.cuMemFree_v2(pointer)
                 check(result, "cuIpcGetMemHandle")
             tensor = torch.as_tensor(_CudaMemory(pointer.value, nbytes), device=device)
-            return cls(RegionKind.CUDA, nbytes, tensor, bytes(handle.reserved).hex(), lambda: check(lib.cuMemFree_v2(pointer), "cuMemFree"))
+            return cls(
+                RegionKind.CUDA,
+                nbytes,
+                tensor,
+                bytes(handle.reserved).hex(),
+                lambda: check(lib.cuMemFree_v2(pointer), "cuMemFree"),
+            )
         fd = os.memfd_create("harness-region")
         try:
             os.ftruncate(fd, nbytes)
@@ -219,7 +236,12 @@ def device_sharing() -> bool:
 
         region = Region.allocate(ALIGN, torch.device("cuda", torch.cuda.current_device()), "cuda")
         try:
-            probe = subprocess.run([sys.executable, "-m", "harness.device.cuda_driver", region.handle.handle], capture_output=True, text=True, timeout=60)
+            probe = subprocess.run(
+                [sys.executable, "-m", "harness.device.cuda_driver", region.handle.handle],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
             _ipc = probe.returncode == 0
         except (OSError, subprocess.TimeoutExpired):
             _ipc = False

@@ -53,7 +53,8 @@ def prewarm_cuda() -> None:
     no model code has run, and every job still gets a process of its own. A failure is ignored:
     the job then sets the device up itself and reports any fault."""
     try:
-        # Imported here: only a prewarmed worker needs the profiler this early, and a failure to import it is ignored with the rest.
+        # Imported here: only a prewarmed worker needs the profiler this early, and a failure to import it is ignored
+        # with the rest.
         from torch.profiler import ProfilerActivity, profile
 
         if not torch.cuda.is_available():

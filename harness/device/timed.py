@@ -20,13 +20,21 @@ from harness.device.setup import synchronize
 from harness.device.timing import Timer
 
 
-def prepare_timer(runner: Any, sets: list[list[Any]], device: Any, settings: TimerSettings, *, profiled: bool, own: Collection[str] = ()) -> tuple[Timer, P.Ready, Callable[[], Any]]:
+def prepare_timer(
+    runner: Any,
+    sets: list[list[Any]],
+    device: Any,
+    settings: TimerSettings,
+    *,
+    profiled: bool,
+    own: Collection[str] = (),
+) -> tuple[Timer, P.Ready, Callable[[], Any]]:
     """One side of a paired timing, ready for its rounds: warmed up (CUDA graphs captured when
     `settings.mode` is graph, and kept only when they do the call's work: harness.device.graphs) and,
     on CUDA when `profiled`, one call profiled (with a replay of a kept graph, which must run
-    every kernel of `own`, the model's own kernels, that the eager call ran). Returns the timer, the `Ready` message, and a
-    function giving the output of the latest timed call on sets[0] (so the judge can check that
-    the calls being timed still compute the answer the checked calls did)."""
+    every kernel of `own`, the model's own kernels, that the eager call ran). Returns the timer, the
+    `Ready` message, and a function giving the output of the latest timed call on sets[0] (so the
+    judge can check that the calls being timed still compute the answer the checked calls did)."""
     runner.eval()
     profile, profile_error = None, ""
     try:
@@ -42,7 +50,9 @@ def prepare_timer(runner: Any, sets: list[list[Any]], device: Any, settings: Tim
             synchronize(device)
     except BaseException as exc:
         raise classify(exc, Status.RUNTIME_ERROR) from None
-    ready = P.Ready(graph_error=graph_error, needs_device=device_sync_reason(profile), profile=profile, profile_error=profile_error)
+    ready = P.Ready(
+        graph_error=graph_error, needs_device=device_sync_reason(profile), profile=profile, profile_error=profile_error
+    )
     return timer, ready, lambda: _outputs(timer.latest_output())
 
 

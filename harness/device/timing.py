@@ -3,10 +3,11 @@
 CUDA, per timed call: the L2 cache is flushed (a buffer of twice the device's L2 size is written)
 outside the timed region, after the persisting-L2 limit is checked (a limit a call set is reset
 to 0, its persisting lines made normal, so the flush evicts them too), then a start event, the
-call (or a CUDA-graph replay of it), an optional device-wide synchronise (so work on other streams is inside), and an end event. Regions are queued
-in batches of BATCH with no host wait between them, so the GPU stays busy (an idle GPU between
-samples lowers its clocks and puts the host's launch latency inside the next region); the events
-are read and the stopping rule checked after each batch. The calls rotate over distinct input
+call (or a CUDA-graph replay of it), an optional device-wide synchronise (so work on other streams
+is inside), and an end event. Regions are queued in batches of BATCH with no host wait between
+them, so the GPU stays busy (an idle GPU between samples lowers its clocks and puts the host's
+launch latency inside the next region); the events are read and the stopping rule checked after
+each batch. The calls rotate over distinct input
 sets. Warm-up is by time; sampling stops when the relative standard error of the median reaches
 the target, the budget is spent or max_reps is reached. Each batch ends with one empty region
 timed the same way; their median (the fixed cost of a timed region) is, by default, subtracted
@@ -48,14 +49,25 @@ def _stop_reason(samples: list[float], started: float, cfg: Any, overhead: float
         return "max_reps"
     offset = overhead if cfg.subtract_overhead else 0.0
     elapsed = time.perf_counter() - started
-    if n >= cfg.min_reps and elapsed >= min_s and relative_standard_error_of_median(minus_overhead(samples, offset)) <= cfg.target_rse:
+    if (
+        n >= cfg.min_reps
+        and elapsed >= min_s
+        and relative_standard_error_of_median(minus_overhead(samples, offset)) <= cfg.target_rse
+    ):
         return "target_rse"
     if n >= 1 and elapsed >= cfg.budget_s:
         return "budget"
     return None
 
 
-def time_forward(fn: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], device: torch.device, cfg: Any, *, sync: str = SyncMode.STREAM) -> TimingStats:
+def time_forward(
+    fn: Callable[..., Any],
+    arg_sets: Sequence[Sequence[Any]],
+    device: torch.device,
+    cfg: Any,
+    *,
+    sync: str = SyncMode.STREAM,
+) -> TimingStats:
     """Time `fn(*args)` over `arg_sets` (rotated) with the timing config `cfg`, in one go.
 
     `sync` is "stream" (end event on the calling stream) or "device" (device-wide synchronise
@@ -68,7 +80,15 @@ def time_forward(fn: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], devi
     timer = Timer(fn, arg_sets, device, cfg)
     error = timer.prepare(graph=cfg.mode == TimingMode.GRAPH)
     mode = TimingMode.GRAPH if timer.graphs is not None else TimingMode.EAGER
-    fallback = (error if error.startswith((OUTSIDE_CAPTURE, NO_GRAPHS_ON_CPU)) else f"graph capture failed, timed eagerly: {error}") if error else ""
+    fallback = (
+        (
+            error
+            if error.startswith((OUTSIDE_CAPTURE, NO_GRAPHS_ON_CPU))
+            else f"graph capture failed, timed eagerly: {error}"
+        )
+        if error
+        else ""
+    )
     stats = timer.sample(mode, sync, cfg)
     return dataclasses.replace(stats, warmup_calls=timer.warmup_calls + stats.warmup_calls, fallback=fallback)
 
@@ -77,14 +97,18 @@ class Timer:
     """One side of a timing, prepared once (warm-up, and CUDA graphs when asked) and then sampled
     as often as asked: in one go (`time_forward`) or in rounds, in turns with the other side."""
 
-    def __init__(self, fn: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], device: torch.device, cfg: Any) -> None:
+    def __init__(
+        self, fn: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], device: torch.device, cfg: Any
+    ) -> None:
         if not arg_sets:
             raise ValueError("a timer needs at least one input set")
         self.device, self.cfg = device, cfg
         self.input_sets = len(arg_sets)
         self.fn, self.arg_sets = fn, arg_sets
         self._latest: list[Any] = []  # the output of the latest eager timed call on the first set
-        self.eager: list[Callable[[], Any]] = [self._keeping(fn, arg_sets[0])] + [_bound(fn, args) for args in arg_sets[1:]]
+        self.eager: list[Callable[[], Any]] = [self._keeping(fn, arg_sets[0])] + [
+            _bound(fn, args) for args in arg_sets[1:]
+        ]
         self.graphs: Optional[list[Callable[[], Any]]] = None
         self._graph_first: Any = None  # the first set's graph's static outputs (each replay rewrites them)
         self.warmup_calls = 0
@@ -144,7 +168,9 @@ class Timer:
         share = dataclasses.replace(cfg, budget_s=budget, warmup_ms=cfg.warmup_ms / ROUND_WARMUP_SHARE)
         return self.sample(mode, sync, share, warm=True, clocks=last, min_s=budget * ROUND_MIN_SHARE)
 
-    def sample(self, mode: str, sync: str, cfg: Any, warm: bool = False, clocks: bool = True, min_s: float = 0.0) -> TimingStats:
+    def sample(
+        self, mode: str, sync: str, cfg: Any, warm: bool = False, clocks: bool = True, min_s: float = 0.0
+    ) -> TimingStats:
         """Sample `mode` calls under `cfg`'s stopping rule, for at least `min_s` seconds."""
         calls = self.graphs if mode == TimingMode.GRAPH else self.eager
         if calls is None:
@@ -194,7 +220,15 @@ def _warm_up(calls: Sequence[Callable[[], Any]], warmup_ms: float, sync: Callabl
     return count
 
 
-def _sample_cuda(calls: Sequence[Callable[[], Any]], device: torch.device, cfg: Any, sync: str, flush: Optional[torch.Tensor], clocks: bool = True, min_s: float = 0.0) -> TimingStats:
+def _sample_cuda(
+    calls: Sequence[Callable[[], Any]],
+    device: torch.device,
+    cfg: Any,
+    sync: str,
+    flush: Optional[torch.Tensor],
+    clocks: bool = True,
+    min_s: float = 0.0,
+) -> TimingStats:
     device_sync = lambda: torch.cuda.synchronize(device)  # noqa: E731
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(BATCH + 1)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(BATCH + 1)]
@@ -264,4 +298,11 @@ def _sample_cpu(calls: Sequence[Callable[[], Any]], cfg: Any, min_s: float = 0.0
     started = time.perf_counter()
     while (reason := _stop_reason(samples, started, cfg, overhead, min_s)) is None:
         samples.append(region(calls[len(samples) % len(calls)]))
-    return TimingStats.from_samples(samples, timer="perf_counter", warmup_calls=0, stopped_by=reason, overhead_ms=overhead, subtract=cfg.subtract_overhead)
+    return TimingStats.from_samples(
+        samples,
+        timer="perf_counter",
+        warmup_calls=0,
+        stopped_by=reason,
+        overhead_ms=overhead,
+        subtract=cfg.subtract_overhead,
+    )

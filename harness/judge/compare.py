@@ -19,10 +19,17 @@ from harness.device.inputs import chunk
 TINY_OUTPUT_RELATIVE = 1e-2  # an output smaller than atol: the error's rms may be at most this fraction of the output's
 NOISE_RATIO = 1e-3  # an output whose float64 value's rms is under this fraction of its float32 rms is rounding noise
 NOISE_FACTOR = 1e3  # on an output that is rounding noise, the error's rms may be at most this many times the noise's
-KERNELBENCH_TOLERANCE = 1e-2  # KernelBench's allclose, atol = rtol (its v0 and v0.1 eval; its main branch now takes 1e-4 for float32)
+# KernelBench's allclose, atol = rtol (its v0 and v0.1 eval; its main branch now takes 1e-4 for float32)
+KERNELBENCH_TOLERANCE = 1e-2
 
 
-def compare_outputs(name: str, expected: dict[str, Any], actual: dict[str, Any], tolerances: dict[str, Tolerance], noise: Optional[Mapping[int, float]] = None) -> CheckResult:
+def compare_outputs(
+    name: str,
+    expected: dict[str, Any],
+    actual: dict[str, Any],
+    tolerances: dict[str, Tolerance],
+    noise: Optional[Mapping[int, float]] = None,
+) -> CheckResult:
     """Compare saved outputs ({"types": [...], "tensors": [...]}) of reference and candidate.
     `noise`: the outputs (by index) that are rounding noise around zero on every call of the plan
     (`rounding_noise`), each with its level, the largest rms of the reference's output: they are
@@ -45,7 +52,11 @@ def compare_outputs(name: str, expected: dict[str, Any], actual: dict[str, Any],
         notes += [result.note] if result.note else []
         if worst is None or (result.max_abs_error or 0.0) > (worst.max_abs_error or 0.0):
             worst = result
-    return dataclasses.replace(worst, note="; ".join(notes)) if worst is not None else CheckResult(name, True, "ok (no outputs)")
+    return (
+        dataclasses.replace(worst, note="; ".join(notes))
+        if worst is not None
+        else CheckResult(name, True, "ok (no outputs)")
+    )
 
 
 def outputs_counted(name: str, got: int, expected: int) -> CheckResult:
@@ -62,7 +73,9 @@ def _form(index: int, label: str, expected: dict[str, Any], actual: dict[str, An
 
     if get(actual, "layouts") not in (None, "torch.strided"):
         return f"{label} has layout {get(actual, 'layouts')}, not a dense (strided) tensor"
-    if None not in (get(expected, "devices"), get(actual, "devices")) and get(actual, "devices") != get(expected, "devices"):
+    if None not in (get(expected, "devices"), get(actual, "devices")) and get(actual, "devices") != get(
+        expected, "devices"
+    ):
         return f"{label} is on {get(actual, 'devices')}, the reference's on {get(expected, 'devices')}"
     alias, reference_alias = get(actual, "aliases"), get(expected, "aliases")
     if alias is not None and alias >= 0 and reference_alias != alias:
@@ -82,16 +95,36 @@ def rms(flat: torch.Tensor) -> float:
     return math.sqrt(total / count) if count else 0.0
 
 
-def _compare_tensor(name: str, label: str, e: torch.Tensor, a: torch.Tensor, tolerances: dict[str, Tolerance], *, outputs: bool = True, noise: float = 0.0) -> CheckResult:
+def _compare_tensor(
+    name: str,
+    label: str,
+    e: torch.Tensor,
+    a: torch.Tensor,
+    tolerances: dict[str, Tolerance],
+    *,
+    outputs: bool = True,
+    noise: float = 0.0,
+) -> CheckResult:
     if tuple(a.shape) != tuple(e.shape):
         return CheckResult(name, False, f"{label} has shape {tuple(a.shape)}, expected {tuple(e.shape)}")
     if a.dtype != e.dtype:
-        return CheckResult(name, False, f"{label} has dtype {str(a.dtype).removeprefix('torch.')}, expected {str(e.dtype).removeprefix('torch.')}")
+        return CheckResult(
+            name,
+            False,
+            f"{label} has dtype {str(a.dtype).removeprefix('torch.')}, expected {str(e.dtype).removeprefix('torch.')}",
+        )
     if not e.is_floating_point():
         a = a.to(e.device)
         equal = torch.equal(a, e)
         mismatch = float((a != e).float().mean()) if e.numel() else 0.0
-        return CheckResult(name, equal, "ok" if equal else f"{label} differs in {mismatch:.2%} of elements (exact match required)", 0.0, 0.0, mismatch)
+        return CheckResult(
+            name,
+            equal,
+            "ok" if equal else f"{label} differs in {mismatch:.2%} of elements (exact match required)",
+            0.0,
+            0.0,
+            mismatch,
+        )
     tol = tolerances.get(str(e.dtype).removeprefix("torch."), DEFAULT_TOLERANCE)
     flat_e, flat_a = e.reshape(-1), a.reshape(-1)
     scale = rms(flat_e) if tol.norm else 0.0
@@ -124,7 +157,12 @@ def _tally(tol: Tolerance, scale: float, flat_e: torch.Tensor, outputs: bool, no
       output of one sign (probabilities, norms, losses): noise around a value that is zero in exact
       arithmetic (a Linear's bias gradient before a BatchNorm) has both signs; it is left to atol."""
     if noise > 0:
-        return _Tally(tol.atol + tol.norm * scale + NOISE_FACTOR * noise, tol.rtol, limit=NOISE_FACTOR * noise if tol.norm > 0 else 0.0, noise=noise)
+        return _Tally(
+            tol.atol + tol.norm * scale + NOISE_FACTOR * noise,
+            tol.rtol,
+            limit=NOISE_FACTOR * noise if tol.norm > 0 else 0.0,
+            noise=noise,
+        )
     tiny = outputs and tol.norm > 0 and 0 < scale < tol.atol and one_sign(flat_e)
     return _Tally(tol.atol + tol.norm * scale, tol.rtol, limit=TINY_OUTPUT_RELATIVE * scale if tiny else 0.0)
 
@@ -173,7 +211,10 @@ class _Tally:
         if not (bool(finite_e.all()) and bool(finite_a.all())):
             nan_e, nan_a = torch.isnan(ce), torch.isnan(ca)
             if not torch.equal(nan_e, nan_a):
-                return f"has NaN where the reference does not, or lacks NaN where it does ({int((nan_e ^ nan_a).sum())} positions from element {start})"
+                return (
+                    f"has NaN where the reference does not, or lacks NaN where it does ({int((nan_e ^ nan_a).sum())} "
+                    f"positions from element {start})"
+                )
             inf_e, inf_a = torch.isinf(ce), torch.isinf(ca)
             if not torch.equal(inf_e, inf_a) or not torch.equal(ce[inf_e], ca[inf_a]):
                 return f"has Inf where the reference does not, or of the other sign (from element {start})"
@@ -195,30 +236,52 @@ class _Tally:
         if self.outside:
             assert self.worst is not None
             reason = (
-                f"{label}: {mismatch:.2%} of elements outside atol={tol.atol:g}, rtol={tol.rtol:g}" + (f", norm={tol.norm:g} x rms {scale:.3g}" if tol.norm else "") + "; "
+                f"{label}: {mismatch:.2%} of elements outside atol={tol.atol:g}, rtol={tol.rtol:g}"
+                + (f", norm={tol.norm:g} x rms {scale:.3g}" if tol.norm else "")
+                + "; "
                 f"max abs error {self.max_abs:.3g} (worst: got {self.worst[1]:.6g}, expected {self.worst[2]:.6g})"
             )
-            return CheckResult(name, False, reason, self.max_abs, self.max_rel, mismatch, within_kernelbench=self.loose == 0)
+            return CheckResult(
+                name, False, reason, self.max_abs, self.max_rel, mismatch, within_kernelbench=self.loose == 0
+            )
         error = math.sqrt(self.squares / max(count, 1)) if self.limit else 0.0
         if error > self.limit:
-            return CheckResult(name, False, self._over_limit(label, tol, scale, error), self.max_abs, self.max_rel, 0.0, within_kernelbench=self.loose == 0)
+            return CheckResult(
+                name,
+                False,
+                self._over_limit(label, tol, scale, error),
+                self.max_abs,
+                self.max_rel,
+                0.0,
+                within_kernelbench=self.loose == 0,
+            )
         note = (
-            f"{label} is rounding noise around zero (on every call the reference's float64 value is under {NOISE_RATIO:g} of its float32 rms): "
-            f"a defect of the problem; it was judged against {NOISE_FACTOR:g}x the noise's rms, not against its own size"
+            f"{label} is rounding noise around zero (on every call the reference's float64 value is under "
+            f"{NOISE_RATIO:g} of its float32 rms): "
+            f"a defect of the problem; it was judged against {NOISE_FACTOR:g}x the noise's rms, not against its own "
+            "size"
         )
         return CheckResult(name, True, "ok", self.max_abs, self.max_rel, 0.0, note=note if self.noise else "")
 
     def _over_limit(self, label: str, tol: Tolerance, scale: float, error: float) -> str:
         """Why a comparison whose every element is inside the bound fails on its error's rms (`error`)."""
         if self.noise:
-            return f"{label}: the reference's output is rounding noise around zero (rms at most {self.noise:.3g}: a defect of the problem), but the error's rms is {error:.3g}, over {NOISE_FACTOR:g}x that; max abs error {self.max_abs:.3g}"
+            return (
+                f"{label}: the reference's output is rounding noise around zero (rms at most {self.noise:.3g}: a "
+                f"defect of the problem), but the error's rms is {error:.3g}, over {NOISE_FACTOR:g}x that; max abs "
+                f"error {self.max_abs:.3g}"
+            )
         return (
-            f"{label}: every element is within atol={tol.atol:g} of an output whose rms is {scale:.3g}, smaller than atol, "
-            f"but the error's rms is {error / scale:.3g} of the output's (over {TINY_OUTPUT_RELATIVE:g}); max abs error {self.max_abs:.3g}"
+            f"{label}: every element is within atol={tol.atol:g} of an output whose rms is {scale:.3g}, smaller than "
+            "atol, "
+            f"but the error's rms is {error / scale:.3g} of the output's (over {TINY_OUTPUT_RELATIVE:g}); max abs "
+            f"error {self.max_abs:.3g}"
         )
 
 
-def compare_gradients(expected: dict[str, Any], actual: dict[str, Any], tolerances: dict[str, Tolerance], factor: float) -> tuple[Gradients, str]:
+def compare_gradients(
+    expected: dict[str, Any], actual: dict[str, Any], tolerances: dict[str, Tolerance], factor: float
+) -> tuple[Gradients, str]:
     """Gradients saved by reference and candidate workers ({"status", "reason", "tensors", ...}):
     (Gradients, why). Tolerances are the outputs' times `factor`."""
     wanted, got = expected["tensors"], actual["tensors"]
@@ -231,7 +294,10 @@ def compare_gradients(expected: dict[str, Any], actual: dict[str, Any], toleranc
         more = f" (and {len(missing) - 3} more)" if len(missing) > 3 else ""
         verb, owner = ("gets", "reference's does") if len(missing) == 1 else ("get", "reference's do")
         return Gradients.MISMATCH, f"{', '.join(missing[:3])}{more} {verb} no gradient; the {owner}"
-    scaled = {dtype: Tolerance(atol=t.atol * factor, rtol=t.rtol * factor, norm=t.norm * factor) for dtype, t in tolerances.items()}
+    scaled = {
+        dtype: Tolerance(atol=t.atol * factor, rtol=t.rtol * factor, norm=t.norm * factor)
+        for dtype, t in tolerances.items()
+    }
     worst = 0.0
     for name, e in wanted.items():
         result = _compare_tensor("gradients", name, e, got[name], scaled, outputs=False)
@@ -261,7 +327,12 @@ def relative_error(outputs: list[Any], wide: list[Any]) -> float:
     if len(outputs) != len(wide):
         return float("nan")
     for got, exact in zip(outputs, wide):
-        if not (isinstance(exact, torch.Tensor) and exact.is_floating_point() and isinstance(got, torch.Tensor) and got.shape == exact.shape):
+        if not (
+            isinstance(exact, torch.Tensor)
+            and exact.is_floating_point()
+            and isinstance(got, torch.Tensor)
+            and got.shape == exact.shape
+        ):
             return float("nan")
         flat_g, flat_e = got.reshape(-1), exact.reshape(-1)
         step = chunk(exact)
@@ -276,7 +347,9 @@ def relative_error(outputs: list[Any], wide: list[Any]) -> float:
 
 def output_rms(outputs: list[Any]) -> list[float]:
     """Each output's rms over its finite elements (nan for one that is not a floating tensor)."""
-    return [rms(o.reshape(-1)) if isinstance(o, torch.Tensor) and o.is_floating_point() else float("nan") for o in outputs]
+    return [
+        rms(o.reshape(-1)) if isinstance(o, torch.Tensor) and o.is_floating_point() else float("nan") for o in outputs
+    ]
 
 
 def rounding_noise(outputs: list[Any], exact: list[float]) -> dict[int, float]:

@@ -50,13 +50,21 @@ class NoiseScan:
         """One call: the reference's outputs, and the rms of each of the float64 twin's
         (`compare.output_rms`; None: it could not run, and nothing can be called noise)."""
         found = rounding_noise(outputs, exact) if exact is not None else {}
-        self.levels = found if self.levels is None else {i: max(level, found[i]) for i, level in self.levels.items() if i in found}
+        self.levels = (
+            found
+            if self.levels is None
+            else {i: max(level, found[i]) for i, level in self.levels.items() if i in found}
+        )
 
     def notes(self, what: str, then: str = "") -> tuple[str, ...]:
         """One note per output that is noise on every call seen (`what` names the calls), each
         ending with `then`."""
         levels = sorted((self.levels or {}).items())
-        return tuple(f"output {i} is rounding noise around zero on {what} (its rms at most {level:.2g}, its float64 value under {NOISE_RATIO:g} of that): a defect of the problem{then}" for i, level in levels)
+        return tuple(
+            f"output {i} is rounding noise around zero on {what} (its rms at most {level:.2g}, its float64 value "
+            f"under {NOISE_RATIO:g} of that): a defect of the problem{then}"
+            for i, level in levels
+        )
 
 
 def perturbations(value: torch.Tensor) -> list[torch.Tensor]:
@@ -70,7 +78,8 @@ def perturbations(value: torch.Tensor) -> list[torch.Tensor]:
 
 
 PROBE_CALLS = ((False, 0), (True, 0), (True, 1), (False, 1))  # (train, input set) of each call a probe makes, in order
-CHANGED_BEFORE = (0, 2)  # the calls before which a probe changes the buffer: at the start, and once a train call has updated it
+# the calls before which a probe changes the buffer: at the start, and once a train call has updated it
+CHANGED_BEFORE = (0, 2)
 
 
 @dataclasses.dataclass
@@ -101,7 +110,8 @@ class InertBuffers:
                 twin, sets = copy.deepcopy(self.model), self.inputs()
                 if name not in dict(twin.named_buffers()):
                     return False
-                start = {key: b.detach().clone() for key, b in twin.named_buffers()} | self.state  # non-persistent buffers as they are
+                # non-persistent buffers as they are
+                start = {key: b.detach().clone() for key, b in twin.named_buffers()} | self.state
                 base = self._run(twin, start, sets, name, None)
                 changes = [(at, k) for at in CHANGED_BEFORE for k in range(len(perturbations(twin.get_buffer(name))))]
                 return all(_same(base, self._run(twin, start, sets, name, change)) for change in changes)
@@ -109,7 +119,9 @@ class InertBuffers:
             synchronize(device)
             return False
 
-    def _run(self, twin: Any, start: dict[str, Any], sets: list[list[Any]], name: str, change: Optional[tuple[int, int]]) -> list[torch.Tensor]:
+    def _run(
+        self, twin: Any, start: dict[str, Any], sets: list[list[Any]], name: str, change: Optional[tuple[int, int]]
+    ) -> list[torch.Tensor]:
         """The outputs of PROBE_CALLS from `start`, with `name` changed to its perturbation
         change[1] before call change[0] (None: unchanged), and every other buffer after them."""
         own = dict(twin.named_parameters()) | dict(twin.named_buffers())
@@ -144,8 +156,14 @@ def judge_buffers(name: str, results: dict[str, Optional[CheckResult]], inert: C
         result = results[key]
         if result is None:
             return CheckResult(name, False, f"buffer {key} is missing")
-        return dataclasses.replace(result, reason=f"buffer {key} differs from the reference's: {result.reason.removeprefix('output: ').removeprefix('output ')}")
+        return dataclasses.replace(
+            result,
+            reason=f"buffer {key} differs from the reference's: "
+            f"{result.reason.removeprefix('output: ').removeprefix('output ')}",
+        )
     passed = [result for result in results.values() if result is not None and result.passed]
     worst = max(reversed(passed), key=lambda r: r.max_abs_error or 0.0) if passed else CheckResult(name, True, "ok")
-    notes = [f"buffer {key} is missing" for key in missing] + [f"buffer {key} differs from the reference's" for key in differing]
+    notes = [f"buffer {key} is missing" for key in missing] + [
+        f"buffer {key} differs from the reference's" for key in differing
+    ]
     return dataclasses.replace(worst, note=f"{', '.join(notes)}: {INERT}") if notes else worst

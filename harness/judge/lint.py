@@ -55,7 +55,11 @@ def _compared(outputs: list[Any]) -> list[Any]:
     integer ones (exactly, as argmax's indices are)."""
     import torch
 
-    return [o for o in outputs if isinstance(o, torch.Tensor) and (o.is_floating_point() or (not o.is_complex() and o.dtype != torch.bool))]
+    return [
+        o
+        for o in outputs
+        if isinstance(o, torch.Tensor) and (o.is_floating_point() or (not o.is_complex() and o.dtype != torch.bool))
+    ]
 
 
 def _share_within(candidate: list[Any], expected: list[Any], atol: float, rtol: float, norm: float = 0.0) -> float:
@@ -105,25 +109,67 @@ def lint(path: Path, device_name: str, settings: dict[str, Any]) -> list[LintChe
         again = _compared(as_outputs(model(*first_inputs)))
         other = _compared(as_outputs(model(*other_inputs)))
         if not first:
-            return [LintCheck("compared outputs", LintOutcome.FAIL, "the reference returns no floating or integer tensor: nothing to compare")]
+            return [
+                LintCheck(
+                    "compared outputs",
+                    LintOutcome.FAIL,
+                    "the reference returns no floating or integer tensor: nothing to compare",
+                )
+            ]
         same = _share_within(again, first, 0.0, 0.0)
         close = _share_within(again, first, atol, rtol, norm)
-        checks.append(LintCheck("deterministic", LintOutcome.PASS if close == 1.0 else LintOutcome.FAIL, f"the same inputs twice: {same:.2%} of elements bit-identical, {close:.2%} within tolerance"))
+        checks.append(
+            LintCheck(
+                "deterministic",
+                LintOutcome.PASS if close == 1.0 else LintOutcome.FAIL,
+                f"the same inputs twice: {same:.2%} of elements bit-identical, {close:.2%} within tolerance",
+            )
+        )
         zeros = _share_within([torch.zeros_like(o) for o in first], first, atol, rtol, norm)
         checks.append(LintCheck("zeros fail", _by_share(zeros), f"an all-zeros output matches {zeros:.2%} of elements"))
         checks.append(_rounding_noise(model, [first_inputs, other_inputs]))
         if all(o.numel() <= 1 for o in first):  # a loss: a constant equal to it is the output itself
-            checks.append(LintCheck("constant fails", LintOutcome.SKIP, "every output has one element: its own mean is itself; 'depends on inputs' judges it"))
+            checks.append(
+                LintCheck(
+                    "constant fails",
+                    LintOutcome.SKIP,
+                    "every output has one element: its own mean is itself; 'depends on inputs' judges it",
+                )
+            )
         else:
-            constant = _share_within([torch.full_like(o, float(o.float().mean())) for o in first], first, atol, rtol, norm)
-            checks.append(LintCheck("constant fails", _by_share(constant), f"a constant output (the mean) matches {constant:.2%} of elements"))
-        stale = _share_within(first, other, atol, rtol, norm) if all(a.shape == b.shape for a, b in zip(first, other)) else 0.0
-        checks.append(LintCheck("depends on inputs", _by_share(stale), f"the output for other inputs matches {stale:.2%} of this one's elements"))
+            constant = _share_within(
+                [torch.full_like(o, float(o.float().mean())) for o in first], first, atol, rtol, norm
+            )
+            checks.append(
+                LintCheck(
+                    "constant fails",
+                    _by_share(constant),
+                    f"a constant output (the mean) matches {constant:.2%} of elements",
+                )
+            )
+        stale = (
+            _share_within(first, other, atol, rtol, norm)
+            if all(a.shape == b.shape for a, b in zip(first, other))
+            else 0.0
+        )
+        checks.append(
+            LintCheck(
+                "depends on inputs",
+                _by_share(stale),
+                f"the output for other inputs matches {stale:.2%} of this one's elements",
+            )
+        )
         if any(True for _ in model.parameters()) or any(True for _ in model.buffers()):
             randomize_state(model, 13)
             moved = _compared(as_outputs(model(*first_inputs)))
             kept = _share_within(moved, first, atol, rtol, norm)
-            checks.append(LintCheck("depends on weights", _by_share(kept), f"with redrawn weights the output still matches {kept:.2%} of elements"))
+            checks.append(
+                LintCheck(
+                    "depends on weights",
+                    _by_share(kept),
+                    f"with redrawn weights the output still matches {kept:.2%} of elements",
+                )
+            )
         else:
             checks.append(LintCheck("depends on weights", LintOutcome.SKIP, "the model has no parameters or buffers"))
     return checks + _memory_and_launches(model, first_inputs, first, device, settings)
@@ -146,16 +192,31 @@ def _rounding_noise(model: Any, sets: list[list[Any]]) -> LintCheck:
     try:
         twin = copy.deepcopy(model).double()
         for args in sets:
-            wide = as_outputs(twin(*[a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]))
+            wide = as_outputs(
+                twin(*[a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args])
+            )
             scan.observe(as_outputs(model(*args)), output_rms(wide))
     except Exception as exc:
-        return LintCheck("not rounding noise", LintOutcome.SKIP, f"the float64 copy of the model does not run: {one_line(exc)}")
+        return LintCheck(
+            "not rounding noise", LintOutcome.SKIP, f"the float64 copy of the model does not run: {one_line(exc)}"
+        )
     if not scan.levels:
-        return LintCheck("not rounding noise", LintOutcome.PASS, f"every floating output's float64 value is at least {NOISE_RATIO:g} of its float32 rms (or both are zero), on {len(sets)} input sets")
-    return LintCheck("not rounding noise", LintOutcome.FAIL, "; ".join(scan.notes(f"{len(sets)} input sets", ": no kernel's answer to it can be judged")))
+        return LintCheck(
+            "not rounding noise",
+            LintOutcome.PASS,
+            f"every floating output's float64 value is at least {NOISE_RATIO:g} of its float32 rms (or both are "
+            f"zero), on {len(sets)} input sets",
+        )
+    return LintCheck(
+        "not rounding noise",
+        LintOutcome.FAIL,
+        "; ".join(scan.notes(f"{len(sets)} input sets", ": no kernel's answer to it can be judged")),
+    )
 
 
-def _memory_and_launches(model: Any, args: list[Any], outputs: list[Any], device: Any, settings: dict[str, Any]) -> list[LintCheck]:
+def _memory_and_launches(
+    model: Any, args: list[Any], outputs: list[Any], device: Any, settings: dict[str, Any]
+) -> list[LintCheck]:
     """Fits in memory (CUDA: the peak so far; CPU: inputs, outputs and weights, a floor), then, on
     CUDA, not launch-bound and time in range."""
     import torch
@@ -163,11 +224,25 @@ def _memory_and_launches(model: Any, args: list[Any], outputs: list[Any], device
     limit = settings["memory_gb"] * (1 << 30)
     if device.type == Device.CUDA:
         peak = torch.cuda.max_memory_allocated(device)
-        return [LintCheck("fits in memory", LintOutcome.PASS if peak <= limit else LintOutcome.FAIL, f"peak {peak / (1 << 30):.2f} GiB allocated, limit {settings['memory_gb']:g} GiB"), *_launch_bound(model, args, device, settings)]
-    tensors = [a for a in args if isinstance(a, torch.Tensor)] + outputs + list(model.parameters()) + list(model.buffers())
+        return [
+            LintCheck(
+                "fits in memory",
+                LintOutcome.PASS if peak <= limit else LintOutcome.FAIL,
+                f"peak {peak / (1 << 30):.2f} GiB allocated, limit {settings['memory_gb']:g} GiB",
+            ),
+            *_launch_bound(model, args, device, settings),
+        ]
+    tensors = (
+        [a for a in args if isinstance(a, torch.Tensor)] + outputs + list(model.parameters()) + list(model.buffers())
+    )
     floor = sum(t.numel() * t.element_size() for t in tensors)
     return [
-        LintCheck("fits in memory", LintOutcome.PASS if floor <= limit else LintOutcome.FAIL, f"inputs, outputs and weights take {floor / (1 << 30):.2f} GiB (a floor), limit {settings['memory_gb']:g} GiB"),
+        LintCheck(
+            "fits in memory",
+            LintOutcome.PASS if floor <= limit else LintOutcome.FAIL,
+            f"inputs, outputs and weights take {floor / (1 << 30):.2f} GiB (a floor), limit "
+            f"{settings['memory_gb']:g} GiB",
+        ),
         LintCheck("not launch-bound", LintOutcome.SKIP, "needs CUDA to judge"),
     ]
 
@@ -185,9 +260,22 @@ def _launch_bound(model: Any, args: list[Any], device: Any, settings: dict[str, 
         profile = profile_call(model, args, device, flush_buffer(device))
     busy = profile.kernel_ms / stats.median_ms if stats.median_ms > 0 else 0.0
     low, high = settings["time_ms"]
-    checks = [LintCheck("not launch-bound", LintOutcome.PASS if busy >= 0.5 else LintOutcome.FAIL, f"GPU work is {profile.kernel_ms:.4g} ms of a {stats.median_ms:.4g} ms call ({busy:.0%}) in {profile.launches} launches")]
+    checks = [
+        LintCheck(
+            "not launch-bound",
+            LintOutcome.PASS if busy >= 0.5 else LintOutcome.FAIL,
+            f"GPU work is {profile.kernel_ms:.4g} ms of a {stats.median_ms:.4g} ms call ({busy:.0%}) in "
+            f"{profile.launches} launches",
+        )
+    ]
     inside = low <= stats.median_ms <= high
-    checks.append(LintCheck("time in range", LintOutcome.PASS if inside else LintOutcome.WARN, f"eager reference {stats.median_ms:.4g} ms; the suite aims for {low:g}-{high:g} ms"))
+    checks.append(
+        LintCheck(
+            "time in range",
+            LintOutcome.PASS if inside else LintOutcome.WARN,
+            f"eager reference {stats.median_ms:.4g} ms; the suite aims for {low:g}-{high:g} ms",
+        )
+    )
     return checks
 
 

@@ -43,11 +43,13 @@ class Reference:
         self.init_args: list[Any] = []
         self.initial: dict[str, Any] = {}  # the state constructed under the construct seed
         self.randomized: dict[str, Any] = {}  # the state the plan's calls run with (redrawn when the job asks)
-        self.structures: Optional[list[tuple[str, ...]]] = None  # per input: what get_inputs() guarantees (worker.inputs.structure)
+        # per input: what get_inputs() guarantees (worker.inputs.structure)
+        self.structures: Optional[list[tuple[str, ...]]] = None
         self.other: dict[str, Any] = {}
         self.other_note = ""
         self.float64_note = ""
-        self.noise = NoiseScan()  # the outputs that are rounding noise on every planned call (the float64 twin's finding)
+        # the outputs that are rounding noise on every planned call (the float64 twin's finding)
+        self.noise = NoiseScan()
         self.same_seed_noise = NoiseScan()  # the same on the same-seed call (the initial weights)
         self.gradients_note = ""  # why the gradient check is skipped, when it is
         self.set_bytes = 0  # the largest input set of the plan
@@ -95,7 +97,8 @@ class Reference:
             with torch.no_grad():
                 self.model.eval()
                 self.load(self.initial)  # the same-seed call's state
-                sizes.append(output_bytes(self.forward(self.inputs(0))))  # also what the float64 twin's outputs will need
+                # also what the float64 twin's outputs will need
+                sizes.append(output_bytes(self.forward(self.inputs(0))))
                 scanned(self, self.same_seed_noise, self.inputs(0), probe=False)
                 self.load(self.randomized)
                 for index, call in enumerate(job.calls):
@@ -111,7 +114,9 @@ class Reference:
                 del grads
                 release(self.device)
                 if status is not Backward.RAN:  # e.g. its backward does not fit: no verdict rather than a wrong one
-                    self.gradients_note = f"the gradient check is skipped: the reference's own backward fails ({reason})"
+                    self.gradients_note = (
+                        f"the gradient check is skipped: the reference's own backward fails ({reason})"
+                    )
         except WorkerFailure:
             raise
         except BaseException as exc:
@@ -143,7 +148,9 @@ class Reference:
         yardstick of precision. None when it would not fit beside what is held now."""
         if self.float64_note:
             return None
-        need = 2 * (nbytes(tensors_of(args)) + sum(p.numel() * p.element_size() for p in self.model.state_dict().values()))
+        need = 2 * (
+            nbytes(tensors_of(args)) + sum(p.numel() * p.element_size() for p in self.model.state_dict().values())
+        )
         need += 2 * self.output_bytes
         if need > free_memory(self.device):
             self.float64_note = f"the float64 twin needs about {need / 2**30:.1f} GiB, more than is free"
@@ -174,7 +181,10 @@ class Reference:
             if self.structures is None:  # read once, from the first draw: the problem's guarantees
                 self.structures = [structure(a) for a in args]
             keep = self.structures + [()] * (len(args) - len(self.structures))
-            return [redistribute(a, job.distributions[trial], seed + position, keep[position]) for position, a in enumerate(args)]
+            return [
+                redistribute(a, job.distributions[trial], seed + position, keep[position])
+                for position, a in enumerate(args)
+            ]
         except BaseException as exc:
             raise classify(exc, Status.CONSTRUCT_FAILED) from None
         finally:
@@ -249,7 +259,11 @@ def structure_notes(structures: Optional[list[tuple[str, ...]]]) -> tuple[str, .
     for position, found in enumerate(structures or []):
         if not found:
             continue
-        kept = "not redrawn: each trial uses get_inputs() under its own secret seed" if {"0/1 mask", "integer-valued"} & set(found) else "the normal, signed and shifted redraws keep it"
+        kept = (
+            "not redrawn: each trial uses get_inputs() under its own secret seed"
+            if {"0/1 mask", "integer-valued"} & set(found)
+            else "the normal, signed and shifted redraws keep it"
+        )
         notes.append(f"input {position}: {', '.join(found)} ({kept})")
     return tuple(notes)
 
@@ -260,7 +274,10 @@ RELEASE_ABOVE = 256 << 20  # cached, unused device memory the judge keeps at mos
 def release(device: torch.device) -> None:
     """Give cached device memory back, so that the worker beside the judge can have it (only when
     there is much of it: emptying the cache after every small step would cost its reallocation)."""
-    if device.type == Device.CUDA and torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device) > RELEASE_ABOVE:
+    if (
+        device.type == Device.CUDA
+        and torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device) > RELEASE_ABOVE
+    ):
         torch.cuda.empty_cache()
 
 

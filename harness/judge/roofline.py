@@ -95,7 +95,10 @@ def device_peaks(device: torch.device, dtype: str, cache_dir: Path) -> Peaks:
     A lock on the file keeps two workers from measuring (and disturbing each other) at once."""
     tf32 = device.type == Device.CUDA and dtype == "float32" and torch.backends.cuda.matmul.allow_tf32
     name = torch.cuda.get_device_name(device) if device.type == Device.CUDA else cpu_name()
-    label = f"{name}|torch {torch.__version__}|{dtype}|tf32={tf32}|threads={torch.get_num_threads() if device.type == Device.CPU else 0}"
+    label = (
+        f"{name}|torch "
+        f"{torch.__version__}|{dtype}|tf32={tf32}|threads={torch.get_num_threads() if device.type == Device.CPU else 0}"
+    )
     slug = re.sub(r"[^A-Za-z0-9]+", "-", name).strip("-")[:40]
     path = cache_dir / f"{slug}-{hashlib.sha256(label.encode()).hexdigest()[:16]}.json"
     cache_dir.mkdir(parents=True, exist_ok=True)
@@ -107,9 +110,21 @@ def device_peaks(device: torch.device, dtype: str, cache_dir: Path) -> Peaks:
                 return Peaks(tflops=float(data["tflops"]), gbps=float(data["gbps"]), source=str(path))
             except (ValueError, KeyError, OSError):
                 pass  # a damaged cache file is measured again
-        tflops = _matmul_tflops(device, getattr(torch, dtype) if dtype in ("float16", "bfloat16", "float64") else torch.float32)
+        tflops = _matmul_tflops(
+            device, getattr(torch, dtype) if dtype in ("float16", "bfloat16", "float64") else torch.float32
+        )
         gbps = _copy_gbps(device)
-        path.write_text(json.dumps({"label": label, "tflops": tflops, "gbps": gbps, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, indent=1))
+        path.write_text(
+            json.dumps(
+                {
+                    "label": label,
+                    "tflops": tflops,
+                    "gbps": gbps,
+                    "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                },
+                indent=1,
+            )
+        )
         return Peaks(tflops=tflops, gbps=gbps, source="measured")
 
 

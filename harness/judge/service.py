@@ -68,20 +68,29 @@ class Checker:
         self.stager = stager
         self.device = reference.device
         self.tolerances = tolerances
-        self.inert = InertBuffers(reference.model, reference.randomized, lambda: [reference.inputs(0), reference.inputs(min(1, len(job.input_seeds) - 1))], job.rng_seed)
+        self.inert = InertBuffers(
+            reference.model,
+            reference.randomized,
+            lambda: [reference.inputs(0), reference.inputs(min(1, len(job.input_seeds) - 1))],
+            job.rng_seed,
+        )
 
     def check(self, number: int, step: P.Step) -> P.StepAnswer:
         """The verdict on one step of session `number`, with what it asks for next staged."""
         session = self.stager.sessions.get(number)
         if session is None:
             return P.StepAnswer(failure=P.Failure(Status.HARNESS_ERROR, f"no session {number}"))
-        order = P.out_of_order(session.role, session.seen, step, len(P.role_calls(session.role, self.job.calls)), self.job.gradients)
+        order = P.out_of_order(
+            session.role, session.seen, step, len(P.role_calls(session.role, self.job.calls)), self.job.gradients
+        )
         if order:
             return P.StepAnswer(failure=P.Failure(Status.FORGED_RESULT, order))
         session.seen.append(step.step)
         with torch.no_grad():
             verdict = self._judge_step(session, step)
-        if verdict.failure is None and (verdict.check is None or verdict.check.passed or step.step == P.StepKind.SAME_SEED):
+        if verdict.failure is None and (
+            verdict.check is None or verdict.check.passed or step.step == P.StepKind.SAME_SEED
+        ):
             verdict = dataclasses.replace(verdict, staged=self.stager.stage(session, step.want))
         synchronize(self.device)
         release(self.device)  # what this step held goes back before the worker's next step
@@ -93,8 +102,11 @@ class Checker:
             return P.StepAnswer()
         if step.step == P.StepKind.BUFFERS:
             buffers = dict(self.reference.model.named_buffers())
-            if session.own_weights and not all(self.inert(k) for k in sorted(set(buffers) - {o.name for o in step.outputs})):
-                return P.StepAnswer()  # its own state under other names: nothing to pair them by (the verdict is flagged)
+            if session.own_weights and not all(
+                self.inert(k) for k in sorted(set(buffers) - {o.name for o in step.outputs})
+            ):
+                # its own state under other names: nothing to pair them by (the verdict is flagged)
+                return P.StepAnswer()
             return P.StepAnswer(check=self._compare_named(P.BUFFERS_CHECK, buffers, session, step))
         if step.step == P.StepKind.GRADS:
             return self._gradients(session, step)
@@ -103,7 +115,9 @@ class Checker:
         if step.step == P.StepKind.TIMED:
             self.reference.model.eval()
             expected = self.reference.forward(self.reference.inputs(0), aliases=True)
-            return P.StepAnswer(check=self._compare(P.TIMED_CHECK, expected, session, step, self.reference.noise.levels))
+            return P.StepAnswer(
+                check=self._compare(P.TIMED_CHECK, expected, session, step, self.reference.noise.levels)
+            )
         return self._call(session, step)
 
     def _gradients(self, session: SessionState, step: P.Step) -> P.StepAnswer:
@@ -111,18 +125,26 @@ class Checker:
         reference's own backward fails)."""
         if self.reference.gradients_note:
             return P.StepAnswer()
-        status, reason, grads = model_gradients(self.reference.model, self.stager.staged_inputs(session, 0), self.job.gradient_seed)
+        status, reason, grads = model_gradients(
+            self.reference.model, self.stager.staged_inputs(session, 0), self.job.gradient_seed
+        )
         if status is not Backward.RAN or not grads:  # the reference's own backward failed here (memory): no verdict
             return P.StepAnswer()
-        if session.own_weights:  # its own parameters pair by name and shape or not at all; the inputs' gradients always do
-            grads = paired_gradients(grads, {o.name: tuple(o.tensor.shape) for o in step.outputs if o.tensor is not None})
+        # its own parameters pair by name and shape or not at all; the inputs' gradients always do
+        if session.own_weights:
+            grads = paired_gradients(
+                grads, {o.name: tuple(o.tensor.shape) for o in step.outputs if o.tensor is not None}
+            )
         actual: dict[str, Any] = {"status": step.status, "reason": step.reason, "tensors": {}}
-        for output in (o for o in step.outputs if o.name in grads):  # the reference's gradients; others are not compared
+        # the reference's gradients; others are not compared
+        for output in (o for o in step.outputs if o.name in grads):
             tensor = self._mailbox_tensor(session, output)
             if isinstance(tensor, str):
                 return P.StepAnswer(gradients=("mismatch", tensor))
             actual["tensors"][output.name] = tensor
-        return P.StepAnswer(gradients=compare_gradients({"tensors": grads}, actual, self.tolerances, self.job.gradient_tolerance_factor))
+        return P.StepAnswer(
+            gradients=compare_gradients({"tensors": grads}, actual, self.tolerances, self.job.gradient_tolerance_factor)
+        )
 
     def _same_seed(self, session: SessionState, step: P.Step) -> P.StepAnswer:
         """The worker's model built under the construct seed, in eval mode, against the reference's
@@ -166,7 +188,9 @@ class Checker:
             release(self.device)  # the twin's memory goes back to the device, for the worker beside us
         return P.StepAnswer(check=check, precision=precision, unsafe=unsafe)
 
-    def _precision(self, session: SessionState, step: P.Step, expected: dict[str, Any], wide: list[Any]) -> dict[str, float]:
+    def _precision(
+        self, session: SessionState, step: P.Step, expected: dict[str, Any], wide: list[Any]
+    ) -> dict[str, float]:
         """The worker's and the reference's relative errors against the float64 twin's outputs,
         those that are rounding noise aside ({} when the worker's cannot be read, or an error is
         not a number)."""
@@ -188,7 +212,14 @@ class Checker:
         except ValueError as exc:
             return f"its outputs are not where it said ({exc})"
 
-    def _compare(self, name: str, expected: dict[str, Any], session: SessionState, step: P.Step, noise: Optional[dict[int, float]] = None) -> CheckResult:
+    def _compare(
+        self,
+        name: str,
+        expected: dict[str, Any],
+        session: SessionState,
+        step: P.Step,
+        noise: Optional[dict[int, float]] = None,
+    ) -> CheckResult:
         """The step's outputs, read in place in the mailbox, against the reference's (`noise`: those
         that are rounding noise around zero, with their levels: harness.judge.degenerate)."""
         if len(step.outputs) != len(expected["tensors"]):
@@ -214,14 +245,23 @@ class Checker:
         }
         return compare_outputs(name, expected, actual, self.tolerances, noise)
 
-    def _compare_named(self, name: str, expected: dict[str, Any], session: SessionState, step: P.Step) -> Optional[CheckResult]:
+    def _compare_named(
+        self, name: str, expected: dict[str, Any], session: SessionState, step: P.Step
+    ) -> Optional[CheckResult]:
         """Module state after every planned call (BatchNorm running statistics and the like)
         against the reference's, by name; a buffer no output depends on (harness.judge.degenerate) that
         is missing or differs is a note, not a failure. None when the reference has none."""
         if not expected:
             return None
         got = {o.name: o for o in step.outputs}
-        results = {key: self._compare(name, {"types": ["Tensor"], "tensors": [value]}, session, P.Step(step.step, outputs=(got[key],))) if key in got else None for key, value in expected.items()}
+        results = {
+            key: self._compare(
+                name, {"types": ["Tensor"], "tensors": [value]}, session, P.Step(step.step, outputs=(got[key],))
+            )
+            if key in got
+            else None
+            for key, value in expected.items()
+        }
         return judge_buffers(name, results, self.inert)
 
 
@@ -252,7 +292,12 @@ class ReferenceTiming:
             try:
                 with torch.no_grad():
                     reference.forward(sets[0])  # warm: the profile is of a warm call
-                    self.profile = profile_call(reference.model, sets[0], self.device, flush_buffer(self.device) if job.timing.flush_l2 else None)
+                    self.profile = profile_call(
+                        reference.model,
+                        sets[0],
+                        self.device,
+                        flush_buffer(self.device) if job.timing.flush_l2 else None,
+                    )
             except WorkerFailure:
                 raise
             except Exception as exc:
@@ -286,7 +331,9 @@ class ReferenceTiming:
         settings = dataclasses.replace(self.job.timing, mode="graph" if graph else "eager")
         with self._threads():
             session.timer, ready, _ = prepare_timer(self.reference.model, sets, self.device, settings, profiled=False)
-        return dataclasses.replace(ready, needs_device="; ".join(r for r in (ready.needs_device, device_sync_reason(self.profile)) if r))
+        return dataclasses.replace(
+            ready, needs_device="; ".join(r for r in (ready.needs_device, device_sync_reason(self.profile)) if r)
+        )
 
     def time_round(self, ask: P.TimeRound) -> P.RoundTimed:
         """One round of the reference's side of a prepared session's paired timing."""
@@ -376,7 +423,9 @@ class Judge:
         self._phase("load")
         reference, device_name, check_threads = self._load()
         # Regions in device memory where another process can map it, else in host shared memory.
-        region_kind = P.RegionKind.CUDA if reference.device.type == Device.CUDA and device_sharing() else P.RegionKind.HOST
+        region_kind = (
+            P.RegionKind.CUDA if reference.device.type == Device.CUDA and device_sharing() else P.RegionKind.HOST
+        )
 
         self._phase("construct")
         reference.construct()
@@ -393,7 +442,8 @@ class Judge:
             peak_bytes=reference.forward_peak,
             float64_note="; ".join(n for n in (reference.float64_note, reference.gradients_note) if n),
             input_structure=structure_notes(reference.structures),
-            degenerate=reference.noise.notes("every call of the plan", NOISE_THEN) or reference.same_seed_noise.notes("the same-seed call (the initial weights)", NOISE_THEN),
+            degenerate=reference.noise.notes("every call of the plan", NOISE_THEN)
+            or reference.same_seed_noise.notes("the same-seed call (the initial weights)", NOISE_THEN),
         )
         if reference.device.type == Device.CPU:
             report = dataclasses.replace(report, forward_ops=reference_ops(reference, job.calls))
@@ -430,7 +480,8 @@ class Judge:
         if peak > job.memory_fraction * total:
             raise WorkerFailure(
                 Status.OUT_OF_MEMORY,
-                f"the reference needs {peak / 2**30:.1f} GiB at its peak, over {job.memory_fraction:.0%} of the {total / 2**30:.1f} GiB the {reference.device.type} has; a compared model beside it would not fit",
+                f"the reference needs {peak / 2**30:.1f} GiB at its peak, over {job.memory_fraction:.0%} of the "
+                f"{total / 2**30:.1f} GiB the {reference.device.type} has; a compared model beside it would not fit",
             )
         budget = job.slot_fraction * total
         timed_slots = max(1, min(job.timed_inputs, int(budget // max(reference.set_bytes, 1))))
@@ -499,7 +550,11 @@ def serve(requests: Any, send: Callable[[Any], None]) -> None:
                 send(P.Fault(failure.describe()))
                 return
             if isinstance(request, P.Check):
-                send(P.StepAnswer(failure=P.Failure(Status.HARNESS_ERROR, f"the judge failed on this step: {failure.reason}")))
+                send(
+                    P.StepAnswer(
+                        failure=P.Failure(Status.HARNESS_ERROR, f"the judge failed on this step: {failure.reason}")
+                    )
+                )
             else:
                 send(P.Fault(failure.describe()))
                 return

@@ -54,7 +54,8 @@ class SessionState:
         self.last_args: Optional[list[Any]] = None  # the inputs the reference's last call ran on
         self.last_trial: Optional[int] = None
         self.timer: Any = None  # the reference's side of this session's paired timing (harness.device.timing.Timer)
-        self.own_weights = False  # the worker keeps its same-seed weights: its calls are judged against the initial ones
+        # the worker keeps its same-seed weights: its calls are judged against the initial ones
+        self.own_weights = False
 
     def free(self) -> None:
         """Free both regions."""
@@ -92,11 +93,20 @@ class Stager:
         self.sessions[session.number] = session
         write(inputs.tensor, [v for _, v in weights], weight_specs)
         init = self._write_set(session, reference.init_args, weights_end, "get_init_inputs()")
-        first = self.stage(session, P.Want(P.WantKind.TRIAL) if role is not P.Role.BASELINE else P.Want(P.WantKind.CALL))
+        first = self.stage(
+            session, P.Want(P.WantKind.TRIAL) if role is not P.Role.BASELINE else P.Want(P.WantKind.CALL)
+        )
         reference.load(reference.randomized)
         synchronize(self.device)
         assert first is not None
-        return P.SessionHandle(session.number, inputs.handle, mailbox.handle, init, tuple(P.Named(k, s) for (k, _), s in zip(weights, weight_specs)), first)
+        return P.SessionHandle(
+            session.number,
+            inputs.handle,
+            mailbox.handle,
+            init,
+            tuple(P.Named(k, s) for (k, _), s in zip(weights, weight_specs)),
+            first,
+        )
 
     def close(self, number: int) -> P.Closed:
         """End a session: its regions freed (a session not open is closed already)."""
@@ -151,13 +161,18 @@ class Stager:
                 return used
         return self.reference.inputs(trial)
 
-    def _write_set(self, session: SessionState, args: list[Any], offset: int, where: str = "get_inputs()") -> tuple[P.Arg, ...]:
+    def _write_set(
+        self, session: SessionState, args: list[Any], offset: int, where: str = "get_inputs()"
+    ) -> tuple[P.Arg, ...]:
         """Write `args`' tensors into the worker's inputs region from `offset`; their Args."""
         tensors = tensors_of(args)
         specs, _ = layout(tensors, offset)
         write(session.inputs.tensor, tensors, specs)
         found = iter(specs)
-        return tuple(P.Arg(tensor=next(found)) if isinstance(a, torch.Tensor) else P.Arg(value=_json_value(a, where)) for a in args)
+        return tuple(
+            P.Arg(tensor=next(found)) if isinstance(a, torch.Tensor) else P.Arg(value=_json_value(a, where))
+            for a in args
+        )
 
     def staged_inputs(self, session: SessionState, trial: int) -> list[Any]:
         """The judge's own copy of what it staged for this call (made afresh if it was not kept)."""
@@ -182,7 +197,9 @@ class Stager:
         staged = [view(session.inputs.tensor, spec) for spec in layout(tensors_of(args), session.slots[0])[0]]
         for position, (mine, theirs) in enumerate(zip(tensors_of(args), staged)):
             if not same_bits(mine, theirs):
-                return P.StepAnswer(failure=P.Failure(Status.MUTATED_INPUT, f"forward changed input {position} in place ({label})"))
+                return P.StepAnswer(
+                    failure=P.Failure(Status.MUTATED_INPUT, f"forward changed input {position} in place ({label})")
+                )
         return None
 
     def guards(self, session: SessionState, args: list[Any], label: str) -> str:
@@ -199,5 +216,9 @@ def _json_value(value: Any, where: str) -> Any:
     try:
         json.dumps(value)
     except (TypeError, ValueError):
-        raise WorkerFailure(Status.INTERFACE_ERROR, f"{where} returns a {type(value).__name__}, which the harness cannot hand to workers (tensors and JSON values only)") from None
+        raise WorkerFailure(
+            Status.INTERFACE_ERROR,
+            f"{where} returns a {type(value).__name__}, which the harness cannot hand to workers (tensors and JSON "
+            "values only)",
+        ) from None
     return value

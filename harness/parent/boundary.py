@@ -55,7 +55,12 @@ class RunBoundary:
 def candidate_env(scratch: Path, build_cache: Path) -> dict[str, str]:
     """Where a candidate's processes keep their temporary files and JIT caches: the run's scratch
     (TMPDIR, Triton's and CUDA's caches) and the build cache (torch.compile's)."""
-    folders = {"TMPDIR": scratch / "tmp", "TRITON_CACHE_DIR": scratch / "triton", "CUDA_CACHE_PATH": scratch / "nv", "TORCHINDUCTOR_CACHE_DIR": build_cache / "inductor"}
+    folders = {
+        "TMPDIR": scratch / "tmp",
+        "TRITON_CACHE_DIR": scratch / "triton",
+        "CUDA_CACHE_PATH": scratch / "nv",
+        "TORCHINDUCTOR_CACHE_DIR": build_cache / "inductor",
+    }
     for folder in folders.values():
         folder.mkdir(parents=True, exist_ok=True)
     return {name: str(folder) for name, folder in folders.items()}
@@ -64,7 +69,13 @@ def candidate_env(scratch: Path, build_cache: Path) -> dict[str, str]:
 def protected_trees(cfg: Config, problem_files: tuple[Path, ...] = ()) -> tuple[Path, ...]:
     """What a candidate must not write: the problem, solutions and results trees, the folders of
     problem files given by path, and the harness itself."""
-    trees = [cfg.path(cfg.problems_dir), cfg.path(cfg.solutions_dir), cfg.path(cfg.results_dir), PACKAGE, *(p.resolve().parent for p in problem_files)]
+    trees = [
+        cfg.path(cfg.problems_dir),
+        cfg.path(cfg.solutions_dir),
+        cfg.path(cfg.results_dir),
+        PACKAGE,
+        *(p.resolve().parent for p in problem_files),
+    ]
     return tuple(dict.fromkeys(t.resolve() for t in trees if t.exists()))
 
 
@@ -72,10 +83,20 @@ def protected_trees(cfg: Config, problem_files: tuple[Path, ...] = ()) -> tuple[
 def probe(layer: str, folder: str) -> tuple[bool, str]:
     """Whether a fresh process can enter `layer` here (the kernel's support is the machine's, so
     it is asked once per process); with the layer it entered, or why not."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+    }
     env.pop(ENV, None)
     try:
-        done = subprocess.run([sys.executable, "-m", "harness.worker.sandbox", layer, folder], capture_output=True, text=True, timeout=60, cwd=ROOT, env=env)
+        done = subprocess.run(
+            [sys.executable, "-m", "harness.worker.sandbox", layer, folder],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=ROOT,
+            env=env,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return False, str(exc)
     said = (done.stdout.strip() or done.stderr.strip() or f"exit {done.returncode}").splitlines()[-1]
@@ -86,11 +107,18 @@ def layers_here() -> list[str]:
     """The layers this machine offers, strongest first, as a run would record them ("hash" always)."""
     import tempfile
 
-    found = [said for layer in (Boundary.LANDLOCK, Boundary.MOUNT) for entered, said in [probe(layer, tempfile.gettempdir())] if entered]
+    found = [
+        said
+        for layer in (Boundary.LANDLOCK, Boundary.MOUNT)
+        for entered, said in [probe(layer, tempfile.gettempdir())]
+        if entered
+    ]
     return [*found, str(Boundary.HASH)]
 
 
-def open_boundary(cfg: Config, scratch: Path, problem_files: tuple[Path, ...] = (), results_run: Optional[Path] = None) -> RunBoundary:
+def open_boundary(
+    cfg: Config, scratch: Path, problem_files: tuple[Path, ...] = (), results_run: Optional[Path] = None
+) -> RunBoundary:
     """The boundary `cfg.sandbox.layer` asks for on this machine. A layer named outright that
     cannot be entered is a usage error; auto falls back to the next one and says why."""
     chosen = cfg.sandbox.layer
@@ -105,14 +133,24 @@ def open_boundary(cfg: Config, scratch: Path, problem_files: tuple[Path, ...] = 
         Boundary.MOUNT: SandboxPolicy(Boundary.MOUNT, protected=tuple(str(p) for p in protected)),
     }
     why: list[str] = []
-    for layer in (Boundary.LANDLOCK, Boundary.MOUNT) if chosen == Boundary.AUTO else (Boundary(chosen),) if chosen != Boundary.HASH else ():
+    for layer in (
+        (Boundary.LANDLOCK, Boundary.MOUNT)
+        if chosen == Boundary.AUTO
+        else (Boundary(chosen),)
+        if chosen != Boundary.HASH
+        else ()
+    ):
         entered, said = probe(layer, str(scratch))
         if entered:
             return RunBoundary(said, {**env, ENV: policy[layer].to_env()}, why="; ".join(why))
         if chosen != Boundary.AUTO:
             raise UserError(f"sandbox.layer={layer}: this machine cannot enter it ({said}); choose auto, hash or off")
         why.append(f"no {layer}: {said}")
-    watch = TreeWatch(protected, keep=(cfg.path(cfg.problems_dir), cfg.path(cfg.solutions_dir), *problem_files), skip=(results_run,) if results_run else ())
+    watch = TreeWatch(
+        protected,
+        keep=(cfg.path(cfg.problems_dir), cfg.path(cfg.solutions_dir), *problem_files),
+        skip=(results_run,) if results_run else (),
+    )
     return RunBoundary(str(Boundary.HASH), env, watch, "; ".join(why))
 
 
@@ -171,7 +209,9 @@ class TreeWatch:
                 if kept is not None:
                     path.write_bytes(kept)
                     os.utime(path, ns=(self._seen[path][1], self._seen[path][1]))
-                changes.append(f"{'changed' if path in now else 'removed'} {path}{' (restored)' if kept is not None else ''}")
+                changes.append(
+                    f"{'changed' if path in now else 'removed'} {path}{' (restored)' if kept is not None else ''}"
+                )
             for path in sorted(set(now) - set(self._seen)):
                 changes.append(f"planted {path} (removed)")
                 path.unlink(missing_ok=True)

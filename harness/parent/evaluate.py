@@ -20,7 +20,20 @@ from harness.core.errors import flat
 from harness.core.pairing import launch_bound
 from harness.core.plan import Plan
 from harness.core.protocol import Failure, WorkerOutcome
-from harness.core.records import CallProfile, CandidateRecord, Checks, Decision, Integrity, PairedSpeedup, Provenance, ReferenceRecord, SanitizerResult, Timing, TimingStats, finished_now
+from harness.core.records import (
+    CallProfile,
+    CandidateRecord,
+    Checks,
+    Decision,
+    Integrity,
+    PairedSpeedup,
+    Provenance,
+    ReferenceRecord,
+    SanitizerResult,
+    Timing,
+    TimingStats,
+    finished_now,
+)
 from harness.core.scan import declared_kernels, scan_source
 from harness.core.status import Finding, Status
 from harness.core.store import RunStore
@@ -64,18 +77,42 @@ class ProblemEvaluation:
         self.on_record, self.on_start = on_record, on_start
         self._owns_resources = resources is None  # then its scratch is ours to remove
         self.resources = resources if resources is not None else RunResources(cfg, device, store, RunScratch.create())
-        self.builds = self.resources.builds  # a harness.parent.prebuild.BuildAhead already building these candidates, or None
-        self.lane: Lane = lane if lane is not None else Lane.single(cfg, device, quiet=self.resources.quiet, worker_env=self.resources.boundary.env)
+        # a harness.parent.prebuild.BuildAhead already building these candidates, or None
+        self.builds = self.resources.builds
+        self.lane: Lane = (
+            lane
+            if lane is not None
+            else Lane.single(cfg, device, quiet=self.resources.quiet, worker_env=self.resources.boundary.env)
+        )
         self._owns_lane = lane is None  # then its prestarted worker is ours to end
         memory_limit = cfg.limits.memory_mb << 20 if cfg.limits.memory_mb else default_memory_limit()
-        self.plan: Optional[Plan] = plan  # the secret seeds and calls; None: a fresh one is drawn for the first candidate
+        # the secret seeds and calls; None: a fresh one is drawn for the first candidate
+        self.plan: Optional[Plan] = plan
         self._reference: Optional[ReferenceRecord] = None  # the reference's record, once its pass ran on this lane
-        self.setting = Setting(problem, self.cfg, device, store, self.lane, memory_limit, problem.hash, self.resources.scratch, self.resources.quiet)
+        self.setting = Setting(
+            problem,
+            self.cfg,
+            device,
+            store,
+            self.lane,
+            memory_limit,
+            problem.hash,
+            self.resources.scratch,
+            self.resources.quiet,
+        )
         self.judge = LaneJudge(self.setting)  # the lane's judge for this problem, started with the first candidate
         self.reference_pass = ReferencePass(self.setting, self.judge, lambda: self._stopped)
         self._stopped = False  # stop() was called: nothing more is written
         prestart = self.lane.launcher.prestart and self.cfg.sanitizer.prestart
-        self.sanitizer = LaneSanitizer(self.cfg, problem.path, device, {**self.lane.launcher.env, **self.lane.launcher.worker_env}, prestart, scratch=self.resources.scratch, quiet=self.resources.quiet)
+        self.sanitizer = LaneSanitizer(
+            self.cfg,
+            problem.path,
+            device,
+            {**self.lane.launcher.env, **self.lane.launcher.worker_env},
+            prestart,
+            scratch=self.resources.scratch,
+            quiet=self.resources.quiet,
+        )
 
     def screen(self) -> tuple[list[CandidateRecord], list[Candidate]]:
         """Records for candidates that cannot run here (written now), and the runnable rest."""
@@ -123,13 +160,17 @@ class ProblemEvaluation:
         if self.judge.ended() and reference.ok:
             reference = self._restart_judge()
         if not reference.ok:
-            return self._finish(self._failed(candidate, Status.REFERENCE_FAILED, f"reference failed: {reference.reason}"))
+            return self._finish(
+                self._failed(candidate, Status.REFERENCE_FAILED, f"reference failed: {reference.reason}")
+            )
         assert self.plan is not None  # drawn (or given) before the reference ran, and never dropped
         try:
             record = self._run_candidate(candidate, self.plan, reference)
         except JudgeFailed as exc:  # the judge, not the candidate, failed: the next candidate gets a new one
             self.judge.failed(str(exc))
-            record = self._failed(candidate, Status.HARNESS_ERROR, f"the lane's judge failed during this candidate: {exc}")
+            record = self._failed(
+                candidate, Status.HARNESS_ERROR, f"the lane's judge failed during this candidate: {exc}"
+            )
         except Exception as exc:  # a harness bug on one candidate must not end the run
             traceback.print_exc()
             record = self._failed(candidate, Status.HARNESS_ERROR, f"{type(exc).__name__}: {exc}")
@@ -160,18 +201,38 @@ class ProblemEvaluation:
         assert self._reference is not None and self.plan is not None
         report = self.judge.restart(self.plan)
         if not report.ok:
-            self._reference = dataclasses.replace(self._reference, ok=False, reason=f"the restarted judge failed: {report.reason}")
+            self._reference = dataclasses.replace(
+                self._reference, ok=False, reason=f"the restarted judge failed: {report.reason}"
+            )
         return self._reference
 
     def _run_candidate(self, candidate: Candidate, plan: Plan, reference: ReferenceRecord) -> CandidateRecord:
-        compared = self.judge.compare(plan, self.reference_pass.timing_mode, Subject(P.Role.CANDIDATE, candidate.path, candidate.name))
-        case = Case(compared, plan.calls, plan.randomize_weights, reference, VerdictRules.of(self.cfg), self.device, reported(candidate, compared.outcome), self.judge.take_restart_note())
+        compared = self.judge.compare(
+            plan, self.reference_pass.timing_mode, Subject(P.Role.CANDIDATE, candidate.path, candidate.name)
+        )
+        case = Case(
+            compared,
+            plan.calls,
+            plan.randomize_weights,
+            reference,
+            VerdictRules.of(self.cfg),
+            self.device,
+            reported(candidate, compared.outcome),
+            self.judge.take_restart_note(),
+        )
         first = verdict.decide(case)
         sanitized: tuple[SanitizerResult, ...] = ()
         unsafe: list[Finding] = []
         if first.status is Status.CORRECT and self.sanitizer.wanted():
-            sanitized, unsafe = self.sanitizer.run(candidate.path, candidate.hash, candidate.name, plan.construct_seed, reference.other_size)
-        decided = verdict.settle(case, first, unsafe, lambda timed, paired: compare_times(timed, paired, compared.profile, reference, self.cfg))
+            sanitized, unsafe = self.sanitizer.run(
+                candidate.path, candidate.hash, candidate.name, plan.construct_seed, reference.other_size
+            )
+        decided = verdict.settle(
+            case,
+            first,
+            unsafe,
+            lambda timed, paired: compare_times(timed, paired, compared.profile, reference, self.cfg),
+        )
         return self._record(candidate, *decided_parts(compared, case, decided, sanitized))
 
     def _bounded(self, candidate: Candidate, record: CandidateRecord) -> CandidateRecord:
@@ -183,23 +244,51 @@ class ProblemEvaluation:
         changes = watch.check() if watch is not None else []
         if changes:
             more = f" and {len(changes) - 3} more" if len(changes) > 3 else ""
-            return self._failed(candidate, Status.TAMPERED, f"wrote outside its scratch: {'; '.join(changes[:3])}{more}")
+            return self._failed(
+                candidate, Status.TAMPERED, f"wrote outside its scratch: {'; '.join(changes[:3])}{more}"
+            )
         hint = problem_global_hint(record.decision.reason, self.problem, self.cfg.check.problem_globals)
         if hint:
-            record = dataclasses.replace(record, decision=dataclasses.replace(record.decision, reason=flat(f"{record.decision.reason} ({hint})")))
+            record = dataclasses.replace(
+                record, decision=dataclasses.replace(record.decision, reason=flat(f"{record.decision.reason} ({hint})"))
+            )
         if self.problem.changed_on_disk():
-            note = f"the problem file {self.problem.path} changed on disk during the run; the bytes read when the run began were judged"
-            return dataclasses.replace(record, decision=dataclasses.replace(record.decision, warnings=(*record.decision.warnings, note)))
+            note = (
+                f"the problem file {self.problem.path} changed on disk during the run; the bytes read when the run "
+                "began were judged"
+            )
+            return dataclasses.replace(
+                record, decision=dataclasses.replace(record.decision, warnings=(*record.decision.warnings, note))
+            )
         return record
 
     def _failed(self, candidate: Candidate, status: Status, reason: str) -> CandidateRecord:
         return self._record(candidate, Decision(status, flat(reason)), Checks(), Timing(), Integrity(), Provenance())
 
-    def _record(self, candidate: Candidate, decision: Decision, checks: Checks, timing: Timing, integrity: Integrity, provenance: Provenance) -> CandidateRecord:
+    def _record(
+        self,
+        candidate: Candidate,
+        decision: Decision,
+        checks: Checks,
+        timing: Timing,
+        integrity: Integrity,
+        provenance: Provenance,
+    ) -> CandidateRecord:
         """The record of `candidate` on this lane: its identity, its parts, and where its log is, finished now."""
         log = self.store.log_path(self.problem.name, candidate.name)
-        provenance = dataclasses.replace(provenance, log_path=str(log.relative_to(self.store.dir)) if log.exists() else "", finished_at=finished_now())
-        return CandidateRecord(self.setting.identity(candidate.name, str(candidate.path), candidate.hash), decision, checks, timing, integrity, provenance)
+        provenance = dataclasses.replace(
+            provenance,
+            log_path=str(log.relative_to(self.store.dir)) if log.exists() else "",
+            finished_at=finished_now(),
+        )
+        return CandidateRecord(
+            self.setting.identity(candidate.name, str(candidate.path), candidate.hash),
+            decision,
+            checks,
+            timing,
+            integrity,
+            provenance,
+        )
 
     def stop(self) -> None:
         """From another thread (a stopped run): end this lane's judge, workers and sanitizer runs
@@ -225,7 +314,15 @@ def reported(candidate: Candidate, outcome: WorkerOutcome) -> Reported:
     why = by_seed.reason if by_seed is not None else ""
     mapped = outcome.first(P.WeightsMapped)
     scanned, declared = tuple(scan_source(candidate.path)), frozenset(declared_kernels(candidate.path))
-    return Reported(mapping, outcome.first(P.ExtensionCalls), outcome.first(P.Threads), why, scanned, declared, mapped.by if mapped is not None else "position")
+    return Reported(
+        mapping,
+        outcome.first(P.ExtensionCalls),
+        outcome.first(P.Threads),
+        why,
+        scanned,
+        declared,
+        mapped.by if mapped is not None else "position",
+    )
 
 
 NAME_ERROR = re.compile(r"NameError: name '([A-Za-z_][A-Za-z0-9_]*)' is not defined")
@@ -237,21 +334,39 @@ def problem_global_hint(reason: str, problem: Problem, shared: bool) -> str:
     found = NAME_ERROR.search(reason)
     if shared or found is None or found.group(1) not in problem.global_names:
         return ""
-    return f"{found.group(1)} is defined only in the problem file; a candidate's module does not see the problem's globals unless check.problem_globals is set, as configs/kernelbench.yaml does"
+    return (
+        f"{found.group(1)} is defined only in the problem file; a candidate's module does not see the problem's "
+        "globals unless check.problem_globals is set, as configs/kernelbench.yaml does"
+    )
 
 
 def left_running(outcome: WorkerOutcome) -> tuple[str, ...]:
     """A note when the model left processes running that its worker had to end."""
     count = outcome.done.leftover if outcome.done is not None else 0
-    return (f"the model left {count} process{'es' if count > 1 else ''} running after its run; the worker ended {'them' if count > 1 else 'it'}",) if count else ()
+    return (
+        (
+            f"the model left {count} process{'es' if count > 1 else ''} running after its run; the worker ended "
+            f"{'them' if count > 1 else 'it'}",
+        )
+        if count
+        else ()
+    )
 
 
-def decided_parts(compared: Compared, case: Case, decided: Verdict, sanitized: tuple[SanitizerResult, ...]) -> tuple[Decision, Checks, Timing, Integrity, Provenance]:
+def decided_parts(
+    compared: Compared, case: Case, decided: Verdict, sanitized: tuple[SanitizerResult, ...]
+) -> tuple[Decision, Checks, Timing, Integrity, Provenance]:
     """The parts of the record of a candidate that ran against the judge, from its settled verdict."""
     outcome, gradients = compared.outcome, compared.gradients
     mapping = case.reported.mapping
     return (
-        Decision(decided.status, flat(decided.reason), decided.stricter, decided.warnings, decided.notes + left_running(outcome)),
+        Decision(
+            decided.status,
+            flat(decided.reason),
+            decided.stricter,
+            decided.warnings,
+            decided.notes + left_running(outcome),
+        ),
         Checks(
             results=tuple(compared.checks),
             same_seed=compared.same_seed,
@@ -272,7 +387,9 @@ def decided_parts(compared: Compared, case: Case, decided: Verdict, sanitized: t
 CLOCK_TOLERANCE = 0.05  # SM clocks further apart than this between two timings are reported
 
 
-def compare_times(timing: TimingStats, paired: PairedSpeedup, profile: Optional[CallProfile], reference: ReferenceRecord, cfg: Config) -> verdict.Comparison:
+def compare_times(
+    timing: TimingStats, paired: PairedSpeedup, profile: Optional[CallProfile], reference: ReferenceRecord, cfg: Config
+) -> verdict.Comparison:
     """Speedups over the eager reference (from the paired rounds) and over each baseline (the
     candidate's paired speedup over the baseline's, when both were timed under the same protocol),
     % of speed-of-light, the warnings a reader needs to trust (or distrust) those numbers, and the
@@ -280,20 +397,31 @@ def compare_times(timing: TimingStats, paired: PairedSpeedup, profile: Optional[
     median = timing.median_ms
     reference_ms = paired.reference.median_ms
     warnings = timing_warnings(timing, cfg.timing, profile)
-    usable = [(b.name, b.timing, b.paired) for b in reference.baselines if b.ok and b.timing is not None and b.paired is not None]
+    usable = [
+        (b.name, b.timing, b.paired)
+        for b in reference.baselines
+        if b.ok and b.timing is not None and b.paired is not None
+    ]
     measured = Timing(
         reference_ms=reference_ms,
         speedup=paired.speedup,
         paired=paired,
         baseline_ms={name: stats.median_ms for name, stats, _ in usable},
-        speedups={name: paired.speedup / theirs.speedup for name, _, theirs in usable if theirs.protocol == paired.protocol},
+        speedups={
+            name: paired.speedup / theirs.speedup for name, _, theirs in usable if theirs.protocol == paired.protocol
+        },
     )
     for name, _, theirs in usable:
         if theirs.protocol != paired.protocol:
-            warnings.append(f"no speedup over {name}: it was timed with {theirs.protocol}, this candidate needs {paired.protocol}")
+            warnings.append(
+                f"no speedup over {name}: it was timed with {theirs.protocol}, this candidate needs {paired.protocol}"
+            )
     bound, share = launch_bound(reference.profile)
     if timing.mode == TimingMode.EAGER and bound:
-        warnings.append(f"the reference is launch-bound ({share}): this speedup measures host launch overhead as much as GPU work; timing.mode=graph times both sides without it")
+        warnings.append(
+            f"the reference is launch-bound ({share}): this speedup measures host launch overhead as much as GPU "
+            "work; timing.mode=graph times both sides without it"
+        )
     sol = reference.speed_of_light
     notes: tuple[str, ...] = ()
     if sol is not None and sol.floor_ms > 0:
@@ -303,14 +431,30 @@ def compare_times(timing: TimingStats, paired: PairedSpeedup, profile: Optional[
         ratio = timing.sm_clock_mhz / paired.reference.sm_clock_mhz
         if abs(ratio - 1) > CLOCK_TOLERANCE:
             warnings.append(
-                f"SM clock {timing.sm_clock_mhz:.0f} MHz after this timing vs {paired.reference.sm_clock_mhz:.0f} MHz after the reference's: "
-                "the GPU changed speed during the rounds; the paired rounds cancel most of it, but repeat the run to see the spread"
+                f"SM clock {timing.sm_clock_mhz:.0f} MHz after this timing vs {paired.reference.sm_clock_mhz:.0f} "
+                "MHz after the reference's: "
+                "the GPU changed speed during the rounds; the paired rounds cancel most of it, but repeat the run to "
+                "see the spread"
             )
-    found = integrity.implausible_time(timing, paired.speedup, reference_ms, profile, sol, cfg.check.max_plausible_speedup, cfg.speed_of_light.impossible_below)
+    found = integrity.implausible_time(
+        timing,
+        paired.speedup,
+        reference_ms,
+        profile,
+        sol,
+        cfg.check.max_plausible_speedup,
+        cfg.speed_of_light.impossible_below,
+    )
     return measured, notes, warnings, found + integrity.persisting_l2(timing)
 
 
-SLOWDOWN_BITS = {0x4: "software power cap", 0x8: "hardware slowdown", 0x20: "software thermal slowdown", 0x40: "hardware thermal slowdown", 0x80: "power brake"}
+SLOWDOWN_BITS = {
+    0x4: "software power cap",
+    0x8: "hardware slowdown",
+    0x20: "software thermal slowdown",
+    0x40: "hardware thermal slowdown",
+    0x80: "power brake",
+}
 
 
 def sol_measures(sol: Any, median: float) -> tuple[float, Optional[float], str, tuple[str, ...]]:
@@ -341,16 +485,29 @@ def timing_warnings(timing: TimingStats, cfg: Any, profile: Optional[CallProfile
     """What a reader must know about one timing, each with what to do about it."""
     warnings = []
     if timing.rse > cfg.target_rse:
-        warnings.append(f"timing did not settle: relative standard error {timing.rse:.1%} after {timing.n} calls (stopped by {timing.stopped_by}); raise timing.budget_s or quiet the machine")
+        warnings.append(
+            f"timing did not settle: relative standard error {timing.rse:.1%} after {timing.n} calls (stopped by "
+            f"{timing.stopped_by}); raise timing.budget_s or quiet the machine"
+        )
     if timing.median_ms > 0 and timing.iqr_ms / timing.median_ms > cfg.unstable_iqr:
-        warnings.append(f"unstable timing: the interquartile range is {timing.iqr_ms / timing.median_ms:.0%} of the median; stop other work on this GPU, check the clocks, or use timing.mode=graph if the call is launch-bound")
+        warnings.append(
+            f"unstable timing: the interquartile range is {timing.iqr_ms / timing.median_ms:.0%} of the median; stop "
+            "other work on this GPU, check the clocks, or use timing.mode=graph if the call is launch-bound"
+        )
     slowed = slowdown_reasons(timing.clock_event_reasons)
     if slowed:
-        warnings.append(f"the GPU was slowing its clocks when timing ended ({', '.join(slowed)}): timings vary with power and temperature; compare only runs taken under the same conditions, and repeat to see the spread")
+        warnings.append(
+            f"the GPU was slowing its clocks when timing ended ({', '.join(slowed)}): timings vary with power and "
+            "temperature; compare only runs taken under the same conditions, and repeat to see the spread"
+        )
     if timing.fallback:
         warnings.append(timing.fallback)
     if timing.sync_reason:
         warnings.append(f"timed with a device-wide synchronise because {timing.sync_reason}")
     if profile is not None and timing.mode == TimingMode.EAGER and launch_bound(profile)[0]:
-        warnings.append(f"launch-bound: its kernels keep the GPU busy for {profile.kernel_ms / profile.span_ms:.0%} of its call's GPU span; the rest is host overhead between launches; timing.mode=graph times it without the launch gaps")
+        warnings.append(
+            f"launch-bound: its kernels keep the GPU busy for {profile.kernel_ms / profile.span_ms:.0%} of its "
+            "call's GPU span; the rest is host overhead between launches; timing.mode=graph times it without the "
+            "launch gaps"
+        )
     return warnings

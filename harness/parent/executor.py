@@ -142,7 +142,13 @@ class QueuedExecutor:
     not cancelled (`_claim`), `_announce` each problem, and `_settle` the futures; it ends what it
     runs in `_interrupt` (stop) and what it holds in `_release` (close, after its threads end)."""
 
-    def __init__(self, *, on_record: Callable[[CandidateRecord], None], on_start: Callable[[Candidate], None], on_problem: Callable[[Problem], None]) -> None:
+    def __init__(
+        self,
+        *,
+        on_record: Callable[[CandidateRecord], None],
+        on_start: Callable[[Candidate], None],
+        on_problem: Callable[[Problem], None],
+    ) -> None:
         self.queue = JobQueue(self._start)
         self._threads: list[threading.Thread] = []
         self._announced: set[tuple[str, str]] = set()

@@ -23,7 +23,16 @@ from harness.core.errors import flat
 from harness.core.pairing import Pairing, ProblemTiming, resolve_mode
 from harness.core.plan import Plan
 from harness.core.protocol import Failure, WorkerOutcome
-from harness.core.records import Baseline, CallProfile, CheckResult, Identity, NullFloor, ReferenceRecord, finished_now, to_dict
+from harness.core.records import (
+    Baseline,
+    CallProfile,
+    CheckResult,
+    Identity,
+    NullFloor,
+    ReferenceRecord,
+    finished_now,
+    to_dict,
+)
 from harness.core.status import Status
 from harness.core.store import RunStore
 from harness.parent.quiet import LaneQuiet, QuietHost
@@ -53,16 +62,33 @@ class Setting:
         profile and speed of light; a worker's warm-up, profile and rounds): background work and
         the other lanes on this GPU are stopped meanwhile (harness.parent.quiet). Nothing on the CPU."""
         if self.device != Device.CUDA or not self.cfg.timing.enabled or not self.quiet.sharing:
-            return contextlib.nullcontext()  # one lane on its GPU: the timed rounds hold the host themselves (core.pairing)
+            # one lane on its GPU: the timed rounds hold the host themselves (core.pairing)
+            return contextlib.nullcontext()
         return self.quiet.hold(self.lane.index)
 
     def identity(self, candidate: str, path: str, source_hash: str) -> Identity:
         """What a candidate's record of this problem on this lane was judged as."""
-        return Identity(self.store.run_id, self.problem.name, self.problem_hash, candidate, path, source_hash, self.device, self.lane.label)
+        return Identity(
+            self.store.run_id,
+            self.problem.name,
+            self.problem_hash,
+            candidate,
+            path,
+            source_hash,
+            self.device,
+            self.lane.label,
+        )
 
     def record_fields(self) -> dict[str, Any]:
         """The fields a reference record of this problem on this lane starts with, finished now."""
-        return {"run_id": self.store.run_id, "problem": self.problem.name, "problem_hash": self.problem_hash, "device": self.device, "lane": self.lane.label, "finished_at": finished_now()}
+        return {
+            "run_id": self.store.run_id,
+            "problem": self.problem.name,
+            "problem_hash": self.problem_hash,
+            "device": self.device,
+            "lane": self.lane.label,
+            "finished_at": finished_now(),
+        }
 
 
 class LaneJudge:
@@ -101,7 +127,9 @@ class LaneJudge:
             tolerances={k: dataclasses.asdict(v) for k, v in cfg.check.tolerances.items()},
             gradient_tolerance_factor=cfg.check.gradient_tolerance_factor,
             timing=TimerSettings.from_config(cfg.timing) if cfg.timing.enabled else None,
-            speed_of_light_cache=str(cfg.path(cfg.measurement_cache_dir)) if measure and cfg.timing.enabled and cfg.speed_of_light.enabled else "",
+            speed_of_light_cache=str(cfg.path(cfg.measurement_cache_dir))
+            if measure and cfg.timing.enabled and cfg.speed_of_light.enabled
+            else "",
             guard_bands=cfg.check.guard_bands,
             profile=profile,
         )
@@ -114,7 +142,9 @@ class LaneJudge:
         self.client, self._dir = setting.lane.launcher.take_judge(log, setting.scratch.make)
         try:
             with setting.gpu_alone():
-                report = self.client.request(P.Start(self.job(plan, measure, profile)), setting.cfg.timeouts.load, setting.cfg.timeouts)
+                report = self.client.request(
+                    P.Start(self.job(plan, measure, profile)), setting.cfg.timeouts.load, setting.cfg.timeouts
+                )
         except JudgeFailed as exc:
             self.end()
             return P.ReferenceReport(False, f"{Status.CRASHED.value}: {exc}")
@@ -128,7 +158,10 @@ class LaneJudge:
         """After a judge failed, the next candidate gets a new one (its speed-of-light and profile
         are not measured again: the record keeps the first judge's)."""
         report = self.start(plan, measure=False, profile=self.profile)
-        self.restart_note = f"the lane's judge was restarted before this candidate (the one before: {self.failures[-1] if self.failures else 'ended'})"
+        self.restart_note = (
+            "the lane's judge was restarted before this candidate (the one before: "
+            f"{self.failures[-1] if self.failures else 'ended'})"
+        )
         return report
 
     def failed(self, why: str) -> None:
@@ -182,7 +215,9 @@ class ComparedPass:
     may go on (a wrong output stops it); then it is timed in turns with the reference
     (harness.core.pairing). `run()` returns what it came to."""
 
-    def __init__(self, setting: Setting, judge: JudgeClient, plan: Plan, timing_mode: ProblemTiming, subject: Subject) -> None:
+    def __init__(
+        self, setting: Setting, judge: JudgeClient, plan: Plan, timing_mode: ProblemTiming, subject: Subject
+    ) -> None:
         self.setting, self.judge, self.plan, self.subject = setting, judge, plan, subject
         self.timing_mode = timing_mode
         self.calls: list[CheckResult] = []
@@ -191,13 +226,22 @@ class ComparedPass:
         self.unsafe: list[str] = []  # writes past an input's end, as the judge found them (the first is kept)
         self.seen: list[P.StepKind] = []  # the steps the worker reported, in the order protocol.STEPS declares
         self.pairing: Optional[Pairing] = None
-        self._alone = contextlib.ExitStack()  # the GPU held from the go-ahead into timing to the last timed call's check
+        # the GPU held from the go-ahead into timing to the last timed call's check
+        self._alone = contextlib.ExitStack()
 
     def run(self) -> Compared:
         cfg, subject = self.setting.cfg, self.subject
         self.session: P.SessionHandle = self.judge.request(P.Open(subject.role), cfg.timeouts.construct)
         if cfg.timing.enabled:
-            self.pairing = Pairing(self.judge, self.session.session, cfg.timing, cfg.timeouts.time, subject.name, LaneQuiet(self.setting.quiet, self.setting.lane.index), self.timing_mode)
+            self.pairing = Pairing(
+                self.judge,
+                self.session.session,
+                cfg.timing,
+                cfg.timeouts.time,
+                subject.name,
+                LaneQuiet(self.setting.quiet, self.setting.lane.index),
+                self.timing_mode,
+            )
         cwd = self.setting.scratch.make(f"{subject.log_name[:20]}-")
         try:
             outcome = run_worker(
@@ -225,7 +269,9 @@ class ComparedPass:
             role=subject.role,
             source=str(subject.source.resolve()),
             source_text=subject.text,
-            problem_text=self.setting.problem.text if cfg.check.problem_globals and subject.role is P.Role.CANDIDATE and not subject.text else "",
+            problem_text=self.setting.problem.text
+            if cfg.check.problem_globals and subject.role is P.Role.CANDIDATE and not subject.text
+            else "",
             class_name=subject.class_name or ("ModelNew" if subject.role is P.Role.CANDIDATE else "Model"),
             compile_mode=subject.compile_mode,
             device=self.setting.device,
@@ -254,7 +300,13 @@ class ComparedPass:
         """The judge's verdict on a step the worker reported in its role's declared order; a step
         out of that order is refused before the judge sees it."""
         role = self.subject.role
-        order = P.out_of_order(role, self.seen, step, len(P.role_calls(role, self.plan.calls)), self.setting.cfg.check.gradients != GradientPolicy.OFF)
+        order = P.out_of_order(
+            role,
+            self.seen,
+            step,
+            len(P.role_calls(role, self.plan.calls)),
+            self.setting.cfg.check.gradients != GradientPolicy.OFF,
+        )
         if order:
             return Failure(Status.FORGED_RESULT, order)
         self.seen.append(step.step)
@@ -264,7 +316,8 @@ class ComparedPass:
         if verdict.unsafe and not self.unsafe:
             self.unsafe.append(verdict.unsafe)
         if step.step == P.StepKind.CALL:
-            assert verdict.check is not None  # the judge answers a call step with a check, or with the failure handled above
+            # the judge answers a call step with a check, or with the failure handled above
+            assert verdict.check is not None
             self.calls.append(verdict.check)
             self.precision.update(verdict.precision)
         elif step.step == P.StepKind.GRADS:
@@ -293,7 +346,10 @@ class ComparedPass:
         except JudgeFailed:
             raise
         except Exception as exc:
-            return Failure(Status.FORGED_RESULT, f"the worker's timing messages are not the harness's ({type(exc).__name__}: {exc})"[:300])
+            return Failure(
+                Status.FORGED_RESULT,
+                f"the worker's timing messages are not the harness's ({type(exc).__name__}: {exc})"[:300],
+            )
 
     def result(self, outcome: WorkerOutcome) -> Compared:
         """What the run came to: a worker that finished without every check or timing round it
@@ -301,13 +357,19 @@ class ComparedPass:
         checks: list[CheckResult] = list(self.calls)
         planned = len(P.role_calls(self.subject.role, self.plan.calls))
         if outcome.failure is None and len(self.calls) != planned:
-            outcome = dataclasses.replace(outcome, failure=Failure(Status.HARNESS_ERROR, f"{len(self.calls)} of {planned} checks arrived"))
+            outcome = dataclasses.replace(
+                outcome, failure=Failure(Status.HARNESS_ERROR, f"{len(self.calls)} of {planned} checks arrived")
+            )
         else:
-            checks.extend(c for c in (self.found.get(P.StepKind.BUFFERS), self.found.get(P.StepKind.TIMED)) if c is not None)
+            checks.extend(
+                c for c in (self.found.get(P.StepKind.BUFFERS), self.found.get(P.StepKind.TIMED)) if c is not None
+            )
         pairing = self.pairing
         timed = pairing.result() if pairing is not None and outcome.failure is None else None
         if outcome.failure is None and pairing is not None and timed is None:
-            outcome = dataclasses.replace(outcome, failure=Failure(Status.HARNESS_ERROR, "the worker finished before every timing round arrived"))
+            outcome = dataclasses.replace(
+                outcome, failure=Failure(Status.HARNESS_ERROR, "the worker finished before every timing round arrived")
+            )
         ready = pairing.ready if pairing is not None else None
         return Compared(
             outcome,
@@ -337,34 +399,57 @@ class ReferencePass:
     def __init__(self, setting: Setting, judge: LaneJudge, stopped: Callable[[], bool]) -> None:
         self.setting, self.judge, self.stopped = setting, judge, stopped
         cfg = setting.cfg
-        self.timing_mode = ProblemTiming(cfg.timing.mode if cfg.timing.mode != TimingMode.AUTO else TimingMode.EAGER)  # resolved once the reference is profiled
+        # resolved once the reference is profiled
+        self.timing_mode = ProblemTiming(cfg.timing.mode if cfg.timing.mode != TimingMode.AUTO else TimingMode.EAGER)
 
     def run(self, plan: Plan) -> ReferenceRecord:
         """The reference's record, written to the store (a stopped run raises Stopped instead)."""
         setting, cfg = self.setting, self.setting.cfg
-        cache = TimingCache(cfg, setting.problem_hash, setting.device, setting.lane.gpu) if cfg.timing.reuse_reference and cfg.timing.enabled else None
+        cache = (
+            TimingCache(cfg, setting.problem_hash, setting.device, setting.lane.gpu)
+            if cfg.timing.reuse_reference and cfg.timing.enabled
+            else None
+        )
         cached = cache.load() if cache is not None else None
-        learned = ProfileCache(cfg, setting.problem_hash, setting.lane.gpu) if cfg.timing.reuse_profile and cfg.timing.enabled and setting.device == Device.CUDA else None
+        learned = (
+            ProfileCache(cfg, setting.problem_hash, setting.lane.gpu)
+            if cfg.timing.reuse_profile and cfg.timing.enabled and setting.device == Device.CUDA
+            else None
+        )
         known = learned.load() if learned is not None else None
-        known_sol = (cached.speed_of_light if cached is not None else None) or (known.speed_of_light if known is not None else None)
+        known_sol = (cached.speed_of_light if cached is not None else None) or (
+            known.speed_of_light if known is not None else None
+        )
         started = datetime.datetime.now()
         clock = PhaseClock()
         report = self.judge.start(plan, measure=known_sol is None, profile=known.profile if known is not None else None)
         clock.lap("judge", inner=report.phase_seconds)
         # One timing mode for the problem (timing.mode auto: graph when the reference is launch-bound)
         sol = known_sol or report.speed_of_light
-        self.timing_mode = ProblemTiming(*resolve_mode(cfg.timing.mode, report.profile), floor_ms=sol.bytes_ms * cfg.speed_of_light.impossible_below if sol is not None else 0.0)
+        self.timing_mode = ProblemTiming(
+            *resolve_mode(cfg.timing.mode, report.profile),
+            floor_ms=sol.bytes_ms * cfg.speed_of_light.impossible_below if sol is not None else 0.0,
+        )
         record = self.record(report, round((datetime.datetime.now() - started).total_seconds(), 3))
         if record.ok and known is not None:
-            record = dataclasses.replace(record, speed_of_light=record.speed_of_light or known.speed_of_light, profile_reused_from=known.run_id)
+            record = dataclasses.replace(
+                record, speed_of_light=record.speed_of_light or known.speed_of_light, profile_reused_from=known.run_id
+            )
         elif record.ok and learned is not None and record.profile is not None:
             learned.save(record)
         if cfg.timing.enabled and setting.device == Device.CUDA:
-            record = dataclasses.replace(record, timing_mode=self.timing_mode.mode, timing_mode_reason=self.timing_mode.reason)
+            record = dataclasses.replace(
+                record, timing_mode=self.timing_mode.mode, timing_mode_reason=self.timing_mode.reason
+            )
         if record.ok and cached is not None:
             # Reused: the torch.compile baselines' paired timings and the speed-of-light (the eager
             # reference itself is timed with every candidate, so nothing of its own is reused).
-            record = dataclasses.replace(record, baselines=cached.baselines, speed_of_light=cached.speed_of_light or record.speed_of_light, timing_reused_from=cached.timing_reused_from or cached.run_id)
+            record = dataclasses.replace(
+                record,
+                baselines=cached.baselines,
+                speed_of_light=cached.speed_of_light or record.speed_of_light,
+                timing_reused_from=cached.timing_reused_from or cached.run_id,
+            )
         elif record.ok and cfg.timing.enabled:
             baselines = tuple(self.baseline(mode, plan) for mode in cfg.baselines.compile_modes)
             clock.lap("baselines")
@@ -377,7 +462,9 @@ class ReferencePass:
         if record.ok and cfg.timing.enabled:
             # The reference's own timing, for the record: its rounds paired with the null candidate,
             # else with the first baseline (each candidate's speedup uses the rounds paired with it).
-            sides = [record.null_floor.paired if record.null_floor else None] + ([b.paired for b in record.baselines] if not record.timing_reused_from else [])
+            sides = [record.null_floor.paired if record.null_floor else None] + (
+                [b.paired for b in record.baselines] if not record.timing_reused_from else []
+            )
             record = dataclasses.replace(record, timing=next((p.reference for p in sides if p is not None), None))
         if self.stopped():
             raise Stopped(f"{setting.problem.name}: the run was stopped during its reference")
@@ -393,7 +480,9 @@ class ReferencePass:
             report.float64_note,
             f"profiling the reference failed: {report.profile_error}" if report.profile_error else "",
             f"speed-of-light not measured: {report.speed_of_light_error}" if report.speed_of_light_error else "",
-            f"its ATen operators were not observed: {report.forward_ops.error}" if report.forward_ops is not None and report.forward_ops.error else "",
+            f"its ATen operators were not observed: {report.forward_ops.error}"
+            if report.forward_ops is not None and report.forward_ops.error
+            else "",
         )
         return ReferenceRecord(
             **setting.record_fields(),
@@ -421,7 +510,18 @@ class ReferencePass:
         """The null candidate: the problem's own Model through the candidate path (every check, then
         timed in turns with the reference). Identical code: its speedup is this run's 1.00x."""
         try:
-            compared = self.judge.compare(plan, self.timing_mode, Subject(P.Role.CANDIDATE, self.setting.problem.path, "_null", class_name="Model", name="the null candidate", text=self.setting.problem.text))
+            compared = self.judge.compare(
+                plan,
+                self.timing_mode,
+                Subject(
+                    P.Role.CANDIDATE,
+                    self.setting.problem.path,
+                    "_null",
+                    class_name="Model",
+                    name="the null candidate",
+                    text=self.setting.problem.text,
+                ),
+            )
         except JudgeFailed as exc:
             self.judge.failed(str(exc))
             return NullFloor(Status.HARNESS_ERROR.value, flat(f"the lane's judge failed: {exc}"))
@@ -429,14 +529,27 @@ class ReferencePass:
             failure = compared.outcome.failure
             return NullFloor(failure.status.value, flat(failure.reason))
         worst = max((c.max_abs_error or 0.0 for c in compared.checks), default=0.0)
-        return NullFloor(Status.CORRECT.value, f"matched {len(plan.calls)} calls; max abs error {worst:.2g}", compared.paired)
+        return NullFloor(
+            Status.CORRECT.value, f"matched {len(plan.calls)} calls; max abs error {worst:.2g}", compared.paired
+        )
 
     def baseline(self, mode: str, plan: Plan) -> Baseline:
         """torch.compile of the reference, in its own worker: checked by the judge like a
         candidate, then timed in turns with the eager reference. Its failure never fails the reference."""
         name = f"torch.compile({mode})"
         try:
-            compared = self.judge.compare(plan, self.timing_mode, Subject(P.Role.BASELINE, self.setting.problem.path, f"_compile-{mode}", compile_mode=mode, name=name, text=self.setting.problem.text))
+            compared = self.judge.compare(
+                plan,
+                self.timing_mode,
+                Subject(
+                    P.Role.BASELINE,
+                    self.setting.problem.path,
+                    f"_compile-{mode}",
+                    compile_mode=mode,
+                    name=name,
+                    text=self.setting.problem.text,
+                ),
+            )
         except JudgeFailed as exc:
             self.judge.failed(str(exc))
             return Baseline(name, False, flat(f"the lane's judge failed: {exc}"))
@@ -445,10 +558,26 @@ class ReferencePass:
         seconds = compiled.seconds if compiled is not None else None
         worst = max((c.max_abs_error or 0.0 for c in checks), default=None)
         if outcome.failure is not None:
-            return Baseline(name, False, flat(f"{outcome.failure.status.value}: {outcome.failure.reason}"), compile_seconds=seconds, max_abs_error=worst)
+            return Baseline(
+                name,
+                False,
+                flat(f"{outcome.failure.status.value}: {outcome.failure.reason}"),
+                compile_seconds=seconds,
+                max_abs_error=worst,
+            )
         if compared.timing is None:
-            return Baseline(name, False, "compiled and matched, but no timing arrived", compile_seconds=seconds, max_abs_error=worst)
-        return Baseline(name, True, "ok", timing=compared.timing, compile_seconds=seconds, max_abs_error=worst, paired=compared.paired)
+            return Baseline(
+                name, False, "compiled and matched, but no timing arrived", compile_seconds=seconds, max_abs_error=worst
+            )
+        return Baseline(
+            name,
+            True,
+            "ok",
+            timing=compared.timing,
+            compile_seconds=seconds,
+            max_abs_error=worst,
+            paired=compared.paired,
+        )
 
 
 class PhaseClock:

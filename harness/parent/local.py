@@ -35,7 +35,9 @@ from harness.sources.problem import Problem
 __all__ = ["FAIR_WAIT_S", "LocalExecutor", "choose_job", "lane_count", "local_lanes", "visible_gpus"]
 
 
-def local_lanes(cfg: Config, device: str, quiet: Optional[QuietHost] = None, worker_env: Optional[Mapping[str, str]] = None) -> list[Lane]:
+def local_lanes(
+    cfg: Config, device: str, quiet: Optional[QuietHost] = None, worker_env: Optional[Mapping[str, str]] = None
+) -> list[Lane]:
     """The lanes of this machine (lane_count of them), their processes on the run's quiet host `quiet`,
     their workers given `worker_env` (the run's boundary)."""
     if device != Device.CUDA:
@@ -44,9 +46,23 @@ def local_lanes(cfg: Config, device: str, quiet: Optional[QuietHost] = None, wor
     chosen = list(cfg.workers.gpus) or list(range(len(visible)))
     wrong = [g for g in chosen if g >= len(visible)]
     if wrong:
-        raise UserError(f"workers.gpus names GPU {wrong[0]}, but {len(visible)} GPU(s) are visible (indices 0-{len(visible) - 1})")
+        raise UserError(
+            f"workers.gpus names GPU {wrong[0]}, but {len(visible)} GPU(s) are visible (indices 0-{len(visible) - 1})"
+        )
     per_gpu = cfg.workers.lanes_per_gpu
-    return [Lane.single(cfg, device, gpu=visible[g], label=f"cuda:{visible[g]}" if per_gpu == 1 else f"cuda:{visible[g]}/{k}", index=i * per_gpu + k, quiet=quiet, worker_env=worker_env) for i, g in enumerate(chosen) for k in range(per_gpu)]
+    return [
+        Lane.single(
+            cfg,
+            device,
+            gpu=visible[g],
+            label=f"cuda:{visible[g]}" if per_gpu == 1 else f"cuda:{visible[g]}/{k}",
+            index=i * per_gpu + k,
+            quiet=quiet,
+            worker_env=worker_env,
+        )
+        for i, g in enumerate(chosen)
+        for k in range(per_gpu)
+    ]
 
 
 FAIR_WAIT_S = 30.0  # a candidate queued this long goes next, warm problem or not
@@ -59,7 +75,9 @@ def choose_job(jobs: list[Job], mine: set[tuple[str, str]], elsewhere: set[tuple
     whenever it has waited FAIR_WAIT_S by `now`."""
     if now - jobs[0].queued_at >= FAIR_WAIT_S:
         return jobs[0]
-    return next((job for job in jobs if job.key in mine), None) or next((job for job in jobs if job.key not in elsewhere), jobs[0])
+    return next((job for job in jobs if job.key in mine), None) or next(
+        (job for job in jobs if job.key not in elsewhere), jobs[0]
+    )
 
 
 class LocalExecutor(QueuedExecutor):
@@ -76,18 +94,30 @@ class LocalExecutor(QueuedExecutor):
         self.lanes = local_lanes(self.cfg, self.device, resources.quiet, resources.boundary.env)
         self.warm = max(1, warm)
         self._plans: dict[tuple[str, str], Plan] = {}
-        self._warm: dict[int, collections.OrderedDict[tuple[str, str], ProblemEvaluation]] = {}  # per lane (from its first job): problem -> its evaluation, oldest first
-        self._state = threading.Lock()  # the warm evaluations (a lane changes its own; stop() reads them all) and the plans
+        # per lane (from its first job): problem -> its evaluation, oldest first
+        self._warm: dict[int, collections.OrderedDict[tuple[str, str], ProblemEvaluation]] = {}
+        # the warm evaluations (a lane changes its own; stop() reads them all) and the plans
+        self._state = threading.Lock()
 
     def describe(self) -> str:
         if len(self.lanes) == 1:
             return ""
-        shared = f", {self.cfg.workers.lanes_per_gpu} per GPU taking turns to time" if self.cfg.workers.lanes_per_gpu > 1 else ""
-        return f"{len(self.lanes)} lanes ({', '.join(lane.label for lane in self.lanes)}), one evaluation at a time on each{shared}"
+        shared = (
+            f", {self.cfg.workers.lanes_per_gpu} per GPU taking turns to time"
+            if self.cfg.workers.lanes_per_gpu > 1
+            else ""
+        )
+        return (
+            f"{len(self.lanes)} lanes ({', '.join(lane.label for lane in self.lanes)}), one evaluation at a time on "
+            f"each{shared}"
+        )
 
     def _servers(self) -> list[tuple[str, Callable[[], None]]]:
         self._warm = {i: collections.OrderedDict() for i in range(len(self.lanes))}
-        return [(f"lane-{lane.label or 'cpu'}", functools.partial(self._serve_lane, lane, self._warm[i])) for i, lane in enumerate(self.lanes)]
+        return [
+            (f"lane-{lane.label or 'cpu'}", functools.partial(self._serve_lane, lane, self._warm[i]))
+            for i, lane in enumerate(self.lanes)
+        ]
 
     def _interrupt(self) -> None:
         """End the running evaluations (their processes and children)."""
@@ -137,10 +167,14 @@ class LocalExecutor(QueuedExecutor):
         taken = self.queue.take(choose)
         return taken[0] if taken else None
 
-    def _evaluate(self, job: Job, lane: Lane, warm: "collections.OrderedDict[tuple[str, str], ProblemEvaluation]") -> CandidateRecord:
+    def _evaluate(
+        self, job: Job, lane: Lane, warm: "collections.OrderedDict[tuple[str, str], ProblemEvaluation]"
+    ) -> CandidateRecord:
         with self._state:
             evaluation = warm.pop(job.key, None)
-            evicted = [warm.popitem(last=False)[1] for _ in range(len(warm) - self.warm + 1)] if evaluation is None else []
+            evicted = (
+                [warm.popitem(last=False)[1] for _ in range(len(warm) - self.warm + 1)] if evaluation is None else []
+            )
         for old in evicted:  # the least recently used problem's judge ends first
             old.close()
         if evaluation is None:
@@ -155,7 +189,17 @@ class LocalExecutor(QueuedExecutor):
 
     def _evaluation(self, problem: Problem, lane: Lane) -> ProblemEvaluation:
         """A problem's evaluation on `lane`, on the problem's one plan: every lane checks on the same inputs."""
-        evaluation = ProblemEvaluation(problem, [], self.cfg, self.device, self.store, on_record=self.on_record, on_start=self.on_start, lane=lane, resources=self.resources)
+        evaluation = ProblemEvaluation(
+            problem,
+            [],
+            self.cfg,
+            self.device,
+            self.store,
+            on_record=self.on_record,
+            on_start=self.on_start,
+            lane=lane,
+            resources=self.resources,
+        )
         with self._state:  # drawn under the problem's settings, which the evaluation resolved
             evaluation.plan = self._plans.setdefault(problem_key(problem), Plan.fresh(evaluation.cfg))
         return evaluation

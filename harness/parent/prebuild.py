@@ -51,7 +51,16 @@ class BuildAhead:
     candidate's build has finished (or failed, or run past `timeout`). Its build processes are
     background work for `quiet`, the run's quiet host."""
 
-    def __init__(self, cache_dir: Path, arch: str, builds: int, jobs_per_build: int, timeout: float, quiet: Optional[QuietHost] = None, env: Optional[Mapping[str, str]] = None) -> None:
+    def __init__(
+        self,
+        cache_dir: Path,
+        arch: str,
+        builds: int,
+        jobs_per_build: int,
+        timeout: float,
+        quiet: Optional[QuietHost] = None,
+        env: Optional[Mapping[str, str]] = None,
+    ) -> None:
         self.cache_dir = cache_dir
         self.env = dict(env or {})  # the run's boundary (harness.parent.boundary), for every build process
         self.quiet = quiet if quiet is not None else QuietHost()
@@ -112,7 +121,15 @@ class BuildAhead:
         host = self.quiet
         started = time.perf_counter()
         proc = subprocess.Popen(
-            [sys.executable, "-m", "harness.worker.build", str(path), str(self.cache_dir), self.arch, *(["--problem", str(problem)] if problem is not None else [])],
+            [
+                sys.executable,
+                "-m",
+                "harness.worker.build",
+                str(path),
+                str(self.cache_dir),
+                self.arch,
+                *(["--problem", str(problem)] if problem is not None else []),
+            ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -134,7 +134,12 @@ class CpuPlan:
         needed = lanes * per_lane + MIN_BACKGROUND_CPUS
         if len(cpus) < needed:
             asked = "1 lane needs" if lanes == 1 else f"{lanes} lanes need"
-            return cls(note=(f"pinning skipped: {len(cpus)} CPU{'s' if len(cpus) != 1 else ''} available, {asked} {needed} ({per_lane} per lane, {MIN_BACKGROUND_CPUS} for builds)"))
+            return cls(
+                note=(
+                    f"pinning skipped: {len(cpus)} CPU{'s' if len(cpus) != 1 else ''} available, {asked} {needed} "
+                    f"({per_lane} per lane, {MIN_BACKGROUND_CPUS} for builds)"
+                )
+            )
         end = len(cpus)
         taken = []
         for _ in range(lanes):
@@ -145,7 +150,10 @@ class CpuPlan:
     def describe(self, pausing: bool) -> str:
         if self.lanes:
             name = "pause+pin" if pausing else "pin"
-            return f"{name}: lanes on CPUs {cpu_ranges([cpu for cpus in self.lanes for cpu in cpus])}, builds on {cpu_ranges(self.background)}"
+            return (
+                f"{name}: lanes on CPUs {cpu_ranges([cpu for cpus in self.lanes for cpu in cpus])}, builds on "
+                f"{cpu_ranges(self.background)}"
+            )
         if self.note:
             return f"{'pause' if pausing else 'off'}; {self.note}"
         return "pause"
@@ -155,7 +163,15 @@ class QuietHost:
     """A run's registry of background and timing processes, and the holds of the lanes that are
     timing. Thread-safe: several lanes may hold at once."""
 
-    def __init__(self, mode: str = QuietMode.OFF, lanes: int = 1, *, cpus: Optional[Iterable[int]] = None, cpus_per_lane: int = CPUS_PER_LANE, lanes_per_gpu: int = 1) -> None:
+    def __init__(
+        self,
+        mode: str = QuietMode.OFF,
+        lanes: int = 1,
+        *,
+        cpus: Optional[Iterable[int]] = None,
+        cpus_per_lane: int = CPUS_PER_LANE,
+        lanes_per_gpu: int = 1,
+    ) -> None:
         if mode not in QuietMode.words():
             raise ValueError(f"quiet mode must be one of {list(QuietMode.words())}, got {mode!r}")
         self.mode = mode
@@ -164,7 +180,13 @@ class QuietHost:
         self.sharing = self.lanes_per_gpu > 1  # lanes share a GPU: a hold is the GPU's alone
         self.cpus_per_lane = max(1, int(cpus_per_lane))
         self.pausing = mode in (QuietMode.PAUSE, QuietMode.BOTH)
-        self.cpus = CpuPlan.partition(sorted(set(cpus if cpus is not None else os.sched_getaffinity(0))), self.lanes, self.cpus_per_lane) if mode in (QuietMode.PIN, QuietMode.BOTH) else CpuPlan()
+        self.cpus = (
+            CpuPlan.partition(
+                sorted(set(cpus if cpus is not None else os.sched_getaffinity(0))), self.lanes, self.cpus_per_lane
+            )
+            if mode in (QuietMode.PIN, QuietMode.BOTH)
+            else CpuPlan()
+        )
         self.pin_note = self.cpus.note
         self._lock = threading.RLock()
         self._work = BackgroundWork()  # the background processes, and which a hold stopped
@@ -308,7 +330,11 @@ class QuietHost:
         with self._lock:
             if self._closed:
                 return False
-            stopped = self._turns.take(lane_index, self._timing, lambda: self._closed) if self.sharing and lane_index is not None else 0
+            stopped = (
+                self._turns.take(lane_index, self._timing, lambda: self._closed)
+                if self.sharing and lane_index is not None
+                else 0
+            )
             self._holders += 1
             if self._holders == 1 and self.pausing:
                 self._held_since = time.monotonic()
@@ -456,7 +482,11 @@ class GpuTurns:
         """How long other lanes' turns have kept lane `lane_index`'s processes stopped, up to now."""
         group = self.group(lane_index)
         holder = self._holder.get(group)
-        ongoing = time.monotonic() - self._turn_since[group] if holder is not None and holder[0] != lane_index and group in self._turn_since else 0.0
+        ongoing = (
+            time.monotonic() - self._turn_since[group]
+            if holder is not None and holder[0] != lane_index and group in self._turn_since
+            else 0.0
+        )
         return self._waited.get(lane_index, 0.0) + ongoing
 
     def _group_lanes(self, group: int) -> range:

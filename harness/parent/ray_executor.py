@@ -50,7 +50,9 @@ def _ray() -> Any:
     try:
         import ray
     except ImportError:
-        raise UserError("executor ray needs Ray, an optional extra: pip install '.[ray]' (or pip install ray)") from None
+        raise UserError(
+            "executor ray needs Ray, an optional extra: pip install '.[ray]' (or pip install ray)"
+        ) from None
     return ray
 
 
@@ -70,7 +72,9 @@ def connect(cfg: Config) -> bool:
             **options,
         )
     except (ConnectionError, RuntimeError, ValueError) as exc:
-        raise UserError(f"cannot reach the Ray cluster at {cfg.ray.address or '(a new local instance)'}: {str(exc).splitlines()[0]}") from None
+        raise UserError(
+            f"cannot reach the Ray cluster at {cfg.ray.address or '(a new local instance)'}: {str(exc).splitlines()[0]}"
+        ) from None
     return True
 
 
@@ -133,7 +137,14 @@ def build_remote(file_name: str, source: str, arch: str, jobs: int, timeout: flo
         if arch not in ("", Device.CPU):
             env["TORCH_CUDA_ARCH_LIST"] = arch
         try:
-            subprocess.run([sys.executable, "-m", "harness.worker.build", str(path), str(cache), arch, str(keys_file)], capture_output=True, cwd=ROOT, env=env, timeout=timeout, start_new_session=True)
+            subprocess.run(
+                [sys.executable, "-m", "harness.worker.build", str(path), str(cache), arch, str(keys_file)],
+                capture_output=True,
+                cwd=ROOT,
+                env=env,
+                timeout=timeout,
+                start_new_session=True,
+            )
             keys = json.loads(keys_file.read_text()) if keys_file.is_file() else []
         except (subprocess.TimeoutExpired, ValueError):
             return b""  # the lane's worker builds it, under its own limit, and reports
@@ -176,7 +187,13 @@ class LaneActor:
         self.store = LaneStore(self.folder / "results", run_id)
         self.resources = RunResources(self.cfg, device, self.store, own)
         gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "") if device == Device.CUDA else ""
-        self.lane = Lane.single(self.cfg, device, label=f"{socket.gethostname()}/cuda:{gpu}" if gpu else f"{socket.gethostname()}/cpu", quiet=self.resources.quiet, worker_env=self.resources.boundary.env)
+        self.lane = Lane.single(
+            self.cfg,
+            device,
+            label=f"{socket.gethostname()}/cuda:{gpu}" if gpu else f"{socket.gethostname()}/cpu",
+            quiet=self.resources.quiet,
+            worker_env=self.resources.boundary.env,
+        )
         self.evaluation: Optional[ProblemEvaluation] = None
         self.evaluation_key: Any = None
         self.sent: set[str] = set()
@@ -186,7 +203,15 @@ class LaneActor:
 
         return gpu_arch() if self.device == Device.CUDA else Device.CPU
 
-    def evaluate(self, problem_file: str, problem_source: str, plan: Plan, candidate_name: str, candidate_source: str, builds: bytes) -> dict[str, Any]:
+    def evaluate(
+        self,
+        problem_file: str,
+        problem_source: str,
+        plan: Plan,
+        candidate_name: str,
+        candidate_source: str,
+        builds: bytes,
+    ) -> dict[str, Any]:
         """One candidate on this lane (after the problem's reference, when the problem or the plan
         is new here): the records it wrote and the logs not sent before."""
         problem_path = self.folder / "problems" / problem_file
@@ -199,10 +224,13 @@ class LaneActor:
         candidate_path.write_text(candidate_source)
         unpack_builds(builds, self.cfg.path(self.cfg.build_cache_dir))
         key = (problem.name, problem.hash, plan)
-        if self.evaluation is None or self.evaluation_key != key:  # a new problem: its reference runs on this lane first
+        # a new problem: its reference runs on this lane first
+        if self.evaluation is None or self.evaluation_key != key:
             if self.evaluation is not None:
                 self.evaluation.close()
-            self.evaluation = ProblemEvaluation(problem, [], self.cfg, self.device, self.store, lane=self.lane, plan=plan, resources=self.resources)
+            self.evaluation = ProblemEvaluation(
+                problem, [], self.cfg, self.device, self.store, lane=self.lane, plan=plan, resources=self.resources
+            )
             self.evaluation_key = key
         self.evaluation.evaluate(Candidate(candidate_name, candidate_path))
         logs = {}
@@ -244,18 +272,23 @@ class RayExecutor(QueuedExecutor):
         self.actors = [actor.remote(cfg.to_dict(), device, store.run_id) for _ in range(lanes)]
         self.arch = ray.get(self.actors[0].arch.remote())
         widest = max((int(n["Resources"].get("CPU", 0)) for n in ray.nodes() if n.get("Alive")), default=cpus)
-        self.build_cpus = max(1, min(cfg.ray.build_cpus, widest - (0 if device == Device.CUDA else 1)))  # CPU lanes hold one each
+        # CPU lanes hold one each
+        self.build_cpus = max(1, min(cfg.ray.build_cpus, widest - (0 if device == Device.CUDA else 1)))
         self.builder = ray.remote(num_cpus=self.build_cpus)(build_remote)
 
     def describe(self) -> str:
-        return f"ray: {len(self.actors)} lane(s) ({'one GPU' if self.device == Device.CUDA else 'one CPU'} each), builds in tasks of {self.build_cpus} CPU(s)"
+        return (
+            f"ray: {len(self.actors)} lane(s) ({'one GPU' if self.device == Device.CUDA else 'one CPU'} each), "
+            f"builds in tasks of {self.build_cpus} CPU(s)"
+        )
 
     def _servers(self) -> list[tuple[str, Callable[[], None]]]:
         return [("ray-dispatch", self._dispatch)]
 
     def _dispatch(self) -> None:
         while True:
-            batch = self.queue.take(lambda jobs: [job for job in jobs if job.key == jobs[0].key])  # the oldest job's problem
+            # the oldest job's problem
+            batch = self.queue.take(lambda jobs: [job for job in jobs if job.key == jobs[0].key])
             if not batch:
                 return
             batch = self._claim(batch)
@@ -272,7 +305,16 @@ class RayExecutor(QueuedExecutor):
     def _run_batch(self, problem: Problem, candidates: list[Candidate]) -> list[CandidateRecord]:
         """Each candidate goes to the next free lane. A lane that fails (its actor dies, a Ray error)
         gives that candidate a `harness error` record (which --resume redoes), never a crash."""
-        screen = ProblemEvaluation(problem, candidates, self.cfg, self.device, self.store, on_record=self.on_record, on_start=self.on_start, resources=self.resources)
+        screen = ProblemEvaluation(
+            problem,
+            candidates,
+            self.cfg,
+            self.device,
+            self.store,
+            on_record=self.on_record,
+            on_start=self.on_start,
+            resources=self.resources,
+        )
         records, runnable = screen.screen()
         if not runnable:
             return records
@@ -280,7 +322,12 @@ class RayExecutor(QueuedExecutor):
         problem_source = problem.path.read_text()
         sources = {c.path: c.path.read_text() for c in runnable}
         cache = self.cfg.build_cache_dir  # resolved on each node against its own checkout
-        builds = {c.path: self.builder.remote(c.path.name, sources[c.path], self.arch, self.build_cpus, self.cfg.timeouts.load, cache) for c in runnable}
+        builds = {
+            c.path: self.builder.remote(
+                c.path.name, sources[c.path], self.arch, self.build_cpus, self.cfg.timeouts.load, cache
+            )
+            for c in runnable
+        }
         by_name = {c.name: c for c in runnable}
         queue, idle = list(reversed(runnable)), list(self.actors)
         pending: dict[Any, tuple[Any, Candidate]] = {}
@@ -293,7 +340,14 @@ class RayExecutor(QueuedExecutor):
             while queue and idle:
                 actor, candidate = idle.pop(), queue.pop()
                 self.on_start(candidate)
-                ref = actor.evaluate.remote(problem.path.name, problem_source, plan, candidate.name, sources[candidate.path], builds[candidate.path])
+                ref = actor.evaluate.remote(
+                    problem.path.name,
+                    problem_source,
+                    plan,
+                    candidate.name,
+                    sources[candidate.path],
+                    builds[candidate.path],
+                )
                 pending[ref] = (actor, candidate)
             if not pending:  # every lane is gone
                 for candidate in reversed(queue):
@@ -315,7 +369,13 @@ class RayExecutor(QueuedExecutor):
             self._write(result, problem, by_name, finished)
         return records + [finished[c.name] for c in runnable if c.name in finished]
 
-    def _write(self, result: dict[str, Any], problem: Problem, by_name: dict[str, Candidate], finished: dict[str, CandidateRecord]) -> None:
+    def _write(
+        self,
+        result: dict[str, Any],
+        problem: Problem,
+        by_name: dict[str, Candidate],
+        finished: dict[str, CandidateRecord],
+    ) -> None:
         """A lane's logs and records into this run's folder, with the driver's file paths."""
         for text, log in result["logs"].items():
             path = self.store.dir / text
@@ -327,7 +387,9 @@ class RayExecutor(QueuedExecutor):
                 self.store.append(dataclasses.replace(record, problem_path=str(problem.path)))
             elif isinstance(record, CandidateRecord):
                 candidate = by_name[record.identity.candidate]
-                record = dataclasses.replace(record, identity=dataclasses.replace(record.identity, candidate_path=str(candidate.path)))
+                record = dataclasses.replace(
+                    record, identity=dataclasses.replace(record.identity, candidate_path=str(candidate.path))
+                )
                 self.store.append(record)
                 self.on_record(record)
                 finished[candidate.name] = record

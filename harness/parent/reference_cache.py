@@ -64,12 +64,24 @@ class ProfileCache:
             data = json.loads(self.path.read_text())
             if data.get("key") != json.loads(json.dumps(self.key)):
                 return None
-            return Learned(str(data["run_id"]), from_dict(CallProfile, data["profile"]), from_dict(SpeedOfLight, data["speed_of_light"]) if data.get("speed_of_light") else None)
+            return Learned(
+                str(data["run_id"]),
+                from_dict(CallProfile, data["profile"]),
+                from_dict(SpeedOfLight, data["speed_of_light"]) if data.get("speed_of_light") else None,
+            )
         except (OSError, ValueError, TypeError, KeyError, AttributeError):
             return None
 
     def save(self, record: ReferenceRecord) -> None:
-        write_json(self.path, {"key": self.key, "run_id": record.run_id, "profile": to_dict(record.profile), "speed_of_light": to_dict(record.speed_of_light) if record.speed_of_light else None})
+        write_json(
+            self.path,
+            {
+                "key": self.key,
+                "run_id": record.run_id,
+                "profile": to_dict(record.profile),
+                "speed_of_light": to_dict(record.speed_of_light) if record.speed_of_light else None,
+            },
+        )
 
 
 class TimingCache:

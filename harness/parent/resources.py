@@ -59,7 +59,15 @@ class RunResources:
     boundary: RunBoundary = RunBoundary.none()  # what keeps candidates' processes from writing outside the scratch
 
     @classmethod
-    def open(cls, cfg: Config, device: str, store: Optional[RunStore] = None, *, observer: Observer = Observer(), echo: bool = False) -> "RunResources":
+    def open(
+        cls,
+        cfg: Config,
+        device: str,
+        store: Optional[RunStore] = None,
+        *,
+        observer: Observer = Observer(),
+        echo: bool = False,
+    ) -> "RunResources":
         """Check the free disk (limits.min_free_disk_mb), then make the scratch, the quiet host
         (timing.quiet; a note on stderr with `echo` when pinning was skipped), the run folder when
         `store` is None (a new one under results_dir) and the build pool (builds.ahead)."""
@@ -70,12 +78,16 @@ class RunResources:
         try:
             mode = quiet_mode(cfg, device)
             per_gpu = cfg.workers.lanes_per_gpu if device == Device.CUDA and cfg.executor == ExecutorKind.LOCAL else 1
-            host = QuietHost(mode, lane_count(cfg, device) if mode != QuietMode.OFF or per_gpu > 1 else 1, lanes_per_gpu=per_gpu)
+            host = QuietHost(
+                mode, lane_count(cfg, device) if mode != QuietMode.OFF or per_gpu > 1 else 1, lanes_per_gpu=per_gpu
+            )
             if echo and host.pin_note:
                 print(f"note: timing.quiet={mode}: {host.pin_note}", file=sys.stderr)
             store = store or RunStore(results_dir, new_run_id())
             boundary = open_boundary(cfg, scratch.path, results_run=store.dir)
-            return cls(cfg, device, store, scratch, host, start_builds(cfg, device, host, boundary.env), observer, boundary)
+            return cls(
+                cfg, device, store, scratch, host, start_builds(cfg, device, host, boundary.env), observer, boundary
+            )
         except BaseException:
             host.close()
             scratch.close()
@@ -127,11 +139,17 @@ def lane_count(cfg: Config, device: str) -> int:
     return max(1, len(cfg.workers.gpus) or len(visible_gpus())) * cfg.workers.lanes_per_gpu
 
 
-def start_builds(cfg: Config, device: str, quiet: QuietHost, env: Optional[Mapping[str, str]] = None) -> Optional[BuildAhead]:
+def start_builds(
+    cfg: Config, device: str, quiet: QuietHost, env: Optional[Mapping[str, str]] = None
+) -> Optional[BuildAhead]:
     """A BuildAhead that builds each submitted candidate's extensions in a CPU pool, its builds
     background work for `quiet`; None when builds.ahead is never, or auto on a CPU run (where
     building would disturb the timings), or on Ray (builds run in its tasks)."""
-    if cfg.executor == ExecutorKind.RAY or cfg.builds.ahead == Ahead.NEVER or (cfg.builds.ahead == Ahead.AUTO and device != Device.CUDA):
+    if (
+        cfg.executor == ExecutorKind.RAY
+        or cfg.builds.ahead == Ahead.NEVER
+        or (cfg.builds.ahead == Ahead.AUTO and device != Device.CUDA)
+    ):
         return None
     parallel, jobs = default_parallelism()
     return BuildAhead(

@@ -53,7 +53,14 @@ def find_tool(path: str) -> Optional[str]:
 
 
 def sanitize(
-    tool: Optional[str], tools: tuple[str, ...], timeout: float, job: dict[str, Any], env: dict[str, str], scratch: Path, spare: Optional["Prestarted"] = None, runner: Optional["ToolRunner"] = None
+    tool: Optional[str],
+    tools: tuple[str, ...],
+    timeout: float,
+    job: dict[str, Any],
+    env: dict[str, str],
+    scratch: Path,
+    spare: Optional["Prestarted"] = None,
+    runner: Optional["ToolRunner"] = None,
 ) -> tuple[tuple[SanitizerResult, ...], list[Finding]]:
     """Run each of `tools` over one forward of the candidate `job` describes (the first tool's
     run on `spare` when it is that tool's and still alive), through `runner` (which a stopped run
@@ -61,42 +68,89 @@ def sanitize(
     found any)."""
     runner = runner if runner is not None else ToolRunner()
     if tool is None:
-        return tuple(SanitizerResult(t, SanitizerOutcome.SKIPPED, "compute-sanitizer was not found (sanitizer.path, PATH, $CUDA_HOME/bin, /usr/local/cuda/bin)") for t in tools), []
+        return tuple(
+            SanitizerResult(
+                t,
+                SanitizerOutcome.SKIPPED,
+                "compute-sanitizer was not found (sanitizer.path, PATH, $CUDA_HOME/bin, /usr/local/cuda/bin)",
+            )
+            for t in tools
+        ), []
     job_path = scratch / "sanitize-job.json"
     job_path.write_text(json.dumps(job))
     runs, found = [], []
     for index, name in enumerate(tools):
         ready = spare is not None and index == 0 and spare.name == name and spare.proc.poll() is None
-        run = spare.run(job, timeout) if ready and spare is not None else runner.run(tool, name, timeout, job_path, env, scratch)
+        run = (
+            spare.run(job, timeout)
+            if ready and spare is not None
+            else runner.run(tool, name, timeout, job_path, env, scratch)
+        )
         runs.append(run)
         if run.outcome is SanitizerOutcome.ERRORS:
             found.append((Code.UNSAFE_MEMORY, f"compute-sanitizer {name}: {run.detail}"))
     return tuple(runs), found
 
 
-def _start_tool(tool: str, name: str, job: str, env: dict[str, str], scratch: Path) -> tuple[subprocess.Popen[bytes], Path]:
+def _start_tool(
+    tool: str, name: str, job: str, env: dict[str, str], scratch: Path
+) -> tuple[subprocess.Popen[bytes], Path]:
     """`compute-sanitizer --tool name` over the forward (`harness.worker.sanitized`), its output to a log in `scratch`.
     `job`: the job file's path, or "-": the child readies torch and the device under the tool,
     then reads its job from stdin (a prestarted run, `Prestarted`)."""
     # memcheck: a padding after every allocation, so a write just past one buffer does not land
     # unseen in its neighbour
     padding = ["--padding", str(PADDING)] if name == SanitizerTool.MEMCHECK else []
-    command = [tool, "--tool", name, *padding, "--error-exitcode", str(ERRORS_EXIT), "--print-limit", "20", sys.executable, "-m", "harness.worker.sanitized", job]
-    full_env = {**os.environ, **env, "PYTORCH_NO_CUDA_MEMORY_CACHING": "1", "PYTHONUNBUFFERED": "1", "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    command = [
+        tool,
+        "--tool",
+        name,
+        *padding,
+        "--error-exitcode",
+        str(ERRORS_EXIT),
+        "--print-limit",
+        "20",
+        sys.executable,
+        "-m",
+        "harness.worker.sanitized",
+        job,
+    ]
+    full_env = {
+        **os.environ,
+        **env,
+        "PYTORCH_NO_CUDA_MEMORY_CACHING": "1",
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+    }
     log_path = scratch / f"sanitize-{name}.log"
     with open(log_path, "wb") as log:
         stdin = subprocess.PIPE if job == "-" else subprocess.DEVNULL
-        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=stdin, cwd=scratch, env=full_env, start_new_session=True)
+        proc = subprocess.Popen(
+            command,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=stdin,
+            cwd=scratch,
+            env=full_env,
+            start_new_session=True,
+        )
     return proc, log_path
 
 
-def _finish_tool(name: str, proc: subprocess.Popen[bytes], log_path: Path, timeout: float, started: float) -> SanitizerResult:
+def _finish_tool(
+    name: str, proc: subprocess.Popen[bytes], log_path: Path, timeout: float, started: float
+) -> SanitizerResult:
     """Wait for a tool run (its job already given) up to `timeout`, and read its report."""
     try:
         code = proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         _kill(proc)
-        return SanitizerResult(name, SanitizerOutcome.TIMEOUT, f"no verdict within sanitizer.timeout={timeout:g} s", round(time.monotonic() - started, 2))
+        return SanitizerResult(
+            name,
+            SanitizerOutcome.TIMEOUT,
+            f"no verdict within sanitizer.timeout={timeout:g} s",
+            round(time.monotonic() - started, 2),
+        )
     except BaseException:
         _kill(proc)
         raise
@@ -114,7 +168,9 @@ class ToolRunner:
         self._lock = threading.Lock()
         self._killed = False
 
-    def run(self, tool: str, name: str, timeout: float, job_path: Path, env: dict[str, str], scratch: Path) -> SanitizerResult:
+    def run(
+        self, tool: str, name: str, timeout: float, job_path: Path, env: dict[str, str], scratch: Path
+    ) -> SanitizerResult:
         started = time.monotonic()
         proc, log_path = _start_tool(tool, name, str(job_path), env, scratch)
         with self._lock:
@@ -149,7 +205,9 @@ class Prestarted:
     quiet: QuietHost  # the run's quiet host, which has it as background work while it waits
 
     @classmethod
-    def start(cls, tool: str, name: str, env: dict[str, str], scratch: RunScratch, quiet: Optional[QuietHost] = None) -> "Prestarted":
+    def start(
+        cls, tool: str, name: str, env: dict[str, str], scratch: RunScratch, quiet: Optional[QuietHost] = None
+    ) -> "Prestarted":
         """Start it in a folder of the run's `scratch`, as background work for `quiet`."""
         host = quiet if quiet is not None else QuietHost()
         folder = scratch.make(f"sanitize-spare-{name}-")
@@ -192,15 +250,28 @@ def read_report(name: str, code: int, text: str, seconds: float = 0.0) -> Saniti
         return SanitizerResult(name, SanitizerOutcome.ERRORS, first_error(text), seconds)
     if code == 0 and "[sanitize] forward ran" in text:
         return SanitizerResult(name, SanitizerOutcome.CLEAN, f"{counts[0] if counts else 0} errors", seconds)
-    tail = next((line.strip() for line in reversed(text.splitlines()) if line.strip() and not line.startswith(_PREFIX)), "")
-    return SanitizerResult(name, SanitizerOutcome.FAILED, f"exit code {code}: {tail[:200]}" if tail else f"exit code {code}", seconds)
+    tail = next(
+        (line.strip() for line in reversed(text.splitlines()) if line.strip() and not line.startswith(_PREFIX)), ""
+    )
+    return SanitizerResult(
+        name, SanitizerOutcome.FAILED, f"exit code {code}: {tail[:200]}" if tail else f"exit code {code}", seconds
+    )
 
 
 def first_error(text: str) -> str:
     """The tool's first reported error, with the kernel it happened in: one line."""
     lines = [line[len(_PREFIX) :].strip() for line in text.splitlines() if line.startswith(_PREFIX)]
     for i, line in enumerate(lines):
-        if not line or line.startswith(("COMPUTE-SANITIZER", "ERROR SUMMARY", "RACECHECK SUMMARY", "Saved host backtrace", "Host Frame", "Program hit")):
+        if not line or line.startswith(
+            (
+                "COMPUTE-SANITIZER",
+                "ERROR SUMMARY",
+                "RACECHECK SUMMARY",
+                "Saved host backtrace",
+                "Host Frame",
+                "Program hit",
+            )
+        ):
             continue
         where = next((later for later in lines[i + 1 : i + 4] if later.startswith("at ")), "")
         return " ".join(f"{line} {where}".split())[:300]
@@ -221,10 +292,22 @@ class LaneSanitizer:
     gets the earlier runs, since the tools would say the same. Its runs work in folders of the
     run's `scratch`; a run started ahead is background work for the run's quiet host `quiet`."""
 
-    def __init__(self, cfg: Any, problem_path: Path, device: str, env: dict[str, str], prestart: bool = False, *, scratch: RunScratch, quiet: Optional[QuietHost] = None) -> None:
-        self.cfg, self.problem_path, self.device, self.env = cfg, problem_path, device, env  # cfg: the problem's harness.core.config.Config
+    def __init__(
+        self,
+        cfg: Any,
+        problem_path: Path,
+        device: str,
+        env: dict[str, str],
+        prestart: bool = False,
+        *,
+        scratch: RunScratch,
+        quiet: Optional[QuietHost] = None,
+    ) -> None:
+        # cfg: the problem's harness.core.config.Config
+        self.cfg, self.problem_path, self.device, self.env = cfg, problem_path, device, env
         self.scratch, self.quiet = scratch, quiet
-        self.runs: dict[tuple[Any, ...], tuple[tuple[SanitizerResult, ...], list[Finding]]] = {}  # a source's sanitizer runs, for a resubmission
+        # a source's sanitizer runs, for a resubmission
+        self.runs: dict[tuple[Any, ...], tuple[tuple[SanitizerResult, ...], list[Finding]]] = {}
         self.prestart_runs = prestart  # keep the first tool's next run started ahead (workers.prestart)
         self._spare: Optional[Prestarted] = None
         self.runner = ToolRunner()  # its runs, which a stopped run kills
@@ -233,7 +316,13 @@ class LaneSanitizer:
         """Start the first tool's next run ahead, when prestarting and none is waiting (a CUDA lane
         with the sanitizer on and the tool found)."""
         cfg = self.cfg.sanitizer
-        if not self.prestart_runs or self._spare is not None or self.device != Device.CUDA or not self.wanted() or not cfg.tools:
+        if (
+            not self.prestart_runs
+            or self._spare is not None
+            or self.device != Device.CUDA
+            or not self.wanted()
+            or not cfg.tools
+        ):
             return
         tool = find_tool(cfg.path)
         if tool is not None:
@@ -254,11 +343,16 @@ class LaneSanitizer:
         setting = self.cfg.sanitizer.enabled
         return setting == Switch.ON or (setting == Switch.AUTO and self.device == Device.CUDA)
 
-    def run(self, source: Path, source_hash: str, name: str, seed: int, sizes: dict[str, Any]) -> tuple[tuple[SanitizerResult, ...], list[Finding]]:
+    def run(
+        self, source: Path, source_hash: str, name: str, seed: int, sizes: dict[str, Any]
+    ) -> tuple[tuple[SanitizerResult, ...], list[Finding]]:
         """The runs over candidate `name` (its file `source`) and their unsafe-memory findings."""
         cfg = self.cfg.sanitizer
         if self.device != Device.CUDA:
-            return tuple(SanitizerResult(t, SanitizerOutcome.SKIPPED, "compute-sanitizer checks CUDA runs only") for t in cfg.tools), []
+            return tuple(
+                SanitizerResult(t, SanitizerOutcome.SKIPPED, "compute-sanitizer checks CUDA runs only")
+                for t in cfg.tools
+            ), []
         job = {
             "source": str(source.resolve()),
             "problem": str(self.problem_path.resolve()),
@@ -266,12 +360,16 @@ class LaneSanitizer:
             "sizes": dict(sizes),
             "seed": seed,
             "build_cache": str(self.cfg.path(self.cfg.build_cache_dir)),
-            "problem_globals": self.cfg.check.problem_globals,  # the candidate's module starts with the problem's globals
+            # the candidate's module starts with the problem's globals
+            "problem_globals": self.cfg.check.problem_globals,
         }
         key = (source_hash, json.dumps(job["sizes"], sort_keys=True), job["seed"], tuple(cfg.tools))
         if key in self.runs:  # the same source, on the same inputs: the tools would say the same
             runs, found = self.runs[key]
-            return tuple(dataclasses.replace(r, detail=f"{r.detail} (the same source's run earlier on this lane)", seconds=0.0) for r in runs), found
+            return tuple(
+                dataclasses.replace(r, detail=f"{r.detail} (the same source's run earlier on this lane)", seconds=0.0)
+                for r in runs
+            ), found
         cwd = self.scratch.make(f"sanitize-{name[:20]}-")
         spare, self._spare = self._spare, None
         try:
@@ -281,6 +379,7 @@ class LaneSanitizer:
             if spare is not None:
                 spare.discard()
             self.prestart()  # the next candidate's
-        if all(r.outcome in (SanitizerOutcome.CLEAN, SanitizerOutcome.ERRORS) for r in result[0]):  # a timeout or a failed run is tried again
+        # a timeout or a failed run is tried again
+        if all(r.outcome in (SanitizerOutcome.CLEAN, SanitizerOutcome.ERRORS) for r in result[0]):
             self.runs[key] = result
         return result

@@ -143,7 +143,9 @@ class RunScratch:
                 except FileExistsError:
                     continue
         except PermissionError:
-            raise UserError(f"cannot make a scratch folder in {base} (set TMPDIR to a folder you can write to)") from None
+            raise UserError(
+                f"cannot make a scratch folder in {base} (set TMPDIR to a folder you can write to)"
+            ) from None
         try:
             marker: dict[str, Any] = {"pid": pid}
             start_time = process_start_time(pid)
@@ -207,4 +209,7 @@ def check_free_disk(paths: Iterable[Path], min_bytes: int) -> None:
     for path in paths:
         free = free_disk_bytes(path)
         if free < min_bytes:
-            raise ResourceError(f"not enough free disk: {free / GIB:.1f} GB free at {_nearest_existing(path)}, the run needs at least {min_bytes / GIB:.1f} GB (limits.min_free_disk_mb)")
+            raise ResourceError(
+                f"not enough free disk: {free / GIB:.1f} GB free at {_nearest_existing(path)}, the run needs at "
+                f"least {min_bytes / GIB:.1f} GB (limits.min_free_disk_mb)"
+            )

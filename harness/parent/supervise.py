@@ -113,8 +113,9 @@ class Launcher:
     """Hands out fresh worker processes, one per job. With `prestart`, the next one is started as
     soon as one is taken, so its interpreter and torch import (about 2 s) overlap the job before
     it instead of delaying the next; with `prewarm="cuda"` it also creates its CUDA context and
-    starts the profiler's CUPTI once (seconds more) while it waits. A prestarted worker has run no model code: every job still
-    gets a process of its own. `env` (e.g. CUDA_VISIBLE_DEVICES) applies to every worker.
+    starts the profiler's CUPTI once (seconds more) while it waits. A prestarted worker has run no
+    model code: every job still gets a process of its own. `env` (e.g. CUDA_VISIBLE_DEVICES)
+    applies to every worker.
 
     For the run's quiet host (`quiet`, harness.parent.quiet) the spare is background work while it waits
     (stopped while a lane times, kept on the builds' CPUs); a worker handed out is a timing process of
@@ -132,7 +133,8 @@ class Launcher:
         worker_env: Optional[Mapping[str, str]] = None,
     ) -> None:
         self.quiet = quiet if quiet is not None else QuietHost()
-        self.worker_env = dict(worker_env or {})  # the run's boundary (harness.parent.boundary): workers only, not judges
+        # the run's boundary (harness.parent.boundary): workers only, not judges
+        self.worker_env = dict(worker_env or {})
         self.prestart = prestart
         self.judges = judges  # with prestart: also the next problem's judge (take_judge)
         self.prewarm = prewarm  # "cuda": the spare readies the CUDA context and the profiler while it waits
@@ -185,12 +187,26 @@ class Launcher:
             if spare is not None:
                 self._discard_judge(spare)
             folder = make_dir("judge-")
-            taken = (JudgeClient(log_path=log_path, cwd=folder, env=self.env, lane_index=self.lane_index, quiet=self.quiet), folder)
+            taken = (
+                JudgeClient(log_path=log_path, cwd=folder, env=self.env, lane_index=self.lane_index, quiet=self.quiet),
+                folder,
+            )
         if self.prestart and self.judges and not self._closed:
             self._judges_started += 1
-            spare_log = log_path.parent.parent / f".judge-spare-{self.lane_index}-{self._judges_started}.out"  # not *.log: no worker's log until adopted
+            # not *.log: no worker's log until adopted
+            spare_log = log_path.parent.parent / f".judge-spare-{self.lane_index}-{self._judges_started}.out"
             folder = make_dir("judge-spare-")
-            self._judge_spare = (JudgeClient(log_path=spare_log, cwd=folder, env=self._spare_env(), lane_index=self.lane_index, spare=True, quiet=self.quiet), folder)
+            self._judge_spare = (
+                JudgeClient(
+                    log_path=spare_log,
+                    cwd=folder,
+                    env=self._spare_env(),
+                    lane_index=self.lane_index,
+                    spare=True,
+                    quiet=self.quiet,
+                ),
+                folder,
+            )
         return taken
 
     def _spare_env(self) -> dict[str, str]:
@@ -258,11 +274,22 @@ def run_worker(
     worker = launcher.take() if launcher is not None else start_worker()
     assert worker.proc.stdin is not None
     try:
-        worker.proc.stdin.write(json.dumps({"job": to_dict(job), "cwd": str(cwd), "result_fd": worker.write_fd, "key": key}).encode() + b"\n")
+        worker.proc.stdin.write(
+            json.dumps({"job": to_dict(job), "cwd": str(cwd), "result_fd": worker.write_fd, "key": key}).encode()
+            + b"\n"
+        )
         worker.proc.stdin.flush()
     except BrokenPipeError:
         pass  # it died before reading its job; the ending below says how
-    watch = _Watch(worker, ChannelReader(key), BoundedLog(log_limit), timeouts, memory_limit, on_message, launcher.quiet.lane_clock(launcher.lane_index) if launcher is not None else time.monotonic)
+    watch = _Watch(
+        worker,
+        ChannelReader(key),
+        BoundedLog(log_limit),
+        timeouts,
+        memory_limit,
+        on_message,
+        launcher.quiet.lane_clock(launcher.lane_index) if launcher is not None else time.monotonic,
+    )
     try:
         watch.run()
     except BaseException:  # Ctrl-C or a parent bug: the worker's process group must not outlive us
@@ -294,9 +321,25 @@ class _Watch:
     The limit runs on its lane's clock (`clock`, harness.parent.quiet.QuietHost.lane_clock): time another
     lane's turn on their GPU kept it stopped is not counted."""
 
-    def __init__(self, worker: Any, reader: ChannelReader, log: BoundedLog, timeouts: Any, memory_limit: int, on_message: Callable[[Any], Optional[Failure | Reply]], clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        worker: Any,
+        reader: ChannelReader,
+        log: BoundedLog,
+        timeouts: Any,
+        memory_limit: int,
+        on_message: Callable[[Any], Optional[Failure | Reply]],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.P = P
-        self.proc, self.reader, self.log, self.timeouts, self.memory_limit, self.on_message = worker.proc, reader, log, timeouts, memory_limit, on_message
+        self.proc, self.reader, self.log, self.timeouts, self.memory_limit, self.on_message = (
+            worker.proc,
+            reader,
+            log,
+            timeouts,
+            memory_limit,
+            on_message,
+        )
         self.clock = clock
         self.open_fds = {worker.read_fd: "result", worker.proc.stdout.fileno(): "output"}
         self.messages: list[Any] = []
@@ -322,7 +365,9 @@ class _Watch:
                 if self.failure is not None:
                     break
             if self.failure is None and self.memory_limit and _rss_bytes(self.proc.pid) > self.memory_limit:
-                self.stop(Status.OUT_OF_MEMORY, f"worker used over {self.memory_limit >> 20} MiB of host memory (limit)")
+                self.stop(
+                    Status.OUT_OF_MEMORY, f"worker used over {self.memory_limit >> 20} MiB of host memory (limit)"
+                )
             if self.failure is None and (self.done or self.reported) and self.proc.poll() is not None:
                 break  # reported and exited; a child it left holding the pipes must not keep us waiting
 
@@ -344,7 +389,9 @@ class _Watch:
             try:
                 message = self.P.decode_worker(line)
             except ValueError as exc:
-                self.stop(Status.FORGED_RESULT, f"the worker sent {str(exc).splitlines()[0]} on the result channel"[:300])
+                self.stop(
+                    Status.FORGED_RESULT, f"the worker sent {str(exc).splitlines()[0]} on the result channel"[:300]
+                )
                 return
             self.messages.append(message)
             self.handle(message)
@@ -420,7 +467,10 @@ def _ending_without_report(returncode: int, phase: str) -> Failure:
         signum = -returncode
         name = signal.Signals(signum).name if signum in signal.Signals._value2member_map_ else str(signum)
         if signum == signal.SIGKILL:
-            return Failure(Status.OUT_OF_MEMORY, f"worker killed by SIGKILL in phase {phase} (most often the kernel's out-of-memory killer)")
+            return Failure(
+                Status.OUT_OF_MEMORY,
+                f"worker killed by SIGKILL in phase {phase} (most often the kernel's out-of-memory killer)",
+            )
         return Failure(Status.CRASHED, f"worker killed by {name} (exit {128 + signum}) in phase {phase}")
     if returncode == 0:
         return Failure(Status.EXITED_EARLY, f"worker exited with code 0 in phase {phase} without reporting a result")
@@ -444,7 +494,16 @@ class JudgeClient:
     past a limit or ends is killed with its process group and reported as JudgeFailed. It is a
     timing process of lane `lane_index` for the run's quiet host (`quiet`): pinned to its CPUs."""
 
-    def __init__(self, *, log_path: Path, cwd: Path, env: Optional[dict[str, str]] = None, lane_index: int = 0, spare: bool = False, quiet: Optional[QuietHost] = None) -> None:
+    def __init__(
+        self,
+        *,
+        log_path: Path,
+        cwd: Path,
+        env: Optional[dict[str, str]] = None,
+        lane_index: int = 0,
+        spare: bool = False,
+        quiet: Optional[QuietHost] = None,
+    ) -> None:
         self.quiet = quiet if quiet is not None else QuietHost()
         request_read, self._request_write = os.pipe()
         self._reply_read, reply_write = os.pipe()
@@ -593,13 +652,35 @@ class Lane:
     launcher: Launcher
 
     @classmethod
-    def single(cls, cfg: Config, device: str, gpu: str = "", label: str = "", index: int = 0, quiet: Optional[QuietHost] = None, worker_env: Optional[Mapping[str, str]] = None) -> "Lane":
+    def single(
+        cls,
+        cfg: Config,
+        device: str,
+        gpu: str = "",
+        label: str = "",
+        index: int = 0,
+        quiet: Optional[QuietHost] = None,
+        worker_env: Optional[Mapping[str, str]] = None,
+    ) -> "Lane":
         """`index`: the lane's place among the run's lanes, which picks its CPUs on the run's quiet
         host `quiet` (none: an `off` host, which touches nothing)."""
         # nvidia-smi (clocks, identity) numbers GPUs in PCI order; CUDA must number them the same way
-        env = {"CUDA_VISIBLE_DEVICES": gpu, "CUDA_DEVICE_ORDER": os.environ.get("CUDA_DEVICE_ORDER", "PCI_BUS_ID")} if gpu else {}
+        env = (
+            {"CUDA_VISIBLE_DEVICES": gpu, "CUDA_DEVICE_ORDER": os.environ.get("CUDA_DEVICE_ORDER", "PCI_BUS_ID")}
+            if gpu
+            else {}
+        )
         prewarm = Device.CUDA if device == Device.CUDA else ""
-        launcher = Launcher(wants_prestart(cfg, device), env, index, prewarm, cfg.workers.spares, cfg.workers.prestart_judge, quiet, worker_env)
+        launcher = Launcher(
+            wants_prestart(cfg, device),
+            env,
+            index,
+            prewarm,
+            cfg.workers.spares,
+            cfg.workers.prestart_judge,
+            quiet,
+            worker_env,
+        )
         return cls(label, gpu, launcher)
 
     @property

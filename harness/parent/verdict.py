@@ -20,14 +20,38 @@ from harness.core import integrity
 from harness.core.config import Device, Distribution, ModuleMode, Policy, WeightSource
 from harness.core.flags import decide as decide_flags
 from harness.core.protocol import Call, CheckKind, ExtensionCalls, Threads, WorkerOutcome, check_kind
-from harness.core.records import CallProfile, CheckResult, Flag, Integrity, PairedSpeedup, ReferenceRecord, Stricter, Timing, TimingStats
+from harness.core.records import (
+    CallProfile,
+    CheckResult,
+    Flag,
+    Integrity,
+    PairedSpeedup,
+    ReferenceRecord,
+    Stricter,
+    Timing,
+    TimingStats,
+)
 from harness.core.status import Code, Finding, Gradients, Status, Vocabulary
 
-__all__ = ["PRECISION_FLOOR", "Case", "StricterCheck", "Compared", "Comparison", "Reported", "VerdictRules", "Verdict", "decide", "findings", "settle", "stricter_than_kernelbench"]
+__all__ = [
+    "PRECISION_FLOOR",
+    "Case",
+    "StricterCheck",
+    "Compared",
+    "Comparison",
+    "Reported",
+    "VerdictRules",
+    "Verdict",
+    "decide",
+    "findings",
+    "settle",
+    "stricter_than_kernelbench",
+]
 
 PRECISION_FLOOR = 1e-6  # relative errors below this are never called imprecise
 
-Comparison = tuple[Timing, tuple[str, ...], list[str], list[Finding]]  # compare_times' result: the speeds, notes, warnings, implausible-time findings
+# compare_times' result: the speeds, notes, warnings, implausible-time findings
+Comparison = tuple[Timing, tuple[str, ...], list[str], list[Finding]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,8 +67,10 @@ class Compared:
     paired: Optional[PairedSpeedup] = None  # its speedup over the reference from the paired rounds
     profile: Optional[CallProfile] = None  # the worker's one profiled call (CUDA)
     profile_error: str = ""  # why the worker's profiled call failed, when it did
-    unsafe: str = ""  # the first write past an input's end (guard bands), as the judge (or, on device copies, the worker) found it
-    own_weights: bool = False  # the worker kept its same-seed weights (check.weights seed, or no pairing by name or position)
+    # the first write past an input's end (guard bands), as the judge (or, on device copies, the worker) found it
+    unsafe: str = ""
+    # the worker kept its same-seed weights (check.weights seed, or no pairing by name or position)
+    own_weights: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,14 +83,24 @@ class VerdictRules:
     precision_ratio: float  # check.precision_ratio: less-precise above this times the reference's own error
     own_share_floor: float  # check.own_share_floor: own-share-low below this share of the GPU time
     weights: str  # check.weights: transplant flags a candidate that kept its own weights, seed does not
-    policies: Mapping[str, str]  # flag key -> fail | flag | ignore (flags.policies, the gradient flags' from check.gradients)
+    # flag key -> fail | flag | ignore (flags.policies, the gradient flags' from check.gradients)
+    policies: Mapping[str, str]
     log_kib: int  # limits.log_kib: a worker printing more gets a warning
 
     @classmethod
     def of(cls, cfg: Any) -> "VerdictRules":
         """The rules of a config (harness.core.config.Config)."""
         check = cfg.check
-        return cls(check.require_same_seed, tuple(check.modes), check.repeats, check.precision_ratio, check.own_share_floor, check.weights, cfg.flags.policies(check.gradients), cfg.limits.log_kib)
+        return cls(
+            check.require_same_seed,
+            tuple(check.modes),
+            check.repeats,
+            check.precision_ratio,
+            check.own_share_floor,
+            check.weights,
+            cfg.flags.policies(check.gradients),
+            cfg.limits.log_kib,
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,13 +108,15 @@ class Reported:
     """What the candidate's worker reported beyond its checks, and what its source declares: read
     and scanned by the caller (the messages and the file are its business)."""
 
-    mapping: tuple[tuple[str, str], ...] = ()  # renamed weights paired by position or shape: (ModelNew's name, the reference's)
+    # renamed weights paired by position or shape: (ModelNew's name, the reference's)
+    mapping: tuple[tuple[str, str], ...] = ()
     counted: Optional[ExtensionCalls] = None  # the worker's extension call counts, None when none came
     threads: Optional[Threads] = None  # the worker's report of threads left running, None when none came
     weights_why: str = ""  # the weights_by_seed message's reason ("" when none came)
     scanned: tuple[Finding, ...] = ()  # the findings of the scan of its source (harness.core.scan.scan_source)
     declared: frozenset[str] = frozenset()  # the kernels its source declares (harness.core.scan.declared_kernels)
-    mapped_by: str = "position"  # how `mapping` paired them: position (registration order and shape) or shape (each unique)
+    # how `mapping` paired them: position (registration order and shape) or shape (each unique)
+    mapped_by: str = "position"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,10 +141,13 @@ class Verdict:
     reason: str  # why, in one line (before the record trims it)
     flags: tuple[Flag, ...] = ()  # the integrity flags raised, in the order found
     warnings: tuple[str, ...] = ()  # what a reader must know, in the record's order
-    timing: Timing = Timing()  # a correct candidate's own timing, and its speeds when it was timed in paired rounds; empty otherwise
+    # a correct candidate's own timing, and its speeds when it was timed in paired rounds; empty otherwise
+    timing: Timing = Timing()
     stricter: Optional[Stricter] = None  # the check of ours that failed it where KernelBench's would not have
-    evidence: Integrity = Integrity()  # the evidence the findings were read from (its flags and sanitizer runs are the record's)
-    notes: tuple[str, ...] = ()  # what its checks noted without failing it (an inert buffer, an output that is rounding noise)
+    # the evidence the findings were read from (its flags and sanitizer runs are the record's)
+    evidence: Integrity = Integrity()
+    # what its checks noted without failing it (an inert buffer, an output that is rounding noise)
+    notes: tuple[str, ...] = ()
 
 
 def checked(case: Case) -> tuple[Status, str]:
@@ -121,7 +162,11 @@ def checked(case: Case) -> tuple[Status, str]:
         return Status.INCORRECT, f"{same_seed.name}: {same_seed.reason}"
     worst = max((c.max_abs_error or 0.0) for c in compared.checks)
     state = " and the buffers after them" if len(compared.checks) > len(case.calls) else ""
-    return Status.CORRECT, f"matched {len(case.calls)} calls ({', '.join(rules.modes + (('repeats',) if rules.repeats else ()))}){state}; max abs error {worst:.2g}"
+    return (
+        Status.CORRECT,
+        f"matched {len(case.calls)} calls "
+        f"({', '.join(rules.modes + (('repeats',) if rules.repeats else ()))}){state}; max abs error {worst:.2g}",
+    )
 
 
 def first_warnings(case: Case) -> list[str]:
@@ -130,13 +175,17 @@ def first_warnings(case: Case) -> list[str]:
     same_seed, mapping = case.compared.same_seed, case.reported.mapping
     warnings: list[str] = []
     if same_seed is not None and not same_seed.passed and not case.rules.require_same_seed:
-        warnings.append(f"same-seed construction differs from the reference ({same_seed.reason}){_same_seed_cause(case.compared)}")
+        warnings.append(
+            f"same-seed construction differs from the reference ({same_seed.reason}){_same_seed_cause(case.compared)}"
+        )
     if case.restart_note:
         warnings.append(case.restart_note)
     if case.reference.other_size_note:
         warnings.append(f"the other-size trial ran at the problem's own size: {case.reference.other_size_note}")
     if mapping:
-        shown = ", ".join(f"{a} <- {b}" for a, b in mapping[:6]) + (f", and {len(mapping) - 6} more" if len(mapping) > 6 else "")
+        shown = ", ".join(f"{a} <- {b}" for a, b in mapping[:6]) + (
+            f", and {len(mapping) - 6} more" if len(mapping) > 6 else ""
+        )
         warnings.append(f"weights mapped by {case.reported.mapped_by} (ModelNew renames them): {shown}")
     if case.compared.profile_error:
         warnings.append(f"profiling the candidate failed: {case.compared.profile_error}")
@@ -171,18 +220,27 @@ def findings(case: Case, status: Status) -> tuple[list[Finding], Integrity]:
                 Code.LESS_PRECISE,
                 (
                     f"relative error {precision['candidate']:.2g} against a float64 reference, "
-                    f"where the float32 reference has {precision['reference']:.2g} (over check.precision_ratio={rules.precision_ratio:g}x); "
+                    f"where the float32 reference has {precision['reference']:.2g} (over "
+                    f"check.precision_ratio={rules.precision_ratio:g}x); "
                     "it passes the tolerance, but look for lower-precision arithmetic (TF32, fp16, bf16)"
                 ),
             )
         )
     counted = reported.counted
     extension_calls = dict(counted.checked) if counted is not None else {}
-    share, kernels = integrity.own_kernels(profile, case.reference.profile, set(reported.declared), rules.own_share_floor)
+    share, kernels = integrity.own_kernels(
+        profile, case.reference.profile, set(reported.declared), rules.own_share_floor
+    )
     found.extend(kernels)
-    if case.device == Device.CPU and status is Status.CORRECT:  # no profile on the CPU: the extensions' counted calls and the ATen operators are the evidence
+    # no profile on the CPU: the extensions' counted calls and the ATen operators are the evidence
+    if case.device == Device.CPU and status is Status.CORRECT:
         uncalled = integrity.extension_use(extension_calls if counted is not None else None)
-        found.extend(uncalled or integrity.reference_ops(counted.forward_ops if counted is not None else None, case.reference.forward_ops, extension_calls))
+        found.extend(
+            uncalled
+            or integrity.reference_ops(
+                counted.forward_ops if counted is not None else None, case.reference.forward_ops, extension_calls
+            )
+        )
     found.extend(integrity.side_work(profile, reported.threads))
     if compared.unsafe:
         found.append((Code.UNSAFE_MEMORY, compared.unsafe))
@@ -191,8 +249,10 @@ def findings(case: Case, status: Status) -> tuple[list[Finding], Integrity]:
             (
                 Code.WEIGHTS_BY_SEED,
                 (
-                    f"the reference's weights load into ModelNew neither by name nor by position ({reported.weights_why or 'the worker kept its own'}); "
-                    "it was checked with the weights it built under the shared seed, at their default initialisation: checked less"
+                    "the reference's weights load into ModelNew neither by name nor by position "
+                    f"({reported.weights_why or 'the worker kept its own'}); "
+                    "it was checked with the weights it built under the shared seed, at their default "
+                    "initialisation: checked less"
                 )[:600],
             )
         )
@@ -218,7 +278,9 @@ def decide(case: Case) -> Verdict:
     return Verdict(status, reason, flags, tuple(warnings), Timing(), None, evidence, notes)
 
 
-def settle(case: Case, first: Verdict, unsafe: list[Finding], compare: Callable[[TimingStats, PairedSpeedup], Comparison]) -> Verdict:
+def settle(
+    case: Case, first: Verdict, unsafe: list[Finding], compare: Callable[[TimingStats, PairedSpeedup], Comparison]
+) -> Verdict:
     """The second stage: the sanitizer's findings (`unsafe`, [] when it did not run), then, for a
     candidate still correct and timed, `compare(timing, paired)` (evaluate.compare_times) with its
     findings (its speeds and notes are dropped when they fail it), the log-size warning, and `stricter`."""
@@ -237,7 +299,14 @@ def settle(case: Case, first: Verdict, unsafe: list[Finding], compare: Callable[
             timing, notes = measured, notes + timing_notes
     if status is Status.CORRECT:
         timing = dataclasses.replace(timing, stats=compared.timing)
-    stricter = stricter_than_kernelbench(status, compared.checks, case.calls, compared.same_seed, flags, case.randomize_weights and not compared.own_weights)
+    stricter = stricter_than_kernelbench(
+        status,
+        compared.checks,
+        case.calls,
+        compared.same_seed,
+        flags,
+        case.randomize_weights and not compared.own_weights,
+    )
     log_bytes, log_kib = compared.outcome.log_bytes, case.rules.log_kib
     if log_bytes > log_kib << 10:
         warnings.append(f"printed {log_bytes} bytes; the log keeps the first and last {log_kib // 2} KiB")
@@ -272,7 +341,8 @@ class StricterCheck(Vocabulary):
     FLAG = "flag"  # an integrity flag with policy fail (its code follows: "flag:no-custom-kernel")
 
 
-# The checks of ours that are not planned calls, by kind (protocol.CHECK_NAMES): their code, and what KernelBench does instead.
+# The checks of ours that are not planned calls, by kind (protocol.CHECK_NAMES): their code, and what KernelBench does
+# instead.
 NOT_CALLS: dict[CheckKind, tuple[StricterCheck, str]] = {
     CheckKind.BUFFERS: (StricterCheck.BUFFERS, "KernelBench compares outputs only"),
     CheckKind.TIMED: (StricterCheck.TIMED_OUTPUT, "KernelBench does not check what its timed calls return"),
@@ -315,9 +385,17 @@ def stricter_than_kernelbench(
     if call.repeat:
         return Stricter(StricterCheck.REPEAT.value, f"{check.name}: KernelBench calls once per trial" + loose)
     if call.mode == ModuleMode.EVAL:
-        return Stricter(StricterCheck.EVAL_MODE.value, f"{check.name}: KernelBench calls both models in train mode" + loose)
+        return Stricter(
+            StricterCheck.EVAL_MODE.value, f"{check.name}: KernelBench calls both models in train mode" + loose
+        )
     if check.within_kernelbench:
-        return Stricter(StricterCheck.TOLERANCE.value, f"{check.name}: max abs error {check.max_abs_error:.2e}, max rel error {check.max_rel_error:.2e}; {within}")
+        return Stricter(
+            StricterCheck.TOLERANCE.value,
+            f"{check.name}: max abs error {check.max_abs_error:.2e}, max rel error {check.max_rel_error:.2e}; {within}",
+        )
     if redrawn_weights and same_seed is not None and (same_seed.passed or same_seed.within_kernelbench):
-        return Stricter(StricterCheck.REDRAWN_WEIGHTS.value, f"{check.name}: right with the weights both models were built with, wrong with redrawn ones")
+        return Stricter(
+            StricterCheck.REDRAWN_WEIGHTS.value,
+            f"{check.name}: right with the weights both models were built with, wrong with redrawn ones",
+        )
     return None

@@ -14,7 +14,8 @@ from harness.sources.extract import extract_code
 from harness.sources.problem import file_hash, natural_key
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")  # a candidate's name: a file stem, never a path
-CUDA_METHOD = "cuda"  # the name of tensor.cuda() and module.cuda() as a candidate's source calls them: torch's spelling, not a device setting
+# the name of tensor.cuda() and module.cuda() as a candidate's source calls them: torch's spelling, not a device setting
+CUDA_METHOD = "cuda"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,7 +48,11 @@ def discover_candidates(folder: Path) -> list[Candidate]:
             if raw.stem in candidates:
                 continue
             extraction = extract_code(raw.read_text(encoding="utf-8", errors="replace"))
-            reason = extraction.reason if extraction.code is None else "raw completion was never ingested (run `python run.py ingest`)"
+            reason = (
+                extraction.reason
+                if extraction.code is None
+                else "raw completion was never ingested (run `python run.py ingest`)"
+            )
             candidates[raw.stem] = Candidate(raw.stem, raw, extraction_failure=reason)
     return [candidates[name] for name in sorted(candidates, key=natural_key)]
 
@@ -68,9 +73,15 @@ def needs_cuda_statically(path: Path) -> Optional[str]:
             name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
             if name == "load_inline":
                 for keyword in node.keywords:
-                    if keyword.arg == "cuda_sources" and not (isinstance(keyword.value, ast.Constant) and not keyword.value.value):
+                    if keyword.arg == "cuda_sources" and not (
+                        isinstance(keyword.value, ast.Constant) and not keyword.value.value
+                    ):
                         return f"compiles CUDA sources (load_inline cuda_sources=..., line {node.lineno})"
-                    if keyword.arg == "with_cuda" and isinstance(keyword.value, ast.Constant) and keyword.value.value is True:
+                    if (
+                        keyword.arg == "with_cuda"
+                        and isinstance(keyword.value, ast.Constant)
+                        and keyword.value.value is True
+                    ):
                         return f"builds with CUDA (load_inline with_cuda=True, line {node.lineno})"
             if name == CUDA_METHOD and isinstance(func, ast.Attribute) and not node.args:
                 return f"moves tensors to CUDA (.cuda(), line {node.lineno})"

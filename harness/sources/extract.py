@@ -199,7 +199,13 @@ def _cut_off(block: _Block) -> str | None:
     cls = classes[-1]
     # A subclass of something else may inherit forward; only a bare nn.Module cannot.
     inherits = any(ast.unparse(base) not in _MODULE_BASES for base in cls.bases)
-    has_forward = any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == "forward" or isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "forward" for t in n.targets) for n in cls.body)
+    has_forward = any(
+        isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and n.name == "forward"
+        or isinstance(n, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == "forward" for t in n.targets)
+        for n in cls.body
+    )
     if not (has_forward or inherits):
         return "its class ModelNew has no forward method: cut off inside the class"
     return None

@@ -102,7 +102,12 @@ def declared_settings(path: Path, text: str | None = None) -> dict[str, object]:
         return {}  # the judge reports an unreadable problem
     found: dict[str, object] = {}
     for node in tree.body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) and node.targets[0].id in DECLARABLE:
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and node.targets[0].id in DECLARABLE
+        ):
             name = node.targets[0].id
             try:
                 value = ast.literal_eval(node.value)
@@ -110,19 +115,34 @@ def declared_settings(path: Path, text: str | None = None) -> dict[str, object]:
                 raise UserError(f"{path}: {name} must be a literal {DECLARABLE[name].__name__}") from None
             if not isinstance(value, DECLARABLE[name]):
                 raise UserError(f"{path}: {name} must be a {DECLARABLE[name].__name__}, got {value!r}")
-            if name == "HARNESS_INPUT_DISTRIBUTIONS" and (not value or any(v not in Distribution.words() for v in value)):
-                raise UserError(f"{path}: {name} must be a non-empty list of {list(Distribution.words())}, got {value!r}")
+            if name == "HARNESS_INPUT_DISTRIBUTIONS" and (
+                not value or any(v not in Distribution.words() for v in value)
+            ):
+                raise UserError(
+                    f"{path}: {name} must be a non-empty list of {list(Distribution.words())}, got {value!r}"
+                )
             if name == "HARNESS_TOLERANCES" and not _tolerances_ok(value):
-                raise UserError(f"{path}: {name} must map dtype names to {{'atol': number >= 0, 'rtol': number >= 0}}, got {value!r}")
+                raise UserError(
+                    f"{path}: {name} must map dtype names to {{'atol': number >= 0, 'rtol': number >= 0}}, got "
+                    f"{value!r}"
+                )
             codes = [f.name.replace("_", "-") for f in dataclasses.fields(FlagPolicies)]
             if name == "HARNESS_FLAGS" and not all(c in codes and p in Policy.words() for c, p in value.items()):
-                raise UserError(f"{path}: {name} must map flag codes ({', '.join(codes)}) to fail, flag or ignore, got {value!r}")
+                raise UserError(
+                    f"{path}: {name} must map flag codes ({', '.join(codes)}) to fail, flag or ignore, got {value!r}"
+                )
             found[name] = value
     return found
 
 
 def _tolerances_ok(value: dict[Any, Any]) -> bool:
-    return all(isinstance(dtype, str) and isinstance(t, dict) and set(t) == {"atol", "rtol"} and all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in t.values()) for dtype, t in value.items())
+    return all(
+        isinstance(dtype, str)
+        and isinstance(t, dict)
+        and set(t) == {"atol", "rtol"}
+        and all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in t.values())
+        for dtype, t in value.items()
+    )
 
 
 def natural_key(name: str) -> tuple[Any, ...]:
@@ -147,7 +167,8 @@ def discover_problems(problems_dir: Path) -> list[Problem]:
 
 
 UNSUPPORTED_LEVELS = {
-    "level4": "KernelBench's level 4 builds its models from configurations on a model hub, which an offline run cannot fetch; levels 1-3 run as they are",
+    "level4": "KernelBench's level 4 builds its models from configurations on a model hub, which an offline run cannot "
+    "fetch; levels 1-3 run as they are",
 }
 
 
@@ -173,7 +194,9 @@ def _resolve(query: str, problems_dir: Path) -> Problem:
     as_path = Path(query)
     if as_path.suffix == ".py" and as_path.is_file():
         path = as_path.resolve()
-        return Problem(name=path.stem, level=path.parent.name if path.parent.parent == problems_dir.resolve() else "", path=path)
+        return Problem(
+            name=path.stem, level=path.parent.name if path.parent.parent == problems_dir.resolve() else "", path=path
+        )
     query = query.removesuffix(".py")
     problems = discover_problems(problems_dir)
     level, _, number = query.partition("/")
@@ -216,8 +239,15 @@ def resolve_named_problem(query: str, problems_dir: Path, allow_dir: Path | None
     shown = repr(query[:200])
     name = query.removesuffix(".py")
     parts = name.split("/")
-    named = len(parts) <= 2 and all(re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,199}", part) for part in parts) and Path(name).suffix != ".py"
-    refusal = UserError(f"problem {shown} is not a problem name: problems are named as in the problem tree, e.g. level1/7_GELU, and files are not taken")
+    named = (
+        len(parts) <= 2
+        and all(re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,199}", part) for part in parts)
+        and Path(name).suffix != ".py"
+    )
+    refusal = UserError(
+        f"problem {shown} is not a problem name: problems are named as in the problem tree, e.g. level1/7_GELU, and "
+        "files are not taken"
+    )
     if named:
         try:
             problem = resolve_problem(name, problems_dir)  # no ".py" suffix left: never opened as a path
@@ -243,7 +273,9 @@ def resolve_named_problem(query: str, problems_dir: Path, allow_dir: Path | None
         path = root
     if path.suffix != ".py" or not path.is_relative_to(root) or not path.is_file():
         taken = "a .py file inside the directory problem files are taken from (serve --allow-problem-dir)"
-        raise UserError(f"{refusal}; nor is it {taken}" if named else f"problem {shown} is neither a problem name nor {taken}")
+        raise UserError(
+            f"{refusal}; nor is it {taken}" if named else f"problem {shown} is neither a problem name nor {taken}"
+        )
     level = path.parent.name if path.parent != root else ""
     if level in UNSUPPORTED_LEVELS:
         raise UserError(f"{level}/{path.stem}: {UNSUPPORTED_LEVELS[level]}")

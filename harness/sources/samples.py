@@ -37,18 +37,29 @@ def sample_targets(folder: Path, problems_dir: Path) -> list[tuple[Problem, list
         try:
             problem = resolve_problem(f"level{level}/{number}", problems_dir)
         except UserError as exc:
-            raise UserError(f"--samples: {samples[0][1].name} is for level {level} problem {number}, which {problems_dir} does not have ({exc})") from None
+            raise UserError(
+                f"--samples: {samples[0][1].name} is for level {level} problem {number}, which {problems_dir} does "
+                f"not have ({exc})"
+            ) from None
         targets.append((problem, [Candidate(f"sample_{s}", p.resolve()) for s, p in sorted(samples)]))
     return targets
 
 
-NOT_COMPILED = {Status.EXTRACT_FAILED, Status.SYNTAX_ERROR, Status.IMPORT_ERROR, Status.INTERFACE_ERROR, Status.BUILD_FAILED}
+NOT_COMPILED = {
+    Status.EXTRACT_FAILED,
+    Status.SYNTAX_ERROR,
+    Status.IMPORT_ERROR,
+    Status.INTERFACE_ERROR,
+    Status.BUILD_FAILED,
+}
 # Samples never judged (skipped for want of CUDA, or stopped by the reference or the harness): left
 # out of eval_results.json, since KernelBench's analysis counts every entry as a kernel judged.
 NOT_JUDGED = {Status.NEEDS_CUDA, Status.REFERENCE_FAILED, Status.HARNESS_ERROR}
 
 
-def eval_results(records: Iterable[CandidateRecord], levels: dict[str, str], hardware: dict[str, str]) -> dict[str, dict[str, list[dict[str, Any]]]]:
+def eval_results(
+    records: Iterable[CandidateRecord], levels: dict[str, str], hardware: dict[str, str]
+) -> dict[str, dict[str, list[dict[str, Any]]]]:
     """Sample records as KernelBench's scripts/eval_from_generations.py writes them, per level:
     {"<problem id>": [{"sample_id", "compiled", "correctness", "metadata", "runtime",
     "runtime_stats"}]}, runtimes in milliseconds (-1.0 when not timed). `correctness` is this
@@ -97,10 +108,15 @@ def eval_results(records: Iterable[CandidateRecord], levels: dict[str, str], har
                 "runtime_stats": stats,
             }
         )
-    return {level: {k: sorted(v, key=lambda e: e["sample_id"]) for k, v in sorted(found.items(), key=lambda kv: int(kv[0]))} for level, found in by_level.items()}
+    return {
+        level: {k: sorted(v, key=lambda e: e["sample_id"]) for k, v in sorted(found.items(), key=lambda kv: int(kv[0]))}
+        for level, found in by_level.items()
+    }
 
 
-def write_eval_results(run_dir: Path, records: Iterable[CandidateRecord], levels: dict[str, str], hardware: dict[str, str]) -> list[Path]:
+def write_eval_results(
+    run_dir: Path, records: Iterable[CandidateRecord], levels: dict[str, str], hardware: dict[str, str]
+) -> list[Path]:
     """eval_results.json in `run_dir` (KernelBench keeps one level per run); with samples of
     several levels, eval_results_<level>.json for each."""
     results = eval_results(records, levels, hardware)

@@ -83,7 +83,8 @@ class Side:
     header: Optional[RunHeader]  # the run's header (its config holds the timing protocol), when there is one
     references: dict[str, ReferenceRecord]  # problem -> its (first) reference record
     candidates: dict[tuple[str, str], CandidateRecord]  # (problem, candidate) -> its latest record
-    null_floors: dict[str, NullFloor] = dataclasses.field(default_factory=dict)  # problem -> its worst null floor over its references (lanes)
+    # problem -> its worst null floor over its references (lanes)
+    null_floors: dict[str, NullFloor] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,9 +150,14 @@ class GateRules:
             elif item in (FailOn.STATUS, FailOn.MISSING, FailOn.INCOMPARABLE):
                 fields[item] = True
             else:
-                raise UserError(f"--fail-on: cannot read {item!r}; use comma-separated status, median:10%, geomean:5%, missing, incomparable or none")
+                raise UserError(
+                    f"--fail-on: cannot read {item!r}; use comma-separated status, median:10%, geomean:5%, missing, "
+                    "incomparable or none"
+                )
         if allow_missing and fields.get(FailOn.MISSING):
-            raise UserError("--allow-missing contradicts --fail-on missing (which fails on any missing candidate); pass one of them")
+            raise UserError(
+                "--allow-missing contradicts --fail-on missing (which fails on any missing candidate); pass one of them"
+            )
         return cls(**fields, allow_missing=allow_missing)
 
     def describe(self) -> str:
@@ -214,7 +220,8 @@ def mann_whitney_p(a: list[float], b: list[float]) -> float:
     return float(mannwhitneyu(a, b, alternative="two-sided").pvalue)
 
 
-CANDIDATE_CHANGED = "the candidate file changed"  # a change that the times are compared across, unless across_changes is off
+# a change that the times are compared across, unless across_changes is off
+CANDIDATE_CHANGED = "the candidate file changed"
 
 
 def _changes(baseline: Side, current: Side, old: CandidateRecord, new: CandidateRecord) -> list[str]:
@@ -228,7 +235,13 @@ def _changes(baseline: Side, current: Side, old: CandidateRecord, new: Candidate
     if old.identity.device != new.identity.device:
         found.append(f"device {old.identity.device} then, {new.identity.device} now")
     old_ref, new_ref = baseline.references.get(old.identity.problem), current.references.get(new.identity.problem)
-    if old_ref is not None and new_ref is not None and old_ref.device_name and new_ref.device_name and old_ref.device_name != new_ref.device_name:
+    if (
+        old_ref is not None
+        and new_ref is not None
+        and old_ref.device_name
+        and new_ref.device_name
+        and old_ref.device_name != new_ref.device_name
+    ):
         found.append(f"{old_ref.device_name} then, {new_ref.device_name} now")
     for key in PROTOCOL_KEYS:
         then, now = _setting(baseline.header, key), _setting(current.header, key)
@@ -260,7 +273,11 @@ def _skipped(old: CandidateRecord, new: CandidateRecord) -> str:
 def null_tolerance_of(current: Side) -> float:
     """timing.null_tolerance from the current run's header config, else the default (0.03)."""
     value = _setting(current.header, "timing.null_tolerance")
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else nullfloor.DEFAULT_TOLERANCE
+    return (
+        float(value)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+        else nullfloor.DEFAULT_TOLERANCE
+    )
 
 
 def _floor_reason(baseline: Side, current: Side, problem: str, tolerance: float) -> str:
@@ -272,7 +289,10 @@ def _floor_reason(baseline: Side, current: Side, problem: str, tolerance: float)
             continue
         if nullfloor.failed(floor):
             return f"the null candidate failed in {which} ({floor.status}): the run has no null floor for this problem"
-        return f"the null floor is {nullfloor.describe(floor)} in {which}, outside 1.00x +/- {tolerance * 100:g}%: times on this problem are off by about that much"
+        return (
+            f"the null floor is {nullfloor.describe(floor)} in {which}, outside 1.00x +/- {tolerance * 100:g}%: "
+            "times on this problem are off by about that much"
+        )
     if nullfloor.moved(old, new, tolerance):
         assert old is not None and new is not None and old.speedup is not None and new.speedup is not None
         return f"the null floor moved from {old.speedup:.2f}x to {new.speedup:.2f}x (more than {tolerance * 100:g}%)"
@@ -300,7 +320,9 @@ def compare_one(
     status_change = _status_change(old, new, "; ".join(changes))
     if status_change is not None:  # correctness is compared whatever changed between the runs
         verdict, reason = status_change
-        return Comparison(problem, name, verdict, reason, **statuses, regression=Regression.STATUS if verdict == REGRESSED else None)
+        return Comparison(
+            problem, name, verdict, reason, **statuses, regression=Regression.STATUS if verdict == REGRESSED else None
+        )
     why = _incomparable(changes, across_changes)
     if why:
         return Comparison(problem, name, NOT_COMPARABLE, why, **statuses)
@@ -312,17 +334,44 @@ def compare_one(
     old_ms, new_ms = old.timing.stats.median_ms, new.timing.stats.median_ms
     ratio = new_ms / old_ms if old_ms > 0 else math.inf
     p = mann_whitney_p(old.timing.stats.corrected_samples(), new.timing.stats.corrected_samples())
-    reference_ratio = new.timing.reference_ms / old.timing.reference_ms if old.timing.reference_ms and new.timing.reference_ms else None
-    times: _Times = {"baseline_ms": old_ms, "current_ms": new_ms, "ratio": ratio, "p_value": p, "reference_ratio": reference_ratio}
+    reference_ratio = (
+        new.timing.reference_ms / old.timing.reference_ms
+        if old.timing.reference_ms and new.timing.reference_ms
+        else None
+    )
+    times: _Times = {
+        "baseline_ms": old_ms,
+        "current_ms": new_ms,
+        "ratio": ratio,
+        "p_value": p,
+        "reference_ratio": reference_ratio,
+    }
     changed = " (source changed)" if old.identity.candidate_hash != new.identity.candidate_hash else ""
     beyond = ratio > 1 + threshold or ratio < 1 / (1 + threshold)
     if beyond and p < alpha:
         if ratio > 1:
-            return Comparison(problem, name, REGRESSED, f"{_percent(ratio)} (p={p:.1e}){changed}", **statuses, **times, regression=Regression.TIME)
+            return Comparison(
+                problem,
+                name,
+                REGRESSED,
+                f"{_percent(ratio)} (p={p:.1e}){changed}",
+                **statuses,
+                **times,
+                regression=Regression.TIME,
+            )
         return Comparison(problem, name, IMPROVED, f"{_percent(ratio)} (p={p:.1e}){changed}", **statuses, **times)
     if beyond:
-        return Comparison(problem, name, UNCHANGED, f"{_percent(ratio)}, not significant (p={p:.2g} >= {alpha:g}){changed}", **statuses, **times)
-    return Comparison(problem, name, UNCHANGED, f"{_percent(ratio)}, within {threshold:.0%}{changed}", **statuses, **times)
+        return Comparison(
+            problem,
+            name,
+            UNCHANGED,
+            f"{_percent(ratio)}, not significant (p={p:.2g} >= {alpha:g}){changed}",
+            **statuses,
+            **times,
+        )
+    return Comparison(
+        problem, name, UNCHANGED, f"{_percent(ratio)}, within {threshold:.0%}{changed}", **statuses, **times
+    )
 
 
 MISSING_HINT = "if it was renamed, rename it in the baseline too; if it was deleted on purpose, pass --allow-missing"
@@ -376,7 +425,9 @@ def gate(baseline: Side, current: Side, rules: GateRules, alpha: float, across_c
     keys = sorted(key for key in set(baseline.candidates) | set(current.candidates) if key[0] in covered)
     compared = (compare_one(baseline, current, key, threshold, alpha, across_changes, tolerance) for key in keys)
     comparisons = tuple(_allowed(comparison, rules) for comparison in compared)
-    ratios = [c.ratio for c in comparisons if c.ratio is not None and c.verdict != NOT_COMPARABLE and 0 < c.ratio < math.inf]
+    ratios = [
+        c.ratio for c in comparisons if c.ratio is not None and c.verdict != NOT_COMPARABLE and 0 < c.ratio < math.inf
+    ]
     geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios)) if ratios else None
     left = tuple(sorted({problem for problem, _ in baseline.candidates} - covered, key=natural_key))
     failures = _failures(comparisons, rules, geomean)
@@ -439,7 +490,9 @@ def _shown(c: Comparison) -> dict[str, str]:
         "ratio": f"{c.ratio:.3f}x" if c.ratio is not None else "",
         "p": f"{c.p_value:.1e}" if c.p_value is not None else "",
         "reference moved": _percent(c.reference_ratio) if c.reference_ratio is not None else "",
-        "statuses": (c.current_status or "") if c.baseline_status == c.current_status else f"{c.baseline_status or '-'} → {c.current_status or '-'}",
+        "statuses": (c.current_status or "")
+        if c.baseline_status == c.current_status
+        else f"{c.baseline_status or '-'} → {c.current_status or '-'}",
     }
 
 
@@ -449,7 +502,10 @@ MARKDOWN_COLUMNS = ("baseline ms", "current ms", "ratio", "p", "reference moved"
 
 def _table(rows: Iterable[Comparison]) -> list[str]:
     """One row per comparison, in natural order; names and reasons as literal text."""
-    lines = ["| problem | candidate | change | baseline ms | current ms | ratio | p | reference moved | statuses |", "|---|---|---|---:|---:|---:|---:|---:|---|"]
+    lines = [
+        "| problem | candidate | change | baseline ms | current ms | ratio | p | reference moved | statuses |",
+        "|---|---|---|---:|---:|---:|---:|---:|---|",
+    ]
     for c in _in_order(rows):
         shown = _shown(c)
         cells = [markdown_text(c.problem), markdown_text(c.candidate), markdown_text(c.reason)]
@@ -461,7 +517,10 @@ def _table(rows: Iterable[Comparison]) -> list[str]:
 def _about(result: GateResult, quoted: Callable[[str], str]) -> str:
     """What was compared under which rules, and what the gate left alone: missing candidates allowed,
     the problems not gated. `quoted` writes a path and the rules (a code span in markdown)."""
-    said = [f"Baseline {quoted(result.baseline)}, current {quoted(result.current)}. Fails on: {quoted(result.rules.describe())}; a change in time counts when Mann-Whitney U gives p < {result.alpha:g}."]
+    said = [
+        f"Baseline {quoted(result.baseline)}, current {quoted(result.current)}. Fails on: "
+        f"{quoted(result.rules.describe())}; a change in time counts when Mann-Whitney U gives p < {result.alpha:g}."
+    ]
     if result.rules.allow_missing:
         said.append("Correct baseline candidates missing from this run are allowed (`--allow-missing`).")
     if result.left_out:
@@ -490,7 +549,9 @@ def report(result: GateResult) -> str:
         "",
         "| " + " | ".join(VERDICTS) + " | geomean ratio |",
         "|" + "---:|" * (len(VERDICTS) + 1),
-        "| " + " | ".join(str(result.count(v)) for v in VERDICTS) + f" | {f'{result.geomean_ratio:.3f}x' if result.geomean_ratio else ''} |",
+        "| "
+        + " | ".join(str(result.count(v)) for v in VERDICTS)
+        + f" | {f'{result.geomean_ratio:.3f}x' if result.geomean_ratio else ''} |",
     ]
     for verdict_name, title in SECTIONS:
         rows = [c for c in result.comparisons if c.verdict == verdict_name]
@@ -498,7 +559,14 @@ def report(result: GateResult) -> str:
             lines += ["", f"## {title}", "", *_table(rows)]
     unchanged = [c for c in result.comparisons if c.verdict == UNCHANGED]
     if unchanged:
-        lines += ["", f"<details><summary>{len(unchanged)} unchanged</summary>", "", *_table(unchanged), "", "</details>"]
+        lines += [
+            "",
+            f"<details><summary>{len(unchanged)} unchanged</summary>",
+            "",
+            *_table(unchanged),
+            "",
+            "</details>",
+        ]
     return "\n".join(lines) + "\n"
 
 

@@ -33,7 +33,10 @@ from harness.views.text import markdown_code, markdown_text, spreadsheet_safe, t
 STATISTIC = "mean"  # the baseline entry's field KernelBench's scoring divides by the candidate's mean
 LEVEL = re.compile(r"level\d+")
 SHAPE = '{"level1": {"19_ReLU.py": {"mean": <ms>, ...}}}'
-HONEST_NOTE = "fast_p against KernelBench's published timings mixes in another machine, torch and timer; the leaderboard's fast_p (this run's reference, timed in turns on the same GPU) is the honest one"
+HONEST_NOTE = (
+    "fast_p against KernelBench's published timings mixes in another machine, torch and timer; the leaderboard's "
+    "fast_p (this run's reference, timed in turns on the same GPU) is the honest one"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,7 +109,13 @@ def _entry(path: Path, level: str, file: str, entry: Any) -> BaselineTime:
         raise UserError(f"{where}: {STATISTIC!r} must be a positive time in ms, got {mean!r}")
     trials = entry.get("num_trials")
     hardware = entry.get("hardware")
-    return BaselineTime(level=level, file=file, mean_ms=float(mean), num_trials=trials if isinstance(trials, int) else None, hardware=hardware if isinstance(hardware, str) else "")
+    return BaselineTime(
+        level=level,
+        file=file,
+        mean_ms=float(mean),
+        num_trials=trials if isinstance(trials, int) else None,
+        hardware=hardware if isinstance(hardware, str) else "",
+    )
 
 
 def level_of(problem_path: str) -> str:
@@ -166,7 +175,9 @@ def fast_p_against(
         level = levels.get(problem, "")
         found = baseline.find(problem, level)
         reference_ms = _reference_mean(r for r in references if r.problem == problem)
-        shares: dict[float, Optional[float]] = {p: _share(candidates, found.mean_ms, p) if found else None for p in thresholds}
+        shares: dict[float, Optional[float]] = {
+            p: _share(candidates, found.mean_ms, p) if found else None for p in thresholds
+        }
         rows.append(
             ProblemAgainstBaseline(
                 problem=problem,
@@ -190,7 +201,9 @@ def _share(candidates: Sequence[CandidateRecord], baseline_ms: float, p: float) 
     for r in candidates:
         if r.decision.status is not Status.CORRECT:
             continue  # an incorrect candidate never counts, however fast
-        if p == 0 or (r.timing.stats is not None and r.timing.stats.mean_ms > 0 and baseline_ms / r.timing.stats.mean_ms > p):
+        if p == 0 or (
+            r.timing.stats is not None and r.timing.stats.mean_ms > 0 and baseline_ms / r.timing.stats.mean_ms > p
+        ):
             hits += 1
     return hits / len(candidates)
 
@@ -213,9 +226,21 @@ def frame(table: FastPAgainstBaseline) -> pd.DataFrame:
     """One row per problem: counts, fast_<p> over the baseline, both reference means, their ratio, why missing."""
     rows = []
     for row in table.problems:
-        cells: dict[str, Any] = {"problem": row.problem, "level": row.level, "evaluated": row.evaluated, "correct": row.correct}
+        cells: dict[str, Any] = {
+            "problem": row.problem,
+            "level": row.level,
+            "evaluated": row.evaluated,
+            "correct": row.correct,
+        }
         cells.update({f"fast_{p:g}": share for p, share in row.fast_p.items()})
-        cells.update({"kb_mean_ms": row.baseline_ms, "reference_mean_ms": row.reference_ms, "reference_vs_kb": row.reference_vs_baseline, "missing": row.missing})
+        cells.update(
+            {
+                "kb_mean_ms": row.baseline_ms,
+                "reference_mean_ms": row.reference_ms,
+                "reference_vs_kb": row.reference_vs_baseline,
+                "missing": row.missing,
+            }
+        )
         rows.append(cells)
     return pd.DataFrame(rows)
 
@@ -236,8 +261,10 @@ def render_markdown(table: FastPAgainstBaseline, title: str) -> str:
     lines = [
         f"# {markdown_text(title)}",
         "",
-        f"Baseline: {markdown_code(table.baseline.source)} ({markdown_text(hardware)}), its `{STATISTIC}`; this run: {markdown_text(', '.join(table.devices) or 'no reference records')}.",
-        f"Speedup here: KernelBench's {STATISTIC} / the candidate's {STATISTIC} time. `reference_vs_kb`: this run's reference / KernelBench's.",
+        f"Baseline: {markdown_code(table.baseline.source)} ({markdown_text(hardware)}), its `{STATISTIC}`; this run: "
+        f"{markdown_text(', '.join(table.devices) or 'no reference records')}.",
+        f"Speedup here: KernelBench's {STATISTIC} / the candidate's {STATISTIC} time. `reference_vs_kb`: this run's "
+        "reference / KernelBench's.",
         "",
         f"Note: {HONEST_NOTE} (docs/kernelbench.md).",
         "",
@@ -267,7 +294,9 @@ def print_report(table: FastPAgainstBaseline, console: Any) -> None:
             missing.setdefault(why, []).append(problem)
     shown = shown[["problem"] + [c for c in shown.columns if c.startswith("fast_")] + ["reference_vs_kb"]]
     columns = [Column(column_header(c), numeric=c != "problem") for c in shown.columns]
-    rich_table, _ = fitted_table(f"fast_p against KernelBench's {table.baseline.source}", columns, _cells(shown), console.width)
+    rich_table, _ = fitted_table(
+        f"fast_p against KernelBench's {table.baseline.source}", columns, _cells(shown), console.width
+    )
     console.print(rich_table)
     if missing:
         console.print(notes("no baseline time", missing))

@@ -22,12 +22,36 @@ from harness.sources.problem import natural_key
 from harness.views.terminal import Column, fitted_table, left_out, notes
 from harness.views.text import markdown_text, spreadsheet_safe
 
-PROBLEM_COLUMNS = ["rank", "candidate", "status", "flags", "reason", "speedup", "vs_compile", "sol_pct", "sol_floor", "own_share", "gradients", "candidate_ms", "reference_ms", "compile_ms", "max_abs_error"]
-NUMERIC = {"speedup", "vs_compile", "sol_pct", "own_share", "candidate_ms", "reference_ms", "compile_ms", "max_abs_error", "geomean_speedup", "geomean_vs_compile", "null_floor"}
+MEASURED = ["speedup", "vs_compile", "sol_pct", "sol_floor", "own_share", "gradients"]
+MEASURED += ["candidate_ms", "reference_ms", "compile_ms", "max_abs_error"]  # what each row measured, in every view
+PROBLEM_COLUMNS = ["rank", "candidate", "status", "flags", "reason", *MEASURED]
+NUMERIC = {
+    "speedup",
+    "vs_compile",
+    "sol_pct",
+    "own_share",
+    "candidate_ms",
+    "reference_ms",
+    "compile_ms",
+    "max_abs_error",
+    "geomean_speedup",
+    "geomean_vs_compile",
+    "null_floor",
+}
 COMPILE_BASELINE = "torch.compile(default)"
 # The terminal's view: headers with spaces (they wrap between words), and the order in which
 # columns are left out when a table does not fit (highest first; 0: always shown).
-TERMINAL_DROP = {"max_abs_error": 9, "sol_floor": 8, "compile_ms": 7, "reference_ms": 6, "own_share": 5, "gradients": 4, "candidate_ms": 3, "sol_pct": 2, "vs_compile": 1}
+TERMINAL_DROP = {
+    "max_abs_error": 9,
+    "sol_floor": 8,
+    "compile_ms": 7,
+    "reference_ms": 6,
+    "own_share": 5,
+    "gradients": 4,
+    "candidate_ms": 3,
+    "sol_pct": 2,
+    "vs_compile": 1,
+}
 SUMMARY_DROP = {"candidates": 3, "geomean_vs_compile": 2, "evaluated": 1}
 
 
@@ -51,14 +75,18 @@ def candidate_frame(records: Iterable[CandidateRecord]) -> pd.DataFrame:
                 "status": r.decision.status.value,
                 "correct": r.decision.status is Status.CORRECT,
                 "evaluated": r.decision.status is not Status.NEEDS_CUDA,
-                "reason": f"[stricter than KernelBench: {r.decision.stricter.code}] {r.decision.reason}" if r.decision.stricter else r.decision.reason,
+                "reason": f"[stricter than KernelBench: {r.decision.stricter.code}] {r.decision.reason}"
+                if r.decision.stricter
+                else r.decision.reason,
                 "flags": flag_column(r.integrity.flags),
                 "speedup": r.timing.speedup,
                 "vs_compile": r.timing.speedups.get(compile_name) if compile_name else None,
                 "sol_pct": r.timing.sol_fraction,
                 "sol_floor": r.timing.sol_floor,
                 "own_share": r.integrity.custom_kernel_share,
-                "candidate_ms": r.timing.stats.median_ms if r.timing.stats and r.decision.status is Status.CORRECT else None,
+                "candidate_ms": r.timing.stats.median_ms
+                if r.timing.stats and r.decision.status is Status.CORRECT
+                else None,
                 "reference_ms": r.timing.reference_ms,
                 "compile_ms": r.timing.baseline_ms.get(compile_name) if compile_name else None,
                 "max_abs_error": r.checks.max_abs_error,
@@ -75,16 +103,7 @@ def candidate_frame(records: Iterable[CandidateRecord]) -> pd.DataFrame:
         "evaluated",
         "reason",
         "flags",
-        "speedup",
-        "vs_compile",
-        "sol_pct",
-        "sol_floor",
-        "own_share",
-        "gradients",
-        "candidate_ms",
-        "reference_ms",
-        "compile_ms",
-        "max_abs_error",
+        *MEASURED,
         "device",
         "run_id",
     ]
@@ -122,7 +141,9 @@ def null_floors(frame: pd.DataFrame, references: Optional[Iterable[ReferenceReco
     return {p: f for p, f in nullfloor.by_problem(references).items() if p in shown}
 
 
-def summary_table(frame: pd.DataFrame, fast_p: Sequence[float], references: Optional[Iterable[ReferenceRecord]] = None) -> pd.DataFrame:
+def summary_table(
+    frame: pd.DataFrame, fast_p: Sequence[float], references: Optional[Iterable[ReferenceRecord]] = None
+) -> pd.DataFrame:
     """Per problem: counts, fast_p (KernelBench: share of evaluated candidates correct and > p x faster)
     and the geometric-mean speedup of correct candidates. When a reference has a null floor, a
     `null_floor` column: the null candidate's speedup (worst lane), empty where there is none, where
@@ -174,7 +195,12 @@ def summary_cells(summary: pd.DataFrame, floors: Mapping[str, NullFloor]) -> lis
     "failed: <status>", the rest as `cell_text` writes them."""
     rows = []
     for row in summary.to_dict("records"):
-        rows.append([nullfloor.describe(floors.get(row["problem"])) if c == "null_floor" else cell_text(v, c) for c, v in row.items()])
+        rows.append(
+            [
+                nullfloor.describe(floors.get(row["problem"])) if c == "null_floor" else cell_text(v, c)
+                for c, v in row.items()
+            ]
+        )
     return rows
 
 
@@ -247,15 +273,22 @@ def write_leaderboards(
     return csv_path, md_path
 
 
-def print_leaderboard(frame: pd.DataFrame, fast_p: Sequence[float], console: Any, references: Optional[Iterable[ReferenceRecord]] = None) -> None:
+def print_leaderboard(
+    frame: pd.DataFrame, fast_p: Sequence[float], console: Any, references: Optional[Iterable[ReferenceRecord]] = None
+) -> None:
     """Tables that fit `console`'s width: per problem, its ranking with the reasons as notes under
     it, then the summary (with the null floors of `references`). Every text is shown literally."""
     for problem in natural_order(frame["problem"]):
         _print_problem(problem_table(frame, problem), problem, console)
     references = list(references) if references is not None else None
     summary = summary_table(frame, fast_p, references)
-    columns = [Column(column_header(c), numeric=c not in ("problem", "null_floor"), drop=SUMMARY_DROP.get(c, 0)) for c in summary.columns]
-    table, dropped = fitted_table("summary", columns, summary_cells(summary, null_floors(frame, references)), console.width)
+    columns = [
+        Column(column_header(c), numeric=c not in ("problem", "null_floor"), drop=SUMMARY_DROP.get(c, 0))
+        for c in summary.columns
+    ]
+    table, dropped = fitted_table(
+        "summary", columns, summary_cells(summary, null_floors(frame, references)), console.width
+    )
     console.print(table)
     if dropped:
         console.print(left_out(dropped, console.width, "leaderboard.md"))
@@ -277,7 +310,11 @@ def _print_problem(shown: pd.DataFrame, problem: str, console: Any) -> None:
     reasons: dict[str, list[str]] = {}
     for row in shown.to_dict("records"):
         rows.append([cell_text(row[c], c) for c in names])
-        styles.append("yellow" if row["status"] == Status.CORRECT.value and row["flags"] else status_style.get(row["status"], "red"))
+        styles.append(
+            "yellow"
+            if row["status"] == Status.CORRECT.value and row["flags"]
+            else status_style.get(row["status"], "red")
+        )
         if row["reason"]:
             reasons.setdefault(str(row["reason"]), []).append(str(row["candidate"]))
     table, dropped = fitted_table(problem, columns, rows, console.width, styles)

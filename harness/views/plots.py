@@ -86,7 +86,10 @@ def plot_problem(table: pd.DataFrame, problem: str, path: Path) -> bool:
     if shown.empty:
         return False
     flagged = shown["flags"] if "flags" in shown else [""] * len(shown)
-    names = [_label(str(n)) + (f"\n[{visible(f)}]" if isinstance(f, str) and f else "") for n, f in zip(shown["candidate"], flagged)]
+    names = [
+        _label(str(n)) + (f"\n[{visible(f)}]" if isinstance(f, str) and f else "")
+        for n, f in zip(shown["candidate"], flagged)
+    ]
     eager = [float(v) for v in shown["speedup"]]
     compiled = [_value(v) for v in shown["vs_compile"]]
     sol = [_value(v) for v in shown["sol_pct"]]
@@ -113,7 +116,9 @@ def plot_problem(table: pd.DataFrame, problem: str, path: Path) -> bool:
     return True
 
 
-def _draw_speedups(speed_ax: Any, names: list[str], eager: list[float], compiled: Optional[list[Optional[float]]]) -> None:
+def _draw_speedups(
+    speed_ax: Any, names: list[str], eager: list[float], compiled: Optional[list[Optional[float]]]
+) -> None:
     """Bars of the speedups over the eager reference (and over torch.compile, when any)."""
     from matplotlib.ticker import FuncFormatter, NullFormatter
 
@@ -132,7 +137,15 @@ def _draw_speedups(speed_ax: Any, names: list[str], eager: list[float], compiled
         speed_ax.barh(positions, widths, left=base, height=thickness, color=color, label=label)
         for pos, v in zip(positions, (v for v in data if v is not None)):
             outward = v >= base or not log
-            speed_ax.annotate(f"{v:.2f}x", (v, pos), xytext=(3 if outward else -3, 0), textcoords="offset points", ha="left" if outward else "right", va="center", fontsize=8)
+            speed_ax.annotate(
+                f"{v:.2f}x",
+                (v, pos),
+                xytext=(3 if outward else -3, 0),
+                textcoords="offset points",
+                ha="left" if outward else "right",
+                va="center",
+                fontsize=8,
+            )
     speed_ax.axvline(1.0, color="0.25", linestyle="--", linewidth=1)
     if log:
         speed_ax.set_xscale("log")
@@ -158,7 +171,15 @@ def _draw_sol(sol_ax: Any, sol: list[Optional[float]]) -> None:
     fractions = [v if v is not None else 0.0 for v in sol]
     sol_ax.barh(list(range(len(sol))), [v * 100 for v in fractions], height=0.6, color=SOL_COLOR)
     for i, v in enumerate(sol):
-        sol_ax.annotate(_percent(v) if v is not None else "n/a", (fractions[i] * 100, i), xytext=(3, 0), textcoords="offset points", ha="left", va="center", fontsize=8)
+        sol_ax.annotate(
+            _percent(v) if v is not None else "n/a",
+            (fractions[i] * 100, i),
+            xytext=(3, 0),
+            textcoords="offset points",
+            ha="left",
+            va="center",
+            fontsize=8,
+        )
     sol_ax.set_xlim(0, max(100.0, max(fractions) * 100) * 1.18)
     sol_ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}%"))
     sol_ax.set_xlabel("speed-of-light (roofline floor / time)", fontsize=9)

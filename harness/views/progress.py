@@ -118,7 +118,10 @@ class Progress:
             self.first_finished_at = self.clock()
         self.failed += record.decision.status.is_failure
         speed = f", {record.timing.speedup:.2f}x" if record.timing.speedup else ""
-        line = f"  [{self._done}/{self._total}] {visible(record.identity.candidate)}: {record.decision.status.value}{speed} - {visible(record.decision.reason)} ({self.overall()})"
+        line = (
+            f"  [{self._done}/{self._total}] {visible(record.identity.candidate)}: "
+            f"{record.decision.status.value}{speed} - {visible(record.decision.reason)} ({self.overall()})"
+        )
         if self._bar is not None and self._task is not None:
             self._bar.advance(self._task)
             self._bar.update(self._task, candidate="")

@@ -54,7 +54,14 @@ def terminal_console(*, stderr: bool = False) -> "Console":
     printed on it are never read as markup or emoji codes, nor highlighted."""
     from rich.console import Console
 
-    return Console(stderr=stderr, width=terminal_width(sys.stderr if stderr else sys.stdout), soft_wrap=False, markup=False, emoji=False, highlight=False)
+    return Console(
+        stderr=stderr,
+        width=terminal_width(sys.stderr if stderr else sys.stdout),
+        soft_wrap=False,
+        markup=False,
+        emoji=False,
+        highlight=False,
+    )
 
 
 def _length(text: str) -> int:
@@ -114,7 +121,13 @@ def layout(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int)
         shown.remove(max(droppable, key=lambda i: (columns[i].drop, i)))
 
 
-def fitted_table(title: str, columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int, styles: Optional[Sequence[str]] = None) -> tuple["RenderableType", list[str]]:
+def fitted_table(
+    title: str,
+    columns: Sequence[Column],
+    rows: Sequence[Sequence[str]],
+    width: int,
+    styles: Optional[Sequence[str]] = None,
+) -> tuple["RenderableType", list[str]]:
     """`title` on a line of its own (a table's title would wrap at the table's width), then a table
     of `rows` (cells as strings, shown literally) that fits in `width` terminal columns; and the
     headers of the columns left out to make it fit."""
@@ -127,11 +140,18 @@ def fitted_table(title: str, columns: Sequence[Column], rows: Sequence[Sequence[
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1, 0, 0))
     for index, column_width in chosen:
         column = columns[index]
-        table.add_column(terminal_text(column.header), justify="right" if column.numeric else "left", width=column_width, overflow="fold")
+        table.add_column(
+            terminal_text(column.header),
+            justify="right" if column.numeric else "left",
+            width=column_width,
+            overflow="fold",
+        )
     for n, row in enumerate(shown_rows):
         table.add_row(*(terminal_text(row[i]) for i, _ in chosen), style=styles[n] if styles else None)
     kept = {i for i, _ in chosen}
-    return Group(terminal_text(title, style="bold"), table), [column.header for i, column in enumerate(columns) if i not in kept]
+    return Group(terminal_text(title, style="bold"), table), [
+        column.header for i, column in enumerate(columns) if i not in kept
+    ]
 
 
 def notes(heading: str, by_text: Mapping[str, Sequence[str]]) -> "RenderableType":

@@ -26,7 +26,16 @@ if TYPE_CHECKING:
 # paragraph separators.
 HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
 NAMED_ESCAPES = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
-MARKDOWN_ESCAPES = {"\\": "\\\\", "|": "\\|", "`": "\\`", "[": "\\[", "]": "\\]", "<": "&lt;", ">": "&gt;", "&": "&amp;"}
+MARKDOWN_ESCAPES = {
+    "\\": "\\\\",
+    "|": "\\|",
+    "`": "\\`",
+    "[": "\\[",
+    "]": "\\]",
+    "<": "&lt;",
+    ">": "&gt;",
+    "&": "&amp;",
+}
 # What markdown_text escapes: a bracket only where it would close a link or image (`](`, `][`);
 # with brackets=True (inside a link's own text), every bracket. Emphasis, strikethrough and math
 # marks (`*`, `~`, `$`), `_` unless a letter or digit is on both sides (where it never emphasises),
@@ -52,7 +61,10 @@ def visible(text: object, *, keep_newlines: bool = False) -> str:
     text = str(text)
     if text.isprintable():
         return text
-    return "".join(_escape(c) if unicodedata.category(c) in HIDDEN_CATEGORIES and not (keep_newlines and c == "\n") else c for c in text)
+    return "".join(
+        _escape(c) if unicodedata.category(c) in HIDDEN_CATEGORIES and not (keep_newlines and c == "\n") else c
+        for c in text
+    )
 
 
 def terminal_text(text: object, style: str = "", *, keep_newlines: bool = False) -> "Text":
@@ -100,7 +112,8 @@ def markdown_code(text: object) -> str:
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")  # what makes a spreadsheet read a cell as a formula
 
 
-TEXT_COLUMNS = ("problem", "candidate", "reason", "flags", "hardware", "device")  # CSV columns whose text comes from outside
+# CSV columns whose text comes from outside
+TEXT_COLUMNS = ("problem", "candidate", "reason", "flags", "hardware", "device")
 
 
 def spreadsheet_safe(frame: "DataFrame") -> "DataFrame":

@@ -30,11 +30,13 @@ from harness.worker.baseline import BaselineRun
 from harness.worker.candidate import CandidateRun
 from harness.worker.compared import Worker
 
-ROLES: dict[P.Role, type[Worker]] = {cls.role: cls for cls in (CandidateRun, BaselineRun)}  # the run sequence of each role
+# the run sequence of each role
+ROLES: dict[P.Role, type[Worker]] = {cls.role: cls for cls in (CandidateRun, BaselineRun)}
 
 
 def main() -> None:
-    """Run one job (the modules above, torch among them, were imported before it is read: a prestarted worker waits with them loaded)."""
+    """Run one job (the modules above, torch among them, were imported before it is read: a prestarted
+    worker waits with them loaded)."""
     if os.environ.get(PREWARM) == Device.CUDA:
         prewarm_cuda()
     text = sys.stdin.buffer.readline()

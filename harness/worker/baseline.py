@@ -13,7 +13,18 @@ from harness.core import protocol as P
 from harness.core.status import Status
 from harness.device.failures import classify
 from harness.device.setup import synchronize
-from harness.worker.compared import Worker, calls_since, check_calls, construct, finish, inductor_cache, load, load_reference_weights, start_timing, time_rounds
+from harness.worker.compared import (
+    Worker,
+    calls_since,
+    check_calls,
+    construct,
+    finish,
+    inductor_cache,
+    load,
+    load_reference_weights,
+    start_timing,
+    time_rounds,
+)
 
 
 class BaselineRun(Worker):
@@ -50,7 +61,9 @@ class BaselineRun(Worker):
             runner = torch.compile(model, mode=mode)
             model.eval()
             with torch.no_grad():
-                runner(*[a.clone() if isinstance(a, torch.Tensor) else a for a in self._set(self.session.first.sets[0])])
+                runner(
+                    *[a.clone() if isinstance(a, torch.Tensor) else a for a in self._set(self.session.first.sets[0])]
+                )
             synchronize(self.device)
         except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):

@@ -10,7 +10,18 @@ import torch
 from harness.core import protocol as P
 from harness.core.config import Device
 from harness.device.checks import model_gradients, paired_gradients
-from harness.worker.compared import Worker, calls_since, check_calls, construct, finish, load, load_reference_weights, reference_pairs, start_timing, time_rounds
+from harness.worker.compared import (
+    Worker,
+    calls_since,
+    check_calls,
+    construct,
+    finish,
+    load,
+    load_reference_weights,
+    reference_pairs,
+    start_timing,
+    time_rounds,
+)
 
 
 class CandidateRun(Worker):
@@ -31,9 +42,18 @@ class CandidateRun(Worker):
             staged = check_calls(self, model, model, staged, cache)
         checked = calls_since(cache.calls, before_checks)
         timing = self.job.timing is not None
-        after_buffers = P.Want(P.WantKind.TRIAL if self.job.gradients else P.WantKind.TIMING if timing else P.WantKind.NONE)
+        after_buffers = P.Want(
+            P.WantKind.TRIAL if self.job.gradients else P.WantKind.TIMING if timing else P.WantKind.NONE
+        )
         buffers = list(model.named_buffers())
-        staged = self._step(P.StepKind.BUFFERS, 0, [v.detach() for _, v in buffers], [], want=after_buffers, names=[self.reference_names(k) for k, _ in buffers])
+        staged = self._step(
+            P.StepKind.BUFFERS,
+            0,
+            [v.detach() for _, v in buffers],
+            [],
+            want=after_buffers,
+            names=[self.reference_names(k) for k, _ in buffers],
+        )
         if self.job.gradients:
             staged = self._gradients(model, staged, own)
         self.end_phase()
@@ -53,7 +73,14 @@ class CandidateRun(Worker):
         args = self._set(self.session.first.sets[0])
         pairs = reference_pairs(self, model)
         own = pairs is None
-        staged = self._step(P.StepKind.SAME_SEED, 0, self._call(model, args, "same_seed"), args, want=P.Want(P.WantKind.CALL), own_weights=own)
+        staged = self._step(
+            P.StepKind.SAME_SEED,
+            0,
+            self._call(model, args, "same_seed"),
+            args,
+            want=P.Want(P.WantKind.CALL),
+            own_weights=own,
+        )
         if not own:
             load_reference_weights(self, model, pairs)
         return staged, own
@@ -62,12 +89,21 @@ class CandidateRun(Worker):
         """Training parity: the gradients of a train-mode forward on the judge's trial inputs, named as
         the reference names its parameters; on its own weights, only those that pair with the reference's."""
         assert staged is not None
-        status, reason, grads = model_gradients(model, self._set(staged.sets[0], staged.fresh), self.job.gradient_seed, self.guard)
+        status, reason, grads = model_gradients(
+            model, self._set(staged.sets[0], staged.fresh), self.job.gradient_seed, self.guard
+        )
         if own:  # its own parameters: only those the reference has, by name and shape, can be compared
-            grads = paired_gradients(grads, {f"parameter {w.name}": tuple(w.tensor.shape) for w in self.session.weights})
-        names = [f"parameter {self.reference_names(k.removeprefix('parameter '))}" if k.startswith("parameter ") else k for k in grads]
+            grads = paired_gradients(
+                grads, {f"parameter {w.name}": tuple(w.tensor.shape) for w in self.session.weights}
+            )
+        names = [
+            f"parameter {self.reference_names(k.removeprefix('parameter '))}" if k.startswith("parameter ") else k
+            for k in grads
+        ]
         want = P.Want(P.WantKind.TIMING if self.job.timing is not None else P.WantKind.NONE)
-        staged = self._step(P.StepKind.GRADS, 0, list(grads.values()), [], want=want, names=names, status=status, reason=reason)
+        staged = self._step(
+            P.StepKind.GRADS, 0, list(grads.values()), [], want=want, names=names, status=status, reason=reason
+        )
         del grads
         if self.device.type == Device.CUDA:
             torch.cuda.empty_cache()

@@ -65,7 +65,8 @@ class Worker:
         self._bands: dict[int, Any] = {}  # id of a device copy -> the guard band after it
         self._unsafe_reported = False
         self._steps: list[P.StepKind] = []  # the steps reported so far, in the order protocol.STEPS declares
-        self.forward_ops: Optional[ForwardOps] = None  # the ATen operators of the observed checked call (a candidate on the CPU)
+        # the ATen operators of the observed checked call (a candidate on the CPU)
+        self.forward_ops: Optional[ForwardOps] = None
 
     def run(self) -> None:
         raise NotImplementedError
@@ -138,12 +139,28 @@ class Worker:
                     self.send(P.Unsafe(past_end(position, changed, label)))
 
     def _step(
-        self, step: P.StepKind, index: int, outputs: list[Any], inputs: list[Any], *, want: P.Want, names: Optional[list[str]] = None, status: Backward = Backward.RAN, reason: str = "", own_weights: bool = False
+        self,
+        step: P.StepKind,
+        index: int,
+        outputs: list[Any],
+        inputs: list[Any],
+        *,
+        want: P.Want,
+        names: Optional[list[str]] = None,
+        status: Backward = Backward.RAN,
+        reason: str = "",
+        own_weights: bool = False,
     ) -> Optional[P.Staged]:
         """Put `outputs` in the mailbox, report the step, and wait for the parent's go-ahead; the
         inputs the judge staged for the next step come with it. A step out of the role's declared
         order (protocol.STEPS) is the harness's own error."""
-        order = P.out_of_order(self.role, self._steps, P.Step(step, index, outputs=tuple(P.Output("") for _ in outputs)), len(self.job.calls), self.job.gradients)
+        order = P.out_of_order(
+            self.role,
+            self._steps,
+            P.Step(step, index, outputs=tuple(P.Output("") for _ in outputs)),
+            len(self.job.calls),
+            self.job.gradients,
+        )
         if order:
             raise WorkerFailure(Status.HARNESS_ERROR, f"the worker's {order}")
         self._steps.append(step)
@@ -163,7 +180,9 @@ class Worker:
                 spec = next(spec_of)
                 if not fits:
                     spec = dataclasses.replace(spec, offset=-1)
-                described.append(P.Output(type(o).__name__, name, str(o.layout), o.device.type, aliased_input(o, inputs), spec))
+                described.append(
+                    P.Output(type(o).__name__, name, str(o.layout), o.device.type, aliased_input(o, inputs), spec)
+                )
             elif isinstance(o, torch.Tensor):  # the judge reads its layout or device, and fails it
                 described.append(P.Output(type(o).__name__, name, str(o.layout), o.device.type))
             else:
@@ -192,7 +211,8 @@ class Worker:
         return out
 
     def _call(self, model: Any, args: list[Any], label: str) -> list[Any]:
-        """One checked forward: its outputs (tensors only), after the guard's check and a look for threads it left running."""
+        """One checked forward: its outputs (tensors only), after the guard's check and a look for
+        threads it left running."""
         threads_before = set(threading.enumerate())
         try:
             out = model(*args)
@@ -265,7 +285,9 @@ def construct(worker: Worker, model_class: type) -> Any:
     return model
 
 
-def check_calls(worker: Worker, model: Any, runner: Any, staged: P.Staged, cache: Optional[BuildCache] = None) -> P.Staged:
+def check_calls(
+    worker: Worker, model: Any, runner: Any, staged: P.Staged, cache: Optional[BuildCache] = None
+) -> P.Staged:
     """Every planned call of `runner` (`model`, or its compiled form) on the inputs the judge staged,
     each reported as a step; returns what the judge staged after the last. With `cache` (a
     candidate's) on the CPU, the ATen operators of one call are observed (`Worker._observed`)."""
@@ -277,9 +299,19 @@ def check_calls(worker: Worker, model: Any, runner: Any, staged: P.Staged, cache
         # memoised by input identity or address comes back stale and fails the comparison.
         args = worker._set(staged.sets[0], staged.fresh)
         torch.manual_seed(worker.job.rng_seed + index)  # as the judge seeds its reference call
-        out = worker._observed(runner, args, f"call_{index}", index, cache) if index == observed and cache is not None else worker._call(runner, args, f"call_{index}")
+        out = (
+            worker._observed(runner, args, f"call_{index}", index, cache)
+            if index == observed and cache is not None
+            else worker._call(runner, args, f"call_{index}")
+        )
         last = index + 1 == len(calls)
-        reply = worker._step(P.StepKind.CALL, index, out, args, want=P.Want(P.WantKind.NONE) if last else P.Want(P.WantKind.CALL, index + 1))
+        reply = worker._step(
+            P.StepKind.CALL,
+            index,
+            out,
+            args,
+            want=P.Want(P.WantKind.NONE) if last else P.Want(P.WantKind.CALL, index + 1),
+        )
         # The judge stages what a passing call asks for; a failing one ends the worker instead.
         assert reply is not None
         staged = reply
@@ -317,7 +349,8 @@ def load_reference_weights(worker: Worker, model: Any, pairs: Optional[list[tupl
         how = pairing(own, reference)
         renamed = {mine: theirs for mine, theirs in pairs if mine != theirs}
         worker.reference_names = lambda name: renamed.get(name, name)
-        unpaired = {k: own[k] for k in own if step_counter(k) and k not in dict(pairs)}  # counters that could not pair keep their own
+        # counters that could not pair keep their own
+        unpaired = {k: own[k] for k in own if step_counter(k) and k not in dict(pairs)}
         reference = {mine: reference[theirs] for mine, theirs in pairs} | unpaired
         worker.send(P.WeightsMapped(tuple(sorted(renamed.items())[:200]), how))
     try:

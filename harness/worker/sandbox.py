@@ -90,12 +90,17 @@ def enter_landlock(writable: tuple[str, ...]) -> int:
     Returns the ABI version used."""
     abi = landlock_abi()
     if abi < 1:
-        raise SandboxError(0, "the kernel has no Landlock (Linux 5.13 or later, with landlock among its security modules)")
+        raise SandboxError(
+            0, "the kernel has no Landlock (Linux 5.13 or later, with landlock among its security modules)"
+        )
     libc = _libc()
     handled = _WRITES | (_REFER if abi >= 2 else 0) | (_TRUNCATE if abi >= 3 else 0)
     ruleset = _Ruleset(handled, _NET_TCP if abi >= 4 else 0, _SCOPE_SIGNAL if abi >= 6 else 0)
     size = ctypes.sizeof(_Ruleset) if abi >= 6 else (16 if abi >= 4 else 8)
-    fd = _check(libc.syscall(_SYS_CREATE_RULESET, ctypes.byref(ruleset), ctypes.c_size_t(size), ctypes.c_uint32(0)), "landlock_create_ruleset")
+    fd = _check(
+        libc.syscall(_SYS_CREATE_RULESET, ctypes.byref(ruleset), ctypes.c_size_t(size), ctypes.c_uint32(0)),
+        "landlock_create_ruleset",
+    )
     try:
         for folder in writable:
             try:
@@ -104,7 +109,10 @@ def enter_landlock(writable: tuple[str, ...]) -> int:
                 continue  # a folder that does not exist grants nothing
             try:
                 rule = _PathBeneath(handled, parent)
-                _check(libc.syscall(_SYS_ADD_RULE, fd, 1, ctypes.byref(rule), ctypes.c_uint32(0)), f"landlock_add_rule {folder}")
+                _check(
+                    libc.syscall(_SYS_ADD_RULE, fd, 1, ctypes.byref(rule), ctypes.c_uint32(0)),
+                    f"landlock_add_rule {folder}",
+                )
             finally:
                 os.close(parent)
         _check(libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(no_new_privs)")
@@ -147,7 +155,10 @@ def enter_mount(protected: tuple[str, ...]) -> None:
         kept = sum(flag for st, flag in _LOCKED_FLAGS.items() if os.statvfs(folder).f_flag & st)
         path = folder.encode()
         _check(libc.mount(path, path, None, _MS_BIND | _MS_REC, None), f"bind mount {folder}")
-        _check(libc.mount(None, path, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | kept, None), f"read-only remount {folder}")
+        _check(
+            libc.mount(None, path, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | kept, None),
+            f"read-only remount {folder}",
+        )
     _check(libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(no_new_privs)")
     _drop_capability(libc, _CAP_SYS_ADMIN)
 
