@@ -210,7 +210,7 @@ except OSError:
     assert "tcp refused" in done.stdout or "tcp allowed" in done.stdout  # refused where the ABI has network rules (4+)
 
 
-@pytest.mark.skipif(Boundary.MOUNT not in _layers(), reason="no user and mount namespaces here")
+@pytest.mark.skipif(Boundary.MOUNT not in _layers(), reason="the mount layer needs CAP_SYS_ADMIN (a root parent)")
 def test_the_mount_layer_makes_the_trees_read_only_and_they_cannot_be_remounted(tmp_path):
     kept, free = tmp_path / "kept", tmp_path / "free"
     kept.mkdir()
