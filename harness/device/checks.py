@@ -87,7 +87,11 @@ def weight_pairs(own: dict[str, Any], reference: dict[str, Any]) -> Optional[lis
 
 def pairing(own: dict[str, Any], reference: dict[str, Any]) -> str:
     """How `weight_pairs` paired them: name, position or shape ("" when they do not pair)."""
-    pairs = weight_pairs(own, reference)
+    return paired_by(own, reference, weight_pairs(own, reference))
+
+
+def paired_by(own: dict[str, Any], reference: dict[str, Any], pairs: Optional[list[tuple[str, str]]]) -> str:
+    """How `pairs`, what `weight_pairs` gave for these weights, were made: name, position or shape."""
     if pairs is None:
         return ""
     return "name" if not pairs else "position" if positional_mapping(own, reference) is not None else "shape"

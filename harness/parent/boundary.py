@@ -66,16 +66,9 @@ def candidate_env(scratch: Path, build_cache: Path) -> dict[str, str]:
     return {name: str(folder) for name, folder in folders.items()}
 
 
-def protected_trees(cfg: Config, problem_files: tuple[Path, ...] = ()) -> tuple[Path, ...]:
-    """What a candidate must not write: the problem, solutions and results trees, the folders of
-    problem files given by path, and the harness itself."""
-    trees = [
-        cfg.path(cfg.problems_dir),
-        cfg.path(cfg.solutions_dir),
-        cfg.path(cfg.results_dir),
-        PACKAGE,
-        *(p.resolve().parent for p in problem_files),
-    ]
+def protected_trees(cfg: Config) -> tuple[Path, ...]:
+    """What a candidate must not write: the problem, solutions and results trees, and the harness itself."""
+    trees = [cfg.path(cfg.problems_dir), cfg.path(cfg.solutions_dir), cfg.path(cfg.results_dir), PACKAGE]
     return tuple(dict.fromkeys(t.resolve() for t in trees if t.exists()))
 
 
@@ -116,9 +109,7 @@ def layers_here() -> list[str]:
     return [*found, str(Boundary.HASH)]
 
 
-def open_boundary(
-    cfg: Config, scratch: Path, problem_files: tuple[Path, ...] = (), results_run: Optional[Path] = None
-) -> RunBoundary:
+def open_boundary(cfg: Config, scratch: Path, results_run: Optional[Path] = None) -> RunBoundary:
     """The boundary `cfg.sandbox.layer` asks for on this machine. A layer named outright that
     cannot be entered is a usage error; auto falls back to the next one and says why."""
     chosen = cfg.sandbox.layer
@@ -127,19 +118,18 @@ def open_boundary(
     env = candidate_env(scratch, build_cache)  # per-run JIT caches, whatever the layer
     if chosen == Boundary.OFF:
         return RunBoundary(str(Boundary.OFF), env)
-    protected = protected_trees(cfg, problem_files)
+    protected = protected_trees(cfg)
     policy = {
         Boundary.LANDLOCK: SandboxPolicy(Boundary.LANDLOCK, writable=(str(scratch), str(build_cache), "/dev")),
         Boundary.MOUNT: SandboxPolicy(Boundary.MOUNT, protected=tuple(str(p) for p in protected)),
     }
     why: list[str] = []
-    for layer in (
-        (Boundary.LANDLOCK, Boundary.MOUNT)
-        if chosen == Boundary.AUTO
-        else (Boundary(chosen),)
-        if chosen != Boundary.HASH
-        else ()
-    ):
+    layers: tuple[Boundary, ...] = (Boundary(chosen),)
+    if chosen == Boundary.AUTO:
+        layers = (Boundary.LANDLOCK, Boundary.MOUNT)
+    elif chosen == Boundary.HASH:
+        layers = ()
+    for layer in layers:
         entered, said = probe(layer, str(scratch))
         if entered:
             return RunBoundary(said, {**env, ENV: policy[layer].to_env()}, why="; ".join(why))
@@ -148,7 +138,7 @@ def open_boundary(
         why.append(f"no {layer}: {said}")
     watch = TreeWatch(
         protected,
-        keep=(cfg.path(cfg.problems_dir), cfg.path(cfg.solutions_dir), *problem_files),
+        keep=(cfg.path(cfg.problems_dir), cfg.path(cfg.solutions_dir)),
         skip=(results_run,) if results_run else (),
     )
     return RunBoundary(str(Boundary.HASH), env, watch, "; ".join(why))

@@ -112,6 +112,7 @@ class ProblemEvaluation:
             prestart,
             scratch=self.resources.scratch,
             quiet=self.resources.quiet,
+            problem_text=problem.text,
         )
 
     def screen(self) -> tuple[list[CandidateRecord], list[Candidate]]:

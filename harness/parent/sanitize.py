@@ -302,9 +302,11 @@ class LaneSanitizer:
         *,
         scratch: RunScratch,
         quiet: Optional[QuietHost] = None,
+        problem_text: str = "",
     ) -> None:
         # cfg: the problem's harness.core.config.Config
         self.cfg, self.problem_path, self.device, self.env = cfg, problem_path, device, env
+        self.problem_text = problem_text  # the problem's pinned source ("" = the child reads problem_path)
         self.scratch, self.quiet = scratch, quiet
         # a source's sanitizer runs, for a resubmission
         self.runs: dict[tuple[Any, ...], tuple[tuple[SanitizerResult, ...], list[Finding]]] = {}
@@ -356,6 +358,7 @@ class LaneSanitizer:
         job = {
             "source": str(source.resolve()),
             "problem": str(self.problem_path.resolve()),
+            "problem_text": self.problem_text,
             "class_name": "ModelNew",
             "sizes": dict(sizes),
             "seed": seed,

@@ -28,7 +28,7 @@ from harness.core.records import ExtensionBuild, ForwardOps, from_dict
 from harness.core.scan import declared_kernels
 from harness.core.status import Backward, Status
 from harness.device.buildcache import BuildCache
-from harness.device.checks import pairing, step_counter, weight_pairs, weights_problems
+from harness.device.checks import paired_by, step_counter, weight_pairs, weights_problems
 from harness.device.failures import WorkerFailure, classify, load_module
 from harness.device.guard import Guard
 from harness.device.inputs import aliased_input, as_outputs, same_bits
@@ -346,7 +346,7 @@ def load_reference_weights(worker: Worker, model: Any, pairs: Optional[list[tupl
     if pairs is None:
         raise WorkerFailure(Status.WEIGHTS_MISMATCH, weights_problems(own, reference)[:500])
     if pairs:
-        how = pairing(own, reference)
+        how = paired_by(own, reference, pairs)
         renamed = {mine: theirs for mine, theirs in pairs if mine != theirs}
         worker.reference_names = lambda name: renamed.get(name, name)
         # counters that could not pair keep their own

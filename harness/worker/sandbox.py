@@ -231,12 +231,12 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def end_descendants(grace: float = 0.0) -> int:
+def end_descendants() -> int:
     """Kill every process below this one (what a subreaper adopted included) and reap them; how
     many there were. Each round kills the children it sees: their own children come up to this
     process when they die, and are killed in the next round."""
     ended: set[int] = set()
-    deadline = time.monotonic() + max(grace, 2.0)
+    deadline = time.monotonic() + 2.0
     while time.monotonic() < deadline:
         _reap()  # children that already exited are not counted
         found = [p for p in _children(os.getpid()) if _alive(p)]

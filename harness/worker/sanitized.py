@@ -42,13 +42,14 @@ def main() -> None:
     major, minor = torch.cuda.get_device_capability(device)
     os.environ["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}"
     BuildCache(Path(job["build_cache"]), f"{major}.{minor}").install()
-    problem = load_module(Path(job["problem"]), "__problem__")
+    problem_text = job.get("problem_text") or Path(job["problem"]).read_text(encoding="utf-8")  # pinned by the parent
+    problem = load_module(Path(job["problem"]), "__problem__", problem_text)
     for name, value in job["sizes"].items():
         setattr(problem, name, value)
     torch.manual_seed(job["seed"])
     init = problem.get_init_inputs()
     inputs = [a.to(device) if isinstance(a, torch.Tensor) else a for a in problem.get_inputs()]
-    preamble = Path(job["problem"]).read_text(encoding="utf-8") if job.get("problem_globals") else ""
+    preamble = problem_text if job.get("problem_globals") else ""
     module = load_module(Path(job["source"]), "__candidate__", preamble=preamble)
     model = getattr(module, job["class_name"])(*init).to(device).eval()
     with torch.no_grad():
