@@ -46,7 +46,7 @@ def time_stages() -> None:
     """Wrap the steps of a candidate's evaluation that the parent waits on, to see where a warm
     submission's time goes: its build, the judge's session, the worker, the sanitizer."""
     import harness.parent.evaluate as ev
-    import harness.parent.lane_judge as lj
+    import harness.parent.compared_pass as cp
     import harness.parent.prebuild as pb
     import harness.parent.sanitize as sz
     import harness.parent.supervise as sv
@@ -64,10 +64,9 @@ def time_stages() -> None:
         setattr(owner, name, timed)
 
     wrap(pb.BuildAhead, "wait", "build_wait")
-    wrap(sv, "run_worker", "worker")
-    lj.run_worker = sv.run_worker  # the name the compared pass calls
+    wrap(sv.WorkerRun, "_outcome", "worker_end")  # the worker's ending: its exit, pipes and log
     wrap(sz.LaneSanitizer, "run", "sanitizer")
-    wrap(lj.ComparedPass, "run", "compared")
+    wrap(cp.ComparedPass, "run", "compared")
     wrap(ev.ProblemEvaluation, "_run_candidate", "candidate")
 
 

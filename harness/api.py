@@ -322,7 +322,7 @@ def finish_run(
     and each problem whose null floor lies outside 1.00 +/- `null_tolerance` (or whose null candidate
     failed). `written`: the run's records so far (default: what `store` appended in this process)."""
     from harness.device.environment import gpu_state
-    from harness.parent.evaluate import CLOCK_TOLERANCE
+    from harness.parent.verdict import CLOCK_TOLERANCE
 
     timings = []
     references = []

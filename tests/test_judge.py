@@ -21,7 +21,8 @@ from harness.core.store import RunStore
 from harness.device.regions import GUARD
 from harness.judge.service import Judge
 from harness.parent.evaluate import ProblemEvaluation
-from harness.parent.lane_judge import LaneJudge, Setting, Subject
+from harness.parent.lane_judge import LaneJudge
+from harness.parent.compared_pass import Setting, Subject
 from harness.sources.candidate import Candidate
 from harness.sources.problem import resolve_problem
 from tests.sources import HONEST_FORWARD, scale_bias_relu
@@ -169,7 +170,7 @@ def judge(make_config):
     cfg = make_config("timing.enabled=false").for_problem({})
     problem = resolve_problem("1_Scale_Bias_ReLU", cfg.path(cfg.problems_dir))
     setting = Setting(problem, cfg, "cpu", None, None, 0, problem.hash, None, None)  # what the judge's job needs: the problem, its config, the device
-    job = LaneJudge(setting).job(Plan.fresh(cfg), measure=False)
+    job = setting.judge_job(Plan.fresh(cfg), measure=False)
     sent = []
     judge = Judge(job, sent.append)
     report = judge.start()

@@ -13,7 +13,8 @@ from harness.core.store import RunStore, read_records
 from harness.device.profile import AFTER_RANGE, CALL_RANGE, RETURN_RANGE, summarize_trace
 from harness.device.timing import time_forward
 from harness.judge.roofline import Peaks, Work, count_work, device_peaks, floor
-from harness.parent.evaluate import ProblemEvaluation, compare_times, timing_warnings
+from harness.parent.evaluate import ProblemEvaluation
+from harness.parent.verdict import VerdictRules, compare_times, timing_warnings
 from harness.sources.candidate import Candidate
 from harness.sources.problem import resolve_problem
 
@@ -72,7 +73,7 @@ def test_graph_mode_on_cpu_falls_back_to_eager_and_says_so():
 
 
 def test_unstable_or_unsettled_timing_warns_with_what_to_do():
-    cfg = types.SimpleNamespace(target_rse=0.005, unstable_iqr=0.10)
+    cfg = types.SimpleNamespace(target_rse=0.005, unstable_iqr=0.10)  # the two rules a timing's warnings read
     warnings = timing_warnings(stats([1.0, 1.0, 2.0, 2.0, 1.5]), cfg)
     assert any("unstable timing" in w and "interquartile" in w for w in warnings)
     assert any("did not settle" in w and "budget_s" in w for w in warnings)
@@ -180,16 +181,16 @@ def _reference(floor_ms=1.0, clock=None, baselines=()):
 def test_time_below_the_bytes_floor_is_flagged_impossible_with_evidence(make_config):
     """The hard floor is the fewest bytes at peak bandwidth: 10**6 B at 1000 GB/s = 0.001 ms."""
     cfg = make_config()
-    measures, notes, _, found = compare_times(stats([0.0005] * 5), paired(4.0, 0.0005), None, _reference(floor_ms=1.0), cfg)
+    measures, notes, _, found = compare_times(stats([0.0005] * 5), paired(4.0, 0.0005), None, _reference(floor_ms=1.0), VerdictRules.of(cfg))
     assert measures.sol_floor == "bytes" and measures.sol_fraction == pytest.approx(2.0)
     assert any(code.value == "implausible-time" and "below the speed-of-light floor" in why and "fewest bytes" in why for code, why in found)
-    measures, notes, _, found = compare_times(stats([2.0] * 5), paired(4.0, 2.0), None, _reference(floor_ms=1.0), cfg)
+    measures, notes, _, found = compare_times(stats([2.0] * 5), paired(4.0, 2.0), None, _reference(floor_ms=1.0), VerdictRules.of(cfg))
     assert measures.sol_floor == "roofline" and measures.sol_fraction == pytest.approx(0.5) and found == []
 
 
 def test_a_faster_algorithm_than_the_references_is_a_note_not_a_flag(make_config):
     """diag(A) @ B as a row scaling: below the reference's FLOP floor (1 ms here), above the bytes floor."""
-    measures, notes, warnings, found = compare_times(stats([0.5] * 5), paired(4.0, 0.5), None, _reference(floor_ms=1.0), make_config())
+    measures, notes, warnings, found = compare_times(stats([0.5] * 5), paired(4.0, 0.5), None, _reference(floor_ms=1.0), VerdictRules.of(make_config()))
     assert found == [] and not any("algorithm" in w for w in warnings)
     assert measures.sol_floor == "bytes" and measures.sol_ms == pytest.approx(0.001) and measures.sol_fraction == pytest.approx(0.002)
     (note,) = notes
@@ -199,7 +200,7 @@ def test_a_faster_algorithm_than_the_references_is_a_note_not_a_flag(make_config
 def test_speedups_over_every_baseline_and_clock_moves_are_reported(make_config):
     compiled = Baseline("torch.compile(default)", True, "ok", timing=stats([3.0] * 5), paired=paired(4.0, 3.0))
     failed = Baseline("torch.compile(max-autotune)", False, "build failed: x")
-    measures, _, warnings, _ = compare_times(stats([2.0] * 5, sm_clock_mhz=1500.0), paired(4.0, 2.0, clock=1980.0), None, _reference(baselines=(compiled, failed)), make_config())
+    measures, _, warnings, _ = compare_times(stats([2.0] * 5, sm_clock_mhz=1500.0), paired(4.0, 2.0, clock=1980.0), None, _reference(baselines=(compiled, failed)), VerdictRules.of(make_config()))
     assert measures.speedup == pytest.approx(2.0) and measures.reference_ms == pytest.approx(4.0)
     assert measures.speedups == {"torch.compile(default)": pytest.approx(1.5)}
     assert any("SM clock 1500 MHz" in w for w in warnings)
@@ -231,7 +232,7 @@ def test_torch_compile_baseline_is_checked_timed_and_compared(make_config):
 def test_a_baseline_timed_under_another_protocol_gives_no_speedup_over_it(make_config):
     compiled = Baseline("torch.compile(default)", True, "ok", timing=stats([3.0] * 5), paired=paired(4.0, 3.0))
     strict = TimingProtocol("eager", "device", "device sync for both sides because the candidate: its profiled call ran GPU work on 3 streams")
-    measures, _, warnings, _ = compare_times(stats([2.0] * 5), paired(4.0, 2.0, protocol=strict), None, _reference(baselines=(compiled,)), make_config())
+    measures, _, warnings, _ = compare_times(stats([2.0] * 5), paired(4.0, 2.0, protocol=strict), None, _reference(baselines=(compiled,)), VerdictRules.of(make_config()))
     assert measures.speedups == {} and measures.baseline_ms == {"torch.compile(default)": 3.0}
     assert any("no speedup over torch.compile(default)" in w and "eager, device sync" in w for w in warnings)
 

@@ -8,7 +8,8 @@ import types
 import pytest
 
 from harness.core import protocol as P
-from harness.core.pairing import COMPARED, REFERENCE, Pairing, ProblemTiming, choose_protocol, device_sync_reason, paired_speedup, resolve_mode, schedule
+from harness.parent.compared_pass import Pairing
+from harness.core.pairing import COMPARED, REFERENCE, ProblemTiming, choose_protocol, device_sync_reason, paired_speedup, resolve_mode, schedule
 from harness.core.records import CallProfile, ReferenceRecord, TimingStats
 from harness.core.status import Status
 from harness.core.store import RunStore, read_records
@@ -245,7 +246,7 @@ GRAPH_TIMING = types.SimpleNamespace(rounds=2, max_rounds=2, interval=0.02, mode
 
 def test_a_time_below_the_bytes_floor_is_re_timed_once_eagerly_on_both_sides():
     judge = FakeJudge()
-    pairing = Pairing(judge, 1, GRAPH_TIMING, 30.0, plan=ProblemTiming("graph", "launch-bound", floor_ms=0.5))
+    pairing = Pairing(judge, 1, GRAPH_TIMING, 30.0, problem_timing=ProblemTiming("graph", "launch-bound", floor_ms=0.5))
     played = _drive_timed(pairing, {("graph", "stream"): 0.001, ("eager", "stream"): 1.0})  # an empty replay, then the real call
     assert played == [(0, "graph", "stream"), (1, "graph", "stream"), (0, "eager", "stream"), (1, "eager", "stream")]
     assert [(a[1], a[2].mode, a[2].sync) for a in judge.asked if a[0] == "round"] == [(0, "graph", "stream"), (1, "graph", "stream"), (0, "eager", "stream"), (1, "eager", "stream")]
@@ -256,7 +257,7 @@ def test_a_time_below_the_bytes_floor_is_re_timed_once_eagerly_on_both_sides():
 
 def test_an_eager_time_below_the_bytes_floor_is_re_timed_with_device_sync():
     eager = types.SimpleNamespace(rounds=2, max_rounds=2, interval=0.02, mode="eager", sync="auto")
-    pairing = Pairing(FakeJudge(), 1, eager, 30.0, plan=ProblemTiming("eager", floor_ms=0.5))
+    pairing = Pairing(FakeJudge(), 1, eager, 30.0, problem_timing=ProblemTiming("eager", floor_ms=0.5))
     played = _drive_timed(pairing, {("eager", "stream"): 0.001, ("eager", "device"): 1.0})  # work that escaped the calling stream
     assert [p[1:] for p in played] == [("eager", "stream")] * 2 + [("eager", "device")] * 2
     assert pairing.result()[0].fallback.startswith("re-timed eagerly with device sync: under eager, stream sync")
@@ -268,7 +269,7 @@ def test_an_eager_time_below_the_bytes_floor_is_re_timed_with_device_sync():
     (ProblemTiming("graph", floor_ms=0.5), {("graph", "stream"): 0.001, ("eager", "stream"): 0.001}, 4),  # still below: re-timed once, not again
 ], ids=["above-the-floor", "no-floor", "still-below"])
 def test_the_floor_re_time_happens_at_most_once_and_only_below_the_floor(plan, times, rounds):
-    pairing = Pairing(FakeJudge(), 1, GRAPH_TIMING, 30.0, plan=plan)
+    pairing = Pairing(FakeJudge(), 1, GRAPH_TIMING, 30.0, problem_timing=plan)
     assert len(_drive_timed(pairing, times)) == rounds and pairing.result() is not None
 
 

@@ -7,7 +7,8 @@ from harness import api
 from harness.core.plan import Plan
 from harness.core.status import Status
 from harness.judge.service import Judge
-from harness.parent.lane_judge import LaneJudge, Setting
+from harness.parent.lane_judge import LaneJudge
+from harness.parent.compared_pass import Setting
 from harness.sources.problem import resolve_problem
 
 INPUTS_RAISE = '''
@@ -38,7 +39,7 @@ def test_the_judge_names_a_get_inputs_that_raises(make_config, problems):
     cfg = make_config(f"problems_dir={problems}", "timing.enabled=false").for_problem({})
     problem = resolve_problem("1_Inputs_Raise", problems)
     setting = Setting(problem, cfg, "cpu", None, None, 0, problem.hash, None, None)
-    report = Judge(LaneJudge(setting).job(Plan.fresh(cfg), measure=False), [].append).start()
+    report = Judge(setting.judge_job(Plan.fresh(cfg), measure=False), [].append).start()
     assert not report.ok and report.reason == "get_inputs failed: ValueError: no inputs today"
 
 

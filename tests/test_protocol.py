@@ -18,7 +18,7 @@ from harness.core import protocol as P
 from harness.core.config import ROOT, TimerSettings
 from harness.core.status import Status
 from harness.parent.quiet import QuietHost
-from harness.parent.supervise import Started, run_worker
+from harness.parent.supervise import Started, start_run
 
 HARNESS = Path(__file__).resolve().parent.parent / "harness"
 JOBS = (P.WorkerJob, P.JudgeJob, TimerSettings)  # not messages of their own, but sent in one
@@ -150,7 +150,7 @@ sys.stdin.readline()
 
 
 class _FakeLauncher:
-    """Hands run_worker a process that authenticates its messages like a worker and sends one of an unknown type."""
+    """Hands start_run a process that authenticates its messages like a worker and sends one of an unknown type."""
 
     env: dict = {}
     quiet = QuietHost()  # an "off" host: touches nothing
@@ -169,7 +169,9 @@ class _FakeLauncher:
 
 def test_a_message_of_an_unknown_type_ends_the_worker_as_a_forged_result(tmp_path):
     timeouts = types.SimpleNamespace(load=60, construct=60)
-    outcome = run_worker(build(P.WorkerJob), timeouts=timeouts, memory_limit=0, log_path=tmp_path / "log", log_limit=1 << 16, cwd=tmp_path, launcher=_FakeLauncher())
+    with start_run(build(P.WorkerJob), timeouts=timeouts, memory_limit=0, log_path=tmp_path / "log", log_limit=1 << 16, cwd=tmp_path, launcher=_FakeLauncher()) as run:
+        assert list(run.messages()) == []  # it never got as far as a message that needs an answer
+    outcome = run.outcome
     assert outcome.failure == P.Failure(Status.FORGED_RESULT, "the worker sent a message of type 'Bogus', which workers do not send on the result channel")
     assert outcome.phase == "construct" and outcome.messages == (P.Phase("construct"),)
 
@@ -257,7 +259,8 @@ class _Judge:
 def _compared_run(make_config, role):
     from harness.core.pairing import ProblemTiming
     from harness.core.plan import Plan
-    from harness.parent.lane_judge import ComparedPass, Setting, Subject
+    from harness.parent.compared_pass import ComparedPass
+    from harness.parent.compared_pass import Setting, Subject
 
     cfg = make_config("timing.enabled=false")
     run = ComparedPass(Setting(None, cfg, "cpu", None, None, 0, "", None, None), _Judge(), Plan.fresh(cfg), ProblemTiming("eager"), Subject(role, Path("x.py"), "x"))

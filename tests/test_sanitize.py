@@ -5,9 +5,12 @@ import os
 import stat
 import time
 
-from harness.core.records import SanitizerResult
+from harness.core import protocol as P
+from harness.core.records import SanitizerResult, to_dict
 from harness.parent.sanitize import ERRORS_EXIT, find_tool, first_error, read_report, sanitize
 from harness.parent.scratch import RunScratch
+
+JOB = P.SanitizeJob("x.py", "problem.py", "", "ModelNew", {}, 3, "builds", False)
 
 MEMCHECK_ERRORS = """\
 ========= COMPUTE-SANITIZER
@@ -48,14 +51,14 @@ def _fake_tool(tmp_path, body):
 
 def test_findings_become_unsafe_memory_with_the_tools_first_error(tmp_path):
     tool = _fake_tool(tmp_path, f"cat <<'EOF'\n{MEMCHECK_ERRORS}EOF\nexit {ERRORS_EXIT}\n")
-    runs, found = sanitize(tool, ("memcheck",), 30, {"source": "x.py"}, {}, tmp_path)
+    runs, found = sanitize(tool, ("memcheck",), 30, JOB, {}, tmp_path)
     assert [r.outcome for r in runs] == ["errors"]
     assert [(code.value, why) for code, why in found] == [("unsafe-memory", "compute-sanitizer memcheck: " + runs[0].detail)]
 
 
 def test_the_tool_runs_the_forward_from_the_worker_package(tmp_path):
     tool = _fake_tool(tmp_path, 'echo "$@" > "$0.args"\necho "========= ERROR SUMMARY: 0 errors"\n')
-    runs, _ = sanitize(tool, ("memcheck",), 30, {"source": "x.py"}, {}, tmp_path)
+    runs, _ = sanitize(tool, ("memcheck",), 30, JOB, {}, tmp_path)
     args = (tmp_path / "compute-sanitizer.args").read_text().split()
     module = args[args.index("-m") + 1]
     assert module == "harness.worker.sanitized" and importlib.util.find_spec(module) is not None  # the candidate's code runs in the sandbox's package
@@ -65,7 +68,7 @@ def test_the_tool_runs_the_forward_from_the_worker_package(tmp_path):
 def test_a_tool_run_past_its_limit_is_killed_and_reported(tmp_path):
     tool = _fake_tool(tmp_path, "sleep 60\n")
     started = time.monotonic()
-    runs, found = sanitize(tool, ("memcheck",), 1, {}, {}, tmp_path)
+    runs, found = sanitize(tool, ("memcheck",), 1, JOB, {}, tmp_path)
     assert time.monotonic() - started < 20
     assert runs[0].outcome == "timeout" and found == []
 
@@ -76,7 +79,7 @@ def test_a_missing_tool_is_a_note_not_a_finding(tmp_path, monkeypatch):
     if os.access("/usr/local/cuda/bin/compute-sanitizer", os.X_OK):
         return  # this machine has the tool where the search ends; the search itself is covered above
     assert find_tool("") is None
-    runs, found = sanitize(None, ("memcheck", "racecheck"), 30, {}, {}, tmp_path)
+    runs, found = sanitize(None, ("memcheck", "racecheck"), 30, JOB, {}, tmp_path)
     assert [r.outcome for r in runs] == ["skipped", "skipped"] and found == []
     assert "not found" in runs[0].detail
 
@@ -98,9 +101,9 @@ def test_a_prestarted_run_gets_its_job_on_stdin_and_reports_as_a_fresh_one(tmp_p
 
     tool = _stdin_tool(tmp_path)
     spare = Prestarted.start(tool, "memcheck", {}, RunScratch.create(tmp_path))
-    runs, found = sanitize(tool, ("memcheck",), 30, {"source": "x.py", "seed": 3}, {}, tmp_path, spare)
+    runs, found = sanitize(tool, ("memcheck",), 30, JOB, {}, tmp_path, spare)
     assert [r.outcome for r in runs] == ["clean"] and found == []
-    assert json.loads((tmp_path / "job.json").read_text()) == {"source": "x.py", "seed": 3}
+    assert json.loads((tmp_path / "job.json").read_text()) == to_dict(JOB)
     assert (tmp_path / "args").read_text().split()[-1] == "-"
     assert spare.proc.poll() is not None and not spare.scratch.exists()  # it served one job, and left nothing
 
@@ -112,7 +115,7 @@ def test_a_prestarted_run_that_died_waiting_gives_way_to_a_fresh_run(tmp_path):
     spare = Prestarted.start(tool, "memcheck", {}, RunScratch.create(tmp_path))
     spare.proc.kill()
     spare.proc.wait()
-    runs, _ = sanitize(tool, ("memcheck",), 30, {"source": "x.py"}, {}, tmp_path, spare)
+    runs, _ = sanitize(tool, ("memcheck",), 30, JOB, {}, tmp_path, spare)
     assert [r.outcome for r in runs] == ["clean"]
     assert (tmp_path / "args").read_text().splitlines()[-1].split()[-1].endswith("sanitize-job.json")
 
@@ -123,17 +126,18 @@ def test_a_lane_keeps_one_run_started_ahead_and_ends_it_when_it_closes(tmp_path,
     tool = _stdin_tool(tmp_path)
     cfg = make_config(f"sanitizer.path={tool}", "sanitizer.enabled=on")
     own = RunScratch.create(tmp_path)
-    lane = LaneSanitizer(cfg, tmp_path / "problem.py", "cuda", {}, prestart=True, scratch=own)
+    lane = LaneSanitizer(cfg, "cuda", {}, prestart=True, scratch=own)
     lane.prestart()
     spare = lane._spare
     lane.prestart()  # one at a time
     assert spare is not None and lane._spare is spare and spare.proc.poll() is None
-    runs, _ = lane.run(tmp_path / "x.py", "hash", "x", 1, {})
+    job = P.SanitizeJob(str(tmp_path / "x.py"), str(tmp_path / "problem.py"), "", "ModelNew", {}, 1, str(tmp_path), False)
+    runs, _ = lane.run(job, "hash", "x")
     assert [r.outcome for r in runs] == ["clean"] and spare.proc.poll() is not None
     following = lane._spare
     assert following is not None and following is not spare  # the next candidate's, started ahead
     lane.close()
     assert lane._spare is None and following.proc.poll() is not None and not following.scratch.exists()
-    without = LaneSanitizer(cfg, tmp_path / "problem.py", "cuda", {}, prestart=False, scratch=own)
+    without = LaneSanitizer(cfg, "cuda", {}, prestart=False, scratch=own)
     without.prestart()
     assert without._spare is None

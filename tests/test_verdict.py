@@ -2,6 +2,7 @@
 the integrity findings under their policies, the sanitizer's and the timing's findings, the
 warnings and the KernelBench comparison. Table-driven, no workers."""
 import dataclasses
+from unittest import mock
 
 import pytest
 
@@ -10,13 +11,15 @@ from harness.core.config import load_config
 from harness.core.protocol import Call, WorkerOutcome
 from harness.core.records import CheckResult, ReferenceRecord, Timing, TimingStats
 from harness.core.status import Code, Status
+from harness.parent import verdict as verdict_module
 from harness.parent.verdict import Case, Compared, Reported, VerdictRules, decide, settle
 
 CALLS = (Call(0, "train"), Call(0, "eval"), Call(1, "train", "normal"), Call(1, "eval", "normal"), Call(0, "eval", repeat=1))
 OK = CheckResult("ok", True, "ok", 3e-5, 1e-4, 0.0)
 SAME_SEED_DIFFERS = CheckResult("same-seed construction (eval)", False, "output: 40% of elements outside", 0.5, 2.0, 0.4)
 DEFAULTS = load_config().flags.policies("flag")
-RULES = VerdictRules(require_same_seed=False, modes=("train", "eval"), repeats=1, precision_ratio=10.0, own_share_floor=0.002, weights="transplant", policies=DEFAULTS, log_kib=256)
+RULES = VerdictRules(require_same_seed=False, modes=("train", "eval"), repeats=1, precision_ratio=10.0, own_share_floor=0.002, weights="transplant", policies=DEFAULTS, log_kib=256,
+                     target_rse=0.01, unstable_iqr=0.1, max_plausible_speedup=100.0, impossible_below=1.0)
 REFERENCE = ReferenceRecord(run_id="r", problem="p", problem_hash="h", problem_path="p.py", device="cuda", device_name="gpu", ok=True, reason="ok")
 TIMING = TimingStats.from_samples([1.0] * 5, timer="cuda_events", warmup_calls=1, stopped_by="target_rse")
 PAIRED = object()  # compare is stubbed: the paired speedup is only handed through
@@ -42,12 +45,14 @@ def policies(**changes):
     return ("policies", {**DEFAULTS, **changes})
 
 
-def never(timing, paired):
+def never(timing, paired, *context):
     raise AssertionError("the timing comparison ran for a candidate that is not correct and timed")
 
 
 def verdict(c, unsafe=(), compare=never):
-    return settle(c, decide(c), list(unsafe), compare)
+    """The settled verdict on `c`, with `compare` standing in for the timing comparison."""
+    with mock.patch.object(verdict_module, "compare_times", compare):
+        return settle(c, decide(c), list(unsafe))
 
 
 @pytest.mark.parametrize("given, status, reason", [
@@ -132,7 +137,7 @@ def test_weights_by_seed_only_under_transplant(own_weights, weights, why, flagge
 def test_timing_findings_and_measures(policy, status, measured):
     seen = []
 
-    def compare(timing, paired):
+    def compare(timing, paired, *context):
         seen.append((timing, paired))
         return Timing(speedup=120.0), ("below the reference's roofline",), ["timing did not settle"], [(Code.IMPLAUSIBLE_TIME, "120x over eager")]
 

@@ -413,6 +413,21 @@ class WorkerJob:
 
 
 @dataclasses.dataclass(frozen=True)
+class SanitizeJob:
+    """parent -> the sanitizer's child (harness.worker.sanitized): one eval forward of a correct
+    candidate under compute-sanitizer, as a JSON file or one JSON line on its stdin."""
+
+    source: str  # the candidate's file
+    problem: str  # the problem file (its name in tracebacks)
+    problem_text: str  # the problem's pinned source, loaded instead of reading `problem`
+    class_name: str  # the nn.Module subclass to construct ("ModelNew")
+    sizes: dict[str, Any]  # the problem's module constants for this forward (the other-size trial's)
+    seed: int  # torch is seeded with this before the model and its inputs are made
+    build_cache: str  # the build cache holding the candidate's extensions (nothing new is built)
+    problem_globals: bool  # check.problem_globals: the candidate's module starts with the problem's globals
+
+
+@dataclasses.dataclass(frozen=True)
 class Built:
     """worker -> parent: one load_inline call finished (as the content-addressed build cache saw it)."""
 

@@ -203,6 +203,10 @@ class KernelTime:
     total_ms: float  # summed durations
 
 
+# a reference whose kernels keep the GPU busy for less than this share of their span is launch-bound
+GPU_BUSY_SHARE = 0.8
+
+
 @dataclasses.dataclass(frozen=True)
 class CallProfile:
     """One call under the profiler (CUPTI): which GPU work ran, on which streams, and when."""
@@ -214,6 +218,26 @@ class CallProfile:
     after_return: int  # GPU activities launched after forward returned
     kernels: tuple[KernelTime, ...] = ()  # by name, longest total first (at most 20)
     busy_after_return: int = 0  # activities of the call still running when the calling stream had drained
+
+    def launch_bound(self) -> tuple[bool, str]:
+        """Whether the reference's call is launch-bound, and the measurement that says so (or not).
+
+        Measured on its profiled call, run alone on an idle GPU: the span of its GPU work (first start
+        to last end) against the time its kernels keep the GPU busy. The rest of the span is the GPU
+        waiting for the host to launch the next kernel. When that idle share is over a fifth, an eager
+        timing measures the host's launch overhead as much as the GPU's work, and CUDA graphs time
+        the GPU alone. A single kernel, however short, leaves no gap: the timer queues it behind the
+        L2 flush, so eager timing sees the kernel itself. (False, "") when nothing was measured."""
+        if not self.launches or self.span_ms <= 0:
+            return False, ""
+        busy = min(self.kernel_ms / self.span_ms, 1.0)
+        seen = (
+            f"the reference's kernels keep the GPU busy for {busy:.0%} of its profiled call's "
+            f"{self.span_ms * 1e3:.0f} us span in {self.launches} launches"
+        )
+        if self.launches > 1 and busy < GPU_BUSY_SHARE:
+            return True, f"{seen} (launch-bound: the host launches slower than the GPU runs)"
+        return False, f"{seen} (not launch-bound)"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,94 +1,32 @@
 """The parent's side of a lane's judge for one problem: its lifetime (`LaneJudge`: started with the
-plan, restarted after a failure, ended with the evaluation), one compared worker's pass against
-it (`ComparedPass`: each step the worker reports is judged before the worker may go on, then the
-worker is timed in turns with the reference), and the reference's pass through it (`ReferencePass`:
+plan, restarted after a failure, ended with the evaluation), and the reference's pass through it (`ReferencePass`:
 the judge started through the plan, then, when timing, the torch.compile baselines or their cached
 timings, the null candidate and the reference's own timing; a compile baseline's failure never fails
-it). Only typed messages pass here, never tensors.
+it). A compared worker's pass against the judge is harness.parent.compared_pass's. Only typed messages pass
+here, never tensors.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import datetime
 import shutil
+import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Optional
 
 from harness.core import protocol as P
-from harness.core.config import Config, Device, GradientPolicy, Switch, TimerSettings, TimingMode
+from harness.core.config import Device, Switch, TimingMode
 from harness.core.errors import flat
-from harness.core.pairing import Pairing, ProblemTiming, resolve_mode
+from harness.core.pairing import ProblemTiming, resolve_mode
 from harness.core.plan import Plan
-from harness.core.protocol import Failure, WorkerOutcome
-from harness.core.records import (
-    Baseline,
-    CallProfile,
-    CheckResult,
-    Identity,
-    NullFloor,
-    ReferenceRecord,
-    finished_now,
-    to_dict,
-)
+from harness.core.records import Baseline, CallProfile, NullFloor, ReferenceRecord
 from harness.core.status import Status
-from harness.core.store import RunStore
-from harness.parent.quiet import LaneQuiet, QuietHost
+from harness.parent.compared_pass import ComparedPass, Setting, Subject
 from harness.parent.reference_cache import ProfileCache, TimingCache
-from harness.parent.scratch import RunScratch
-from harness.parent.supervise import JudgeClient, JudgeFailed, Lane, Reply, run_worker
+from harness.parent.supervise import JudgeClient, JudgeFailed
 from harness.parent.verdict import Compared
-from harness.sources.problem import Problem
-
-
-@dataclasses.dataclass(frozen=True)
-class Setting:
-    """Where one problem is evaluated: what every run against its judge shares."""
-
-    problem: Problem
-    cfg: Config  # the problem's config (its declarations applied)
-    device: str  # cuda | cpu
-    store: RunStore  # where records and logs go
-    lane: Lane  # the GPU (or the CPU) and its worker launcher
-    memory_limit: int  # bytes of host memory a worker may hold
-    problem_hash: str  # the problem file's hash, read once when the evaluation began
-    scratch: RunScratch  # the run's scratch: the judge's and each worker's working folder go there
-    quiet: QuietHost  # the run's quiet host: timed rounds hold it
-
-    def gpu_alone(self) -> Any:
-        """A hold of the lane's GPU for work whose times are measured (a reference's start: its
-        profile and speed of light; a worker's warm-up, profile and rounds): background work and
-        the other lanes on this GPU are stopped meanwhile (harness.parent.quiet). Nothing on the CPU."""
-        if self.device != Device.CUDA or not self.cfg.timing.enabled or not self.quiet.sharing:
-            # one lane on its GPU: the timed rounds hold the host themselves (core.pairing)
-            return contextlib.nullcontext()
-        return self.quiet.hold(self.lane.index)
-
-    def identity(self, candidate: str, path: str, source_hash: str) -> Identity:
-        """What a candidate's record of this problem on this lane was judged as."""
-        return Identity(
-            self.store.run_id,
-            self.problem.name,
-            self.problem_hash,
-            candidate,
-            path,
-            source_hash,
-            self.device,
-            self.lane.label,
-        )
-
-    def record_fields(self) -> dict[str, Any]:
-        """The fields a reference record of this problem on this lane starts with, finished now."""
-        return {
-            "run_id": self.store.run_id,
-            "problem": self.problem.name,
-            "problem_hash": self.problem_hash,
-            "device": self.device,
-            "lane": self.lane.label,
-            "finished_at": finished_now(),
-        }
 
 
 class LaneJudge:
@@ -102,38 +40,6 @@ class LaneJudge:
         self.restart_note = ""  # a warning for the next record: its judge is a restarted one
         self.profile: Optional[CallProfile] = None  # the reference's profiled call, once a judge has it
 
-    def job(self, plan: Plan, measure: bool, profile: Optional[CallProfile] = None) -> P.JudgeJob:
-        """The judge's job; with `measure`, it also measures the problem's speed-of-light at start;
-        with `profile` (the reference cache's), it does not profile the reference again."""
-        cfg = self.setting.cfg
-        return P.JudgeJob(
-            source=str(self.setting.problem.path.resolve()),
-            source_text=self.setting.problem.text,
-            device=self.setting.device,
-            build_cache=str(cfg.path(cfg.build_cache_dir)),
-            construct_seed=plan.construct_seed,
-            input_seeds=plan.input_seeds,
-            distributions=plan.distributions,
-            calls=plan.calls,
-            other_size_trial=plan.other_size_trial,
-            randomize_weights=plan.randomize_weights,
-            precision_call=plan.precision_call,
-            timed_inputs=plan.timed_inputs,
-            gradients=cfg.check.gradients != GradientPolicy.OFF,
-            gradient_seed=plan.gradient_seed,
-            rng_seed=plan.rng_seed,
-            allow_tf32=cfg.check.allow_tf32,
-            cpu_threads=cfg.timing.cpu_threads,
-            tolerances={k: dataclasses.asdict(v) for k, v in cfg.check.tolerances.items()},
-            gradient_tolerance_factor=cfg.check.gradient_tolerance_factor,
-            timing=TimerSettings.from_config(cfg.timing) if cfg.timing.enabled else None,
-            speed_of_light_cache=str(cfg.path(cfg.measurement_cache_dir))
-            if measure and cfg.timing.enabled and cfg.speed_of_light.enabled
-            else "",
-            guard_bands=cfg.check.guard_bands,
-            profile=profile,
-        )
-
     def start(self, plan: Plan, measure: bool, profile: Optional[CallProfile] = None) -> P.ReferenceReport:
         """A new judge for this lane, run once through the plan."""
         setting = self.setting
@@ -143,7 +49,7 @@ class LaneJudge:
         try:
             with setting.gpu_alone():
                 report = self.client.request(
-                    P.Start(self.job(plan, measure, profile)), setting.cfg.timeouts.load, setting.cfg.timeouts
+                    P.Start(setting.judge_job(plan, measure, profile)), setting.cfg.timeouts.load, setting.cfg.timeouts
                 )
         except JudgeFailed as exc:
             self.end()
@@ -179,10 +85,10 @@ class LaneJudge:
         note, self.restart_note = self.restart_note, ""
         return note
 
-    def compare(self, plan: Plan, timing_mode: ProblemTiming, subject: "Subject") -> Compared:
-        """Run one compared worker against this judge (`ComparedPass`), timed under `timing_mode`."""
+    def compare(self, plan: Plan, timing: ProblemTiming, subject: Subject) -> Compared:
+        """Run one compared worker against this judge (`ComparedPass`), timed under the problem's `timing`."""
         assert self.client is not None
-        return ComparedPass(self.setting, self.client, plan, timing_mode, subject).run()
+        return ComparedPass(self.setting, self.client, plan, timing, subject).run()
 
     def end(self) -> None:
         if self.client is not None:
@@ -197,195 +103,6 @@ class LaneJudge:
             self.client.kill()
 
 
-@dataclasses.dataclass(frozen=True)
-class Subject:
-    """What one compared worker runs: a candidate's ModelNew, the null candidate, or a compile baseline."""
-
-    role: P.Role
-    source: Path  # the module file
-    log_name: str  # its log's name under the problem's logs
-    compile_mode: Optional[str] = None  # a compile baseline: torch.compile's mode
-    class_name: Optional[str] = None  # None: ModelNew for a candidate, Model for a baseline
-    name: str = "the candidate"  # how timing messages name it
-    text: str = ""  # its pinned source (the problem's, for the null candidate and a baseline); "" = read `source`
-
-
-class ComparedPass:
-    """One compared worker's pass against the lane's judge: each step it reports is judged before it
-    may go on (a wrong output stops it); then it is timed in turns with the reference
-    (harness.core.pairing). `run()` returns what it came to."""
-
-    def __init__(
-        self, setting: Setting, judge: JudgeClient, plan: Plan, timing_mode: ProblemTiming, subject: Subject
-    ) -> None:
-        self.setting, self.judge, self.plan, self.subject = setting, judge, plan, subject
-        self.timing_mode = timing_mode
-        self.calls: list[CheckResult] = []
-        self.found: dict[str, Any] = {}  # the other steps' verdicts, by step
-        self.precision: dict[str, float] = {}
-        self.unsafe: list[str] = []  # writes past an input's end, as the judge found them (the first is kept)
-        self.seen: list[P.StepKind] = []  # the steps the worker reported, in the order protocol.STEPS declares
-        self.pairing: Optional[Pairing] = None
-        # the GPU held from the go-ahead into timing to the last timed call's check
-        self._alone = contextlib.ExitStack()
-
-    def run(self) -> Compared:
-        cfg, subject = self.setting.cfg, self.subject
-        self.session: P.SessionHandle = self.judge.request(P.Open(subject.role), cfg.timeouts.construct)
-        if cfg.timing.enabled:
-            self.pairing = Pairing(
-                self.judge,
-                self.session.session,
-                cfg.timing,
-                cfg.timeouts.time,
-                subject.name,
-                LaneQuiet(self.setting.quiet, self.setting.lane.index),
-                self.timing_mode,
-            )
-        cwd = self.setting.scratch.make(f"{subject.log_name[:20]}-")
-        try:
-            outcome = run_worker(
-                self.job(),
-                timeouts=cfg.timeouts,
-                memory_limit=self.setting.memory_limit,
-                log_path=self.setting.store.log_path(self.setting.problem.name, subject.log_name),
-                log_limit=cfg.limits.log_kib << 10,
-                cwd=cwd,
-                on_message=self.on_message,
-                launcher=self.setting.lane.launcher,
-            )
-        finally:
-            if self.pairing is not None:
-                self.pairing.close()
-            self._alone.close()
-            shutil.rmtree(cwd, ignore_errors=True)
-            if self.judge.alive:
-                self.judge.request(P.Close(self.session.session), cfg.timeouts.check)
-        return self.result(outcome)
-
-    def job(self) -> P.WorkerJob:
-        cfg, plan, subject = self.setting.cfg, self.plan, self.subject
-        return P.WorkerJob(
-            role=subject.role,
-            source=str(subject.source.resolve()),
-            source_text=subject.text,
-            problem_text=self.setting.problem.text
-            if cfg.check.problem_globals and subject.role is P.Role.CANDIDATE and not subject.text
-            else "",
-            class_name=subject.class_name or ("ModelNew" if subject.role is P.Role.CANDIDATE else "Model"),
-            compile_mode=subject.compile_mode,
-            device=self.setting.device,
-            build_cache=str(cfg.path(cfg.build_cache_dir)),
-            construct_seed=plan.construct_seed,
-            calls=P.role_calls(subject.role, plan.calls),
-            timing=TimerSettings.from_config(cfg.timing, self.timing_mode.mode) if cfg.timing.enabled else None,
-            allow_tf32=cfg.check.allow_tf32,
-            gradients=cfg.check.gradients != GradientPolicy.OFF,
-            gradient_seed=plan.gradient_seed,
-            rng_seed=plan.rng_seed,
-            cpu_threads=cfg.timing.cpu_threads,
-            guard_bands=cfg.check.guard_bands,
-            weights=cfg.check.weights,
-            session=self.session,
-        )
-
-    def on_message(self, message: Any) -> Optional[Failure | Reply]:
-        if isinstance(message, P.Step):
-            return self.on_step(message)
-        if isinstance(message, (P.Ready, P.RoundTimed)):
-            return self.on_timing(message)
-        return None
-
-    def on_step(self, step: P.Step) -> Optional[Failure | Reply]:
-        """The judge's verdict on a step the worker reported in its role's declared order; a step
-        out of that order is refused before the judge sees it."""
-        role = self.subject.role
-        order = P.out_of_order(
-            role,
-            self.seen,
-            step,
-            len(P.role_calls(role, self.plan.calls)),
-            self.setting.cfg.check.gradients != GradientPolicy.OFF,
-        )
-        if order:
-            return Failure(Status.FORGED_RESULT, order)
-        self.seen.append(step.step)
-        verdict: P.StepAnswer = self.judge.request(P.Check(self.session.session, step), self.setting.cfg.timeouts.check)
-        if verdict.failure is not None:
-            return verdict.failure
-        if verdict.unsafe and not self.unsafe:
-            self.unsafe.append(verdict.unsafe)
-        if step.step == P.StepKind.CALL:
-            # the judge answers a call step with a check, or with the failure handled above
-            assert verdict.check is not None
-            self.calls.append(verdict.check)
-            self.precision.update(verdict.precision)
-        elif step.step == P.StepKind.GRADS:
-            self.found[P.StepKind.GRADS] = verdict.gradients
-        else:
-            self.found[step.step] = verdict.check
-        if step.step == P.StepKind.SAME_SEED and step.own_weights:
-            self.found["own_weights"] = True
-        if verdict.check is not None and not verdict.check.passed and step.step != P.StepKind.SAME_SEED:
-            return Failure(Status.INCORRECT, f"{verdict.check.name}: {verdict.check.reason}")
-        if step.step == P.StepKind.TIMED:
-            self._alone.close()
-        elif step.want.kind == P.WantKind.TIMING and self.pairing is not None:
-            self._alone.enter_context(self.setting.gpu_alone())  # its warm-up, profile and rounds run on a quiet GPU
-        return Reply({"staged": to_dict(verdict.staged)})
-
-    def on_timing(self, message: P.Ready | P.RoundTimed) -> Optional[Failure | Reply]:
-        pairing = self.pairing
-        if pairing is None:
-            return Failure(Status.FORGED_RESULT, "the worker sent a timing message in a run that times nothing")
-        try:
-            if isinstance(message, P.Ready):
-                assert pairing.ready is None
-                return Reply(pairing.on_ready(message))
-            return Reply(pairing.on_round(message))
-        except JudgeFailed:
-            raise
-        except Exception as exc:
-            return Failure(
-                Status.FORGED_RESULT,
-                f"the worker's timing messages are not the harness's ({type(exc).__name__}: {exc})"[:300],
-            )
-
-    def result(self, outcome: WorkerOutcome) -> Compared:
-        """What the run came to: a worker that finished without every check or timing round it
-        owed is a harness error."""
-        checks: list[CheckResult] = list(self.calls)
-        planned = len(P.role_calls(self.subject.role, self.plan.calls))
-        if outcome.failure is None and len(self.calls) != planned:
-            outcome = dataclasses.replace(
-                outcome, failure=Failure(Status.HARNESS_ERROR, f"{len(self.calls)} of {planned} checks arrived")
-            )
-        else:
-            checks.extend(
-                c for c in (self.found.get(P.StepKind.BUFFERS), self.found.get(P.StepKind.TIMED)) if c is not None
-            )
-        pairing = self.pairing
-        timed = pairing.result() if pairing is not None and outcome.failure is None else None
-        if outcome.failure is None and pairing is not None and timed is None:
-            outcome = dataclasses.replace(
-                outcome, failure=Failure(Status.HARNESS_ERROR, "the worker finished before every timing round arrived")
-            )
-        ready = pairing.ready if pairing is not None else None
-        return Compared(
-            outcome,
-            checks,
-            self.found.get(P.StepKind.SAME_SEED),
-            self.precision,
-            self.found.get(P.StepKind.GRADS),
-            own_weights=bool(self.found.get("own_weights")),
-            timing=timed[0] if timed else None,
-            paired=timed[1] if timed else None,
-            profile=ready.profile if ready is not None else None,
-            profile_error=ready.profile_error if ready is not None else "",
-            unsafe=self.unsafe[0] if self.unsafe else next((m.reason[:300] for m in outcome.every(P.Unsafe)), ""),
-        )
-
-
 # -- the reference's pass ----------------------------------------------------------------------------------
 
 
@@ -396,7 +113,7 @@ class Stopped(Exception):
 class ReferencePass:
     """Runs the reference once for a lane (`run`), and with it fixes the problem's timing mode."""
 
-    def __init__(self, setting: Setting, judge: LaneJudge, stopped: Callable[[], bool]) -> None:
+    def __init__(self, setting: Setting, judge: LaneJudge, stopped: threading.Event) -> None:
         self.setting, self.judge, self.stopped = setting, judge, stopped
         cfg = setting.cfg
         # resolved once the reference is profiled
@@ -439,7 +156,7 @@ class ReferencePass:
             learned.save(record)
         if cfg.timing.enabled and setting.device == Device.CUDA:
             record = dataclasses.replace(
-                record, timing_mode=self.timing_mode.mode, timing_mode_reason=self.timing_mode.reason
+                record, timing_mode=self.timing_mode.timing_mode, timing_mode_reason=self.timing_mode.reason
             )
         if record.ok and cached is not None:
             # Reused: the torch.compile baselines' paired timings and the speed-of-light (the eager
@@ -466,7 +183,7 @@ class ReferencePass:
                 [b.paired for b in record.baselines] if not record.timing_reused_from else []
             )
             record = dataclasses.replace(record, timing=next((p.reference for p in sides if p is not None), None))
-        if self.stopped():
+        if self.stopped.is_set():
             raise Stopped(f"{setting.problem.name}: the run was stopped during its reference")
         record = dataclasses.replace(record, phase_seconds=clock.seconds)
         setting.store.append(record)

@@ -24,8 +24,9 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
+from harness.core import protocol as P
 from harness.core.config import Device, SanitizerTool, Switch
-from harness.core.records import SanitizerOutcome, SanitizerResult
+from harness.core.records import SanitizerOutcome, SanitizerResult, to_dict
 from harness.core.status import Code, Finding
 from harness.parent.quiet import QuietHost
 from harness.parent.scratch import RunScratch
@@ -56,7 +57,7 @@ def sanitize(
     tool: Optional[str],
     tools: tuple[str, ...],
     timeout: float,
-    job: dict[str, Any],
+    job: P.SanitizeJob,
     env: dict[str, str],
     scratch: Path,
     spare: Optional["Prestarted"] = None,
@@ -77,7 +78,7 @@ def sanitize(
             for t in tools
         ), []
     job_path = scratch / "sanitize-job.json"
-    job_path.write_text(json.dumps(job))
+    job_path.write_text(json.dumps(to_dict(job)))
     runs, found = [], []
     for index, name in enumerate(tools):
         ready = spare is not None and index == 0 and spare.name == name and spare.proc.poll() is None
@@ -215,14 +216,14 @@ class Prestarted:
         host.register_background(proc)
         return cls(name, proc, log_path, folder, host)
 
-    def run(self, job: dict[str, Any], timeout: float) -> SanitizerResult:
+    def run(self, job: P.SanitizeJob, timeout: float) -> SanitizerResult:
         """Hand it `job` and wait for its report (the limit counts from now)."""
         self.quiet.unregister(self.proc)
         if self.proc.stdin is None:
             raise RuntimeError("a prestarted sanitizer run has no stdin")
         started = time.monotonic()
         try:
-            self.proc.stdin.write(json.dumps(job).encode() + b"\n")
+            self.proc.stdin.write(json.dumps(to_dict(job)).encode() + b"\n")
             self.proc.stdin.close()
         except OSError:  # it ended while it waited: read what it said
             pass
@@ -295,18 +296,15 @@ class LaneSanitizer:
     def __init__(
         self,
         cfg: Any,
-        problem_path: Path,
         device: str,
         env: dict[str, str],
         prestart: bool = False,
         *,
         scratch: RunScratch,
         quiet: Optional[QuietHost] = None,
-        problem_text: str = "",
     ) -> None:
         # cfg: the problem's harness.core.config.Config
-        self.cfg, self.problem_path, self.device, self.env = cfg, problem_path, device, env
-        self.problem_text = problem_text  # the problem's pinned source ("" = the child reads problem_path)
+        self.cfg, self.device, self.env = cfg, device, env
         self.scratch, self.quiet = scratch, quiet
         # a source's sanitizer runs, for a resubmission
         self.runs: dict[tuple[Any, ...], tuple[tuple[SanitizerResult, ...], list[Finding]]] = {}
@@ -345,28 +343,16 @@ class LaneSanitizer:
         setting = self.cfg.sanitizer.enabled
         return setting == Switch.ON or (setting == Switch.AUTO and self.device == Device.CUDA)
 
-    def run(
-        self, source: Path, source_hash: str, name: str, seed: int, sizes: dict[str, Any]
-    ) -> tuple[tuple[SanitizerResult, ...], list[Finding]]:
-        """The runs over candidate `name` (its file `source`) and their unsafe-memory findings."""
+    def run(self, job: P.SanitizeJob, source_hash: str, name: str) -> tuple[tuple[SanitizerResult, ...], list[Finding]]:
+        """The runs over candidate `name` (the forward `job` describes, harness.parent.setting) and
+        their unsafe-memory findings."""
         cfg = self.cfg.sanitizer
         if self.device != Device.CUDA:
             return tuple(
                 SanitizerResult(t, SanitizerOutcome.SKIPPED, "compute-sanitizer checks CUDA runs only")
                 for t in cfg.tools
             ), []
-        job = {
-            "source": str(source.resolve()),
-            "problem": str(self.problem_path.resolve()),
-            "problem_text": self.problem_text,
-            "class_name": "ModelNew",
-            "sizes": dict(sizes),
-            "seed": seed,
-            "build_cache": str(self.cfg.path(self.cfg.build_cache_dir)),
-            # the candidate's module starts with the problem's globals
-            "problem_globals": self.cfg.check.problem_globals,
-        }
-        key = (source_hash, json.dumps(job["sizes"], sort_keys=True), job["seed"], tuple(cfg.tools))
+        key = (source_hash, json.dumps(job.sizes, sort_keys=True), job.seed, tuple(cfg.tools))
         if key in self.runs:  # the same source, on the same inputs: the tools would say the same
             runs, found = self.runs[key]
             return tuple(

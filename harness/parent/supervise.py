@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Iterator, Mapping, Optional
 
 from harness.core import protocol as P
 from harness.core.channel import ChannelReader, ForgedMessage, new_key
@@ -253,7 +253,7 @@ class Launcher:
         os.close(spare.read_fd)
 
 
-def run_worker(
+def start_run(
     job: P.WorkerJob,
     *,
     timeouts: Any,
@@ -261,14 +261,10 @@ def run_worker(
     log_path: Path,
     log_limit: int,
     cwd: Path,
-    on_message: Callable[[Any], Optional[Failure | Reply]] = lambda m: None,
     launcher: Optional[Launcher] = None,
-) -> WorkerOutcome:
-    """Run one worker to its end on `job`. `on_message` sees each verified message other than
-    Phase, Failed and Done (typed: harness.core.protocol) and may stop the worker (a Failure) or answer
-    it (a Reply, which the worker waits for). A message that is not one a worker sends ends it as a
-    forged result. The worker comes from `launcher` (possibly prestarted), else is started now; it
-    works in `cwd`."""
+) -> "WorkerRun":
+    """Start one worker on `job` (from `launcher`, possibly prestarted, else started now), working
+    in `cwd`; its pass reads its messages from the returned run (`WorkerRun`)."""
     key = new_key()
     started = time.perf_counter()
     worker = launcher.take() if launcher is not None else start_worker()
@@ -287,37 +283,66 @@ def run_worker(
         BoundedLog(log_limit),
         timeouts,
         memory_limit,
-        on_message,
         launcher.quiet.lane_clock(launcher.lane_index) if launcher is not None else time.monotonic,
     )
-    try:
-        watch.run()
-    except BaseException:  # Ctrl-C or a parent bug: the worker's process group must not outlive us
-        _kill_group(worker.proc)
-        raise
-    returncode = watch.end(launcher)
-    failure = watch.failure
-    if failure is None:
-        if watch.reported is not None:
-            failure = watch.reported
-        elif watch.done is None:
-            failure = _ending_without_report(returncode, watch.phase)
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    log_path.write_text(watch.log.text())
-    return WorkerOutcome(
-        failure=failure,
-        done=watch.done if failure is None else None,
-        messages=tuple(watch.messages),
-        phase=watch.phase,
-        returncode=returncode,
-        wall_seconds=time.perf_counter() - started,
-        log_bytes=watch.log.total,
-    )
+    return WorkerRun(watch, launcher, log_path, started)
+
+
+class WorkerRun:
+    """One worker on its job, watched until it ends. Its pass reads, in order, each verified message
+    other than Phase, Failed and Done (typed: harness.core.protocol) from `messages()`, and answers
+    each with `answer()` before it reads the next: None lets the worker go on, a Reply is sent to
+    it (it waits for one), a Failure stops it. A message that is not one a worker sends ends it as
+    a forged result. Once the messages are read, `outcome` is what the run came to. Used as a
+    context manager: an exception in the pass (Ctrl-C, a judge that failed) ends the worker's
+    process group before it propagates."""
+
+    def __init__(self, watch: "_Watch", launcher: Optional[Launcher], log_path: Path, started: float) -> None:
+        self.watch, self.launcher, self.log_path, self.started = watch, launcher, log_path, started
+        self.outcome: Optional[WorkerOutcome] = None
+
+    def __enter__(self) -> "WorkerRun":
+        return self
+
+    def __exit__(self, kind: Any, value: Any, traceback: Any) -> None:
+        if kind is not None:  # the worker's process group must not outlive us
+            _kill_group(self.watch.proc)
+
+    def messages(self) -> Iterator[Any]:
+        """The worker's messages that need an answer, until it ends; then `outcome` is set."""
+        yield from self.watch.run()
+        self.outcome = self._outcome()
+
+    def answer(self, verdict: Optional[Failure | Reply]) -> None:
+        """The answer to the message just read."""
+        self.watch.answered = verdict
+
+    def _outcome(self) -> WorkerOutcome:
+        watch = self.watch
+        returncode = watch.end(self.launcher)
+        failure = watch.failure
+        if failure is None:
+            if watch.reported is not None:
+                failure = watch.reported
+            elif watch.done is None:
+                failure = _ending_without_report(returncode, watch.phase)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.log_path.write_text(watch.log.text())
+        return WorkerOutcome(
+            failure=failure,
+            done=watch.done if failure is None else None,
+            messages=tuple(watch.messages),
+            phase=watch.phase,
+            returncode=returncode,
+            wall_seconds=time.perf_counter() - self.started,
+            log_bytes=watch.log.total,
+        )
 
 
 class _Watch:
     """One running worker, watched until it ends: its output into the log, its verified messages
-    (phases move its time limit; `on_message` sees the rest), its phase time limit and its memory.
+    (phases move its time limit; `run` yields the rest, each answered in `answered` before the
+    watch goes on), its phase time limit and its memory.
     The limit runs on its lane's clock (`clock`, harness.parent.quiet.QuietHost.lane_clock): time another
     lane's turn on their GPU kept it stopped is not counted."""
 
@@ -328,18 +353,17 @@ class _Watch:
         log: BoundedLog,
         timeouts: Any,
         memory_limit: int,
-        on_message: Callable[[Any], Optional[Failure | Reply]],
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.P = P
-        self.proc, self.reader, self.log, self.timeouts, self.memory_limit, self.on_message = (
+        self.proc, self.reader, self.log, self.timeouts, self.memory_limit = (
             worker.proc,
             reader,
             log,
             timeouts,
             memory_limit,
-            on_message,
         )
+        self.answered: Optional[Failure | Reply] = None  # the pass's answer to the message last yielded
         self.clock = clock
         self.open_fds = {worker.read_fd: "result", worker.proc.stdout.fileno(): "output"}
         self.messages: list[Any] = []
@@ -353,7 +377,8 @@ class _Watch:
         self.failure = Failure(status, reason)
         _kill_group(self.proc)
 
-    def run(self) -> None:
+    def run(self) -> Iterator[Any]:
+        """The messages that need an answer, until the worker ends or is stopped."""
         while self.open_fds and self.failure is None:
             now = self.clock()
             if now >= self.deadline:
@@ -361,7 +386,7 @@ class _Watch:
                 break
             ready, _, _ = select.select(list(self.open_fds), [], [], min(POLL_SECONDS, self.deadline - now))
             for fd in ready:
-                self.read(fd)
+                yield from self.read(fd)
                 if self.failure is not None:
                     break
             if self.failure is None and self.memory_limit and _rss_bytes(self.proc.pid) > self.memory_limit:
@@ -371,7 +396,7 @@ class _Watch:
             if self.failure is None and (self.done or self.reported) and self.proc.poll() is not None:
                 break  # reported and exited; a child it left holding the pipes must not keep us waiting
 
-    def read(self, fd: int) -> None:
+    def read(self, fd: int) -> Iterator[Any]:
         data = os.read(fd, 1 << 16)
         if not data:
             if self.open_fds.pop(fd) == "result":
@@ -394,11 +419,11 @@ class _Watch:
                 )
                 return
             self.messages.append(message)
-            self.handle(message)
+            yield from self.handle(message)
             if self.failure is not None:
                 return
 
-    def handle(self, message: Any) -> None:
+    def handle(self, message: Any) -> Iterator[Any]:
         P = self.P
         if isinstance(message, P.Phase):
             self.phase = str(message.phase)
@@ -409,7 +434,8 @@ class _Watch:
         elif isinstance(message, P.Done):
             self.done = message
         else:
-            verdict = self.on_message(message)
+            yield message
+            verdict, self.answered = self.answered, None
             if isinstance(verdict, Reply):
                 try:
                     self.proc.stdin.write(json.dumps(verdict.data).encode() + b"\n")

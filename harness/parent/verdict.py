@@ -1,23 +1,24 @@
 """A candidate's verdict, as a pure function of what its run came to: no workers, no files, no store.
 
-`ProblemEvaluation` runs the compared worker, reads its messages and scans its source, then hands
-the results here. The decision has two stages, because the sanitizer runs only on a candidate that
-is still correct after its integrity findings:
+`harness.parent.compared_pass` runs the compared worker, reads its messages and scans its source,
+then hands the results here. The decision has two stages, because the sanitizer runs only on a
+candidate that is still correct after its integrity findings:
 
 - `decide(case)`: the checks (a worker failure, the same-seed check, else correct), the integrity
   findings under their policies (harness.core.flags), and the warnings that need no timing;
-- `settle(case, first, unsafe, compare)`: the sanitizer's findings, then, for a candidate still
-  correct, the timing comparison (`compare`, called only then) and its findings, the log-size
-  warning, and which of our checks failed it where KernelBench's would not have (`stricter_than_kernelbench`, below).
+- `settle(case, first, unsafe)`: the sanitizer's findings, then, for a candidate still
+  correct, its timing compared (`compare_times`: speedups, speed-of-light and the warnings a reader
+  needs to trust them) and its findings, the log-size warning, and which of our checks failed it
+  where KernelBench's would not have (`stricter_than_kernelbench`, below).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from harness.core import integrity
-from harness.core.config import Device, Distribution, ModuleMode, Policy, WeightSource
+from harness.core.config import Device, Distribution, ModuleMode, Policy, TimingMode, WeightSource
 from harness.core.flags import decide as decide_flags
 from harness.core.protocol import Call, CheckKind, ExtensionCalls, Threads, WorkerOutcome, check_kind
 from harness.core.records import (
@@ -44,8 +45,10 @@ __all__ = [
     "Verdict",
     "decide",
     "findings",
+    "compare_times",
     "settle",
     "stricter_than_kernelbench",
+    "timing_warnings",
 ]
 
 PRECISION_FLOOR = 1e-6  # relative errors below this are never called imprecise
@@ -86,6 +89,10 @@ class VerdictRules:
     # flag key -> fail | flag | ignore (flags.policies, the gradient flags' from check.gradients)
     policies: Mapping[str, str]
     log_kib: int  # limits.log_kib: a worker printing more gets a warning
+    target_rse: float  # timing.target_rse: a timing that did not settle below it gets a warning
+    unstable_iqr: float  # timing.unstable_iqr: an interquartile range over this share of the median gets a warning
+    max_plausible_speedup: float  # check.max_plausible_speedup: a speedup over it is implausible-time
+    impossible_below: float  # speed_of_light.impossible_below: a time under this share of the bytes floor is too
 
     @classmethod
     def of(cls, cfg: Any) -> "VerdictRules":
@@ -100,6 +107,10 @@ class VerdictRules:
             check.weights,
             cfg.flags.policies(check.gradients),
             cfg.limits.log_kib,
+            cfg.timing.target_rse,
+            cfg.timing.unstable_iqr,
+            check.max_plausible_speedup,
+            cfg.speed_of_light.impossible_below,
         )
 
 
@@ -278,12 +289,10 @@ def decide(case: Case) -> Verdict:
     return Verdict(status, reason, flags, tuple(warnings), Timing(), None, evidence, notes)
 
 
-def settle(
-    case: Case, first: Verdict, unsafe: list[Finding], compare: Callable[[TimingStats, PairedSpeedup], Comparison]
-) -> Verdict:
+def settle(case: Case, first: Verdict, unsafe: list[Finding]) -> Verdict:
     """The second stage: the sanitizer's findings (`unsafe`, [] when it did not run), then, for a
-    candidate still correct and timed, `compare(timing, paired)` (evaluate.compare_times) with its
-    findings (its speeds and notes are dropped when they fail it), the log-size warning, and `stricter`."""
+    candidate still correct and timed, its timing compared (`compare_times`) with its findings (its
+    speeds and notes are dropped when they fail it), the log-size warning, and `stricter`."""
     compared, policies = case.compared, case.rules.policies
     status, reason, flags = first.status, first.reason, first.flags
     status, reason, unsafe_flags = decide_flags(status, reason, unsafe, policies)
@@ -291,7 +300,9 @@ def settle(
     warnings = list(first.warnings)
     timing, notes = Timing(), first.notes
     if status is Status.CORRECT and compared.timing is not None and compared.paired is not None:
-        measured, timing_notes, more, timed = compare(compared.timing, compared.paired)
+        measured, timing_notes, more, timed = compare_times(
+            compared.timing, compared.paired, compared.profile, case.reference, case.rules
+        )
         warnings.extend(more)
         status, reason, timed_flags = decide_flags(status, reason, timed, policies)
         flags += timed_flags
@@ -311,6 +322,141 @@ def settle(
     if log_bytes > log_kib << 10:
         warnings.append(f"printed {log_bytes} bytes; the log keeps the first and last {log_kib // 2} KiB")
     return Verdict(status, reason, flags, tuple(warnings), timing, stricter, first.evidence, notes)
+
+
+# -- the timing compared ------------------------------------------------------------------------------------
+
+CLOCK_TOLERANCE = 0.05  # SM clocks further apart than this between two timings are reported
+
+
+def compare_times(
+    timing: TimingStats,
+    paired: PairedSpeedup,
+    profile: Optional[CallProfile],
+    reference: ReferenceRecord,
+    rules: VerdictRules,
+) -> Comparison:
+    """Speedups over the eager reference (from the paired rounds) and over each baseline (the
+    candidate's paired speedup over the baseline's, when both were timed under the same protocol),
+    % of speed-of-light, the warnings a reader needs to trust (or distrust) those numbers, and the
+    implausible-time findings."""
+    median = timing.median_ms
+    reference_ms = paired.reference.median_ms
+    warnings = timing_warnings(timing, rules, profile)
+    usable = [
+        (b.name, b.timing, b.paired)
+        for b in reference.baselines
+        if b.ok and b.timing is not None and b.paired is not None
+    ]
+    measured = Timing(
+        reference_ms=reference_ms,
+        speedup=paired.speedup,
+        paired=paired,
+        baseline_ms={name: stats.median_ms for name, stats, _ in usable},
+        speedups={
+            name: paired.speedup / theirs.speedup for name, _, theirs in usable if theirs.protocol == paired.protocol
+        },
+    )
+    for name, _, theirs in usable:
+        if theirs.protocol != paired.protocol:
+            warnings.append(
+                f"no speedup over {name}: it was timed with {theirs.protocol}, this candidate needs {paired.protocol}"
+            )
+    bound, share = reference.profile.launch_bound() if reference.profile is not None else (False, "")
+    if timing.mode == TimingMode.EAGER and bound:
+        warnings.append(
+            f"the reference is launch-bound ({share}): this speedup measures host launch overhead as much as GPU "
+            "work; timing.mode=graph times both sides without it"
+        )
+    sol = reference.speed_of_light
+    notes: tuple[str, ...] = ()
+    if sol is not None and sol.floor_ms > 0:
+        sol_ms, sol_fraction, sol_floor, notes = sol_measures(sol, median)
+        measured = dataclasses.replace(measured, sol_ms=sol_ms, sol_fraction=sol_fraction, sol_floor=sol_floor)
+    if timing.sm_clock_mhz and paired.reference.sm_clock_mhz:
+        ratio = timing.sm_clock_mhz / paired.reference.sm_clock_mhz
+        if abs(ratio - 1) > CLOCK_TOLERANCE:
+            warnings.append(
+                f"SM clock {timing.sm_clock_mhz:.0f} MHz after this timing vs {paired.reference.sm_clock_mhz:.0f} "
+                "MHz after the reference's: "
+                "the GPU changed speed during the rounds; the paired rounds cancel most of it, but repeat the run to "
+                "see the spread"
+            )
+    found = integrity.implausible_time(
+        timing,
+        paired.speedup,
+        reference_ms,
+        profile,
+        sol,
+        rules.max_plausible_speedup,
+        rules.impossible_below,
+    )
+    return measured, notes, warnings, found + integrity.persisting_l2(timing)
+
+
+SLOWDOWN_BITS = {
+    0x4: "software power cap",
+    0x8: "hardware slowdown",
+    0x20: "software thermal slowdown",
+    0x40: "hardware thermal slowdown",
+    0x80: "power brake",
+}
+
+
+def sol_measures(sol: Any, median: float) -> tuple[float, Optional[float], str, tuple[str, ...]]:
+    """The speed of light of a candidate timed at `median` ms, as (sol_ms, sol_fraction, sol_floor,
+    notes): against the reference algorithm's roofline, or, when it runs below that, against the
+    bytes floor alone, with a note (its algorithm needs fewer FLOPs than the reference's:
+    information, not a warning)."""
+    if median <= 0 or median >= sol.floor_ms or sol.bytes_ms <= 0:
+        return sol.floor_ms, sol.floor_ms / median if median > 0 else None, "roofline", ()
+    note = (
+        f"faster than the reference's algorithm: {median:.4g} ms is below its roofline {sol.floor_ms:.4g} ms "
+        f"({sol.flops:.3g} FLOP at {sol.peak_tflops:.3g} TFLOP/s); against the fewest bytes ({sol.min_bytes:.3g} B at "
+        f"{sol.peak_gbps:.4g} GB/s, {sol.bytes_ms:.4g} ms) it is at {sol.bytes_ms / median:.0%} of the speed of light"
+    )
+    return sol.bytes_ms, sol.bytes_ms / median, "bytes", (note,)
+
+
+def slowdown_reasons(reasons: str) -> list[str]:
+    """Names of the clock-event reasons (nvidia-smi clocks_event_reasons.active) that slow the GPU."""
+    try:
+        bits = int(reasons, 16)
+    except ValueError:
+        return []
+    return [name for bit, name in SLOWDOWN_BITS.items() if bits & bit]
+
+
+def timing_warnings(timing: TimingStats, rules: VerdictRules, profile: Optional[CallProfile] = None) -> list[str]:
+    """What a reader must know about one timing, each with what to do about it."""
+    warnings = []
+    if timing.rse > rules.target_rse:
+        warnings.append(
+            f"timing did not settle: relative standard error {timing.rse:.1%} after {timing.n} calls (stopped by "
+            f"{timing.stopped_by}); raise timing.budget_s or quiet the machine"
+        )
+    if timing.median_ms > 0 and timing.iqr_ms / timing.median_ms > rules.unstable_iqr:
+        warnings.append(
+            f"unstable timing: the interquartile range is {timing.iqr_ms / timing.median_ms:.0%} of the median; stop "
+            "other work on this GPU, check the clocks, or use timing.mode=graph if the call is launch-bound"
+        )
+    slowed = slowdown_reasons(timing.clock_event_reasons)
+    if slowed:
+        warnings.append(
+            f"the GPU was slowing its clocks when timing ended ({', '.join(slowed)}): timings vary with power and "
+            "temperature; compare only runs taken under the same conditions, and repeat to see the spread"
+        )
+    if timing.fallback:
+        warnings.append(timing.fallback)
+    if timing.sync_reason:
+        warnings.append(f"timed with a device-wide synchronise because {timing.sync_reason}")
+    if profile is not None and timing.mode == TimingMode.EAGER and profile.launch_bound()[0]:
+        warnings.append(
+            f"launch-bound: its kernels keep the GPU busy for {profile.kernel_ms / profile.span_ms:.0%} of its "
+            "call's GPU span; the rest is host overhead between launches; timing.mode=graph times it without the "
+            "launch gaps"
+        )
+    return warnings
 
 
 # -- stricter than KernelBench ---------------------------------------------------------------------------------

@@ -13,18 +13,7 @@ from harness.core import protocol as P
 from harness.core.status import Status
 from harness.device.failures import classify
 from harness.device.setup import synchronize
-from harness.worker.compared import (
-    Worker,
-    calls_since,
-    check_calls,
-    construct,
-    finish,
-    inductor_cache,
-    load,
-    load_reference_weights,
-    start_timing,
-    time_rounds,
-)
+from harness.worker.compared import Worker, calls_since, inductor_cache
 
 
 class BaselineRun(Worker):
@@ -33,37 +22,36 @@ class BaselineRun(Worker):
     role = P.Role.BASELINE
 
     def run(self) -> None:
-        model_class, cache = load(self)
-        model = construct(self, model_class)
+        model_class, cache = self.load()
+        model = self.construct(model_class)
         assert self.job.compile_mode is not None
         inductor_cache(self.job.build_cache)
         runner = self._compile(model, self.job.compile_mode)
         self.phase("check")
         before_checks = dict(cache.calls)
         with torch.no_grad():
-            staged = check_calls(self, model, runner, self.session.first)
+            staged = self.check_calls(model, runner, self.session.first)
         checked = calls_since(cache.calls, before_checks)
         timing = self.job.timing is not None
         timing_staged = self._ask(P.WantKind.TIMING) if timing else staged
         self.end_phase()
         before_timing = dict(cache.calls)
         if timing:
-            time_rounds(self, runner, start_timing(self, timing_staged), profiled=False)
+            self.time_rounds(runner, self.start_timing(timing_staged), profiled=False)
             self.end_phase()
-        finish(self, cache, checked, before_timing)
+        self.finish(cache, checked, before_timing)
 
     def _compile(self, model: Any, mode: str) -> Any:
         """torch.compile the (weight-loaded) model; the first call, which compiles, is timed here."""
-        load_reference_weights(self, model)
+        self.load_reference_weights(model)
         self.phase("compile")
         started = time.perf_counter()
         try:
             runner = torch.compile(model, mode=mode)
             model.eval()
             with torch.no_grad():
-                runner(
-                    *[a.clone() if isinstance(a, torch.Tensor) else a for a in self._set(self.session.first.sets[0])]
-                )
+                first = self.plane.staged(self.session.first.sets[0])
+                runner(*[a.clone() if isinstance(a, torch.Tensor) else a for a in first])
             synchronize(self.device)
         except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):

@@ -10,18 +10,7 @@ import torch
 from harness.core import protocol as P
 from harness.core.config import Device
 from harness.device.checks import model_gradients, paired_gradients
-from harness.worker.compared import (
-    Worker,
-    calls_since,
-    check_calls,
-    construct,
-    finish,
-    load,
-    load_reference_weights,
-    reference_pairs,
-    start_timing,
-    time_rounds,
-)
+from harness.worker.compared import Worker, calls_since
 
 
 class CandidateRun(Worker):
@@ -32,14 +21,14 @@ class CandidateRun(Worker):
     role = P.Role.CANDIDATE
 
     def run(self) -> None:
-        model_class, cache = load(self)
-        model = construct(self, model_class)
+        model_class, cache = self.load()
+        model = self.construct(model_class)
         self.phase("check")
         before_checks = dict(cache.calls)
         with torch.no_grad():
             model.eval()
             staged, own = self._same_seed(model)
-            staged = check_calls(self, model, model, staged, cache)
+            staged = self.check_calls(model, model, staged, cache)
         checked = calls_since(cache.calls, before_checks)
         timing = self.job.timing is not None
         after_buffers = P.Want(
@@ -52,26 +41,26 @@ class CandidateRun(Worker):
             [v.detach() for _, v in buffers],
             [],
             want=after_buffers,
-            names=[self.reference_names(k) for k, _ in buffers],
+            names=[self.weights.name_of(k) for k, _ in buffers],
         )
         if self.job.gradients:
             staged = self._gradients(model, staged, own)
         self.end_phase()
         before_timing = dict(cache.calls)
         if timing:
-            sets = start_timing(self, staged)
-            output = time_rounds(self, model, sets, profiled=True)
+            sets = self.start_timing(staged)
+            output = self.time_rounds(model, sets, profiled=True)
             if output is not None and all(isinstance(o, torch.Tensor) for o in output):
                 self._step(P.StepKind.TIMED, 0, output, sets[0], want=P.Want(P.WantKind.NONE))
             self.end_phase()
-        finish(self, cache, checked, before_timing)
+        self.finish(cache, checked, before_timing)
 
     def _same_seed(self, model: Any) -> tuple[Any, bool]:
         """The first call on the weights the model built under the shared seed; then the reference's
         weights go in, unless it keeps its own (check.weights seed, or nothing pairs). Returns what
         the judge staged next, and whether it keeps its own weights."""
-        args = self._set(self.session.first.sets[0])
-        pairs = reference_pairs(self, model)
+        args = self.plane.staged(self.session.first.sets[0])
+        pairs = self.weights.pairs(model)
         own = pairs is None
         staged = self._step(
             P.StepKind.SAME_SEED,
@@ -82,7 +71,7 @@ class CandidateRun(Worker):
             own_weights=own,
         )
         if not own:
-            load_reference_weights(self, model, pairs)
+            self.load_reference_weights(model, pairs)
         return staged, own
 
     def _gradients(self, model: Any, staged: Optional[P.Staged], own: bool) -> Optional[P.Staged]:
@@ -90,14 +79,14 @@ class CandidateRun(Worker):
         the reference names its parameters; on its own weights, only those that pair with the reference's."""
         assert staged is not None
         status, reason, grads = model_gradients(
-            model, self._set(staged.sets[0], staged.fresh), self.job.gradient_seed, self.guard
+            model, self.plane.staged(staged.sets[0], staged.fresh), self.job.gradient_seed, self.guard
         )
         if own:  # its own parameters: only those the reference has, by name and shape, can be compared
             grads = paired_gradients(
                 grads, {f"parameter {w.name}": tuple(w.tensor.shape) for w in self.session.weights}
             )
         names = [
-            f"parameter {self.reference_names(k.removeprefix('parameter '))}" if k.startswith("parameter ") else k
+            f"parameter {self.weights.name_of(k.removeprefix('parameter '))}" if k.startswith("parameter ") else k
             for k in grads
         ]
         want = P.Want(P.WantKind.TIMING if self.job.timing is not None else P.WantKind.NONE)

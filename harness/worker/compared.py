@@ -1,6 +1,7 @@
-"""What every compared role shares: the data plane (inputs from the judge's region, outputs into its
-mailbox, each step reported on the channel and answered by the parent), the phases, the checked
-forward, loading the model and the reference's weights, the checked calls, and the timing rounds.
+"""What every compared role shares: the data plane (`DataPlane`: inputs from the judge's region,
+outputs into its mailbox), the reference's weights put into the model (`ReferenceWeights`), and the
+`Worker` that holds both: each step reported on the channel and answered by the parent, the phases,
+loading and constructing the model, the checked forward and calls, and the timing rounds.
 
 A role (harness.worker.candidate, harness.worker.baseline) is a `Worker` with a run sequence of its
 own, made of these steps.
@@ -39,10 +40,171 @@ from harness.device.timed import prepare_timer, time_round
 from harness.worker.sandbox import end_descendants, enter_pending
 
 
+class DataPlane:
+    """The judge's two regions as this worker maps them (`map`): the inputs region (each step's inputs
+    as the judge staged them, and the reference's weights) and the mailbox (each step's outputs).
+    Where the inputs region is in host memory on a CUDA run, the model gets device copies of its
+    inputs, which the judge cannot see: the worker checks them itself (`check_copies`)."""
+
+    def __init__(self, session: P.SessionHandle, guard_bands: bool, report: Callable[[Any], None]) -> None:
+        self.session = session
+        self.guard_bands = guard_bands  # report a write past the end of a device copy (job.guard_bands)
+        self.report = report  # sends a message on the worker's channel
+        self.device: Any = None  # the torch.device (`map`)
+        self.inputs: Any = None  # the judge's inputs region, mapped (`map`)
+        self.mailbox: Any = None  # the judge's mailbox region, mapped (`map`)
+        self._copies = False  # the inputs region is in host memory on a CUDA run: the model gets device copies
+        self._last: Any = None  # (views, tensors) of the input set staged last
+        self._views: dict[Any, Any] = {}
+        self._bands: dict[int, Any] = {}  # id of a device copy -> the guard band after it
+        self._unsafe_reported = False
+
+    def map(self, device: Any) -> None:
+        """Map the judge's regions on `device` (before the boundary is entered: Landlock refuses the
+        judge's /proc entries to a process inside it)."""
+        self.device = device
+        try:
+            self.inputs = Region.open(self.session.inputs, device)
+            self.mailbox = Region.open(self.session.mailbox, device)
+        except Exception as exc:
+            raise WorkerFailure(Status.HARNESS_ERROR, f"could not map the judge's regions: {one_line(exc)}") from None
+        self._copies = self.inputs.kind == P.RegionKind.HOST and device.type == Device.CUDA
+
+    def args(self, args: Any) -> list[Any]:
+        """Arguments as the judge staged them: views into the inputs region, or plain values."""
+        return [view(self.inputs.tensor, a.tensor) if a.tensor is not None else a.value for a in args]
+
+    def weights(self) -> dict[str, torch.Tensor]:
+        """The reference's state_dict, as views into the inputs region."""
+        return {w.name: view(self.inputs.tensor, w.tensor) for w in self.session.weights}
+
+    def staged(self, args: Any, fresh: bool = True) -> list[Any]:
+        """The staged input set: the same tensor objects whenever the judge staged the same layout.
+        They are views into the inputs region, or, where the region is in host memory on a CUDA
+        run, device copies of them, refilled from the region each time a step's inputs are staged."""
+        key = tuple(args)
+        if key not in self._views:
+            views = self.args(args)
+            tensors = [self._guarded_copy(v) if self._copies and isinstance(v, torch.Tensor) else v for v in views]
+            self._views[key] = (views, tensors)
+        elif self._copies and fresh:
+            for view_, tensor in zip(*self._views[key]):
+                if isinstance(tensor, torch.Tensor):
+                    tensor.copy_(view_)
+        self._last = self._views[key]
+        return self._views[key][1]
+
+    def _guarded_copy(self, source: Any) -> Any:
+        """A device copy of `source`, followed in its allocation by a guard band of poison (as the
+        judge's regions have), so a write past its end is seen (`check_copies`)."""
+        nbytes = source.numel() * source.element_size()
+        block = torch.empty(nbytes + GUARD, dtype=torch.uint8, device=self.device)
+        block[nbytes:].fill_(POISON)
+        tensor = block[:nbytes].view(source.dtype).view(source.shape)
+        tensor.copy_(source)
+        self._bands[id(tensor)] = block[nbytes:]
+        return tensor
+
+    def check_copies(self, label: str) -> None:
+        """Where the worker runs on device copies of a host region, the judge cannot see them: the
+        worker checks that forward left them as the judge staged them (a chunk at a time), and
+        reports the first write past one's end (its guard band changed) once."""
+        if not self._copies:
+            return
+        for position, (staged, tensor) in enumerate(zip(*self._last)):
+            if not isinstance(tensor, torch.Tensor):
+                continue
+            if not same_bits(tensor, staged):
+                raise WorkerFailure(Status.MUTATED_INPUT, f"forward changed input {position} in place ({label})")
+            band = self._bands.get(id(tensor))
+            if band is not None and not self._unsafe_reported and self.guard_bands:
+                changed = band_changes(band)
+                if changed:
+                    self._unsafe_reported = True
+                    self.report(P.Unsafe(past_end(position, changed, label)))
+
+    def deliver(self, outputs: list[Any], inputs: list[Any], names: Optional[list[str]]) -> tuple[P.Output, ...]:
+        """Put `outputs` in the mailbox, when they fit, and describe each for the step's report: its
+        type, name, layout, device, the input it aliases and where it lies (offset -1: it did not fit)."""
+        tensors = [o for o in outputs if dense(o)]  # a sparse or meta tensor has no bytes to put in the mailbox
+        specs, end = layout(tensors)
+        fits = end <= self.mailbox.nbytes
+        if fits:
+            write(self.mailbox.tensor, [t.as_subclass(torch.Tensor) for t in tensors], specs)
+            synchronize(self.device)
+        described = []
+        spec_of = iter(specs)
+        for position, o in enumerate(outputs):
+            name = names[position] if names else ""
+            if dense(o):
+                spec = next(spec_of)
+                if not fits:
+                    spec = dataclasses.replace(spec, offset=-1)
+                described.append(
+                    P.Output(type(o).__name__, name, str(o.layout), o.device.type, aliased_input(o, inputs), spec)
+                )
+            elif isinstance(o, torch.Tensor):  # the judge reads its layout or device, and fails it
+                described.append(P.Output(type(o).__name__, name, str(o.layout), o.device.type))
+            else:
+                described.append(P.Output(type(o).__name__, name))
+        return tuple(described)
+
+
+class ReferenceWeights:
+    """How the reference's weights go into the model (`pairs`, `load`), and the names they pair: later
+    steps name the model's buffers and gradients as the reference does (`name_of`)."""
+
+    def __init__(self, source: str, specs: tuple[P.Named, ...], report: Callable[[Any], None]) -> None:
+        self.source = source  # check.weights: the reference's weights ("transplant") or its own ("seed")
+        self.specs = specs  # the reference's state_dict, as laid out in the inputs region
+        self.report = report  # sends a message on the worker's channel
+        self._renamed: dict[str, str] = {}  # own name -> the reference's, where the model renamed them
+
+    def name_of(self, name: str) -> str:
+        """The reference's name for the model's weight `name`."""
+        return self._renamed.get(name, name)
+
+    def pairs(self, model: Any) -> Optional[list[tuple[str, str]]]:
+        """How the reference's weights go into the model (`weight_pairs`), or None when it keeps the
+        weights it built under the shared seed: check.weights is seed (KernelBench's way), or they
+        pair neither by name nor by position (then `WeightsBySeed` says why; the verdict is flagged)."""
+        if self.source == WeightSource.SEED:
+            return None
+        reference = {w.name: w.tensor for w in self.specs}
+        own = model.state_dict()
+        pairs = weight_pairs(own, reference)
+        if pairs is None:
+            self.report(P.WeightsBySeed(weights_problems(own, reference)[:500]))
+        return pairs
+
+    def load(self, model: Any, reference: dict[str, Any], pairs: Optional[list[tuple[str, str]]] = None) -> None:
+        """The reference's state_dict (`reference`, in the inputs region) into `model`: by name when
+        the names match; else, when ModelNew renamed them (gamma for bn.weight, a Sequential
+        re-indexed), by registration order, where every parameter and buffer pairs with one of the
+        same shape (num_batches_tracked aside). The pairs are reported (`WeightsMapped`); later steps
+        name buffers and gradients as the reference does. No such pairing (a compile baseline whose
+        weights will not load): `weights mismatch`."""
+        own = model.state_dict()
+        pairs = weight_pairs(own, reference) if pairs is None else pairs
+        if pairs is None:
+            raise WorkerFailure(Status.WEIGHTS_MISMATCH, weights_problems(own, reference)[:500])
+        if pairs:
+            how = paired_by(own, reference, pairs)
+            self._renamed = {mine: theirs for mine, theirs in pairs if mine != theirs}
+            # counters that could not pair keep their own
+            unpaired = {k: own[k] for k in own if step_counter(k) and k not in dict(pairs)}
+            reference = {mine: reference[theirs] for mine, theirs in pairs} | unpaired
+            self.report(P.WeightsMapped(tuple(sorted(self._renamed.items())[:200]), how))
+        try:
+            model.load_state_dict(reference, strict=True)
+        except BaseException as exc:
+            raise WorkerFailure(Status.WEIGHTS_MISMATCH, one_line(exc)) from None
+
+
 class Worker:
     """One compared model in its own process. Its inputs and the reference's weights are in a
-    region the judge shares with it; it puts each step's outputs in the judge's mailbox region,
-    reports the step on the channel, and waits for the parent's go-ahead (which carries the
+    region the judge shares with it (`plane`); it puts each step's outputs in the judge's mailbox
+    region, reports the step on the channel, and waits for the parent's go-ahead (which carries the
     inputs the judge staged next). Subclasses give each role its `run` sequence."""
 
     role: P.Role  # the role a subclass runs (the job's role picks the subclass)
@@ -53,17 +215,12 @@ class Worker:
         self.acks = acks  # the parent's go-ahead lines (a private copy of stdin)
         self.session = job.session
         self.phase_seconds: dict[str, float] = {}
-        self.reference_names: Callable[[str], str] = lambda name: name  # own name -> the reference's (renamed weights)
         self.device: Any = None  # the torch.device, once set up (`load`)
         self.guard = Guard(self)  # the identities the model must leave alone, taken before its module is imported
-        self.inputs: Any = None  # the judge's inputs region, mapped (`construct`)
-        self.mailbox: Any = None  # the judge's mailbox region, mapped (`load`)
-        self._copies = False  # the inputs region is in host memory on a CUDA run: the model gets device copies
-        self._last: Any = None  # (views, tensors) of the input set staged last
+        # both report through `send`, looked up at each message (as the guard sees it); the plane is mapped in `load`
+        self.plane = DataPlane(job.session, job.guard_bands, lambda message: self.send(message))
+        self.weights = ReferenceWeights(job.weights, job.session.weights, lambda message: self.send(message))
         self._phase_name, self._phase_started = "", 0.0
-        self._views: dict[Any, Any] = {}
-        self._bands: dict[int, Any] = {}  # id of a device copy -> the guard band after it
-        self._unsafe_reported = False
         self._steps: list[P.StepKind] = []  # the steps reported so far, in the order protocol.STEPS declares
         # the ATen operators of the observed checked call (a candidate on the CPU)
         self.forward_ops: Optional[ForwardOps] = None
@@ -88,55 +245,7 @@ class Worker:
     def end_phase(self) -> None:
         self.phase_seconds[self._phase_name] = round(time.perf_counter() - self._phase_started, 4)
 
-    # -- the data plane --------------------------------------------------------------------------
-
-    def _args(self, args: Any) -> list[Any]:
-        return [view(self.inputs.tensor, a.tensor) if a.tensor is not None else a.value for a in args]
-
-    def _set(self, args: Any, fresh: bool = True) -> list[Any]:
-        """The staged input set: the same tensor objects whenever the judge staged the same layout.
-        They are views into the inputs region, or, where the region is in host memory on a CUDA
-        run, device copies of them, refilled from the region each time a step's inputs are staged."""
-        key = tuple(args)
-        if key not in self._views:
-            views = self._args(args)
-            tensors = [self._guarded_copy(v) if self._copies and isinstance(v, torch.Tensor) else v for v in views]
-            self._views[key] = (views, tensors)
-        elif self._copies and fresh:
-            for view_, tensor in zip(*self._views[key]):
-                if isinstance(tensor, torch.Tensor):
-                    tensor.copy_(view_)
-        self._last = self._views[key]
-        return self._views[key][1]
-
-    def _guarded_copy(self, source: Any) -> Any:
-        """A device copy of `source`, followed in its allocation by a guard band of poison (as the
-        judge's regions have), so a write past its end is seen (`_check_copies`)."""
-        nbytes = source.numel() * source.element_size()
-        block = torch.empty(nbytes + GUARD, dtype=torch.uint8, device=self.device)
-        block[nbytes:].fill_(POISON)
-        tensor = block[:nbytes].view(source.dtype).view(source.shape)
-        tensor.copy_(source)
-        self._bands[id(tensor)] = block[nbytes:]
-        return tensor
-
-    def _check_copies(self, label: str) -> None:
-        """Where the worker runs on device copies of a host region, the judge cannot see them: the
-        worker checks that forward left them as the judge staged them (a chunk at a time), and
-        reports the first write past one's end (its guard band changed) once."""
-        if not self._copies:
-            return
-        for position, (staged, tensor) in enumerate(zip(*self._last)):
-            if not isinstance(tensor, torch.Tensor):
-                continue
-            if not same_bits(tensor, staged):
-                raise WorkerFailure(Status.MUTATED_INPUT, f"forward changed input {position} in place ({label})")
-            band = self._bands.get(id(tensor))
-            if band is not None and not self._unsafe_reported and self.job.guard_bands:
-                changed = band_changes(band)
-                if changed:
-                    self._unsafe_reported = True
-                    self.send(P.Unsafe(past_end(position, changed, label)))
+    # -- each step on the channel ----------------------------------------------------------------
 
     def _step(
         self,
@@ -165,29 +274,9 @@ class Worker:
             raise WorkerFailure(Status.HARNESS_ERROR, f"the worker's {order}")
         self._steps.append(step)
         if step in (P.StepKind.SAME_SEED, P.StepKind.CALL):
-            self._check_copies(step if step == P.StepKind.SAME_SEED else f"call_{index}")
-        tensors = [o for o in outputs if dense(o)]  # a sparse or meta tensor has no bytes to put in the mailbox
-        specs, end = layout(tensors)
-        fits = end <= self.mailbox.nbytes
-        if fits:
-            write(self.mailbox.tensor, [t.as_subclass(torch.Tensor) for t in tensors], specs)
-            synchronize(self.device)
-        described = []
-        spec_of = iter(specs)
-        for position, o in enumerate(outputs):
-            name = names[position] if names else ""
-            if dense(o):
-                spec = next(spec_of)
-                if not fits:
-                    spec = dataclasses.replace(spec, offset=-1)
-                described.append(
-                    P.Output(type(o).__name__, name, str(o.layout), o.device.type, aliased_input(o, inputs), spec)
-                )
-            elif isinstance(o, torch.Tensor):  # the judge reads its layout or device, and fails it
-                described.append(P.Output(type(o).__name__, name, str(o.layout), o.device.type))
-            else:
-                described.append(P.Output(type(o).__name__, name))
-        reply = self._exchange(P.Step(step, index, tuple(described), status, reason, want, own_weights))
+            self.plane.check_copies(step if step == P.StepKind.SAME_SEED else f"call_{index}")
+        described = self.plane.deliver(outputs, inputs, names)
+        reply = self._exchange(P.Step(step, index, described, status, reason, want, own_weights))
         return from_dict(P.Staged, reply["staged"]) if reply.get("staged") is not None else None
 
     def _exchange(self, message: Any) -> dict[str, Any]:
@@ -201,6 +290,8 @@ class Worker:
     def _ask(self, kind: P.WantKind) -> Optional[P.Staged]:
         """Ask for inputs without reporting outputs (a step with none)."""
         return self._step(P.StepKind.STAGE, 0, [], [], want=P.Want(kind))
+
+    # -- the checked forward ---------------------------------------------------------------------
 
     def _observed(self, model: Any, args: list[Any], label: str, index: int, cache: BuildCache) -> list[Any]:
         """A checked forward (`_call`) with the ATen operators it runs recorded, those its extension
@@ -231,166 +322,120 @@ class Worker:
             raise WorkerFailure(Status.RUNTIME_ERROR, f"forward returned {', '.join(bad)} where tensors were expected")
         return outputs
 
+    # -- the steps every role's pass is made of --------------------------------------------------
 
-# -- the steps every role's pass is made of --------------------------------------------------------
+    def load(self) -> tuple[type, BuildCache]:
+        """Phase load: the device, the judge's regions mapped, the boundary entered (from here on the
+        process writes only where the run allows, harness.worker.sandbox), the build cache, the guard,
+        and the model's class from its module."""
+        job = self.job
+        self.phase("load")
+        self.device, arch, _ = setup_device(job)
+        self.plane.map(self.device)  # before the boundary: Landlock refuses the judge's /proc entries inside it
+        enter_pending()
+        cache = BuildCache(
+            Path(job.build_cache),
+            arch,
+            around_build=self._around_build,
+            on_event=lambda event: self.send(P.Built(ExtensionBuild(**event))),
+        )
+        cache.install()
+        module = load_module(Path(job.source), f"__{self.role.value}__", job.source_text, job.problem_text)
+        self.guard.check("import")
+        model_class = getattr(module, job.class_name, None)
+        if not isinstance(model_class, type) or not issubclass(model_class, torch.nn.Module):
+            raise WorkerFailure(
+                Status.INTERFACE_ERROR, f"the module defines no nn.Module subclass named {job.class_name}"
+            )
+        self.end_phase()
+        return model_class, cache
+
+    def construct(self, model_class: type) -> Any:
+        """Phase construct: the model built under the shared seed on the device."""
+        self.phase("construct")
+        init_args = [a.clone() if isinstance(a, torch.Tensor) else a for a in self.plane.args(self.session.init_args)]
+        try:
+            torch.manual_seed(self.job.construct_seed)
+            model = model_class(*init_args)
+            model = model.to(self.device)
+        except BaseException as exc:
+            raise classify(exc, Status.CONSTRUCT_FAILED) from None
+        self.guard.check("construction")
+        self.end_phase()
+        return model
+
+    def check_calls(self, model: Any, runner: Any, staged: P.Staged, cache: Optional[BuildCache] = None) -> P.Staged:
+        """Every planned call of `runner` (`model`, or its compiled form) on the inputs the judge staged,
+        each reported as a step; returns what the judge staged after the last. With `cache` (a
+        candidate's) on the CPU, the ATen operators of one call are observed (`_observed`)."""
+        calls = self.job.calls
+        observed = observed_call(calls) if cache is not None and self.device.type == Device.CPU else -1
+        for index, call in enumerate(calls):
+            model.train(call.mode == ModuleMode.TRAIN)
+            # The inputs of every call are written by the judge into the same memory: an answer
+            # memoised by input identity or address comes back stale and fails the comparison.
+            args = self.plane.staged(staged.sets[0], staged.fresh)
+            torch.manual_seed(self.job.rng_seed + index)  # as the judge seeds its reference call
+            out = (
+                self._observed(runner, args, f"call_{index}", index, cache)
+                if index == observed and cache is not None
+                else self._call(runner, args, f"call_{index}")
+            )
+            last = index + 1 == len(calls)
+            reply = self._step(
+                P.StepKind.CALL,
+                index,
+                out,
+                args,
+                want=P.Want(P.WantKind.NONE) if last else P.Want(P.WantKind.CALL, index + 1),
+            )
+            # The judge stages what a passing call asks for; a failing one ends the worker instead.
+            assert reply is not None
+            staged = reply
+            del out
+        return staged
+
+    def load_reference_weights(self, model: Any, pairs: Optional[list[tuple[str, str]]] = None) -> None:
+        """The reference's state_dict, from the inputs region, into `model` (`ReferenceWeights.load`)."""
+        self.weights.load(model, self.plane.weights(), pairs)
+
+    # -- timing ----------------------------------------------------------------------------------
+
+    def start_timing(self, staged: Optional[P.Staged]) -> list[list[Any]]:
+        """Phase time begins: the timing threads set, and the input sets the judge staged for timing."""
+        assert staged is not None
+        self.phase("time")
+        if self.device.type == Device.CPU and self.job.cpu_threads:
+            torch.set_num_threads(self.job.cpu_threads)  # checks use every core; timings this many
+        return [self.plane.staged(s) for s in staged.sets]
+
+    def time_rounds(self, runner: Any, sets: list[list[Any]], *, profiled: bool) -> Optional[list[Any]]:
+        """Warm up and (when `profiled`) profile, then time the forward over the staged sets in the
+        rounds the parent asks for (in turns with the reference in the judge). Returns the output of
+        the last timed call on the first set, when there is one."""
+        assert self.job.timing is not None
+        own = declared_kernels(Path(self.job.source)) if profiled else set()  # the kernels a graph must not leave out
+        timer, ready, last = prepare_timer(runner, sets, self.device, self.job.timing, profiled=profiled, own=own)
+        self.guard.check("timing")
+        self.phase_seconds["prepare"] = round(time.perf_counter() - self._phase_started, 4)
+        reply = self._exchange(ready)
+        while reply.get("round") is not None:
+            ask = P.decode(reply["round"])
+            stats = time_round(timer, ask)
+            self.guard.check("timing")
+            reply = self._exchange(P.RoundTimed(ask.round, stats))
+        return last()
+
+    def finish(self, cache: BuildCache, checked: dict[str, int], before_timing: dict[str, int]) -> None:
+        """The extension calls counted while checked and while timed (with the observed call's ATen
+        operators, when there are some), then the last message."""
+        self.send(P.ExtensionCalls(checked, calls_since(cache.calls, before_timing), self.forward_ops))
+        self.send(P.Done(self.phase_seconds, end_descendants()))
 
 
 def dense(output: Any) -> bool:
     """Whether `output` is a tensor with bytes of its own to copy: strided, and not on the meta device."""
     return isinstance(output, torch.Tensor) and output.layout == torch.strided and output.device.type != "meta"
-
-
-def load(worker: Worker) -> tuple[type, BuildCache]:
-    """Phase load: the device, the judge's regions mapped, the boundary entered (from here on the
-    process writes only where the run allows, harness.worker.sandbox), the build cache, the guard,
-    and the model's class from its module."""
-    job = worker.job
-    worker.phase("load")
-    worker.device, arch, _ = setup_device(job)
-    try:  # before the boundary: Landlock refuses the judge's /proc entries to a process inside it
-        worker.inputs = Region.open(worker.session.inputs, worker.device)
-        worker.mailbox = Region.open(worker.session.mailbox, worker.device)
-    except Exception as exc:
-        raise WorkerFailure(Status.HARNESS_ERROR, f"could not map the judge's regions: {one_line(exc)}") from None
-    enter_pending()
-    cache = BuildCache(
-        Path(job.build_cache),
-        arch,
-        around_build=worker._around_build,
-        on_event=lambda event: worker.send(P.Built(ExtensionBuild(**event))),
-    )
-    cache.install()
-    module = load_module(Path(job.source), f"__{worker.role.value}__", job.source_text, job.problem_text)
-    worker.guard.check("import")
-    model_class = getattr(module, job.class_name, None)
-    if not isinstance(model_class, type) or not issubclass(model_class, torch.nn.Module):
-        raise WorkerFailure(Status.INTERFACE_ERROR, f"the module defines no nn.Module subclass named {job.class_name}")
-    worker.end_phase()
-    return model_class, cache
-
-
-def construct(worker: Worker, model_class: type) -> Any:
-    """Phase construct: the model built under the shared seed on the device."""
-    worker.phase("construct")
-    worker._copies = worker.inputs.kind == P.RegionKind.HOST and worker.device.type == Device.CUDA
-    init_args = [a.clone() if isinstance(a, torch.Tensor) else a for a in worker._args(worker.session.init_args)]
-    try:
-        torch.manual_seed(worker.job.construct_seed)
-        model = model_class(*init_args)
-        model = model.to(worker.device)
-    except BaseException as exc:
-        raise classify(exc, Status.CONSTRUCT_FAILED) from None
-    worker.guard.check("construction")
-    worker.end_phase()
-    return model
-
-
-def check_calls(
-    worker: Worker, model: Any, runner: Any, staged: P.Staged, cache: Optional[BuildCache] = None
-) -> P.Staged:
-    """Every planned call of `runner` (`model`, or its compiled form) on the inputs the judge staged,
-    each reported as a step; returns what the judge staged after the last. With `cache` (a
-    candidate's) on the CPU, the ATen operators of one call are observed (`Worker._observed`)."""
-    calls = worker.job.calls
-    observed = observed_call(calls) if cache is not None and worker.device.type == Device.CPU else -1
-    for index, call in enumerate(calls):
-        model.train(call.mode == ModuleMode.TRAIN)
-        # The inputs of every call are written by the judge into the same memory: an answer
-        # memoised by input identity or address comes back stale and fails the comparison.
-        args = worker._set(staged.sets[0], staged.fresh)
-        torch.manual_seed(worker.job.rng_seed + index)  # as the judge seeds its reference call
-        out = (
-            worker._observed(runner, args, f"call_{index}", index, cache)
-            if index == observed and cache is not None
-            else worker._call(runner, args, f"call_{index}")
-        )
-        last = index + 1 == len(calls)
-        reply = worker._step(
-            P.StepKind.CALL,
-            index,
-            out,
-            args,
-            want=P.Want(P.WantKind.NONE) if last else P.Want(P.WantKind.CALL, index + 1),
-        )
-        # The judge stages what a passing call asks for; a failing one ends the worker instead.
-        assert reply is not None
-        staged = reply
-        del out
-    return staged
-
-
-def reference_pairs(worker: Worker, model: Any) -> Optional[list[tuple[str, str]]]:
-    """How the reference's weights go into the model (`weight_pairs`), or None when it keeps the
-    weights it built under the shared seed: check.weights is seed (KernelBench's way), or they
-    pair neither by name nor by position (then `WeightsBySeed` says why; the verdict is flagged)."""
-    if worker.job.weights == WeightSource.SEED:
-        return None
-    reference = {w.name: w.tensor for w in worker.session.weights}
-    own = model.state_dict()
-    pairs = weight_pairs(own, reference)
-    if pairs is None:
-        worker.send(P.WeightsBySeed(weights_problems(own, reference)[:500]))
-    return pairs
-
-
-def load_reference_weights(worker: Worker, model: Any, pairs: Optional[list[tuple[str, str]]] = None) -> None:
-    """The reference's state_dict (in the inputs region) into `model`: by name when the names
-    match; else, when ModelNew renamed them (gamma for bn.weight, a Sequential re-indexed), by
-    registration order, where every parameter and buffer pairs with one of the same shape
-    (num_batches_tracked aside). The pairs are reported (`WeightsMapped`); later steps name
-    buffers and gradients as the reference does. No such pairing (a compile baseline whose
-    weights will not load): `weights mismatch`."""
-    reference = {w.name: view(worker.inputs.tensor, w.tensor) for w in worker.session.weights}
-    own = model.state_dict()
-    pairs = weight_pairs(own, reference) if pairs is None else pairs
-    if pairs is None:
-        raise WorkerFailure(Status.WEIGHTS_MISMATCH, weights_problems(own, reference)[:500])
-    if pairs:
-        how = paired_by(own, reference, pairs)
-        renamed = {mine: theirs for mine, theirs in pairs if mine != theirs}
-        worker.reference_names = lambda name: renamed.get(name, name)
-        # counters that could not pair keep their own
-        unpaired = {k: own[k] for k in own if step_counter(k) and k not in dict(pairs)}
-        reference = {mine: reference[theirs] for mine, theirs in pairs} | unpaired
-        worker.send(P.WeightsMapped(tuple(sorted(renamed.items())[:200]), how))
-    try:
-        model.load_state_dict(reference, strict=True)
-    except BaseException as exc:
-        raise WorkerFailure(Status.WEIGHTS_MISMATCH, one_line(exc)) from None
-
-
-def time_rounds(worker: Worker, runner: Any, sets: list[list[Any]], *, profiled: bool) -> Optional[list[Any]]:
-    """Warm up and (when `profiled`) profile, then time the forward over the staged sets in the
-    rounds the parent asks for (in turns with the reference in the judge). Returns the output of
-    the last timed call on the first set, when there is one."""
-    assert worker.job.timing is not None
-    own = declared_kernels(Path(worker.job.source)) if profiled else set()  # the kernels a graph must not leave out
-    timer, ready, last = prepare_timer(runner, sets, worker.device, worker.job.timing, profiled=profiled, own=own)
-    worker.guard.check("timing")
-    worker.phase_seconds["prepare"] = round(time.perf_counter() - worker._phase_started, 4)
-    reply = worker._exchange(ready)
-    while reply.get("round") is not None:
-        ask = P.decode(reply["round"])
-        stats = time_round(timer, ask)
-        worker.guard.check("timing")
-        reply = worker._exchange(P.RoundTimed(ask.round, stats))
-    return last()
-
-
-def start_timing(worker: Worker, staged: Optional[P.Staged]) -> list[list[Any]]:
-    """Phase time begins: the timing threads set, and the input sets the judge staged for timing."""
-    assert staged is not None
-    worker.phase("time")
-    if worker.device.type == Device.CPU and worker.job.cpu_threads:
-        torch.set_num_threads(worker.job.cpu_threads)  # checks use every core; timings this many
-    return [worker._set(s) for s in staged.sets]
-
-
-def finish(worker: Worker, cache: BuildCache, checked: dict[str, int], before_timing: dict[str, int]) -> None:
-    """The extension calls counted while checked and while timed (with the observed call's ATen
-    operators, when there are some), then the last message."""
-    worker.send(P.ExtensionCalls(checked, calls_since(cache.calls, before_timing), worker.forward_ops))
-    worker.send(P.Done(worker.phase_seconds, end_descendants()))
 
 
 def calls_since(now: dict[str, int], before: dict[str, int]) -> dict[str, int]:

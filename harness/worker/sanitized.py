@@ -4,8 +4,8 @@ is untrusted like the worker; the parent (`harness.parent.sanitize`) starts it u
 reads the tool's report, never this process's word.
 
     compute-sanitizer --tool T python -m harness.worker.sanitized JOB
-        JOB: a JSON file (problem, source, class_name, sizes, seed, build_cache), or "-": ready
-        torch and the device first, then read the job as one JSON line on stdin
+        JOB: a JSON file (harness.core.protocol.SanitizeJob), or "-": ready torch and the device
+        first, then read the job as one JSON line on stdin
 
 It builds nothing new (the build cache already holds the candidate's extensions). The parent
 turns the caching allocator off here, so every tensor is an allocation of its own and a write past
@@ -28,6 +28,8 @@ def main() -> None:
     sandbox.enter_pending()
     import torch
 
+    from harness.core import protocol as P
+    from harness.core.records import from_dict
     from harness.device.buildcache import BuildCache
     from harness.device.failures import load_module
     from harness.device.inputs import as_outputs
@@ -36,22 +38,23 @@ def main() -> None:
     torch.cuda.set_device(device)
     if sys.argv[1] == "-":  # prestarted: the device readied under the tool, then the job from stdin
         torch.empty(1, device=device)
-        job = json.loads(sys.stdin.readline())
+        text = sys.stdin.readline()
     else:
-        job = json.loads(Path(sys.argv[1]).read_text())
+        text = Path(sys.argv[1]).read_text()
+    job: P.SanitizeJob = from_dict(P.SanitizeJob, json.loads(text))
     major, minor = torch.cuda.get_device_capability(device)
     os.environ["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}"
-    BuildCache(Path(job["build_cache"]), f"{major}.{minor}").install()
-    problem_text = job.get("problem_text") or Path(job["problem"]).read_text(encoding="utf-8")  # pinned by the parent
-    problem = load_module(Path(job["problem"]), "__problem__", problem_text)
-    for name, value in job["sizes"].items():
+    BuildCache(Path(job.build_cache), f"{major}.{minor}").install()
+    problem_text = job.problem_text or Path(job.problem).read_text(encoding="utf-8")  # pinned by the parent
+    problem = load_module(Path(job.problem), "__problem__", problem_text)
+    for name, value in job.sizes.items():
         setattr(problem, name, value)
-    torch.manual_seed(job["seed"])
+    torch.manual_seed(job.seed)
     init = problem.get_init_inputs()
     inputs = [a.to(device) if isinstance(a, torch.Tensor) else a for a in problem.get_inputs()]
-    preamble = problem_text if job.get("problem_globals") else ""
-    module = load_module(Path(job["source"]), "__candidate__", preamble=preamble)
-    model = getattr(module, job["class_name"])(*init).to(device).eval()
+    preamble = problem_text if job.problem_globals else ""
+    module = load_module(Path(job.source), "__candidate__", preamble=preamble)
+    model = getattr(module, job.class_name)(*init).to(device).eval()
     with torch.no_grad():
         outputs = as_outputs(model(*inputs))
     torch.cuda.synchronize(device)
