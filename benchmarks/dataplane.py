@@ -157,7 +157,7 @@ def read_outcome(result: Result, results_dir: Path) -> None:
             except LineError:
                 continue  # a half-written last line
             if isinstance(record, ReferenceRecord):
-                result.reference_s = record.wall_seconds
+                result.reference_s = record.provenance.wall_seconds
             elif isinstance(record, CandidateRecord):
                 result.status = record.decision.status.value
                 result.reason = record.decision.reason

@@ -91,8 +91,12 @@ def read_run(results: Path, name: str) -> dict[str, Any]:
             except json.JSONDecodeError:
                 continue
             record = upgrade(record)  # a line of an earlier version (a --root checkout's) in this harness's layout
-            if record.get("kind") == "reference" and record.get("problem") == name and record.get("null_floor"):
-                floor = record["null_floor"]
+            if (
+                record.get("kind") == "reference"
+                and record["identity"].get("problem") == name
+                and record["timing"].get("null_floor")
+            ):
+                floor = record["timing"]["null_floor"]
                 paired = floor.get("paired") or {}
                 out["floor"] = {"status": floor["status"], "speedup": paired.get("speedup"), "low": paired.get("low"), "high": paired.get("high"), "protocol": paired.get("protocol")}
             elif record.get("kind") == "candidate" and record["identity"].get("problem") == name:

@@ -226,6 +226,7 @@ def state_line(profile: str, kernel: Kernel, record: dict[str, Any], reference: 
     stats = timing.get("stats") or {}
     paired = timing.get("paired") or {}
     stricter = decision.get("stricter")
+    ref_identity, ref_timing, ref_provenance = ((reference or {}).get(part) or {} for part in ("identity", "timing", "provenance"))
     errors = [c["max_abs_error"] for c in checks.get("results") or [] if c.get("max_abs_error") is not None]
     line: dict[str, Any] = {
         "profile": profile,
@@ -241,20 +242,20 @@ def state_line(profile: str, kernel: Kernel, record: dict[str, Any], reference: 
         "candidate_ms": stats.get("median_ms"),
         "reference_ms": timing.get("reference_ms"),
         "protocol": paired.get("protocol", ""),
-        "timing_mode": stats.get("mode", ""),
+        "timing_mode": stats.get("timing_mode", ""),
         "timing_fallback": stats.get("fallback", ""),
-        "problem_timing_mode": (reference or {}).get("timing_mode") or ((reference or {}).get("timing") or {}).get("mode", ""),
-        "problem_timing_mode_reason": ((reference or {}).get("timing_mode_reason") or "")[:200],
+        "problem_timing_mode": ref_timing.get("timing_mode") or (ref_timing.get("stats") or {}).get("timing_mode", ""),
+        "problem_timing_mode_reason": (ref_timing.get("timing_mode_reason") or "")[:200],
         "max_abs_error": max(errors) if errors else None,
         "gradients": checks.get("gradients", ""),
         "device": identity.get("device", ""),
-        "device_name": (reference or {}).get("device_name", ""),
+        "device_name": ref_identity.get("device_name", ""),
         "run_id": run_id or identity.get("run_id", ""),
         "wall_s": provenance.get("wall_seconds"),
         "phase_s": provenance.get("phase_seconds") or {},
         "build_s": round(sum(b.get("seconds") or 0.0 for b in provenance.get("builds") or [] if not b.get("cached")), 3),
-        "reference_wall_s": (reference or {}).get("wall_seconds"),
-        "reference_phase_s": (reference or {}).get("phase_seconds") or {},
+        "reference_wall_s": ref_provenance.get("wall_seconds"),
+        "reference_phase_s": ref_provenance.get("phase_seconds") or {},
         "finished_at": provenance.get("finished_at") or now(),
     }
     if line["status"] not in ("correct", "needs CUDA") and log_tail:
@@ -307,7 +308,7 @@ def read_run(folder: Path) -> tuple[dict[str, dict[str, Any]], dict[str, dict[st
         if record.get("kind") == "candidate":
             candidates[f"{record['identity'].get('problem')}/{record['identity'].get('candidate')}"] = record
         elif record.get("kind") == "reference":
-            references[record.get("problem", "")] = record
+            references[(record.get("identity") or {}).get("problem", "")] = record
     return candidates, references
 
 

@@ -417,14 +417,16 @@ def outcome(candidate: Optional[dict[str, Any]], reference: Optional[dict[str, A
 
 
 def reference_fields(reference: dict[str, Any]) -> dict[str, Any]:
-    timing = reference.get("timing") or {}
-    sol = reference.get("speed_of_light") or {}
+    identity, outcome, profile, times, provenance = (
+        reference.get(part) or {} for part in ("identity", "outcome", "profile", "timing", "provenance"))
+    timing = times.get("stats") or {}
+    sol = profile.get("speed_of_light") or {}
     fields: dict[str, Any] = {
-        "reference_ok": reference.get("ok"), "reference_reason": reference.get("reason", "")[:300], "reference_wall_s": reference.get("wall_seconds"),
-        "reference_eager_ms": timing.get("median_ms"), "reference_mode": timing.get("mode"), "device_name": reference.get("device_name", ""),
-        "peak_bytes": reference.get("peak_bytes"), "sol_floor_ms": sol.get("floor_ms"), "sol_bound": sol.get("bound"),
+        "reference_ok": outcome.get("ok"), "reference_reason": outcome.get("reason", "")[:300], "reference_wall_s": provenance.get("wall_seconds"),
+        "reference_eager_ms": timing.get("median_ms"), "reference_mode": timing.get("timing_mode"), "device_name": identity.get("device_name", ""),
+        "peak_bytes": outcome.get("peak_bytes"), "sol_floor_ms": sol.get("floor_ms"), "sol_bound": sol.get("bound"),
     }
-    baselines = reference.get("baselines") or []
+    baselines = times.get("baselines") or []
     if baselines:
         first = baselines[0]
         speedup, low, high = _interval(first.get("paired"))

@@ -330,9 +330,10 @@ def finish_run(
         if isinstance(record, CandidateRecord) and record.timing.stats is not None:
             timings.append((record.identity.problem, record.identity.candidate, record.timing.stats))
         if isinstance(record, ReferenceRecord):
-            if record.timing is not None:
-                timings.append((record.problem, "reference", record.timing))
-            timings += [(record.problem, b.name, b.timing) for b in record.baselines if b.timing is not None]
+            problem = record.identity.problem
+            if record.timing.stats is not None:
+                timings.append((problem, "reference", record.timing.stats))
+            timings += [(problem, b.name, b.timing) for b in record.timing.baselines if b.timing is not None]
             references.append(record)
     clocks = [(p, c, t.sm_clock_mhz) for p, c, t in timings if t.sm_clock_mhz]
     warnings = []

@@ -166,7 +166,7 @@ def test_honest_candidate_is_timed_with_speedup_and_every_check(verdicts):
     assert record.timing.stats is not None and record.timing.stats.n >= 3 * paired.rounds  # min_reps in each round
     assert len(paired.ratios) == paired.rounds and paired.reference.n >= 3 * paired.rounds
     assert paired.low <= record.timing.speedup <= paired.high and record.timing.reference_ms == paired.reference.median_ms
-    assert paired.protocol == "eager, stream sync" and record.timing.stats.mode == "eager"
+    assert paired.protocol == "eager, stream sync" and record.timing.stats.timing_mode == "eager"
 
 
 def test_wrong_value_reports_errors_and_mismatch_fraction(verdicts):

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.records import reference_record
 from harness.core import protocol as P
 from harness.core.config import load_config
 from harness.core.integrity import is_compute, reference_ops
@@ -173,7 +174,7 @@ def test_the_observed_call_is_the_first_eval_call_at_the_problem_size():
 
 CALLS = (Call(0, "train"), Call(0, "eval"))
 OK = CheckResult("ok", True, "ok", 3e-5, 1e-4, 0.0)
-REFERENCE = ReferenceRecord(run_id="r", problem="p", problem_hash="h", problem_path="p.py", device="cpu", device_name="cpu", ok=True, reason="ok", forward_ops=LINEAR_GELU)
+REFERENCE = reference_record(run_id="r", problem="p", problem_hash="h", problem_path="p.py", device="cpu", device_name="cpu", ok=True, reason="ok", forward_ops=LINEAR_GELU)
 
 
 def cpu_verdict(candidate_ops, called=CALLED, policies=()):

@@ -18,7 +18,7 @@ from harness.core.records import NullFloor, PairedSpeedup, ReferenceRecord, RunH
 from harness.core.status import Status
 from harness.core.store import RunStore
 from harness.views.gate import IMPROVED, NOT_COMPARABLE, REGRESSED, UNCHANGED, Regression, GateRules, gate, load_side
-from tests.records import candidate_record
+from tests.records import candidate_record, reference_record
 
 GOLDEN = Path(__file__).parent / "golden"
 PROTOCOL = {"timing": {"mode": "eager", "sync": "auto", "flush_l2": True, "subtract_overhead": True, "cpu_threads": 1}, "check": {"allow_tf32": False}}
@@ -46,7 +46,7 @@ def write_run(folder, records, protocol=PROTOCOL, device_name="NVIDIA H100 80GB 
         found = (floors or {}).get(problem)
         lanes = {f"cuda:{i}": f for i, f in enumerate(found)} if isinstance(found, list) else {"": found}
         for lane, floor in lanes.items():
-            store.append(ReferenceRecord(run_id=folder.name, problem=problem, problem_hash="ph", problem_path="p.py", device="cuda",
+            store.append(reference_record(run_id=folder.name, problem=problem, problem_hash="ph", problem_path="p.py", device="cuda",
                                          device_name=device_name, ok=True, reason="ok", lane=lane, null_floor=floor))
     for record in records:
         store.append(record)

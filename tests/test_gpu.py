@@ -96,8 +96,8 @@ def test_reference_has_compile_baseline_speed_of_light_and_profile(verdicts):
     record = verdicts["cuda_correct"]
     store_records = read_records(_records_path(record))
     (reference,) = [r for r in store_records if isinstance(r, ReferenceRecord)]
-    assert reference.baselines and reference.baselines[0].ok, reference.baselines
-    assert reference.speed_of_light.floor_ms > 0 and reference.profile.launches >= 1
+    assert reference.timing.baselines and reference.timing.baselines[0].ok, reference.timing.baselines
+    assert reference.profile.speed_of_light.floor_ms > 0 and reference.profile.profile.launches >= 1
     assert record.integrity.profile is not None and record.integrity.profile.streams == 1 and record.timing.stats.sync == "stream"
     assert record.timing.stats.flush_bytes > 0 and record.timing.stats.overhead_ms > 0 and record.timing.sol_fraction > 0
 
@@ -183,12 +183,12 @@ def graphs(tmp_path_factory, build_cache):
 
 
 def test_graph_mode_times_replays_and_is_recorded(graphs):
-    assert graphs["plain"].timing.stats.mode == "graph" and graphs["plain"].timing.stats.fallback == ""
+    assert graphs["plain"].timing.stats.timing_mode == "graph" and graphs["plain"].timing.stats.fallback == ""
 
 
 def test_graph_capture_failure_falls_back_to_eager_with_the_reason(graphs):
     record = graphs["synchronises_in_forward"]
-    assert record.decision.status is Status.CORRECT and record.timing.stats.mode == "eager"
+    assert record.decision.status is Status.CORRECT and record.timing.stats.timing_mode == "eager"
     assert "graph capture failed" in record.timing.stats.fallback
     assert any("graph capture failed" in w for w in record.decision.warnings)
 
@@ -264,7 +264,7 @@ def test_every_visible_gpu_is_a_lane_with_its_own_reference(make_config, tmp_pat
     finally:
         executor.close()
         resources.close()
-    references = {r.lane: r for r in read_records(store.records_path) if isinstance(r, ReferenceRecord)}
+    references = {r.identity.lane: r for r in read_records(store.records_path) if isinstance(r, ReferenceRecord)}
     assert len(references) >= 2 and all(r.ok for r in references.values())
     assert all(r.decision.status is Status.CORRECT for r in records), [r.decision.reason for r in records]
     assert len({r.identity.lane for r in records}) >= 2
@@ -282,8 +282,9 @@ def test_a_second_pass_reuses_the_reference_profile_and_gives_the_same_verdicts(
     second = _evaluate(tmp_path_factory.mktemp("cache-warm"), build_cache, ["plain", "extra_on_side_stream"], *cache)
     (cold,) = [r for r in read_records(_records_path(first["plain"])) if isinstance(r, ReferenceRecord)]
     (warm,) = [r for r in read_records(_records_path(second["plain"])) if isinstance(r, ReferenceRecord)]
-    assert cold.profile_reused_from == "" and warm.profile_reused_from == cold.run_id
-    assert warm.profile == cold.profile and warm.speed_of_light == cold.speed_of_light and warm.timing_mode == cold.timing_mode
+    assert cold.profile.profile_reused_from == "" and warm.profile.profile_reused_from == cold.identity.run_id
+    assert (warm.profile.profile, warm.profile.speed_of_light) == (cold.profile.profile, cold.profile.speed_of_light)
+    assert warm.timing.timing_mode == cold.timing.timing_mode
     for name in first:  # the cache never changes a verdict
         a, b = first[name], second[name]
         assert (a.decision.status, [f.code for f in a.integrity.flags], a.decision.reason.split(";")[0]) == (b.decision.status, [f.code for f in b.integrity.flags], b.decision.reason.split(";")[0])

@@ -81,12 +81,12 @@ def test_a_legacy_stream_kernel_is_correct_and_timed_whole_in_every_mode(by_mode
 def test_a_graph_that_left_out_a_legacy_stream_launch_is_not_timed_and_the_record_says_why(by_mode):
     mode, records = by_mode
     record = records["legacy_zeros"]
-    if record.timing.stats.mode == "eager" and mode != "eager":  # graphs were asked for (graph, or auto on this launch-bound problem)
+    if record.timing.stats.timing_mode == "eager" and mode != "eager":  # graphs were asked for (graph, or auto on this launch-bound problem)
         assert record.timing.paired.protocol == "eager, stream sync", record.timing.paired.protocol  # the calling stream is the legacy default stream
         assert record.timing.stats.fallback.startswith(OUTSIDE_CAPTURE), record.timing.stats.fallback
         assert any(OUTSIDE_CAPTURE in w for w in record.decision.warnings)
     if mode == "graph":
-        assert record.timing.stats.mode == "eager" and OUTSIDE_CAPTURE in record.timing.stats.fallback
+        assert record.timing.stats.timing_mode == "eager" and OUTSIDE_CAPTURE in record.timing.stats.fallback
 
 
 def test_a_kernel_whose_timed_calls_compute_something_else_still_fails_at_the_last_timed_call(by_mode):

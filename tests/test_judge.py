@@ -96,7 +96,7 @@ def test_on_a_gpu_writes_to_the_shared_inputs_fail_the_writer_and_the_judge_keep
     evaluation, candidates = _evaluation(tmp_path, make_config, ["scribbles_over_its_region", "writes_its_input", "segfaults", "writes_past_its_input", "honest"], device="cuda")
     try:
         records = [evaluation.evaluate(c) for c in candidates]
-        plane = evaluation._reference.data_plane
+        plane = evaluation._reference.outcome.data_plane
     finally:
         evaluation.close()
     scribbler, writer, crashed, past, honest = records
@@ -145,7 +145,7 @@ def test_a_candidates_worker_reports_exactly_the_steps_its_role_declares(tmp_pat
     evaluation = ProblemEvaluation(problem, [Candidate("honest", path)], cfg, "cpu", RunStore(cfg.path(cfg.results_dir), "steps-test"))
     try:
         evaluation.evaluate(evaluation.candidates[0])  # the lane's judge started, through the reference
-        compared = evaluation.judge.compare(evaluation.plan, evaluation.reference_pass.timing_mode, Subject(P.Role.CANDIDATE, path, "steps"))
+        compared = evaluation.judge.compare(evaluation.plan, evaluation.reference_pass.problem_timing, Subject(P.Role.CANDIDATE, path, "steps"))
     finally:
         evaluation.close()
     calls = len(evaluation.plan.calls)

@@ -112,7 +112,7 @@ def write_run(folder: Path, records: list[dict], half_line: bool = True) -> None
 def test_a_run_folder_becomes_state_lines_and_missing_kernels_no_record(corpus: Path, tmp_path: Path) -> None:
     kernels = kbc.corpus_kernels(corpus)[:3]  # l1_p1's three
     folder = tmp_path / "runs" / "kb-default-part1of2"
-    reference = TimingStats.from_samples([1.0, 1.0, 1.0], timer="cuda_events", warmup_calls=1, stopped_by="target_rse", mode="graph")
+    reference = TimingStats.from_samples([1.0, 1.0, 1.0], timer="cuda_events", warmup_calls=1, stopped_by="target_rse", timing_mode="graph")
     timed = record(
         "l1_p1",
         "model0_000000",
@@ -120,7 +120,7 @@ def test_a_run_folder_becomes_state_lines_and_missing_kernels_no_record(corpus: 
         speedup=2.5,
         reference_ms=1.0,
         paired=PairedSpeedup(speedup=2.5, low=2.4, high=2.6, rounds=3, protocol="graph, stream sync", ratios=(2.4, 2.5, 2.6), reference=reference),
-        timing=TimingStats.from_samples([0.4, 0.4, 0.4], timer="cuda_events", warmup_calls=1, stopped_by="target_rse", mode="graph"),
+        timing=TimingStats.from_samples([0.4, 0.4, 0.4], timer="cuda_events", warmup_calls=1, stopped_by="target_rse", timing_mode="graph"),
         flags=(Flag("implausible-time", "flag", "below the floor"),),
         checks=(CheckResult("trial 1", True, "ok", max_abs_error=1e-6), CheckResult("trial 2", True, "ok", max_abs_error=3e-6)),
     )

@@ -9,7 +9,7 @@ from harness.core.records import ReferenceRecord, RunHeader, TimingStats
 from harness.core.status import Status
 from harness.core.store import RunStore
 from harness.views.kbtiming import fast_p_against, level_of, load_baseline
-from tests.records import candidate_record
+from tests.records import candidate_record, reference_record
 
 
 def entry(mean, hardware="NVIDIA H100 80GB HBM3"):
@@ -44,7 +44,7 @@ def candidate(problem, name, status, ms=None, run_id="kb"):
 
 
 def reference(problem, level, ref_ms=1.0, run_id="kb"):
-    return ReferenceRecord(
+    return reference_record(
         run_id=run_id, problem=problem, problem_hash="h", problem_path=f"/trees/KernelBench/{level}/{problem}.py", device="cuda",
         device_name="NVIDIA H100 80GB HBM3", ok=True, reason="ok", timing=timing(ref_ms),
     )

@@ -9,7 +9,7 @@ from harness.core.records import CheckResult, Flag, NullFloor, PairedSpeedup, Re
 from harness.core.status import Status
 from harness.core.store import RunStore, read_records
 from harness.views.leaderboard import candidate_frame, print_leaderboard, problem_table, summary_table, write_leaderboards
-from tests.records import candidate_record
+from tests.records import candidate_record, reference_record
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -86,7 +86,7 @@ def null_floor(speedup=None, low=None, high=None, status="correct"):
 
 
 def reference(problem, floor=None, lane="", run_id="golden"):
-    return ReferenceRecord(
+    return reference_record(
         run_id=run_id, problem=problem, problem_hash="h", problem_path=f"{problem}.py", device="cuda",
         device_name="NVIDIA H100 80GB HBM3", ok=True, reason="ok", lane=lane, null_floor=floor,
     )

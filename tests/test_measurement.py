@@ -4,6 +4,7 @@ import types
 import pytest
 import torch
 
+from tests.records import reference_record
 from harness.core.config import TimerSettings
 from harness.core.pairing import paired_speedup
 from harness.core.protocol import TimingProtocol
@@ -69,7 +70,7 @@ def test_overhead_is_measured_and_subtracted_from_statistics_not_from_raw_sample
 
 def test_graph_mode_on_cpu_falls_back_to_eager_and_says_so():
     result = time_forward(lambda: None, [[]], CPU, timing_cfg(mode="graph"))
-    assert result.mode == "eager" and "CUDA graphs need a CUDA device" in result.fallback
+    assert result.timing_mode == "eager" and "CUDA graphs need a CUDA device" in result.fallback
 
 
 def test_unstable_or_unsettled_timing_warns_with_what_to_do():
@@ -174,7 +175,7 @@ def test_device_peaks_are_measured_once_then_read_from_the_cache(tmp_path):
 
 def _reference(floor_ms=1.0, clock=None, baselines=()):
     sol = SpeedOfLight(flops=10**9, min_bytes=10**6, dtype="float32", peak_tflops=1.0, peak_gbps=1000.0, floor_ms=floor_ms, bound="compute")
-    return ReferenceRecord(run_id="r", problem="p", problem_hash="h", problem_path="p.py", device="cuda", device_name="gpu", ok=True, reason="ok",
+    return reference_record(run_id="r", problem="p", problem_hash="h", problem_path="p.py", device="cuda", device_name="gpu", ok=True, reason="ok",
                            timing=stats([4.0] * 5, sm_clock_mhz=clock), speed_of_light=sol, baselines=baselines)
 
 
@@ -222,11 +223,11 @@ def _evaluate(cfg, run_id):
 def test_torch_compile_baseline_is_checked_timed_and_compared(make_config):
     cfg = make_config("baselines.compile_modes=[default]", "timeouts.check=600", "timing.enabled=true")
     record, reference = _evaluate(cfg, "compile")
-    (baseline,) = reference.baselines
+    (baseline,) = reference.timing.baselines
     assert baseline.name == "torch.compile(default)" and baseline.ok, baseline.reason
     assert baseline.compile_seconds > 0 and baseline.max_abs_error is not None and baseline.timing.n >= 3
     assert record.decision.status is Status.CORRECT and set(record.timing.speedups) == {"torch.compile(default)"}
-    assert reference.speed_of_light is not None and record.timing.sol_fraction is not None
+    assert reference.profile.speed_of_light is not None and record.timing.sol_fraction is not None
 
 
 def test_a_baseline_timed_under_another_protocol_gives_no_speedup_over_it(make_config):
@@ -259,5 +260,5 @@ def test_paired_graph_mode_on_cpu_times_both_sides_eagerly_and_says_why():
     why = timer.prepare(graph=True)
     assert why == NO_GRAPHS_ON_CPU and timer.graphs is None
     chosen = choose_protocol("graph", "auto", P.Ready(graph_error=why), P.Ready(graph_error=why))
-    assert chosen.mode == "eager" and "CUDA graphs need a CUDA device" in chosen.mode_reason
-    assert timer.round(chosen.mode, chosen.sync, 4).mode == "eager"
+    assert chosen.timing_mode == "eager" and "CUDA graphs need a CUDA device" in chosen.timing_mode_reason
+    assert timer.round(chosen.timing_mode, chosen.sync, 4).timing_mode == "eager"

@@ -9,7 +9,7 @@ import pytest
 
 from harness.core import protocol as P
 from harness.parent.compared_pass import Pairing
-from harness.core.pairing import COMPARED, REFERENCE, ProblemTiming, choose_protocol, device_sync_reason, paired_speedup, resolve_mode, schedule
+from harness.core.pairing import COMPARED, REFERENCE, ProblemTiming, choose_protocol, device_sync_reason, paired_speedup, resolve_timing_mode, schedule
 from harness.core.records import CallProfile, ReferenceRecord, TimingStats
 from harness.core.status import Status
 from harness.core.store import RunStore, read_records
@@ -54,7 +54,7 @@ def test_a_candidate_that_needs_device_sync_makes_the_reference_use_it_too():
     candidate = P.Ready(needs_device=device_sync_reason(SIDE_STREAMS))
     reference = P.Ready(needs_device=device_sync_reason(ONE_STREAM))
     chosen = choose_protocol("eager", "auto", reference, candidate)
-    assert (chosen.mode, chosen.sync) == ("eager", "device")
+    assert (chosen.timing_mode, chosen.sync) == ("eager", "device")
     assert "the candidate: its profiled call ran GPU work on 11 streams" in chosen.reason and "the reference:" not in chosen.reason
 
 
@@ -70,22 +70,22 @@ def test_single_stream_sides_keep_the_stream_sync_and_config_can_force_either():
 
 
 def test_graph_mode_only_when_both_sides_were_captured():
-    assert choose_protocol("graph", "auto", P.Ready(), P.Ready()).mode == "graph"
+    assert choose_protocol("graph", "auto", P.Ready(), P.Ready()).timing_mode == "graph"
     failed = choose_protocol("graph", "auto", P.Ready(), P.Ready(graph_error="RuntimeError: capture synchronises"))
-    assert failed.mode == "eager" and "graph capture failed, both sides timed eagerly" in failed.reason
+    assert failed.timing_mode == "eager" and "graph capture failed, both sides timed eagerly" in failed.reason
     assert "the candidate: RuntimeError" in failed.reason
-    assert choose_protocol("graph", "auto", P.Ready(graph_error="x"), P.Ready()).mode == "eager"
+    assert choose_protocol("graph", "auto", P.Ready(graph_error="x"), P.Ready()).timing_mode == "eager"
 
 
 def test_auto_mode_times_a_launch_bound_reference_in_graphs_for_both_sides():
     gappy = CallProfile(kernel_ms=0.02, span_ms=0.05, launches=4, streams=1, after_return=0)  # the GPU waits on the host
-    mode, why = resolve_mode("auto", gappy)
+    mode, why = resolve_timing_mode("auto", gappy)
     assert mode == "graph" and "busy for 40% of its profiled call's 50 us span in 4 launches (launch-bound" in why
-    assert resolve_mode("eager", gappy) == ("eager", "")
-    chosen = choose_protocol(mode, "auto", P.Ready(), P.Ready(), mode_reason=why)
-    assert chosen.mode == "graph" and "CUDA graphs for both sides because the reference's kernels keep the GPU busy for 40%" in chosen.reason
+    assert resolve_timing_mode("eager", gappy) == ("eager", "")
+    chosen = choose_protocol(mode, "auto", P.Ready(), P.Ready(), timing_mode_reason=why)
+    assert chosen.timing_mode == "graph" and "CUDA graphs for both sides because the reference's kernels keep the GPU busy for 40%" in chosen.reason
     # a side that cannot be captured takes both back to eager, and says so
-    assert choose_protocol(mode, "auto", P.Ready(), P.Ready(graph_error="x"), mode_reason=why).mode == "eager"
+    assert choose_protocol(mode, "auto", P.Ready(), P.Ready(graph_error="x"), timing_mode_reason=why).timing_mode == "eager"
 
 
 @pytest.mark.parametrize("profile", [
@@ -94,16 +94,16 @@ def test_auto_mode_times_a_launch_bound_reference_in_graphs_for_both_sides():
     CallProfile(kernel_ms=5.0, span_ms=5.1, launches=4, streams=1, after_return=0),  # long kernels back to back
 ], ids=["short-gemm", "one-tiny-kernel", "busy-gpu"])
 def test_auto_mode_times_eagerly_where_the_gpu_never_waits_for_the_host_and_says_what_it_measured(profile):
-    mode, why = resolve_mode("auto", profile)
+    mode, why = resolve_timing_mode("auto", profile)
     assert mode == "eager" and why.endswith("(not launch-bound)") and f"in {profile.launches} launches" in why
-    assert resolve_mode("auto", None) == ("eager", "") and resolve_mode("graph", profile) == ("graph", "")
+    assert resolve_timing_mode("auto", None) == ("eager", "") and resolve_timing_mode("graph", profile) == ("graph", "")
 
 
 def test_a_failed_graph_check_times_both_sides_eagerly_and_says_why():
     missed = P.Ready(graph_error="launches outside the capturing stream: timed eagerly (its eager call ran k x1; its graph's replay ran 0 of them)")
-    chosen = choose_protocol("graph", "auto", P.Ready(), missed, mode_reason="launch-bound")
-    assert (chosen.mode, chosen.sync) == ("eager", "stream")  # the calling stream is the legacy default stream: <<<>>> launches are inside
-    assert chosen.mode_reason.startswith("launches outside the capturing stream: timed eagerly, both sides (the candidate: ")
+    chosen = choose_protocol("graph", "auto", P.Ready(), missed, timing_mode_reason="launch-bound")
+    assert (chosen.timing_mode, chosen.sync) == ("eager", "stream")  # the calling stream is the legacy default stream: <<<>>> launches are inside
+    assert chosen.timing_mode_reason.startswith("launches outside the capturing stream: timed eagerly, both sides (the candidate: ")
 
 
 def test_work_after_return_or_outliving_the_stream_needs_device_sync():
@@ -231,13 +231,13 @@ def test_steady_rounds_stop_at_the_configured_count():
 
 
 def _drive_timed(pairing, times):
-    """Play a worker whose rounds read times[protocol.mode, protocol.sync] ms."""
+    """Play a worker whose rounds read times[protocol.timing_mode, protocol.sync] ms."""
     reply = pairing.on_ready(P.Ready())
     played = []
     while reply["round"] is not None:
         ask = P.decode(reply["round"])
-        played.append((ask.round, ask.protocol.mode, ask.protocol.sync))
-        reply = pairing.on_round(P.RoundTimed(ask.round, stats([times[ask.protocol.mode, ask.protocol.sync]] * 4)))
+        played.append((ask.round, ask.protocol.timing_mode, ask.protocol.sync))
+        reply = pairing.on_round(P.RoundTimed(ask.round, stats([times[ask.protocol.timing_mode, ask.protocol.sync]] * 4)))
     return played
 
 
@@ -249,7 +249,7 @@ def test_a_time_below_the_bytes_floor_is_re_timed_once_eagerly_on_both_sides():
     pairing = Pairing(judge, 1, GRAPH_TIMING, 30.0, problem_timing=ProblemTiming("graph", "launch-bound", floor_ms=0.5))
     played = _drive_timed(pairing, {("graph", "stream"): 0.001, ("eager", "stream"): 1.0})  # an empty replay, then the real call
     assert played == [(0, "graph", "stream"), (1, "graph", "stream"), (0, "eager", "stream"), (1, "eager", "stream")]
-    assert [(a[1], a[2].mode, a[2].sync) for a in judge.asked if a[0] == "round"] == [(0, "graph", "stream"), (1, "graph", "stream"), (0, "eager", "stream"), (1, "eager", "stream")]
+    assert [(a[1], a[2].timing_mode, a[2].sync) for a in judge.asked if a[0] == "round"] == [(0, "graph", "stream"), (1, "graph", "stream"), (0, "eager", "stream"), (1, "eager", "stream")]
     timing, speedup = pairing.result()
     assert timing.median_ms == pytest.approx(1.0) and speedup.speedup == pytest.approx(2.0) and speedup.protocol == "eager, stream sync"
     assert timing.fallback.startswith("re-timed eagerly: under graph, stream sync its median 0.001 ms was below the bytes floor 0.5 ms")
@@ -344,10 +344,10 @@ def test_the_null_candidate_is_checked_timed_and_recorded_as_the_floor(make_conf
     store = RunStore(cfg.path(cfg.results_dir), "null")
     (record,) = ProblemEvaluation(problem, [candidate], cfg, "cpu", store).run()
     (reference,) = [r for r in read_records(store.records_path) if isinstance(r, ReferenceRecord)]
-    floor = reference.null_floor
+    floor = reference.timing.null_floor
     assert floor is not None and floor.status == Status.CORRECT.value, floor
     assert floor.paired is not None and 4 <= floor.paired.rounds <= 6 and floor.speedup == floor.paired.speedup
-    assert reference.timing == floor.paired.reference  # the reference's own timing: its rounds with the null
+    assert reference.timing.stats == floor.paired.reference  # the reference's own timing: its rounds with the null
     assert record.decision.status is Status.CORRECT and record.timing.paired is not None
     assert record.timing.paired.reference != floor.paired.reference  # each candidate has rounds of its own
     assert store.log_path(problem.name, "_null").exists()
@@ -361,4 +361,4 @@ def test_the_null_candidate_is_off_by_default_on_the_cpu(make_config):
     store = RunStore(cfg.path(cfg.results_dir), "no-null")
     ProblemEvaluation(problem, [candidate], cfg, "cpu", store).run()
     (reference,) = [r for r in read_records(store.records_path) if isinstance(r, ReferenceRecord)]
-    assert reference.null_floor is None and reference.timing is None
+    assert reference.timing.null_floor is None and reference.timing.stats is None

@@ -252,7 +252,7 @@ def test_off_touches_nothing(spawn):
     assert os.sched_getaffinity(proc.pid) == before
     assert not host.background_pids and host.paused_seconds == 0
     assert host.describe() == "off"
-    assert QuietHost().mode == "off" and Launcher().quiet.mode == "off"  # what code given no host uses
+    assert QuietHost().quiet_mode == "off" and Launcher().quiet.quiet_mode == "off"  # what code given no host uses
 
 
 def test_processes_that_exited_are_dropped_without_errors(spawn):
@@ -304,7 +304,7 @@ def test_the_run_resumes_everything_however_it_ends(make_config, spawn, isolated
     with pytest.raises(KeyboardInterrupt):
         with RunResources.open(cfg, "cpu") as resources:
             host = resources.quiet
-            assert host.mode == "pause"
+            assert host.quiet_mode == "pause"
 
             def lane():
                 with host.hold():

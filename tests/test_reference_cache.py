@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from tests.records import reference_record
 from harness.core.records import CallProfile, KernelTime, ReferenceRecord, SpeedOfLight
 from harness.parent.reference_cache import ProfileCache
 
@@ -12,7 +13,7 @@ SOL = SpeedOfLight(flops=10, min_bytes=100, dtype="float32", peak_tflops=1.0, pe
 
 
 def reference(run_id="first", profile=PROFILE, sol=SOL):
-    return ReferenceRecord(run_id=run_id, problem="p", problem_hash="h", problem_path="p.py", device="cuda", device_name="GPU", ok=True, reason="ok", profile=profile, speed_of_light=sol)
+    return reference_record(run_id=run_id, problem="p", problem_hash="h", problem_path="p.py", device="cuda", device_name="GPU", ok=True, reason="ok", profile=profile, speed_of_light=sol)
 
 
 @pytest.fixture

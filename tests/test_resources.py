@@ -57,7 +57,7 @@ def folders(base):
 def test_closing_releases_the_scratch_the_build_pool_and_the_quiet_host_and_a_second_close_is_harmless(make_config, isolated_tmp):
     resources = RunResources.open(make_config("builds.ahead=always", "timing.quiet=pause"), "cpu")
     assert resources.scratch.path.is_dir() and resources.scratch.path.parent == isolated_tmp
-    assert resources.builds is not None and resources.builds.quiet is resources.quiet and resources.quiet.mode == "pause"
+    assert resources.builds is not None and resources.builds.quiet is resources.quiet and resources.quiet.quiet_mode == "pause"
     resources.close()
     assert not resources.scratch.path.exists()
     with pytest.raises(RuntimeError):
@@ -70,7 +70,7 @@ def test_closing_releases_the_scratch_the_build_pool_and_the_quiet_host_and_a_se
 
 def test_without_builds_ahead_or_quiet_a_cpu_run_has_no_pool_and_an_off_host(make_config, isolated_tmp):
     with RunResources.open(make_config("timing.quiet=off"), "cpu") as resources:
-        assert resources.builds is None and resources.quiet.mode == "off"
+        assert resources.builds is None and resources.quiet.quiet_mode == "off"
         assert resources.observer == Observer()
     assert folders(isolated_tmp) == []
 
@@ -107,7 +107,7 @@ def test_a_sessions_scratch_and_quiet_host_are_released_when_its_block_raises(ma
     with pytest.raises(RuntimeError, match="in the block"):
         with api.Session(make_config("timing.quiet=pause")) as session:
             own, host = session.resources.scratch, session.resources.quiet
-            assert own.path.is_dir() and host.mode == "pause"
+            assert own.path.is_dir() and host.quiet_mode == "pause"
             host.register_background(sleeper)
 
             def lane():

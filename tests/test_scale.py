@@ -15,7 +15,7 @@ from harness.parent.scratch import RunScratch
 from harness.parent.supervise import Lane, Launcher
 from harness.sources.candidate import Candidate
 from harness.sources.problem import resolve_problem
-from tests.records import candidate_record
+from tests.records import candidate_record, reference_record
 from tests.sources import HONEST_FORWARD, scale_bias_relu
 
 PROBLEM = "1_Scale_Bias_ReLU"
@@ -83,7 +83,7 @@ def test_two_lanes_share_the_candidates_and_each_compares_to_its_own_reference(m
     assert [r.identity.candidate for r in records] == [f"plain_{i}" for i in range(4)]  # in candidate order, whoever finished first
     assert sorted(started) == sorted(c.name for c in candidates)
     written = read_records(store.records_path)
-    references = {r.lane: r for r in written if isinstance(r, ReferenceRecord)}
+    references = {r.identity.lane: r for r in written if isinstance(r, ReferenceRecord)}
     assert set(references) == {"lane-a", "lane-b"}  # each lane ran the reference once
     for record in records:
         assert record.identity.lane in references
@@ -229,7 +229,7 @@ def test_a_ray_lane_hands_its_records_back_as_the_records_file_holds_them(tmp_pa
     from harness.core.store import RunStore
     from harness.parent.ray_executor import LaneStore
 
-    reference = ReferenceRecord(run_id="r", problem="p", problem_hash="h", problem_path="p.py", device="cpu", device_name="cpu", ok=True, reason="ok", notes=("n",))
+    reference = reference_record(run_id="r", problem="p", problem_hash="h", problem_path="p.py", device="cpu", device_name="cpu", ok=True, reason="ok", notes=("n",))
     candidate = candidate_record(run_id="r", problem="p", problem_hash="h", candidate="c", candidate_path="c.py", candidate_hash="x", device="cpu", status=Status.CORRECT, reason="ok",
                                 log_path="", finished_at="t", warnings=("w",), phase_seconds={"load": float("inf")})
     lane, plain = LaneStore(tmp_path / "lane", "r"), RunStore(tmp_path / "plain", "r")

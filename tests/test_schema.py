@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.core.records import RECORD_KINDS, SCHEMA_VERSION, CandidateRecord, Flag, RunEnd, TimingStats
+from harness.core.records import RECORD_KINDS, SCHEMA_VERSION, CandidateRecord, Flag, ForwardOps, RunEnd, TimingStats, from_dict
 from harness.core.schema import STEPS, LineError, decode_line, encode_line, migrate
 from harness.core.store import read_records
 from tests.test_units import sample_record
@@ -74,10 +74,12 @@ def test_a_record_written_by_an_earlier_schema_reads_as_today(version):
         assert _missing(upgraded, RECORD_KINDS[line["kind"]]) == []  # every field today's layout has, not left to the defaults
         record = decode_line(json.dumps(line))
         assert record.schema_version == SCHEMA_VERSION and decode_line(encode_line(record)) == record
+        if version >= 5:
+            continue  # a version 5 line is in parts: test_a_version_5_reference_is_gathered_... reads it field by field
         if isinstance(record, CandidateRecord) and line["timing"]:  # the figures it stored are the figures it reads as
             stats = record.timing.stats
             assert (record.timing.speedup, stats.median_ms, stats.samples_ms) == (line["speedup"], line["timing"]["median_ms"], tuple(line["timing"]["samples_ms"]))
-            assert stats.mode == "eager"
+            assert stats.timing_mode == "eager"
         if isinstance(record, CandidateRecord):
             assert (record.identity.candidate, record.decision.status.value, record.decision.reason) == (line["candidate"], line["status"], line["reason"])
             assert record.checks.results[0].within_kernelbench is None
@@ -134,7 +136,22 @@ def test_a_version_4_candidate_is_gathered_into_its_parts_field_by_field():
     assert record.decision.notes == ("an output is rounding noise",) and record.decision.warnings == tuple(honest["warnings"])
     failed = decode_line(json.dumps(wrong))
     assert failed.decision.stricter.code == "tolerance" and failed.timing.stats is None and failed.timing.speedup is None
-    assert decode_line(json.dumps(reference)).run_id == "run4"  # a reference record keeps its flat fields
+    assert decode_line(json.dumps(reference)).identity.run_id == "run4"  # its reference reads in parts too
+
+
+def test_a_version_5_reference_is_gathered_into_its_parts_and_every_timing_names_its_mode():
+    (reference, honest, needs_cuda) = _lines(5)
+    record = decode_line(json.dumps(reference))
+    assert (record.identity.problem, record.identity.device, record.identity.problem_path) == (reference["problem"], "cpu", reference["problem_path"])
+    assert (record.outcome.ok, record.outcome.reason, record.outcome.other_size) == (True, reference["reason"], reference["other_size"])
+    assert record.profile.forward_ops == from_dict(ForwardOps, reference["forward_ops"])
+    assert record.provenance.wall_seconds == reference["wall_seconds"] and record.provenance.phase_seconds == reference["phase_seconds"]
+    floor = record.timing.null_floor
+    assert floor.paired.reference.samples_ms == tuple(reference["null_floor"]["paired"]["reference"]["samples_ms"])
+    assert floor.paired.reference.timing_mode == reference["null_floor"]["paired"]["reference"]["mode"] == "eager"
+    candidate = decode_line(json.dumps(honest))
+    assert candidate.timing.stats.timing_mode == honest["timing"]["stats"]["mode"] and candidate.timing.paired.reference.timing_mode == "eager"
+    assert decode_line(json.dumps(needs_cuda)).decision.status.value == "needs CUDA"
 
 
 def test_a_record_in_parts_has_no_field_outside_them():

@@ -123,5 +123,5 @@ def test_the_reference_record_says_what_the_redraws_keep(records):
     from harness.core.store import read_records
 
     path = Path(records["triangular_sum"].identity.candidate_path).parents[2] / "records.jsonl"
-    (reference,) = [r for r in read_records(path) if isinstance(r, ReferenceRecord) and r.problem == "14_Upper"]
-    assert "input 0: upper-triangular (the normal, signed and shifted redraws keep it)" in reference.notes
+    (reference,) = [r for r in read_records(path) if isinstance(r, ReferenceRecord) and r.identity.problem == "14_Upper"]
+    assert "input 0: upper-triangular (the normal, signed and shifted redraws keep it)" in reference.outcome.notes

@@ -6,6 +6,7 @@ from unittest import mock
 
 import pytest
 
+from tests.records import reference_record
 from harness.core import protocol as P
 from harness.core.config import load_config
 from harness.core.protocol import Call, WorkerOutcome
@@ -20,7 +21,8 @@ SAME_SEED_DIFFERS = CheckResult("same-seed construction (eval)", False, "output:
 DEFAULTS = load_config().flags.policies("flag")
 RULES = VerdictRules(require_same_seed=False, modes=("train", "eval"), repeats=1, precision_ratio=10.0, own_share_floor=0.002, weights="transplant", policies=DEFAULTS, log_kib=256,
                      target_rse=0.01, unstable_iqr=0.1, max_plausible_speedup=100.0, impossible_below=1.0)
-REFERENCE = ReferenceRecord(run_id="r", problem="p", problem_hash="h", problem_path="p.py", device="cuda", device_name="gpu", ok=True, reason="ok")
+REFERENCE_FIELDS = dict(run_id="r", problem="p", problem_hash="h", problem_path="p.py", device="cuda", device_name="gpu", ok=True, reason="ok")
+REFERENCE = reference_record(**REFERENCE_FIELDS)
 TIMING = TimingStats.from_samples([1.0] * 5, timer="cuda_events", warmup_calls=1, stopped_by="target_rse")
 PAIRED = object()  # compare is stubbed: the paired speedup is only handed through
 
@@ -36,7 +38,7 @@ def case(*, failure=None, log_bytes=100, rules=(), reported=(), reference=(), **
     fields = {"checks": [OK] * len(CALLS), "same_seed": OK, "precision": {}, "gradients": None, **compared}
     return Case(
         Compared(outcome(failure, log_bytes), **fields), CALLS, own.pop("randomize_weights", True),
-        dataclasses.replace(REFERENCE, **dict(reference)), dataclasses.replace(RULES, **dict(rules)), own.pop("device", "cuda"),
+        reference_record(**{**REFERENCE_FIELDS, **dict(reference)}), dataclasses.replace(RULES, **dict(rules)), own.pop("device", "cuda"),
         Reported(**dict(reported)), **own,
     )
 

@@ -36,8 +36,8 @@ def run_from_args(args: argparse.Namespace, argv: Sequence[str]) -> int:
     header = next((r for r in records if isinstance(r, RunHeader)), None)
     references: dict[tuple[str, str], ReferenceRecord] = {}
     for record in records:
-        if isinstance(record, ReferenceRecord) and (not keep or record.problem in keep):
-            references.setdefault((record.problem, record.lane), record)
+        if isinstance(record, ReferenceRecord) and (not keep or record.identity.problem in keep):
+            references.setdefault((record.identity.problem, record.identity.lane), record)
     candidates = latest_per_candidate(
         r for r in records if isinstance(r, CandidateRecord) and (not keep or r.identity.problem in keep)
     )

@@ -183,7 +183,9 @@ def run(
     fast_p = run_fast_p([r for r in loaded if isinstance(r, RunHeader) and r.run_id in used_runs], default_fast_p)
     shown = {(r.identity.problem, r.identity.run_id) for r in chosen}
     # the shown runs' null floors
-    references = [r for r in loaded if isinstance(r, ReferenceRecord) and (r.problem, r.run_id) in shown]
+    references = [
+        r for r in loaded if isinstance(r, ReferenceRecord) and (r.identity.problem, r.identity.run_id) in shown
+    ]
     out.mkdir(parents=True, exist_ok=True)
     csv_path, md_path = write_leaderboards(out, chosen, fast_p, plots=plots, references=references)
     if console is None:

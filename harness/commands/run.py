@@ -337,7 +337,9 @@ def _run(
     if records and kernelbench:
         from harness.sources.samples import write_eval_results
 
-        extra = write_eval_results(store.dir, records, levels, {r.problem: r.device_name for r in references})
+        extra = write_eval_results(
+            store.dir, records, levels, {r.identity.problem: r.identity.device_name for r in references}
+        )
     if json_output:
         for record in records:
             print(json.dumps(to_dict(record)))

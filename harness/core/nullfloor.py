@@ -66,8 +66,8 @@ def by_problem(references: Iterable[ReferenceRecord]) -> dict[str, NullFloor]:
     a floor are left out."""
     floors: dict[str, list[NullFloor]] = {}
     for reference in references:
-        if reference.null_floor is not None:
-            floors.setdefault(reference.problem, []).append(reference.null_floor)
+        if reference.timing.null_floor is not None:
+            floors.setdefault(reference.identity.problem, []).append(reference.timing.null_floor)
     return {problem: chosen for problem, found in floors.items() if (chosen := worst(found)) is not None}
 
 

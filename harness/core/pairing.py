@@ -61,45 +61,45 @@ def device_sync_reason(profile: Optional[CallProfile]) -> str:
 class ProblemTiming:
     """How a problem's compared models are timed, decided once from the reference's pass."""
 
-    timing_mode: str  # eager or graph (timing.mode resolved: `resolve_mode`)
+    timing_mode: str  # eager or graph (timing.mode resolved: `resolve_timing_mode`)
     reason: str = ""  # the measurement that chose it under timing.mode auto
     floor_ms: float = 0.0  # the hard floor: a median below it is re-timed eagerly with device sync (0: none known)
 
 
-def resolve_mode(mode: str, reference_profile: Optional[CallProfile]) -> tuple[str, str]:
+def resolve_timing_mode(timing_mode: str, reference_profile: Optional[CallProfile]) -> tuple[str, str]:
     """The timing mode for a problem from timing.mode: eager, graph, or auto (graph when the
     reference is launch-bound, `CallProfile.launch_bound`, else eager); and, for auto, the measurement that chose it."""
-    if mode != TimingMode.AUTO:
-        return mode, ""
+    if timing_mode != TimingMode.AUTO:
+        return timing_mode, ""
     bound, why = reference_profile.launch_bound() if reference_profile is not None else (False, "")
     return (TimingMode.GRAPH if bound else TimingMode.EAGER), why
 
 
 def choose_protocol(
-    mode: str,
+    timing_mode: str,
     sync: str,
     reference: P.Ready,
     compared: P.Ready,
     compared_name: str = "the candidate",
-    mode_reason: str = "",
+    timing_mode_reason: str = "",
 ) -> P.TimingProtocol:
-    """One protocol for both sides: whichever side needs the stricter mode, both get it.
-    `mode` is the problem's resolved timing mode (eager or graph, `resolve_mode`), `sync` the
-    configured timing.sync; `mode_reason` says why graph was chosen, when it was chosen for the problem."""
+    """One protocol for both sides: whichever side needs the stricter one, both get it.
+    `timing_mode` is the problem's resolved timing mode (eager or graph, `resolve_timing_mode`), `sync` the
+    configured timing.sync; `timing_mode_reason` says why graph was chosen, when it was chosen for the problem."""
     sides = (("the reference", reference), (compared_name, compared))
     chosen_sync, sync_reason = (SyncMode.DEVICE if sync == SyncMode.DEVICE else SyncMode.STREAM), ""
     needs = [f"{name}: {ready.needs_device}" for name, ready in sides if ready.needs_device]
     if sync == SyncMode.AUTO and needs:
         chosen_sync, sync_reason = SyncMode.DEVICE, "device sync for both sides because " + "; ".join(needs)
     chosen_mode, why_mode = TimingMode.EAGER, ""
-    if mode == TimingMode.GRAPH:
+    if timing_mode == TimingMode.GRAPH:
         failed = [f"{name}: {ready.graph_error}" for name, ready in sides if ready.graph_error]
         if failed:
             why_mode = graph_failure(failed)
         else:
             chosen_mode, why_mode = (
                 TimingMode.GRAPH,
-                f"CUDA graphs for both sides because {mode_reason}" if mode_reason else "",
+                f"CUDA graphs for both sides because {timing_mode_reason}" if timing_mode_reason else "",
             )
     return P.TimingProtocol(chosen_mode, chosen_sync, sync_reason, why_mode)
 
@@ -163,10 +163,10 @@ def pooled(rounds: list[TimingStats], protocol: P.TimingProtocol, overhead: Opti
         stopped_by=f"{len(rounds)} rounds ({', '.join(sorted({r.stopped_by for r in rounds}))})",
         overhead_ms=common_overhead(rounds) if overhead is None else overhead,
         subtract=last.overhead_subtracted,
-        mode=protocol.mode,
+        timing_mode=protocol.timing_mode,
         sync=protocol.sync,
         sync_reason=protocol.sync_reason,
-        fallback=protocol.mode_reason if protocol.mode == TimingMode.EAGER else "",
+        fallback=protocol.timing_mode_reason if protocol.timing_mode == TimingMode.EAGER else "",
         input_sets=last.input_sets,
         flush_bytes=last.flush_bytes,
         sm_clock_mhz=last.sm_clock_mhz,

@@ -30,7 +30,11 @@ class Plan:
     def precision_call(self) -> Optional[int]:
         """The call the reference also makes in float64: the first regular eval call."""
         return next(
-            (i for i, c in enumerate(self.calls) if c.mode == ModuleMode.EVAL and not c.repeat and not c.other_size),
+            (
+                i
+                for i, c in enumerate(self.calls)
+                if c.module_mode == ModuleMode.EVAL and not c.repeat and not c.other_size
+            ),
             None,
         )
 

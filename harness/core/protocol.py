@@ -99,7 +99,7 @@ class Call:
     """One planned forward call, made by the reference and every compared model alike."""
 
     input: int  # index of the input set
-    mode: str  # "train" or "eval"
+    module_mode: str  # "train" or "eval": the mode the module is called in
     distribution: str = Distribution.GIVEN  # how the trial's floating inputs were drawn
     repeat: int = 0  # > 0: a repeat of an earlier call on the same inputs (determinism)
     other_size: bool = False  # the generalisation trial: inputs at another size
@@ -109,7 +109,7 @@ class Call:
         inputs = "" if self.distribution == Distribution.GIVEN else f", {self.distribution} inputs"
         size = ", other size" if self.other_size else ""
         again = f"repeat {self.repeat} of " if self.repeat else ""
-        return f"{again}trial {self.input + 1} ({self.mode}{inputs}{size})"
+        return f"{again}trial {self.input + 1} ({self.module_mode}{inputs}{size})"
 
 
 def role_calls(role: Role, calls: tuple[Call, ...]) -> tuple[Call, ...]:
@@ -337,17 +337,17 @@ class ReferenceReport:
 class TimingProtocol:
     """How both sides of one paired timing are timed: the same for the reference and the compared model."""
 
-    mode: str  # "eager" calls or "graph" replays
+    timing_mode: str  # "eager" calls or "graph" replays
     sync: str  # "stream": end event on the calling stream; "device": a device-wide synchronise first
     sync_reason: str = ""  # why device sync (which side needed it)
-    mode_reason: str = ""  # why graphs were chosen for the problem, or (eager) whose capture failed
+    timing_mode_reason: str = ""  # why graphs were chosen for the problem, or (eager) whose capture failed
 
     @property
     def reason(self) -> str:
-        return "; ".join(r for r in (self.sync_reason, self.mode_reason) if r)
+        return "; ".join(r for r in (self.sync_reason, self.timing_mode_reason) if r)
 
     def describe(self) -> str:
-        return f"{self.mode}, {self.sync} sync"
+        return f"{self.timing_mode}, {self.sync} sync"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -22,8 +22,8 @@ from harness.core.status import Status, Vocabulary
 OUTSIDE_CAPTURE = "launches outside the capturing stream: timed eagerly"
 
 # 2: timing protocol fields, profiles, baselines, speed-of-light, run end; 3: paired rounds, null floor; 4: flags,
-# sanitizer runs; 5: a candidate in parts
-SCHEMA_VERSION = 5
+# sanitizer runs; 5: a candidate in parts; 6: a reference in parts, a timing's mode named timing_mode
+SCHEMA_VERSION = 6
 
 
 def to_dict(obj: Any) -> Any:
@@ -97,7 +97,7 @@ class TimingStats:
     timer: str  # "cuda_events" or "perf_counter"
     warmup_calls: int  # untimed calls made before sampling
     stopped_by: str  # why sampling stopped: "target_rse", "budget" or "max_reps"
-    mode: str = "eager"  # "eager" calls or "graph" replays (CUDA graphs)
+    timing_mode: str = "eager"  # "eager" calls or "graph" replays (CUDA graphs)
     sync: str = "stream"  # end taken on the calling stream, or after a device-wide synchronise ("device")
     sync_reason: str = ""  # why "device" was chosen when the config said auto
     fallback: str = ""  # why the configured mode could not be used (e.g. graph capture failed)
@@ -540,8 +540,8 @@ def latest_per_candidate(records: Iterable[CandidateRecord]) -> dict[tuple[str, 
 
 
 @dataclasses.dataclass(frozen=True)
-class ReferenceRecord:
-    """The reference (problem `Model`) as evaluated in this run: its device and its timing."""
+class ReferenceIdentity:
+    """Which problem a reference record is of, and where its reference ran."""
 
     run_id: str  # the run this record belongs to
     problem: str  # problem name
@@ -549,38 +549,70 @@ class ReferenceRecord:
     problem_path: str  # the problem file
     device: str  # "cuda" or "cpu"
     device_name: str  # e.g. "NVIDIA H100 80GB HBM3" or the CPU model
+    lane: str = ""  # the lane (GPU) this reference ran and was timed on; its candidates compare to it
+
+
+@dataclasses.dataclass(frozen=True)
+class ReferenceOutcome:
+    """Whether the reference ran through the plan, and what its judge found on the way."""
+
     ok: bool  # the reference built, ran every call and (if asked) was timed
     reason: str  # one line: "ok" or why the reference failed
-    # eager reference forward: its rounds paired with the null candidate (else the first baseline)
-    timing: Optional[TimingStats] = None
-    baselines: tuple[Baseline, ...] = ()  # torch.compile modes, timed in the same worker
-    speed_of_light: Optional[SpeedOfLight] = None  # the problem's roofline floor on this device
-    profile: Optional[CallProfile] = None  # one profiled call (CUDA)
-    forward_ops: Optional[ForwardOps] = None  # the ATen operators of its forward on the call workers observe (CPU)
-    timing_reused_from: str = ""  # run id whose cached timings were reused (timing.reuse_reference)
-    # run id whose profiled call and speed-of-light the reference cache gave (timing.reuse_profile)
-    profile_reused_from: str = ""
-    other_size: dict[str, Any] = dataclasses.field(default_factory=dict)  # module constants of the other-size trial
-    other_size_note: str = ""  # why the other-size trial ran at the problem's own size, when it did
-    # wall time of the reference's pass in its judge (start-up included; baselines and null candidate not)
-    wall_seconds: float = 0.0
-    # where the reference pass's time went: the judge's start-up and phases, the baselines, the null candidate
-    phase_seconds: dict[str, float] = dataclasses.field(default_factory=dict)
-    finished_at: str = ""  # ISO-8601
-    lane: str = ""  # the lane (GPU) this reference ran and was timed on; its candidates compare to it
+    notes: tuple[str, ...] = ()  # what the judge could not do (float64 twin) and judge restarts on this lane
     # the problem's HARNESS_* declarations, which override the config
     declared: dict[str, Any] = dataclasses.field(default_factory=dict)
+    other_size: dict[str, Any] = dataclasses.field(default_factory=dict)  # module constants of the other-size trial
+    other_size_note: str = ""  # why the other-size trial ran at the problem's own size, when it did
     # where the judge shares inputs and outputs with workers: "cuda" (device memory) or "host" (shared memory)
     data_plane: str = ""
     peak_bytes: int = 0  # the reference's peak device memory (host RSS on the CPU) through the plan
-    notes: tuple[str, ...] = ()  # what the judge could not do (float64 twin) and judge restarts on this lane
+
+
+@dataclasses.dataclass(frozen=True)
+class ReferenceProfile:
+    """What the reference's call does on the device: its profile, its operators, its floor."""
+
+    profile: Optional[CallProfile] = None  # one profiled call (CUDA)
+    forward_ops: Optional[ForwardOps] = None  # the ATen operators of its forward on the call workers observe (CPU)
+    speed_of_light: Optional[SpeedOfLight] = None  # the problem's roofline floor on this device
+    # run id whose profiled call and speed-of-light the reference cache gave (timing.reuse_profile)
+    profile_reused_from: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class ReferenceTimes:
+    """How the reference was timed on its lane, and what it was timed against."""
+
+    # eager reference forward: its rounds paired with the null candidate (else the first baseline)
+    stats: Optional[TimingStats] = None
+    baselines: tuple[Baseline, ...] = ()  # torch.compile modes, each timed in a worker of its own
     # the built-in null candidate's speedup: this run's 1.00x (timing.null_candidate)
     null_floor: Optional[NullFloor] = None
     timing_mode: str = ""  # the problem's timing mode, eager or graph (timing.mode resolved once per problem)
     # the measurement that chose it under timing.mode auto (the reference's GPU busy share)
     timing_mode_reason: str = ""
+    timing_reused_from: str = ""  # run id whose cached timings were reused (timing.reuse_reference)
+
+
+@dataclasses.dataclass(frozen=True)
+class ReferenceRecord:
+    """The reference (problem `Model`) as evaluated in this run on one lane, in parts. Its provenance
+    has no builds; its wall time is the reference's pass in its judge (start-up included; baselines
+    and null candidate not), its phases where the pass's time went (the judge's start-up and phases,
+    the baselines, the null candidate)."""
+
+    identity: ReferenceIdentity  # which problem, where
+    outcome: ReferenceOutcome  # whether it ran, and what its judge found
+    profile: ReferenceProfile = ReferenceProfile()  # its call on the device
+    timing: ReferenceTimes = ReferenceTimes()  # its timing and what it was timed against
+    provenance: Provenance = Provenance()  # time spent, when
     schema_version: int = SCHEMA_VERSION  # record layout version
     tool_version: str = __version__  # harness version that wrote the record
+
+    @property
+    def ok(self) -> bool:
+        """The reference ran through the plan (and was timed, when asked)."""
+        return self.outcome.ok
 
 
 @dataclasses.dataclass(frozen=True)

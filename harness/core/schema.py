@@ -12,10 +12,10 @@ from typing import Any, Callable, Iterator
 
 from harness.core.records import RECORD_KINDS, SCHEMA_VERSION, from_dict, to_dict
 
-# A record's kind as versions 1-4 wrote it: a migration step matches these spellings, which stay frozen
+# A record's kind as versions 1-5 wrote it: a migration step matches these spellings, which stay frozen
 # whatever the record kinds (RECORD_KINDS) or the roles (protocol.Role) are called later.
-CANDIDATE_KIND = "candidate"  # as versions 1-4 wrote a candidate's kind
-REFERENCE_KIND = "reference"  # as versions 1-4 wrote a reference's kind
+CANDIDATE_KIND = "candidate"  # as versions 1-5 wrote a candidate's kind
+REFERENCE_KIND = "reference"  # as versions 1-5 wrote a reference's kind
 
 KINDS: dict[type, str] = {cls: name for name, cls in RECORD_KINDS.items()}  # record class -> its kind in a records file
 
@@ -220,5 +220,55 @@ def _to_5(data: dict[str, Any]) -> dict[str, Any]:
     return nested
 
 
+# Version 6's parts of a reference record, and the version 5 fields each gathers (renamed where the part
+# names them otherwise)
+REFERENCE_PARTS: dict[str, dict[str, str]] = {
+    "identity": {
+        name: name for name in ("run_id", "problem", "problem_hash", "problem_path", "device", "device_name", "lane")
+    },
+    "outcome": {
+        name: name
+        for name in ("ok", "reason", "notes", "declared", "other_size", "other_size_note", "data_plane", "peak_bytes")
+    },
+    "profile": {name: name for name in ("profile", "forward_ops", "speed_of_light", "profile_reused_from")},
+    "timing": {
+        "timing": "stats",
+        **{
+            name: name
+            for name in ("baselines", "null_floor", "timing_mode", "timing_mode_reason", "timing_reused_from")
+        },
+    },
+    "provenance": {name: name for name in ("wall_seconds", "phase_seconds", "finished_at")},
+}
+
+
+def _v5_timings(data: dict[str, Any]) -> Iterator[Any]:
+    """Every timing (TimingStats) a version 5 line holds: a candidate's in its timing part, a
+    reference's where version 4 kept them."""
+    if data.get("kind") != CANDIDATE_KIND:
+        yield from _timings(data)
+        return
+    part = data.get("timing") or {}
+    yield part.get("stats")
+    yield (part.get("paired") or {}).get("reference")
+
+
+def _to_6(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 6 named a timing's mode `timing_mode`, and gave a reference record its parts
+    (identity, outcome, profile, timing, provenance) in place of 30 flat fields. A field the line
+    lacks stays out of its part, which then takes its default."""
+    for timing in _v5_timings(data):
+        if isinstance(timing, dict) and "mode" in timing:
+            timing["timing_mode"] = timing.pop("mode")
+    if data.get("kind") != REFERENCE_KIND:
+        return data
+    nested: dict[str, Any] = {key: data.pop(key) for key in ("kind",) if key in data}
+    for part, fields in REFERENCE_PARTS.items():
+        nested[part] = {new: data.pop(old) for old, new in fields.items() if old in data}
+    _fill(nested["provenance"], {"builds": [], "log_path": ""})  # a reference's provenance: no builds, no log named
+    nested.update(data)  # the line's version fields (and anything unknown, which reading then refuses)
+    return nested
+
+
 # version -> the step to the next
-STEPS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _to_2, 2: _to_3, 3: _to_4, 4: _to_5}
+STEPS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _to_2, 2: _to_3, 3: _to_4, 4: _to_5, 5: _to_6}

@@ -198,7 +198,9 @@ def observed_call(calls: Sequence[Any]) -> int:
     """The planned call (harness.core.protocol.Call) whose ATen operators are observed on the CPU, the
     candidate's in its worker and the reference's in the judge: the first in eval mode at the
     problem's own size (a warm call: the same-seed call came first), else the first."""
-    return next((index for index, call in enumerate(calls) if call.mode == ModuleMode.EVAL and not call.other_size), 0)
+    return next(
+        (index for index, call in enumerate(calls) if call.module_mode == ModuleMode.EVAL and not call.other_size), 0
+    )
 
 
 def observe_ops(

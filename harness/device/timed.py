@@ -77,7 +77,9 @@ def time_round(timer: Timer, ask: P.TimeRound) -> Any:
     """One round of a paired timing, as the parent asked (`TimeRound`): its TimingStats."""
     try:
         with torch.no_grad():
-            stats = timer.round(ask.protocol.mode, ask.protocol.sync, ask.rounds, last=ask.round == ask.rounds - 1)
+            stats = timer.round(
+                ask.protocol.timing_mode, ask.protocol.sync, ask.rounds, last=ask.round == ask.rounds - 1
+            )
             synchronize(timer.device)
     except BaseException as exc:
         raise classify(exc, Status.RUNTIME_ERROR) from None

@@ -158,7 +158,7 @@ class Timer:
         """Time eagerly from now on (the graphs were shown to leave out work)."""
         self.graphs, self._graph_first = None, None
 
-    def round(self, mode: str, sync: str, rounds: int, last: bool = False) -> TimingStats:
+    def round(self, timing_mode: str, sync: str, rounds: int, last: bool = False) -> TimingStats:
         """One of `rounds` rounds: a short warm-up (the other side ran in between), then sampling
         under the config's stopping rule with a `rounds`-th of its budget, for at least a quarter
         of that (max_reps still caps each round). The GPU's clocks are read (nvidia-smi, a
@@ -166,22 +166,22 @@ class Timer:
         cfg = self.cfg
         budget = cfg.budget_s / rounds
         share = dataclasses.replace(cfg, budget_s=budget, warmup_ms=cfg.warmup_ms / ROUND_WARMUP_SHARE)
-        return self.sample(mode, sync, share, warm=True, clocks=last, min_s=budget * ROUND_MIN_SHARE)
+        return self.sample(timing_mode, sync, share, warm=True, clocks=last, min_s=budget * ROUND_MIN_SHARE)
 
     def sample(
-        self, mode: str, sync: str, cfg: Any, warm: bool = False, clocks: bool = True, min_s: float = 0.0
+        self, timing_mode: str, sync: str, cfg: Any, warm: bool = False, clocks: bool = True, min_s: float = 0.0
     ) -> TimingStats:
-        """Sample `mode` calls under `cfg`'s stopping rule, for at least `min_s` seconds."""
-        calls = self.graphs if mode == TimingMode.GRAPH else self.eager
+        """Sample `timing_mode` calls under `cfg`'s stopping rule, for at least `min_s` seconds."""
+        calls = self.graphs if timing_mode == TimingMode.GRAPH else self.eager
         if calls is None:
             raise ValueError("graph mode needs graphs captured by prepare(graph=True)")
-        self.last_mode = mode
+        self.last_mode = timing_mode
         warmup = _warm_up(calls, cfg.warmup_ms, self._sync) if warm else 0
         if self.device.type == Device.CUDA:
             stats = _sample_cuda(calls, self.device, cfg, sync, self.flush, clocks, min_s)
         else:
             stats = _sample_cpu(calls, cfg, min_s)
-        return dataclasses.replace(stats, warmup_calls=warmup, mode=mode, input_sets=self.input_sets)
+        return dataclasses.replace(stats, warmup_calls=warmup, timing_mode=timing_mode, input_sets=self.input_sets)
 
 
 def _bound(fn: Callable[..., Any], args: Sequence[Any]) -> Callable[[], Any]:

@@ -102,7 +102,7 @@ class Reference:
                 scanned(self, self.same_seed_noise, self.inputs(0), probe=False)
                 self.load(self.randomized)
                 for index, call in enumerate(job.calls):
-                    self.model.train(call.mode == ModuleMode.TRAIN)
+                    self.model.train(call.module_mode == ModuleMode.TRAIN)
                     args = self.inputs(call.input)
                     self.set_bytes = max(self.set_bytes, layout(tensors_of(args))[1])
                     sizes.append(output_bytes(scanned(self, self.noise, args, probe=index == job.precision_call)))

@@ -173,7 +173,7 @@ class Checker:
         if changed:
             return changed
         unsafe = self.stager.guards(session, args, f"call_{step.index}")
-        reference.model.train(call.mode == ModuleMode.TRAIN)
+        reference.model.train(call.module_mode == ModuleMode.TRAIN)
         wide = reference.float64(args) if step.index == self.job.precision_call else None
         reference.output_bytes = 0
         torch.manual_seed(self.job.rng_seed + step.index)  # the worker seeds its call the same way
@@ -363,7 +363,7 @@ def reference_ops(reference: Reference, calls: tuple[P.Call, ...]) -> ForwardOps
     index = observed_call(calls)
     call = calls[index]
     reference.load(reference.randomized)
-    reference.model.train(call.mode == ModuleMode.TRAIN)
+    reference.model.train(call.module_mode == ModuleMode.TRAIN)
     args = reference.inputs(call.input)
     with torch.no_grad():
         _, ops = observe_ops(lambda: reference.forward(args), is_compute, call=index)

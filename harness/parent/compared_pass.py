@@ -46,11 +46,11 @@ from harness.core.records import (
     Integrity,
     PairedSpeedup,
     Provenance,
+    ReferenceIdentity,
     ReferenceRecord,
     SanitizerResult,
     Timing,
     TimingStats,
-    finished_now,
     to_dict,
 )
 from harness.core.scan import declared_kernels, scan_source
@@ -126,16 +126,17 @@ class Setting:
             self.lane.label,
         )
 
-    def record_fields(self) -> dict[str, Any]:
-        """The fields a reference record of this problem on this lane starts with, finished now."""
-        return {
-            "run_id": self.store.run_id,
-            "problem": self.problem.name,
-            "problem_hash": self.problem_hash,
-            "device": self.device,
-            "lane": self.lane.label,
-            "finished_at": finished_now(),
-        }
+    def reference_identity(self, device_name: str) -> ReferenceIdentity:
+        """Which problem a reference record of this lane is of, and where (`device_name`: the judge's device)."""
+        return ReferenceIdentity(
+            self.store.run_id,
+            self.problem.name,
+            self.problem_hash,
+            str(self.problem.path),
+            self.device,
+            device_name,
+            self.lane.label,
+        )
 
     # -- the messages each process is started with --------------------------------------------------------
 
@@ -222,10 +223,10 @@ class ComparedPass:
     (harness.core.pairing). `run()` returns what it came to."""
 
     def __init__(
-        self, setting: Setting, judge: JudgeClient, plan: Plan, timing_mode: ProblemTiming, subject: Subject
+        self, setting: Setting, judge: JudgeClient, plan: Plan, problem_timing: ProblemTiming, subject: Subject
     ) -> None:
         self.setting, self.judge, self.plan, self.subject = setting, judge, plan, subject
-        self.timing_mode = timing_mode
+        self.problem_timing = problem_timing
         self.calls: list[CheckResult] = []
         self.found: dict[str, Any] = {}  # the other steps' verdicts, by step
         self.precision: dict[str, float] = {}
@@ -246,12 +247,12 @@ class ComparedPass:
                 cfg.timeouts.time,
                 subject.name,
                 LaneQuiet(self.setting.quiet, self.setting.lane.index),
-                self.timing_mode,
+                self.problem_timing,
             )
         cwd = self.setting.scratch.make(f"{subject.log_name[:20]}-")
         try:
             with start_run(
-                self.setting.worker_job(self.plan, subject, self.timing_mode, self.session),
+                self.setting.worker_job(self.plan, subject, self.problem_timing, self.session),
                 timeouts=cfg.timeouts,
                 memory_limit=self.setting.memory_limit,
                 log_path=self.setting.store.log_path(self.setting.problem.name, subject.log_name),
@@ -456,7 +457,7 @@ class Pairing:
         if (
             self.first_protocol is not None
             or self.problem_timing.floor_ms <= 0
-            or (self.protocol.mode, self.protocol.sync) == (TimingMode.EAGER, SyncMode.DEVICE)
+            or (self.protocol.timing_mode, self.protocol.sync) == (TimingMode.EAGER, SyncMode.DEVICE)
         ):
             return False
         done = self.result()
@@ -475,7 +476,7 @@ class Pairing:
         assert self.protocol is not None
         done = self.result()
         assert done is not None
-        sync = SyncMode.DEVICE if self.protocol.mode == TimingMode.EAGER else self.protocol.sync
+        sync = SyncMode.DEVICE if self.protocol.timing_mode == TimingMode.EAGER else self.protocol.sync
         how = "eagerly with device sync" if sync == SyncMode.DEVICE else "eagerly"
         why = (
             f"re-timed {how}: under {self.protocol.describe()} its median {done[0].median_ms:.4g} ms was below the "
@@ -554,7 +555,7 @@ def judge_candidate(
     sanitized: tuple[SanitizerResult, ...] = ()
     unsafe: list[Finding] = []
     if first.status is Status.CORRECT and sanitizer.wanted():
-        job = setting.sanitize_job(candidate.path, plan.construct_seed, reference.other_size)
+        job = setting.sanitize_job(candidate.path, plan.construct_seed, reference.outcome.other_size)
         sanitized, unsafe = sanitizer.run(job, candidate.hash, candidate.name)
     return decided_parts(compared, case, verdict.settle(case, first, unsafe), sanitized)
 

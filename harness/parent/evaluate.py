@@ -141,7 +141,7 @@ class ProblemEvaluation:
             reference = self._restart_judge()
         if not reference.ok:
             return self._finish(
-                self._failed(candidate, Status.REFERENCE_FAILED, f"reference failed: {reference.reason}")
+                self._failed(candidate, Status.REFERENCE_FAILED, f"reference failed: {reference.outcome.reason}")
             )
         assert self.plan is not None  # drawn (or given) before the reference ran, and never dropped
         try:
@@ -181,9 +181,10 @@ class ProblemEvaluation:
         assert self._reference is not None and self.plan is not None
         report = self.judge.restart(self.plan)
         if not report.ok:
-            self._reference = dataclasses.replace(
-                self._reference, ok=False, reason=f"the restarted judge failed: {report.reason}"
+            failed = dataclasses.replace(
+                self._reference.outcome, ok=False, reason=f"the restarted judge failed: {report.reason}"
             )
+            self._reference = dataclasses.replace(self._reference, outcome=failed)
         return self._reference
 
     def _run_candidate(self, candidate: Candidate, plan: Plan, reference: ReferenceRecord) -> CandidateRecord:
@@ -192,7 +193,7 @@ class ProblemEvaluation:
             self.setting,
             self.judge.client,
             plan,
-            self.reference_pass.timing_mode,
+            self.reference_pass.problem_timing,
             candidate,
             reference,
             self.judge.take_restart_note(),

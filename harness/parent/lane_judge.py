@@ -19,9 +19,19 @@ from typing import Optional
 from harness.core import protocol as P
 from harness.core.config import Device, Switch, TimingMode
 from harness.core.errors import flat
-from harness.core.pairing import ProblemTiming, resolve_mode
+from harness.core.pairing import ProblemTiming, resolve_timing_mode
 from harness.core.plan import Plan
-from harness.core.records import Baseline, CallProfile, NullFloor, ReferenceRecord
+from harness.core.records import (
+    Baseline,
+    CallProfile,
+    NullFloor,
+    Provenance,
+    ReferenceOutcome,
+    ReferenceProfile,
+    ReferenceRecord,
+    ReferenceTimes,
+    finished_now,
+)
 from harness.core.status import Status
 from harness.parent.compared_pass import ComparedPass, Setting, Subject
 from harness.parent.reference_cache import ProfileCache, TimingCache
@@ -117,7 +127,7 @@ class ReferencePass:
         self.setting, self.judge, self.stopped = setting, judge, stopped
         cfg = setting.cfg
         # resolved once the reference is profiled
-        self.timing_mode = ProblemTiming(cfg.timing.mode if cfg.timing.mode != TimingMode.AUTO else TimingMode.EAGER)
+        self.problem_timing = ProblemTiming(cfg.timing.mode if cfg.timing.mode != TimingMode.AUTO else TimingMode.EAGER)
 
     def run(self, plan: Plan) -> ReferenceRecord:
         """The reference's record, written to the store (a stopped run raises Stopped instead)."""
@@ -134,7 +144,7 @@ class ReferencePass:
             else None
         )
         known = learned.load() if learned is not None else None
-        known_sol = (cached.speed_of_light if cached is not None else None) or (
+        known_sol = (cached.profile.speed_of_light if cached is not None else None) or (
             known.speed_of_light if known is not None else None
         )
         started = datetime.datetime.now()
@@ -143,49 +153,57 @@ class ReferencePass:
         clock.lap("judge", inner=report.phase_seconds)
         # One timing mode for the problem (timing.mode auto: graph when the reference is launch-bound)
         sol = known_sol or report.speed_of_light
-        self.timing_mode = ProblemTiming(
-            *resolve_mode(cfg.timing.mode, report.profile),
+        self.problem_timing = ProblemTiming(
+            *resolve_timing_mode(cfg.timing.mode, report.profile),
             floor_ms=sol.bytes_ms * cfg.speed_of_light.impossible_below if sol is not None else 0.0,
         )
         record = self.record(report, round((datetime.datetime.now() - started).total_seconds(), 3))
+        profile, times = record.profile, ReferenceTimes()
         if record.ok and known is not None:
-            record = dataclasses.replace(
-                record, speed_of_light=record.speed_of_light or known.speed_of_light, profile_reused_from=known.run_id
+            profile = dataclasses.replace(
+                profile,
+                speed_of_light=profile.speed_of_light or known.speed_of_light,
+                profile_reused_from=known.run_id,
             )
-        elif record.ok and learned is not None and record.profile is not None:
+        elif record.ok and learned is not None and profile.profile is not None:
             learned.save(record)
         if cfg.timing.enabled and setting.device == Device.CUDA:
-            record = dataclasses.replace(
-                record, timing_mode=self.timing_mode.timing_mode, timing_mode_reason=self.timing_mode.reason
+            times = dataclasses.replace(
+                times, timing_mode=self.problem_timing.timing_mode, timing_mode_reason=self.problem_timing.reason
             )
         if record.ok and cached is not None:
             # Reused: the torch.compile baselines' paired timings and the speed-of-light (the eager
             # reference itself is timed with every candidate, so nothing of its own is reused).
-            record = dataclasses.replace(
-                record,
-                baselines=cached.baselines,
-                speed_of_light=cached.speed_of_light or record.speed_of_light,
-                timing_reused_from=cached.timing_reused_from or cached.run_id,
+            times = dataclasses.replace(
+                times,
+                baselines=cached.timing.baselines,
+                timing_reused_from=cached.timing.timing_reused_from or cached.identity.run_id,
+            )
+            profile = dataclasses.replace(
+                profile, speed_of_light=cached.profile.speed_of_light or profile.speed_of_light
             )
         elif record.ok and cfg.timing.enabled:
-            baselines = tuple(self.baseline(mode, plan) for mode in cfg.baselines.compile_modes)
+            times = dataclasses.replace(
+                times,
+                baselines=tuple(self.baseline(compile_mode, plan) for compile_mode in cfg.baselines.compile_modes),
+            )
             clock.lap("baselines")
-            record = dataclasses.replace(record, baselines=baselines)
-            if cache is not None and all(b.ok for b in baselines):
-                cache.save(record)
+            if cache is not None and all(b.ok for b in times.baselines):
+                cache.save(dataclasses.replace(record, profile=profile, timing=times))
         if record.ok and cfg.timing.enabled and self.wants_null():
-            record = dataclasses.replace(record, null_floor=self.null(plan))
+            times = dataclasses.replace(times, null_floor=self.null(plan))
             clock.lap("null candidate")
         if record.ok and cfg.timing.enabled:
             # The reference's own timing, for the record: its rounds paired with the null candidate,
             # else with the first baseline (each candidate's speedup uses the rounds paired with it).
-            sides = [record.null_floor.paired if record.null_floor else None] + (
-                [b.paired for b in record.baselines] if not record.timing_reused_from else []
+            sides = [times.null_floor.paired if times.null_floor else None] + (
+                [b.paired for b in times.baselines] if not times.timing_reused_from else []
             )
-            record = dataclasses.replace(record, timing=next((p.reference for p in sides if p is not None), None))
+            times = dataclasses.replace(times, stats=next((p.reference for p in sides if p is not None), None))
         if self.stopped.is_set():
             raise Stopped(f"{setting.problem.name}: the run was stopped during its reference")
-        record = dataclasses.replace(record, phase_seconds=clock.seconds)
+        provenance = dataclasses.replace(record.provenance, phase_seconds=clock.seconds)
+        record = dataclasses.replace(record, profile=profile, timing=times, provenance=provenance)
         setting.store.append(record)
         return record
 
@@ -202,21 +220,21 @@ class ReferencePass:
             else "",
         )
         return ReferenceRecord(
-            **setting.record_fields(),
-            problem_path=str(problem.path),
-            device_name=report.device_name,
-            ok=report.ok,
-            reason=report.reason,
-            speed_of_light=report.speed_of_light,
-            profile=report.profile,
-            forward_ops=report.forward_ops,
-            other_size=report.other_size,
-            other_size_note=report.other_size_note,
-            wall_seconds=wall_seconds,
-            declared=dict(problem.settings),
-            data_plane=report.data_plane,
-            peak_bytes=report.peak_bytes,
-            notes=tuple(n for n in notes if n) + report.input_structure + report.degenerate,
+            setting.reference_identity(report.device_name),
+            ReferenceOutcome(
+                ok=report.ok,
+                reason=report.reason,
+                notes=tuple(n for n in notes if n) + report.input_structure + report.degenerate,
+                declared=dict(problem.settings),
+                other_size=report.other_size,
+                other_size_note=report.other_size_note,
+                data_plane=report.data_plane,
+                peak_bytes=report.peak_bytes,
+            ),
+            ReferenceProfile(
+                profile=report.profile, forward_ops=report.forward_ops, speed_of_light=report.speed_of_light
+            ),
+            provenance=Provenance(wall_seconds=wall_seconds, finished_at=finished_now()),
         )
 
     def wants_null(self) -> bool:
@@ -229,7 +247,7 @@ class ReferencePass:
         try:
             compared = self.judge.compare(
                 plan,
-                self.timing_mode,
+                self.problem_timing,
                 Subject(
                     P.Role.CANDIDATE,
                     self.setting.problem.path,
@@ -250,19 +268,19 @@ class ReferencePass:
             Status.CORRECT.value, f"matched {len(plan.calls)} calls; max abs error {worst:.2g}", compared.paired
         )
 
-    def baseline(self, mode: str, plan: Plan) -> Baseline:
+    def baseline(self, compile_mode: str, plan: Plan) -> Baseline:
         """torch.compile of the reference, in its own worker: checked by the judge like a
         candidate, then timed in turns with the eager reference. Its failure never fails the reference."""
-        name = f"torch.compile({mode})"
+        name = f"torch.compile({compile_mode})"
         try:
             compared = self.judge.compare(
                 plan,
-                self.timing_mode,
+                self.problem_timing,
                 Subject(
                     P.Role.BASELINE,
                     self.setting.problem.path,
-                    f"_compile-{mode}",
-                    compile_mode=mode,
+                    f"_compile-{compile_mode}",
+                    compile_mode=compile_mode,
                     name=name,
                     text=self.setting.problem.text,
                 ),

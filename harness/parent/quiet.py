@@ -165,26 +165,26 @@ class QuietHost:
 
     def __init__(
         self,
-        mode: str = QuietMode.OFF,
+        quiet_mode: str = QuietMode.OFF,
         lanes: int = 1,
         *,
         cpus: Optional[Iterable[int]] = None,
         cpus_per_lane: int = CPUS_PER_LANE,
         lanes_per_gpu: int = 1,
     ) -> None:
-        if mode not in QuietMode.words():
-            raise ValueError(f"quiet mode must be one of {list(QuietMode.words())}, got {mode!r}")
-        self.mode = mode
+        if quiet_mode not in QuietMode.words():
+            raise ValueError(f"quiet mode must be one of {list(QuietMode.words())}, got {quiet_mode!r}")
+        self.quiet_mode = quiet_mode
         self.lanes = max(1, int(lanes))
         self.lanes_per_gpu = max(1, int(lanes_per_gpu))
         self.sharing = self.lanes_per_gpu > 1  # lanes share a GPU: a hold is the GPU's alone
         self.cpus_per_lane = max(1, int(cpus_per_lane))
-        self.pausing = mode in (QuietMode.PAUSE, QuietMode.BOTH)
+        self.pausing = quiet_mode in (QuietMode.PAUSE, QuietMode.BOTH)
         self.cpus = (
             CpuPlan.partition(
                 sorted(set(cpus if cpus is not None else os.sched_getaffinity(0))), self.lanes, self.cpus_per_lane
             )
-            if mode in (QuietMode.PIN, QuietMode.BOTH)
+            if quiet_mode in (QuietMode.PIN, QuietMode.BOTH)
             else CpuPlan()
         )
         self.pin_note = self.cpus.note
@@ -255,7 +255,7 @@ class QuietHost:
 
     def describe(self) -> str:
         """One line for logs and records, e.g. `pause+pin: lanes on CPUs 14-15, builds on 0-13`."""
-        line = QuietMode.OFF if self.mode == QuietMode.OFF else self.cpus.describe(self.pausing)
+        line = QuietMode.OFF if self.quiet_mode == QuietMode.OFF else self.cpus.describe(self.pausing)
         return f"{line}; {self.lanes_per_gpu} lanes per GPU, one timing at a time on each" if self.sharing else line
 
     # -- registering ----------------------------------------------------------------------------
@@ -263,7 +263,7 @@ class QuietHost:
     def register_background(self, proc: Process) -> None:
         """`proc` (best: the leader of its own process group, start_new_session=True) is background
         work: pinned to the builds' CPUs, and stopped with its group at once if a lane holds."""
-        if self.mode == QuietMode.OFF:
+        if self.quiet_mode == QuietMode.OFF:
             return
         pid = _pid(proc)
         with self._lock:
@@ -283,7 +283,7 @@ class QuietHost:
         """`proc` times for lane `lane_index` (its judge, or the worker handed a job): pinned to the
         lane's CPUs, never stopped. A background process (a spare worker taken for a job) stops being
         background: it is pinned first, then continued if a hold had stopped it."""
-        if self.mode == QuietMode.OFF and not self.sharing:
+        if self.quiet_mode == QuietMode.OFF and not self.sharing:
             return
         pid = _pid(proc)
         with self._lock:
@@ -300,7 +300,7 @@ class QuietHost:
     def unregister(self, proc: Process) -> None:
         """Forget `proc` (it ended, or is no longer background); a process a hold stopped is
         continued first. Unknown processes are ignored."""
-        if self.mode == QuietMode.OFF and not self.sharing:
+        if self.quiet_mode == QuietMode.OFF and not self.sharing:
             return
         pid = _pid(proc)
         with self._lock:

@@ -384,7 +384,8 @@ class RayExecutor(QueuedExecutor):
         for line in result["records"]:
             record = decode_line(line)
             if isinstance(record, ReferenceRecord):
-                self.store.append(dataclasses.replace(record, problem_path=str(problem.path)))
+                identity = dataclasses.replace(record.identity, problem_path=str(problem.path))
+                self.store.append(dataclasses.replace(record, identity=identity))
             elif isinstance(record, CandidateRecord):
                 candidate = by_name[record.identity.candidate]
                 record = dataclasses.replace(

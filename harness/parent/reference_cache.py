@@ -15,7 +15,7 @@ from typing import Any, Optional
 import torch
 
 from harness.core.config import Config
-from harness.core.records import CallProfile, ReferenceRecord, SpeedOfLight, from_dict, to_dict
+from harness.core.records import SCHEMA_VERSION, CallProfile, ReferenceRecord, SpeedOfLight, from_dict, to_dict
 from harness.device.environment import device_identity, query_gpu
 
 
@@ -77,9 +77,9 @@ class ProfileCache:
             self.path,
             {
                 "key": self.key,
-                "run_id": record.run_id,
-                "profile": to_dict(record.profile),
-                "speed_of_light": to_dict(record.speed_of_light) if record.speed_of_light else None,
+                "run_id": record.identity.run_id,
+                "profile": to_dict(record.profile.profile),
+                "speed_of_light": to_dict(record.profile.speed_of_light) if record.profile.speed_of_light else None,
             },
         )
 
@@ -101,6 +101,7 @@ class TimingCache:
             "allow_tf32": cfg.check.allow_tf32,
             "compile_modes": list(cfg.baselines.compile_modes),
             "speed_of_light": cfg.speed_of_light.enabled,
+            "record_layout": SCHEMA_VERSION,  # an entry holds a reference record: another layout is a miss
         }
         digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]
         self.path = cfg.path(cfg.measurement_cache_dir) / "reference-timing" / f"{digest}.json"

@@ -76,13 +76,13 @@ class RunResources:
         scratch = RunScratch.create()
         host = QuietHost()
         try:
-            mode = quiet_mode(cfg, device)
+            quiet = quiet_mode(cfg, device)
             per_gpu = cfg.workers.lanes_per_gpu if device == Device.CUDA and cfg.executor == ExecutorKind.LOCAL else 1
             host = QuietHost(
-                mode, lane_count(cfg, device) if mode != QuietMode.OFF or per_gpu > 1 else 1, lanes_per_gpu=per_gpu
+                quiet, lane_count(cfg, device) if quiet != QuietMode.OFF or per_gpu > 1 else 1, lanes_per_gpu=per_gpu
             )
             if echo and host.pin_note:
-                print(f"note: timing.quiet={mode}: {host.pin_note}", file=sys.stderr)
+                print(f"note: timing.quiet={quiet}: {host.pin_note}", file=sys.stderr)
             store = store or RunStore(results_dir, new_run_id())
             boundary = open_boundary(cfg, scratch.path, results_run=store.dir)
             return cls(

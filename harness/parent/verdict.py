@@ -191,8 +191,8 @@ def first_warnings(case: Case) -> list[str]:
         )
     if case.restart_note:
         warnings.append(case.restart_note)
-    if case.reference.other_size_note:
-        warnings.append(f"the other-size trial ran at the problem's own size: {case.reference.other_size_note}")
+    if case.reference.outcome.other_size_note:
+        warnings.append(f"the other-size trial ran at the problem's own size: {case.reference.outcome.other_size_note}")
     if mapping:
         shown = ", ".join(f"{a} <- {b}" for a, b in mapping[:6]) + (
             f", and {len(mapping) - 6} more" if len(mapping) > 6 else ""
@@ -240,7 +240,7 @@ def findings(case: Case, status: Status) -> tuple[list[Finding], Integrity]:
     counted = reported.counted
     extension_calls = dict(counted.checked) if counted is not None else {}
     share, kernels = integrity.own_kernels(
-        profile, case.reference.profile, set(reported.declared), rules.own_share_floor
+        profile, case.reference.profile.profile, set(reported.declared), rules.own_share_floor
     )
     found.extend(kernels)
     # no profile on the CPU: the extensions' counted calls and the ATen operators are the evidence
@@ -249,7 +249,9 @@ def findings(case: Case, status: Status) -> tuple[list[Finding], Integrity]:
         found.extend(
             uncalled
             or integrity.reference_ops(
-                counted.forward_ops if counted is not None else None, case.reference.forward_ops, extension_calls
+                counted.forward_ops if counted is not None else None,
+                case.reference.profile.forward_ops,
+                extension_calls,
             )
         )
     found.extend(integrity.side_work(profile, reported.threads))
@@ -345,7 +347,7 @@ def compare_times(
     warnings = timing_warnings(timing, rules, profile)
     usable = [
         (b.name, b.timing, b.paired)
-        for b in reference.baselines
+        for b in reference.timing.baselines
         if b.ok and b.timing is not None and b.paired is not None
     ]
     measured = Timing(
@@ -362,13 +364,14 @@ def compare_times(
             warnings.append(
                 f"no speedup over {name}: it was timed with {theirs.protocol}, this candidate needs {paired.protocol}"
             )
-    bound, share = reference.profile.launch_bound() if reference.profile is not None else (False, "")
-    if timing.mode == TimingMode.EAGER and bound:
+    called = reference.profile.profile
+    bound, share = called.launch_bound() if called is not None else (False, "")
+    if timing.timing_mode == TimingMode.EAGER and bound:
         warnings.append(
             f"the reference is launch-bound ({share}): this speedup measures host launch overhead as much as GPU "
             "work; timing.mode=graph times both sides without it"
         )
-    sol = reference.speed_of_light
+    sol = reference.profile.speed_of_light
     notes: tuple[str, ...] = ()
     if sol is not None and sol.floor_ms > 0:
         sol_ms, sol_fraction, sol_floor, notes = sol_measures(sol, median)
@@ -450,7 +453,7 @@ def timing_warnings(timing: TimingStats, rules: VerdictRules, profile: Optional[
         warnings.append(timing.fallback)
     if timing.sync_reason:
         warnings.append(f"timed with a device-wide synchronise because {timing.sync_reason}")
-    if profile is not None and timing.mode == TimingMode.EAGER and profile.launch_bound()[0]:
+    if profile is not None and timing.timing_mode == TimingMode.EAGER and profile.launch_bound()[0]:
         warnings.append(
             f"launch-bound: its kernels keep the GPU busy for {profile.kernel_ms / profile.span_ms:.0%} of its "
             "call's GPU span; the rest is host overhead between launches; timing.mode=graph times it without the "
@@ -530,7 +533,7 @@ def stricter_than_kernelbench(
         return Stricter(StricterCheck.OTHER_SIZE.value, f"{check.name}: KernelBench runs one size" + loose)
     if call.repeat:
         return Stricter(StricterCheck.REPEAT.value, f"{check.name}: KernelBench calls once per trial" + loose)
-    if call.mode == ModuleMode.EVAL:
+    if call.module_mode == ModuleMode.EVAL:
         return Stricter(
             StricterCheck.EVAL_MODE.value, f"{check.name}: KernelBench calls both models in train mode" + loose
         )

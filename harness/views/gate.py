@@ -197,7 +197,7 @@ def load_side(where: str, results_dir: Path) -> Side:
     every_reference = [r for r in records if isinstance(r, ReferenceRecord)]
     references: dict[str, ReferenceRecord] = {}
     for record in every_reference:
-        references.setdefault(record.problem, record)
+        references.setdefault(record.identity.problem, record)
     candidates = latest_per_candidate(r for r in records if isinstance(r, CandidateRecord))
     if not candidates:
         raise UserError(f"{where}: holds no candidate records")
@@ -238,11 +238,11 @@ def _changes(baseline: Side, current: Side, old: CandidateRecord, new: Candidate
     if (
         old_ref is not None
         and new_ref is not None
-        and old_ref.device_name
-        and new_ref.device_name
-        and old_ref.device_name != new_ref.device_name
+        and old_ref.identity.device_name
+        and new_ref.identity.device_name
+        and old_ref.identity.device_name != new_ref.identity.device_name
     ):
-        found.append(f"{old_ref.device_name} then, {new_ref.device_name} now")
+        found.append(f"{old_ref.identity.device_name} then, {new_ref.identity.device_name} now")
     for key in PROTOCOL_KEYS:
         then, now = _setting(baseline.header, key), _setting(current.header, key)
         if then is not None and now is not None and then != now:

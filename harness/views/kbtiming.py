@@ -168,13 +168,13 @@ def fast_p_against(
     with `missing` saying so and no fast_p."""
     latest = latest_per_candidate(records)
     references = list(references)
-    levels = {r.problem: level_of(r.problem_path) for r in references}
+    levels = {r.identity.problem: level_of(r.identity.problem_path) for r in references}
     rows = []
     for problem in natural_order(p for p, _ in latest):
         candidates = [r for (p, _), r in latest.items() if p == problem and r.decision.status is not Status.NEEDS_CUDA]
         level = levels.get(problem, "")
         found = baseline.find(problem, level)
-        reference_ms = _reference_mean(r for r in references if r.problem == problem)
+        reference_ms = _reference_mean(r for r in references if r.identity.problem == problem)
         shares: dict[float, Optional[float]] = {
             p: _share(candidates, found.mean_ms, p) if found else None for p in thresholds
         }
@@ -190,7 +190,7 @@ def fast_p_against(
                 missing="" if found else _missing(problem, level, baseline),
             )
         )
-    devices = tuple(sorted({r.device_name for r in references if r.device_name}))
+    devices = tuple(sorted({r.identity.device_name for r in references if r.identity.device_name}))
     return FastPAgainstBaseline(baseline=baseline, thresholds=tuple(thresholds), devices=devices, problems=tuple(rows))
 
 
@@ -209,7 +209,7 @@ def _share(candidates: Sequence[CandidateRecord], baseline_ms: float, p: float) 
 
 
 def _reference_mean(references: Iterable[ReferenceRecord]) -> Optional[float]:
-    means = [r.timing.mean_ms for r in references if r.timing is not None]
+    means = [r.timing.stats.mean_ms for r in references if r.timing.stats is not None]
     return statistics.median(means) if means else None
 
 

@@ -371,7 +371,7 @@ class Worker:
         calls = self.job.calls
         observed = observed_call(calls) if cache is not None and self.device.type == Device.CPU else -1
         for index, call in enumerate(calls):
-            model.train(call.mode == ModuleMode.TRAIN)
+            model.train(call.module_mode == ModuleMode.TRAIN)
             # The inputs of every call are written by the judge into the same memory: an answer
             # memoised by input identity or address comes back stale and fails the comparison.
             args = self.plane.staged(staged.sets[0], staged.fresh)
