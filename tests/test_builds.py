@@ -7,7 +7,6 @@ from harness.core.config import ROOT
 from harness.core.status import Status
 from harness.core.store import RunStore
 from harness.device.buildcache import first_error_line
-from harness.parent.evaluate import ProblemEvaluation
 from harness.sources.candidate import Candidate
 from harness.sources.problem import resolve_problem
 
@@ -36,7 +35,7 @@ class ModelNew(nn.Module):
 def evaluate(cfg, candidates, run_id):
     problem = resolve_problem("1_Scale_Bias_ReLU", cfg.path(cfg.problems_dir))
     store = RunStore(cfg.path(cfg.results_dir), run_id)
-    return {r.identity.candidate: r for r in ProblemEvaluation(problem, candidates, cfg, "cpu", store).run()}, store
+    return {r.identity.candidate: r for r in evaluate_problem(problem, candidates, cfg, "cpu", store)}, store
 
 
 @pytest.mark.slow
@@ -83,6 +82,7 @@ def test_first_error_line_is_the_compilers_first_complaint(log, expected):
 BUILD_IN_INIT = '''
 import torch
 import torch.nn as nn
+from tests.evaluations import evaluate_problem
 from torch.utils.cpp_extension import load_inline
 
 class ModelNew(nn.Module):

@@ -9,10 +9,10 @@ import pytest
 
 from harness.core.status import Status
 from harness.core.store import RunStore, read_records
-from harness.parent.evaluate import ProblemEvaluation
 from harness.sources.candidate import Candidate
 from harness.sources.problem import resolve_problem
 from tests.sources import HONEST_FORWARD, scale_bias_relu
+from tests.evaluations import evaluate_problem
 
 pytestmark = pytest.mark.slow  # real worker subprocesses for every candidate
 
@@ -110,7 +110,7 @@ def verdicts(tmp_path_factory, build_cache):
     with pytest.MonkeyPatch.context() as env:
         # the workers see no GPU, as on a machine without one: needs_cuda_at_runtime is `needs CUDA` there too
         env.setenv("CUDA_VISIBLE_DEVICES", "")
-        records = ProblemEvaluation(problem, candidates, cfg, "cpu", store).run()
+        records = evaluate_problem(problem, candidates, cfg, "cpu", store)
     return {r.identity.candidate: r for r in records}, store
 
 

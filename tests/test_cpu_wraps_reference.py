@@ -23,10 +23,10 @@ from harness.core.records import CandidateRecord, CheckResult, ForwardOps, OpCou
 from harness.core.status import Code, Status
 from harness.core.store import RunStore, read_records
 from harness.device.profile import observe_ops, observed_call, summarize_ops
-from harness.parent.evaluate import ProblemEvaluation
 from harness.parent.verdict import Case, Compared, Reported, VerdictRules, decide
 from harness.sources.candidate import Candidate
 from harness.sources.problem import resolve_problem
+from tests.evaluations import evaluate_problem
 
 ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("cheats", ROOT / "benchmarks" / "cheats.py")
@@ -230,7 +230,7 @@ def cpu_records(tmp_path_factory, build_cache):
             continue
         problem = resolve_problem(name, cfg.path(cfg.problems_dir))
         store = RunStore(cfg.path(cfg.results_dir), f"cpu-wraps-{name}")
-        ProblemEvaluation(problem, [Candidate(p.stem, p) for p in paths], cfg, "cpu", store).run()
+        evaluate_problem(problem, [Candidate(p.stem, p) for p in paths], cfg, "cpu", store)
         for record in read_records(store.dir):
             if isinstance(record, (CandidateRecord, ReferenceRecord)):
                 records[(name, record.identity.candidate if isinstance(record, CandidateRecord) else "_reference")] = record

@@ -3,10 +3,10 @@ import pytest
 
 from harness.core.status import Status
 from harness.core.store import RunStore
-from harness.parent.evaluate import ProblemEvaluation
 from harness.sources.candidate import Candidate
 from harness.sources.problem import resolve_problem
 from tests.sources import scale_bias_relu, scale_bias_relu_with_side_work
+from tests.evaluations import evaluate_problem
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]  # CUDA builds and whole evaluations on the GPU
 
@@ -69,7 +69,7 @@ def verdicts(tmp_path_factory, build_cache):
     problem = resolve_problem("1_Scale_Bias_ReLU", cfg.path(cfg.problems_dir))
     store = RunStore(cfg.path(cfg.results_dir), "gpu")
     RUN_ROOTS[store.run_id] = store.dir
-    return {r.identity.candidate: r for r in ProblemEvaluation(problem, candidates, cfg, "cuda", store).run()}
+    return {r.identity.candidate: r for r in evaluate_problem(problem, candidates, cfg, "cuda", store)}
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
@@ -128,7 +128,7 @@ def _evaluate(root, build_cache, names, *overrides):
     problem = resolve_problem("1_Scale_Bias_ReLU", cfg.path(cfg.problems_dir))
     store = RunStore(cfg.path(cfg.results_dir), root.name)
     RUN_ROOTS[store.run_id] = store.dir
-    return {r.identity.candidate: r for r in ProblemEvaluation(problem, candidates, cfg, "cuda", store).run()}
+    return {r.identity.candidate: r for r in evaluate_problem(problem, candidates, cfg, "cuda", store)}
 
 
 @pytest.fixture(scope="module")
@@ -221,7 +221,7 @@ def cheats(tmp_path_factory, build_cache):
     problem = resolve_problem("1_Scale_Bias_ReLU", cfg.path(cfg.problems_dir))
     store = RunStore(cfg.path(cfg.results_dir), "cheats")
     RUN_ROOTS[store.run_id] = store.dir
-    return {r.identity.candidate: r for r in ProblemEvaluation(problem, candidates, cfg, "cuda", store).run()}
+    return {r.identity.candidate: r for r in evaluate_problem(problem, candidates, cfg, "cuda", store)}
 
 
 def test_stale_memory_from_torch_empty_is_incorrect(cheats):

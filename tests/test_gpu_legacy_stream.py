@@ -7,10 +7,10 @@ import pytest
 from harness.core.records import OUTSIDE_CAPTURE
 from harness.core.status import Status
 from harness.core.store import RunStore
-from harness.parent.evaluate import ProblemEvaluation
 from harness.sources.candidate import Candidate
 from harness.sources.problem import resolve_problem
 from tests.sources import scale_bias_relu
+from tests.evaluations import evaluate_problem
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
@@ -60,7 +60,7 @@ def _evaluate(root, build_cache, mode):
     cfg = load_config(overrides=[f"results_dir={root / 'results'}", f"build_cache_dir={build_cache}", *quick, f"timing.mode={mode}"])
     problem = resolve_problem("1_Scale_Bias_ReLU", cfg.path(cfg.problems_dir))
     store = RunStore(cfg.path(cfg.results_dir), f"legacy-{mode}")
-    return {r.identity.candidate: r for r in ProblemEvaluation(problem, candidates, cfg, "cuda", store).run()}
+    return {r.identity.candidate: r for r in evaluate_problem(problem, candidates, cfg, "cuda", store)}
 
 
 @pytest.fixture(scope="module", params=["auto", "graph", "eager"])

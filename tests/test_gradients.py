@@ -4,9 +4,9 @@ import pytest
 from harness.core.config import ROOT
 from harness.core.status import Status
 from harness.core.store import RunStore
-from harness.parent.evaluate import ProblemEvaluation
 from harness.sources.candidate import Candidate
 from harness.sources.problem import resolve_problem
+from tests.evaluations import evaluate_problem
 
 HEADER = "import torch\nimport torch.nn as nn\n\n"
 INIT = (
@@ -48,7 +48,7 @@ def evaluate(cfg, tmp_path, names, problem="1_Scale_Bias_ReLU", extra=()):
         paths.append(Candidate(name, path))
     found = resolve_problem(problem, cfg.path(cfg.problems_dir))
     store = RunStore(cfg.path(cfg.results_dir), "grads")
-    return {r.identity.candidate: r for r in ProblemEvaluation(found, paths, cfg, "cpu", store).run()}
+    return {r.identity.candidate: r for r in evaluate_problem(found, paths, cfg, "cpu", store)}
 
 
 @pytest.mark.slow

@@ -5,6 +5,7 @@ tests hold it to the trust guarantees: what a candidate does to the memory it wa
 change a verdict, a candidate that crashes never takes the judge down, a judge that dies is
 replaced (and the record says so), and the judge reads only where it allocated.
 """
+import contextlib
 import os
 import signal
 import subprocess
@@ -20,11 +21,11 @@ from harness.core.status import Status
 from harness.core.store import RunStore
 from harness.device.regions import GUARD
 from harness.judge.service import Judge
-from harness.parent.evaluate import ProblemEvaluation
 from harness.parent.lane_judge import LaneJudge
 from harness.parent.compared_pass import Setting, Subject
 from harness.sources.candidate import Candidate
 from harness.sources.problem import resolve_problem
+from tests.evaluations import problem_evaluation
 from tests.sources import HONEST_FORWARD, scale_bias_relu
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,6 +47,15 @@ BODIES = {  # the forward of tests/sources.py's ModelNew, per test
 }
 
 
+OPEN = contextlib.ExitStack()  # the evaluations _evaluation opened: each test's end closes them (`_close_evaluations`)
+
+
+@pytest.fixture(autouse=True)
+def _close_evaluations():
+    yield
+    OPEN.close()
+
+
 def _evaluation(tmp_path, make_config, names, *extra, device="cpu"):
     cfg = make_config("timing.enabled=false", "check.gradients=off", *extra)
     problem = resolve_problem("1_Scale_Bias_ReLU", cfg.path(cfg.problems_dir))
@@ -57,7 +67,7 @@ def _evaluation(tmp_path, make_config, names, *extra, device="cpu"):
         path.write_text(scale_bias_relu(BODIES[name]))
         candidates.append(Candidate(path.stem, path))
     store = RunStore(cfg.path(cfg.results_dir), "judge-test")
-    return ProblemEvaluation(problem, candidates, cfg, device, store), candidates
+    return OPEN.enter_context(problem_evaluation(problem, candidates, cfg, device, store)), candidates
 
 
 def test_writes_to_the_shared_inputs_fail_the_writer_and_leave_the_next_verdict_alone(tmp_path, make_config):
@@ -142,12 +152,9 @@ def test_a_candidates_worker_reports_exactly_the_steps_its_role_declares(tmp_pat
     problem = resolve_problem("1_Scale_Bias_ReLU", cfg.path(cfg.problems_dir))
     path = tmp_path / "honest.py"
     path.write_text(scale_bias_relu())
-    evaluation = ProblemEvaluation(problem, [Candidate("honest", path)], cfg, "cpu", RunStore(cfg.path(cfg.results_dir), "steps-test"))
-    try:
+    with problem_evaluation(problem, [Candidate("honest", path)], cfg, "cpu", RunStore(cfg.path(cfg.results_dir), "steps-test")) as evaluation:
         evaluation.evaluate(evaluation.candidates[0])  # the lane's judge started, through the reference
         compared = evaluation.judge.compare(evaluation.plan, evaluation.reference_pass.problem_timing, Subject(P.Role.CANDIDATE, path, "steps"))
-    finally:
-        evaluation.close()
     calls = len(evaluation.plan.calls)
     declared = [kind for kind in P.STEPS[P.Role.CANDIDATE] for _ in range(calls if kind is P.StepKind.CALL else 1)]
     assert compared.outcome.failure is None, compared.outcome.failure

@@ -14,10 +14,10 @@ from harness.core.store import RunStore, read_records
 from harness.device.profile import AFTER_RANGE, CALL_RANGE, RETURN_RANGE, summarize_trace
 from harness.device.timing import time_forward
 from harness.judge.roofline import Peaks, Work, count_work, device_peaks, floor
-from harness.parent.evaluate import ProblemEvaluation
 from harness.parent.verdict import VerdictRules, compare_times, timing_warnings
 from harness.sources.candidate import Candidate
 from harness.sources.problem import resolve_problem
+from tests.evaluations import evaluate_problem
 
 CPU = torch.device("cpu")
 
@@ -214,7 +214,7 @@ def _evaluate(cfg, run_id):
     problem = resolve_problem("1_Scale_Bias_ReLU", cfg.path(cfg.problems_dir))
     candidate = Candidate("cpp_fused", cfg.path(cfg.solutions_dir) / problem.name / "cpp_fused.py")
     store = RunStore(cfg.path(cfg.results_dir), run_id)
-    (record,) = ProblemEvaluation(problem, [candidate], cfg, "cpu", store).run()
+    (record,) = evaluate_problem(problem, [candidate], cfg, "cpu", store)
     (reference,) = [r for r in read_records(store.records_path) if isinstance(r, ReferenceRecord)]
     return record, reference
 

@@ -13,10 +13,10 @@ from harness.core.pairing import COMPARED, REFERENCE, ProblemTiming, choose_prot
 from harness.core.records import CallProfile, ReferenceRecord, TimingStats
 from harness.core.status import Status
 from harness.core.store import RunStore, read_records
-from harness.parent.evaluate import ProblemEvaluation
 from harness.parent.quiet import QuietHost
 from harness.sources.candidate import Candidate
 from harness.sources.problem import resolve_problem
+from tests.evaluations import evaluate_problem
 
 
 def stats(samples):
@@ -342,7 +342,7 @@ def test_the_null_candidate_is_checked_timed_and_recorded_as_the_floor(make_conf
     problem = resolve_problem("1_Scale_Bias_ReLU", cfg.path(cfg.problems_dir))
     candidate = Candidate("cpp_fused", cfg.path(cfg.solutions_dir) / problem.name / "cpp_fused.py")
     store = RunStore(cfg.path(cfg.results_dir), "null")
-    (record,) = ProblemEvaluation(problem, [candidate], cfg, "cpu", store).run()
+    (record,) = evaluate_problem(problem, [candidate], cfg, "cpu", store)
     (reference,) = [r for r in read_records(store.records_path) if isinstance(r, ReferenceRecord)]
     floor = reference.timing.null_floor
     assert floor is not None and floor.status == Status.CORRECT.value, floor
@@ -359,6 +359,6 @@ def test_the_null_candidate_is_off_by_default_on_the_cpu(make_config):
     problem = resolve_problem("1_Scale_Bias_ReLU", cfg.path(cfg.problems_dir))
     candidate = Candidate("cpp_fused", cfg.path(cfg.solutions_dir) / problem.name / "cpp_fused.py")
     store = RunStore(cfg.path(cfg.results_dir), "no-null")
-    ProblemEvaluation(problem, [candidate], cfg, "cpu", store).run()
+    evaluate_problem(problem, [candidate], cfg, "cpu", store)
     (reference,) = [r for r in read_records(store.records_path) if isinstance(r, ReferenceRecord)]
     assert reference.timing.null_floor is None and reference.timing.stats is None

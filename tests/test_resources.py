@@ -17,6 +17,7 @@ from harness.core.status import Status
 from harness.core.store import RunStore
 from harness.parent import quiet, scratch
 from harness.parent.evaluate import ProblemEvaluation
+from harness.parent.supervise import Lane
 from harness.parent.resources import Observer, RunResources
 from harness.sources.problem import resolve_problem
 from tests.sources import scale_bias_relu
@@ -132,21 +133,18 @@ def test_the_process_has_no_current_scratch_or_quiet_host():
         assert not [name for name in names if hasattr(module, name)], module.__name__
 
 
-def test_an_evaluation_given_no_resources_removes_its_own_scratch_and_leaves_given_ones_open(make_config, isolated_tmp):
+def test_an_evaluation_uses_the_resources_and_lane_it_is_given_and_closes_neither(make_config, isolated_tmp):
     cfg = make_config()
     problem = resolve_problem(PROBLEM, cfg.path(cfg.problems_dir))
     store = RunStore(cfg.path(cfg.results_dir), "own")
-    alone = ProblemEvaluation(problem, [], cfg, "cpu", store)
-    own = alone.resources.scratch
-    assert own.path.is_dir() and alone.setting.scratch is own and alone.sanitizer.scratch is own
-    alone.close()
-    assert not own.path.exists()
     with RunResources.open(cfg, "cpu", store) as resources:
-        given = ProblemEvaluation(problem, [], cfg, "cpu", store, resources=resources)
+        lane = Lane.single(cfg, "cpu", quiet=resources.quiet, worker_env=resources.boundary.env)
+        given = ProblemEvaluation(problem, [], cfg, "cpu", store, resources=resources, lane=lane)
         assert given.setting.scratch is resources.scratch and given.setting.quiet is resources.quiet
-        assert given.lane.launcher.quiet is resources.quiet
+        assert given.sanitizer.scratch is resources.scratch and given.lane is lane
         given.close()
         assert resources.scratch.path.is_dir()  # the run's: its session removes it
+        lane.launcher.close()
     assert folders(isolated_tmp) == []
 
 

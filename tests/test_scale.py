@@ -166,13 +166,13 @@ def test_ray_executor_gives_the_same_records_as_the_local_one(make_config, tmp_p
 
 
 @pytest.mark.slow
-def test_an_evaluation_on_its_own_ends_its_prestarted_worker(make_config, tmp_path):
-    from harness.parent.evaluate import ProblemEvaluation
+def test_a_lane_closed_after_its_evaluation_ends_its_prestarted_worker(make_config, tmp_path):
+    from tests.evaluations import problem_evaluation
 
     cfg = make_config("workers.prestart=always", "timing.enabled=false")
     problem = resolve_problem(PROBLEM, cfg.path(cfg.problems_dir))
-    evaluation = ProblemEvaluation(problem, write_candidates(tmp_path / "c", 1), cfg, "cpu", RunStore(cfg.path(cfg.results_dir), "own"))
-    (record,) = evaluation.run()
+    with problem_evaluation(problem, write_candidates(tmp_path / "c", 1), cfg, "cpu", RunStore(cfg.path(cfg.results_dir), "own")) as evaluation:
+        (record,) = evaluation.run()
     assert record.decision.status is Status.CORRECT
     assert evaluation.lane.launcher._spare is None and not evaluation.lane.launcher.active
 

@@ -34,7 +34,6 @@ from harness.parent.compared_pass import Setting, judge_candidate
 from harness.parent.lane_judge import LaneJudge, ReferencePass, Stopped
 from harness.parent.resources import RunResources
 from harness.parent.sanitize import LaneSanitizer
-from harness.parent.scratch import RunScratch
 from harness.parent.supervise import JudgeFailed, Lane
 from harness.sources.candidate import Candidate, needs_cuda_statically
 from harness.sources.problem import Problem
@@ -46,8 +45,8 @@ class ProblemEvaluation:
     """One problem on one lane: the reference once (on the first candidate), then candidates one
     at a time. `run()` evaluates every candidate; an executor spreading candidates over several
     lanes gives each lane its own ProblemEvaluation with the same `plan` and calls `evaluate`.
-    `resources`: the run's (its scratch, quiet host and build pool); without them, the evaluation
-    makes a scratch of its own (and no quiet host, no build pool), removed when it closes."""
+    `resources` (the run's scratch, quiet host, build pool and boundary) and `lane` are the caller's:
+    the evaluation uses them and closes neither."""
 
     def __init__(
         self,
@@ -56,26 +55,20 @@ class ProblemEvaluation:
         cfg: Config,
         device: str,
         store: RunStore,
+        *,
+        resources: RunResources,
+        lane: Lane,
         on_record: Callable[[CandidateRecord], None] = lambda r: None,
         on_start: Callable[[Candidate], None] = lambda c: None,
-        lane: Optional[Lane] = None,
         plan: Optional[Plan] = None,
-        resources: Optional[RunResources] = None,
     ) -> None:
         self.problem = problem
         self.candidates = candidates
         self.device, self.store = device, store
         self.on_record, self.on_start = on_record, on_start
-        self._owns_resources = resources is None  # then its scratch is ours to remove
-        self.resources = resources if resources is not None else RunResources(cfg, device, store, RunScratch.create())
+        self.resources, self.lane = resources, lane
         # a harness.parent.prebuild.BuildAhead already building these candidates, or None
         self.builds = self.resources.builds
-        self.lane: Lane = (
-            lane
-            if lane is not None
-            else Lane.single(cfg, device, quiet=self.resources.quiet, worker_env=self.resources.boundary.env)
-        )
-        self._owns_lane = lane is None  # then its prestarted worker is ours to end
         # the secret seeds and calls; None: a fresh one is drawn for the first candidate
         self.plan: Optional[Plan] = plan
         self._reference: Optional[ReferenceRecord] = None  # the reference's record, once its pass ran on this lane
@@ -160,10 +153,6 @@ class ProblemEvaluation:
         self.judge.end()
         self.sanitizer.close()
         self._reference = None
-        if self._owns_lane:
-            self.lane.launcher.close()
-        if self._owns_resources:
-            self.resources.close()
 
     # -- steps ---------------------------------------------------------------------------------
 

@@ -305,16 +305,28 @@ class RayExecutor(QueuedExecutor):
     def _run_batch(self, problem: Problem, candidates: list[Candidate]) -> list[CandidateRecord]:
         """Each candidate goes to the next free lane. A lane that fails (its actor dies, a Ray error)
         gives that candidate a `harness error` record (which --resume redoes), never a crash."""
+        # the driver's own evaluation of the problem: it screens the candidates and writes the records
+        # of those that cannot run or whose lane failed; nothing runs on its lane
+        lane = Lane.single(self.cfg, self.device, quiet=self.resources.quiet, worker_env=self.resources.boundary.env)
         screen = ProblemEvaluation(
             problem,
             candidates,
             self.cfg,
             self.device,
             self.store,
+            resources=self.resources,
+            lane=lane,
             on_record=self.on_record,
             on_start=self.on_start,
-            resources=self.resources,
         )
+        try:
+            return self._to_lanes(problem, screen)
+        finally:
+            screen.close()
+            lane.launcher.close()
+
+    def _to_lanes(self, problem: Problem, screen: ProblemEvaluation) -> list[CandidateRecord]:
+        """The screened candidates of `screen` to the lanes, each to the next free one."""
         records, runnable = screen.screen()
         if not runnable:
             return records
