@@ -1,15 +1,14 @@
-"""One compared worker's pass against the lane's judge, top to bottom, and a candidate's whole pass
-with it (`judge_candidate`).
+"""A candidate's pass against the lane's judge, top to bottom, in the order it happens:
 
-- `Setting`: where one problem is evaluated on one lane, its settings resolved once (`Setting.of`),
-  and the one place that turns them into the messages the judge, the workers and the sanitizer's
-  child are started with (`judge_job`, `worker_job`, `sanitize_job`).
+- `judge_candidate`: the candidate's compared pass, the verdict's two stages (harness.parent.verdict)
+  with compute-sanitizer between them, and the parts of its record.
 - `ComparedPass`: each step the worker reports is judged before the worker may go on (a wrong output
   stops it); then the worker is timed in turns with the reference. It serves candidates, the null
   candidate and the torch.compile baselines alike.
 - `Pairing`: the parent's side of those paired rounds (the statistics are harness.core.pairing's).
-- `judge_candidate`: a candidate's compared pass, the verdict's two stages (harness.parent.verdict)
-  with compute-sanitizer between them, and the parts of its record.
+- `Setting`: where one problem is evaluated on one lane, its settings resolved once (`Setting.of`),
+  and the one place that turns them into the messages the judge, the workers and the sanitizer's
+  child are started with (`judge_job`, `worker_job`, `sanitize_job`).
 
 Only typed messages pass here, never tensors.
 """
@@ -65,153 +64,105 @@ from harness.parent.verdict import Case, Compared, Reported, Verdict, VerdictRul
 from harness.sources.candidate import Candidate
 from harness.sources.problem import Problem
 
-# -- where a problem is evaluated, and the messages each process is started with ------------------------
+# -- a candidate's pass, top to bottom ---------------------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True)
-class Subject:
-    """What one compared worker runs: a candidate's ModelNew, the null candidate, or a compile baseline."""
+def judge_candidate(
+    setting: Setting,
+    judge: JudgeClient,
+    plan: Plan,
+    timing: ProblemTiming,
+    candidate: Candidate,
+    reference: ReferenceRecord,
+    restart_note: str,
+    sanitizer: LaneSanitizer,
+) -> tuple[Decision, Checks, Timing, Integrity, Provenance]:
+    """One candidate against the lane's judge, from its worker's first message to the parts of its
+    record: its compared pass (checks, then paired timing), the verdict's first stage, compute-sanitizer
+    when that leaves it correct, then the verdict settled with its timing compared."""
+    compared = ComparedPass(
+        setting, judge, plan, timing, Subject(P.Role.CANDIDATE, candidate.path, candidate.name)
+    ).run()
+    case = Case(
+        compared,
+        plan.calls,
+        plan.randomize_weights,
+        reference,
+        VerdictRules.of(setting.cfg),
+        setting.device,
+        reported(candidate, compared.outcome),
+        restart_note,
+    )
+    first = verdict.decide(case)
+    sanitized: tuple[SanitizerResult, ...] = ()
+    unsafe: list[Finding] = []
+    if first.status is Status.CORRECT and sanitizer.wanted():
+        job = setting.sanitize_job(candidate.path, plan.construct_seed, reference.outcome.other_size)
+        sanitized, unsafe = sanitizer.run(job, candidate.hash, candidate.name)
+    return decided_parts(compared, case, verdict.settle(case, first, unsafe), sanitized)
 
-    role: P.Role
-    source: Path  # the module file
-    log_name: str  # its log's name under the problem's logs
-    compile_mode: Optional[str] = None  # a compile baseline: torch.compile's mode
-    class_name: Optional[str] = None  # None: ModelNew for a candidate, Model for a baseline
-    name: str = "the candidate"  # how timing messages name it
-    text: str = ""  # its pinned source (the problem's, for the null candidate and a baseline); "" = read `source`
+
+def reported(candidate: Candidate, outcome: WorkerOutcome) -> Reported:
+    """What the candidate's worker reported beyond its checks (its messages), and what its
+    source declares (a scan of its file), for harness.parent.verdict."""
+    mapping = tuple(pair for m in outcome.every(P.WeightsMapped) for pair in m.pairs)
+    by_seed = outcome.first(P.WeightsBySeed)
+    why = by_seed.reason if by_seed is not None else ""
+    mapped = outcome.first(P.WeightsMapped)
+    scanned, declared = tuple(scan_source(candidate.path)), frozenset(declared_kernels(candidate.path))
+    return Reported(
+        mapping,
+        outcome.first(P.ExtensionCalls),
+        outcome.first(P.Threads),
+        why,
+        scanned,
+        declared,
+        mapped.by if mapped is not None else "position",
+    )
 
 
-@dataclasses.dataclass(frozen=True)
-class Setting:
-    """Where one problem is evaluated: what every run against its judge shares."""
-
-    problem: Problem
-    cfg: Config  # the problem's config (its declarations applied)
-    device: str  # cuda | cpu
-    store: RunStore  # where records and logs go
-    lane: Lane  # the GPU (or the CPU) and its worker launcher
-    memory_limit: int  # bytes of host memory a worker may hold
-    problem_hash: str  # the problem file's hash, read once when the evaluation began
-    scratch: RunScratch  # the run's scratch: the judge's and each worker's working folder go there
-    quiet: QuietHost  # the run's quiet host: timed rounds hold it
-
-    @classmethod
-    def of(
-        cls, problem: Problem, cfg: Config, device: str, store: RunStore, lane: Lane, scratch: RunScratch, quiet: Any
-    ) -> "Setting":
-        """The setting of `problem` under the run's `cfg`: its declarations applied, once."""
-        memory_limit = cfg.limits.memory_mb << 20 if cfg.limits.memory_mb else default_memory_limit()
-        resolved = cfg.for_problem(problem.settings)  # the problem's tolerances and backward contract
-        return cls(problem, resolved, device, store, lane, memory_limit, problem.hash, scratch, quiet)
-
-    def gpu_alone(self) -> Any:
-        """A hold of the lane's GPU for work whose times are measured (a reference's start: its
-        profile and speed of light; a worker's warm-up, profile and rounds): background work and
-        the other lanes on this GPU are stopped meanwhile (harness.parent.quiet). Nothing on the CPU."""
-        if self.device != Device.CUDA or not self.cfg.timing.enabled or not self.quiet.sharing:
-            # one lane on its GPU: the timed rounds hold the host themselves (harness.parent.compared_pass)
-            return contextlib.nullcontext()
-        return self.quiet.hold(self.lane.index)
-
-    def identity(self, candidate: str, path: str, source_hash: str) -> Identity:
-        """What a candidate's record of this problem on this lane was judged as."""
-        return Identity(
-            self.store.run_id,
-            self.problem.name,
-            self.problem_hash,
-            candidate,
-            path,
-            source_hash,
-            self.device,
-            self.lane.label,
+def left_running(outcome: WorkerOutcome) -> tuple[str, ...]:
+    """A note when the model left processes running that its worker had to end."""
+    count = outcome.done.leftover if outcome.done is not None else 0
+    return (
+        (
+            f"the model left {count} process{'es' if count > 1 else ''} running after its run; the worker ended "
+            f"{'them' if count > 1 else 'it'}",
         )
+        if count
+        else ()
+    )
 
-    def reference_identity(self, device_name: str) -> ReferenceIdentity:
-        """Which problem a reference record of this lane is of, and where (`device_name`: the judge's device)."""
-        return ReferenceIdentity(
-            self.store.run_id,
-            self.problem.name,
-            self.problem_hash,
-            str(self.problem.path),
-            self.device,
-            device_name,
-            self.lane.label,
-        )
 
-    # -- the messages each process is started with --------------------------------------------------------
-
-    def judge_job(self, plan: Plan, measure: bool, profile: Optional[CallProfile] = None) -> P.JudgeJob:
-        """The judge's job; with `measure`, it also measures the problem's speed-of-light at start;
-        with `profile` (the reference cache's), it does not profile the reference again."""
-        cfg = self.cfg
-        return P.JudgeJob(
-            source=str(self.problem.path.resolve()),
-            source_text=self.problem.text,
-            device=self.device,
-            build_cache=str(cfg.path(cfg.build_cache_dir)),
-            construct_seed=plan.construct_seed,
-            input_seeds=plan.input_seeds,
-            distributions=plan.distributions,
-            calls=plan.calls,
-            other_size_trial=plan.other_size_trial,
-            randomize_weights=plan.randomize_weights,
-            precision_call=plan.precision_call,
-            timed_inputs=plan.timed_inputs,
-            gradients=cfg.check.gradients != GradientPolicy.OFF,
-            gradient_seed=plan.gradient_seed,
-            rng_seed=plan.rng_seed,
-            allow_tf32=cfg.check.allow_tf32,
-            cpu_threads=cfg.timing.cpu_threads,
-            tolerances={k: dataclasses.asdict(v) for k, v in cfg.check.tolerances.items()},
-            gradient_tolerance_factor=cfg.check.gradient_tolerance_factor,
-            timing=TimerSettings.from_config(cfg.timing) if cfg.timing.enabled else None,
-            speed_of_light_cache=str(cfg.path(cfg.measurement_cache_dir))
-            if measure and cfg.timing.enabled and cfg.speed_of_light.enabled
-            else "",
-            guard_bands=cfg.check.guard_bands,
-            profile=profile,
-        )
-
-    def worker_job(self, plan: Plan, subject: Subject, timing: ProblemTiming, session: P.SessionHandle) -> P.WorkerJob:
-        """A compared worker's job: `subject` checked through `plan`, timed under the problem's `timing`."""
-        cfg = self.cfg
-        return P.WorkerJob(
-            role=subject.role,
-            source=str(subject.source.resolve()),
-            source_text=subject.text,
-            problem_text=self.problem.text
-            if cfg.check.problem_globals and subject.role is P.Role.CANDIDATE and not subject.text
-            else "",
-            class_name=subject.class_name or ("ModelNew" if subject.role is P.Role.CANDIDATE else "Model"),
-            compile_mode=subject.compile_mode,
-            device=self.device,
-            build_cache=str(cfg.path(cfg.build_cache_dir)),
-            construct_seed=plan.construct_seed,
-            calls=P.role_calls(subject.role, plan.calls),
-            timing=TimerSettings.from_config(cfg.timing, timing.timing_mode) if cfg.timing.enabled else None,
-            allow_tf32=cfg.check.allow_tf32,
-            gradients=cfg.check.gradients != GradientPolicy.OFF,
-            gradient_seed=plan.gradient_seed,
-            rng_seed=plan.rng_seed,
-            cpu_threads=cfg.timing.cpu_threads,
-            guard_bands=cfg.check.guard_bands,
-            weights=cfg.check.weights,
-            session=session,
-        )
-
-    def sanitize_job(self, source: Path, seed: int, sizes: dict[str, Any]) -> P.SanitizeJob:
-        """The sanitizer child's job: one eval forward of the candidate in `source`, seeded with
-        `seed`, at the other-size trial's `sizes`."""
-        return P.SanitizeJob(
-            source=str(source.resolve()),
-            problem=str(self.problem.path.resolve()),
-            problem_text=self.problem.text,
-            class_name="ModelNew",
-            sizes=dict(sizes),
-            seed=seed,
-            build_cache=str(self.cfg.path(self.cfg.build_cache_dir)),
-            problem_globals=self.cfg.check.problem_globals,
-        )
+def decided_parts(
+    compared: Compared, case: Case, decided: Verdict, sanitized: tuple[SanitizerResult, ...]
+) -> tuple[Decision, Checks, Timing, Integrity, Provenance]:
+    """The parts of the record of a candidate that ran against the judge, from its settled verdict."""
+    outcome, gradients = compared.outcome, compared.gradients
+    mapping = case.reported.mapping
+    return (
+        Decision(
+            decided.status,
+            flat(decided.reason),
+            decided.stricter,
+            decided.warnings,
+            decided.notes + left_running(outcome),
+        ),
+        Checks(
+            results=tuple(compared.checks),
+            same_seed=compared.same_seed,
+            weights="seed" if compared.own_weights else case.reported.mapped_by if mapping else "name",
+            weight_mapping=mapping,
+            gradients=gradients[0] if gradients is not None else "",
+        ),
+        decided.timing,
+        dataclasses.replace(decided.evidence, flags=decided.flags, sanitizer=sanitized),
+        Provenance(
+            builds=tuple(m.build for m in outcome.every(P.Built)),
+            phase_seconds=outcome.done.phase_seconds if outcome.done is not None else {},
+            wall_seconds=round(outcome.wall_seconds, 3),
+        ),
+    )
 
 
 # -- one compared worker's pass ---------------------------------------------------------------------------
@@ -370,6 +321,9 @@ class ComparedPass:
         )
 
 
+# -- the paired rounds ---------------------------------------------------------------------------------------
+
+
 class Pairing:
     """The parent's side of one compared worker's paired timing.
 
@@ -522,102 +476,150 @@ class Pairing:
         )
 
 
-# -- a candidate's pass, top to bottom ---------------------------------------------------------------------
+# -- where a problem is evaluated, and the messages each process is started with ------------------------
 
 
-def judge_candidate(
-    setting: Setting,
-    judge: JudgeClient,
-    plan: Plan,
-    timing: ProblemTiming,
-    candidate: Candidate,
-    reference: ReferenceRecord,
-    restart_note: str,
-    sanitizer: LaneSanitizer,
-) -> tuple[Decision, Checks, Timing, Integrity, Provenance]:
-    """One candidate against the lane's judge, from its worker's first message to the parts of its
-    record: its compared pass (checks, then paired timing), the verdict's first stage, compute-sanitizer
-    when that leaves it correct, then the verdict settled with its timing compared."""
-    compared = ComparedPass(
-        setting, judge, plan, timing, Subject(P.Role.CANDIDATE, candidate.path, candidate.name)
-    ).run()
-    case = Case(
-        compared,
-        plan.calls,
-        plan.randomize_weights,
-        reference,
-        VerdictRules.of(setting.cfg),
-        setting.device,
-        reported(candidate, compared.outcome),
-        restart_note,
-    )
-    first = verdict.decide(case)
-    sanitized: tuple[SanitizerResult, ...] = ()
-    unsafe: list[Finding] = []
-    if first.status is Status.CORRECT and sanitizer.wanted():
-        job = setting.sanitize_job(candidate.path, plan.construct_seed, reference.outcome.other_size)
-        sanitized, unsafe = sanitizer.run(job, candidate.hash, candidate.name)
-    return decided_parts(compared, case, verdict.settle(case, first, unsafe), sanitized)
+@dataclasses.dataclass(frozen=True)
+class Subject:
+    """What one compared worker runs: a candidate's ModelNew, the null candidate, or a compile baseline."""
+
+    role: P.Role
+    source: Path  # the module file
+    log_name: str  # its log's name under the problem's logs
+    compile_mode: Optional[str] = None  # a compile baseline: torch.compile's mode
+    class_name: Optional[str] = None  # None: ModelNew for a candidate, Model for a baseline
+    name: str = "the candidate"  # how timing messages name it
+    text: str = ""  # its pinned source (the problem's, for the null candidate and a baseline); "" = read `source`
 
 
-def reported(candidate: Candidate, outcome: WorkerOutcome) -> Reported:
-    """What the candidate's worker reported beyond its checks (its messages), and what its
-    source declares (a scan of its file), for harness.parent.verdict."""
-    mapping = tuple(pair for m in outcome.every(P.WeightsMapped) for pair in m.pairs)
-    by_seed = outcome.first(P.WeightsBySeed)
-    why = by_seed.reason if by_seed is not None else ""
-    mapped = outcome.first(P.WeightsMapped)
-    scanned, declared = tuple(scan_source(candidate.path)), frozenset(declared_kernels(candidate.path))
-    return Reported(
-        mapping,
-        outcome.first(P.ExtensionCalls),
-        outcome.first(P.Threads),
-        why,
-        scanned,
-        declared,
-        mapped.by if mapped is not None else "position",
-    )
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """Where one problem is evaluated: what every run against its judge shares."""
 
+    problem: Problem
+    cfg: Config  # the problem's config (its declarations applied)
+    device: str  # cuda | cpu
+    store: RunStore  # where records and logs go
+    lane: Lane  # the GPU (or the CPU) and its worker launcher
+    memory_limit: int  # bytes of host memory a worker may hold
+    problem_hash: str  # the problem file's hash, read once when the evaluation began
+    scratch: RunScratch  # the run's scratch: the judge's and each worker's working folder go there
+    quiet: QuietHost  # the run's quiet host: timed rounds hold it
 
-def left_running(outcome: WorkerOutcome) -> tuple[str, ...]:
-    """A note when the model left processes running that its worker had to end."""
-    count = outcome.done.leftover if outcome.done is not None else 0
-    return (
-        (
-            f"the model left {count} process{'es' if count > 1 else ''} running after its run; the worker ended "
-            f"{'them' if count > 1 else 'it'}",
+    @classmethod
+    def of(
+        cls, problem: Problem, cfg: Config, device: str, store: RunStore, lane: Lane, scratch: RunScratch, quiet: Any
+    ) -> "Setting":
+        """The setting of `problem` under the run's `cfg`: its declarations applied, once."""
+        memory_limit = cfg.limits.memory_mb << 20 if cfg.limits.memory_mb else default_memory_limit()
+        resolved = cfg.for_problem(problem.settings)  # the problem's tolerances and backward contract
+        return cls(problem, resolved, device, store, lane, memory_limit, problem.hash, scratch, quiet)
+
+    def gpu_alone(self) -> Any:
+        """A hold of the lane's GPU for work whose times are measured (a reference's start: its
+        profile and speed of light; a worker's warm-up, profile and rounds): background work and
+        the other lanes on this GPU are stopped meanwhile (harness.parent.quiet). Nothing on the CPU."""
+        if self.device != Device.CUDA or not self.cfg.timing.enabled or not self.quiet.sharing:
+            # one lane on its GPU: the timed rounds hold the host themselves (harness.parent.compared_pass)
+            return contextlib.nullcontext()
+        return self.quiet.hold(self.lane.index)
+
+    def identity(self, candidate: str, path: str, source_hash: str) -> Identity:
+        """What a candidate's record of this problem on this lane was judged as."""
+        return Identity(
+            self.store.run_id,
+            self.problem.name,
+            self.problem_hash,
+            candidate,
+            path,
+            source_hash,
+            self.device,
+            self.lane.label,
         )
-        if count
-        else ()
-    )
 
+    def reference_identity(self, device_name: str) -> ReferenceIdentity:
+        """Which problem a reference record of this lane is of, and where (`device_name`: the judge's device)."""
+        return ReferenceIdentity(
+            self.store.run_id,
+            self.problem.name,
+            self.problem_hash,
+            str(self.problem.path),
+            self.device,
+            device_name,
+            self.lane.label,
+        )
 
-def decided_parts(
-    compared: Compared, case: Case, decided: Verdict, sanitized: tuple[SanitizerResult, ...]
-) -> tuple[Decision, Checks, Timing, Integrity, Provenance]:
-    """The parts of the record of a candidate that ran against the judge, from its settled verdict."""
-    outcome, gradients = compared.outcome, compared.gradients
-    mapping = case.reported.mapping
-    return (
-        Decision(
-            decided.status,
-            flat(decided.reason),
-            decided.stricter,
-            decided.warnings,
-            decided.notes + left_running(outcome),
-        ),
-        Checks(
-            results=tuple(compared.checks),
-            same_seed=compared.same_seed,
-            weights="seed" if compared.own_weights else case.reported.mapped_by if mapping else "name",
-            weight_mapping=mapping,
-            gradients=gradients[0] if gradients is not None else "",
-        ),
-        decided.timing,
-        dataclasses.replace(decided.evidence, flags=decided.flags, sanitizer=sanitized),
-        Provenance(
-            builds=tuple(m.build for m in outcome.every(P.Built)),
-            phase_seconds=outcome.done.phase_seconds if outcome.done is not None else {},
-            wall_seconds=round(outcome.wall_seconds, 3),
-        ),
-    )
+    # -- the messages each process is started with --------------------------------------------------------
+
+    def judge_job(self, plan: Plan, measure: bool, profile: Optional[CallProfile] = None) -> P.JudgeJob:
+        """The judge's job; with `measure`, it also measures the problem's speed-of-light at start;
+        with `profile` (the reference cache's), it does not profile the reference again."""
+        cfg = self.cfg
+        return P.JudgeJob(
+            source=str(self.problem.path.resolve()),
+            source_text=self.problem.text,
+            device=self.device,
+            build_cache=str(cfg.path(cfg.build_cache_dir)),
+            construct_seed=plan.construct_seed,
+            input_seeds=plan.input_seeds,
+            distributions=plan.distributions,
+            calls=plan.calls,
+            other_size_trial=plan.other_size_trial,
+            randomize_weights=plan.randomize_weights,
+            precision_call=plan.precision_call,
+            timed_inputs=plan.timed_inputs,
+            gradients=cfg.check.gradients != GradientPolicy.OFF,
+            gradient_seed=plan.gradient_seed,
+            rng_seed=plan.rng_seed,
+            allow_tf32=cfg.check.allow_tf32,
+            cpu_threads=cfg.timing.cpu_threads,
+            tolerances={k: dataclasses.asdict(v) for k, v in cfg.check.tolerances.items()},
+            gradient_tolerance_factor=cfg.check.gradient_tolerance_factor,
+            timing=TimerSettings.from_config(cfg.timing) if cfg.timing.enabled else None,
+            speed_of_light_cache=str(cfg.path(cfg.measurement_cache_dir))
+            if measure and cfg.timing.enabled and cfg.speed_of_light.enabled
+            else "",
+            guard_bands=cfg.check.guard_bands,
+            profile=profile,
+        )
+
+    def worker_job(self, plan: Plan, subject: Subject, timing: ProblemTiming, session: P.SessionHandle) -> P.WorkerJob:
+        """A compared worker's job: `subject` checked through `plan`, timed under the problem's `timing`."""
+        cfg = self.cfg
+        return P.WorkerJob(
+            role=subject.role,
+            source=str(subject.source.resolve()),
+            source_text=subject.text,
+            problem_text=self.problem.text
+            if cfg.check.problem_globals and subject.role is P.Role.CANDIDATE and not subject.text
+            else "",
+            class_name=subject.class_name or ("ModelNew" if subject.role is P.Role.CANDIDATE else "Model"),
+            compile_mode=subject.compile_mode,
+            device=self.device,
+            build_cache=str(cfg.path(cfg.build_cache_dir)),
+            construct_seed=plan.construct_seed,
+            calls=P.role_calls(subject.role, plan.calls),
+            timing=TimerSettings.from_config(cfg.timing, timing.timing_mode) if cfg.timing.enabled else None,
+            allow_tf32=cfg.check.allow_tf32,
+            gradients=cfg.check.gradients != GradientPolicy.OFF,
+            gradient_seed=plan.gradient_seed,
+            rng_seed=plan.rng_seed,
+            cpu_threads=cfg.timing.cpu_threads,
+            guard_bands=cfg.check.guard_bands,
+            weights=cfg.check.weights,
+            session=session,
+        )
+
+    def sanitize_job(self, source: Path, seed: int, sizes: dict[str, Any]) -> P.SanitizeJob:
+        """The sanitizer child's job: one eval forward of the candidate in `source`, seeded with
+        `seed`, at the other-size trial's `sizes`."""
+        return P.SanitizeJob(
+            source=str(source.resolve()),
+            problem=str(self.problem.path.resolve()),
+            problem_text=self.problem.text,
+            class_name="ModelNew",
+            sizes=dict(sizes),
+            seed=seed,
+            build_cache=str(self.cfg.path(self.cfg.build_cache_dir)),
+            problem_globals=self.cfg.check.problem_globals,
+        )
