@@ -265,7 +265,8 @@ def test_the_shipped_honest_cpp_candidates_stay_correct_without_integrity_flags(
 def test_both_sides_record_the_aten_operators_of_the_same_call(cpu_records):
     for name in CATALOG:
         reference = cpu_records[(name, "_reference")]
-        assert reference.forward_ops is not None and reference.forward_ops.compute and reference.forward_ops.error == ""
+        ops = reference.profile.forward_ops
+        assert ops is not None and ops.compute and ops.error == ""
         for (problem, candidate), record in cpu_records.items():
             if problem == name and candidate != "_reference":
-                assert record.integrity.forward_ops is not None and record.integrity.forward_ops.call == reference.forward_ops.call, candidate
+                assert record.integrity.forward_ops is not None and record.integrity.forward_ops.call == ops.call, candidate

@@ -243,12 +243,12 @@ def test_baselines_are_reused_only_when_asked_and_say_from_which_run(make_config
     compiled = ("baselines.compile_modes=[default]", "timeouts.check=600")
     first_record, first = _evaluate(make_config("timing.reuse_reference=true", *compiled), "first")
     second_record, second = _evaluate(make_config("timing.reuse_reference=true", *compiled), "second")
-    assert first.timing_reused_from == "" and second.timing_reused_from == "first"
-    assert second.baselines == first.baselines and second.speed_of_light == first.speed_of_light
+    assert first.timing.timing_reused_from == "" and second.timing.timing_reused_from == "first"
+    assert second.timing.baselines == first.timing.baselines and second.profile.speed_of_light == first.profile.speed_of_light
     # the eager reference is timed with each candidate, never reused
     assert second_record.timing.paired is not None and second_record.timing.paired.reference != first_record.timing.paired.reference
     _, fresh = _evaluate(make_config(*compiled), "fresh")
-    assert fresh.timing_reused_from == "" and fresh.baselines != first.baselines
+    assert fresh.timing.timing_reused_from == "" and fresh.timing.baselines != first.timing.baselines
 
 
 def test_paired_graph_mode_on_cpu_times_both_sides_eagerly_and_says_why():
