@@ -9,6 +9,7 @@ from harness.core.store import RunStore
 from harness.device.buildcache import first_error_line
 from harness.sources.candidate import Candidate
 from harness.sources.problem import resolve_problem
+from tests.evaluations import evaluate_problem
 
 CPP_CANDIDATE = ROOT / "solutions" / "1_Scale_Bias_ReLU" / "cpp_fused.py"
 
@@ -82,7 +83,6 @@ def test_first_error_line_is_the_compilers_first_complaint(log, expected):
 BUILD_IN_INIT = '''
 import torch
 import torch.nn as nn
-from tests.evaluations import evaluate_problem
 from torch.utils.cpp_extension import load_inline
 
 class ModelNew(nn.Module):

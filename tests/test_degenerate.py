@@ -243,7 +243,7 @@ def records(tmp_path_factory, build_cache, measurement_cache):
         futures = {name: session.submit(problem, text, name=name) for name, (problem, text) in sources.items()}
         found = {name: f.result() for name, f in futures.items()}
         folder = session.store.dir
-    found["references"] = {r.problem: r for r in read_records(folder) if type(r).__name__ == "ReferenceRecord"}
+    found["references"] = {r.identity.problem: r for r in read_records(folder) if type(r).__name__ == "ReferenceRecord"}
     return found
 
 

@@ -152,7 +152,7 @@ def test_a_problem_declares_its_own_tolerance(make_config, tmp_path):
 
     lines = (loose.path(loose.results_dir) / "grads" / "records.jsonl").read_text().splitlines()
     references = [json.loads(line) for line in lines if '"declared"' in line]
-    assert references[-1]["declared"] == {"HARNESS_TOLERANCES": {"float32": {"atol": 1e-3, "rtol": 1e-3}}}
+    assert references[-1]["outcome"]["declared"] == {"HARNESS_TOLERANCES": {"float32": {"atol": 1e-3, "rtol": 1e-3}}}
 
 
 @pytest.mark.parametrize("value", ['{"float32": {"atol": -1, "rtol": 0}}', '{"float32": 1e-3}', '{"float32": {"atol": 1e-3}}', "[1e-3]"])

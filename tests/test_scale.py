@@ -162,7 +162,8 @@ def test_ray_executor_gives_the_same_records_as_the_local_one(make_config, tmp_p
     assert (run / ray["plain_1"]["provenance"]["log_path"]).is_file()  # the lane's logs come back to the run folder
     kinds = [type(r).__name__ for r in read_records(run / "records.jsonl")]
     assert kinds.count("ReferenceRecord") == 1 and kinds.count("CandidateRecord") == 4 and kinds[-1] == "RunEnd"
-    assert all(isinstance(r, CandidateRecord) for r in read_records(run) if hasattr(r, "identity"))
+    # every record came back whole: a candidate's or a reference's, decoded, never a dict
+    assert all(isinstance(r, (CandidateRecord, ReferenceRecord)) for r in read_records(run) if hasattr(r, "identity"))
 
 
 @pytest.mark.slow
