@@ -264,7 +264,7 @@ def _compared_run(make_config, role):
 
     cfg = make_config("timing.enabled=false")
     run = ComparedPass(Setting(None, cfg, "cpu", None, None, 0, "", None, None), _Judge(), Plan.fresh(cfg), ProblemTiming("eager"), Subject(role, Path("x.py"), "x"))
-    run.session = P.SessionHandle(1, None, None, (), (), P.Staged(()))
+    run.judge_session = P.SessionHandle(1, None, None, (), (), P.Staged(()))
     return run
 
 
@@ -273,7 +273,7 @@ def test_the_parent_passes_the_declared_steps_to_the_judge(make_config):
     steps = _declared(P.Role.CANDIDATE, len(run.plan.calls), timed=False)
     replies = [run.on_step(P.Step(kind, index, outputs)) for kind, index, outputs in steps]
     assert not any(isinstance(r, P.Failure) for r in replies)
-    assert run.judge.asked == [kind for kind, _, _ in steps]
+    assert run.client.asked == [kind for kind, _, _ in steps]
 
 
 def test_the_parent_refuses_a_step_out_of_the_declared_order_before_the_judge_sees_it(make_config):
@@ -281,4 +281,4 @@ def test_the_parent_refuses_a_step_out_of_the_declared_order_before_the_judge_se
     assert not isinstance(run.on_step(P.Step(S.SAME_SEED, 0, OUT)), P.Failure)
     refused = run.on_step(P.Step(S.BUFFERS, 0, OUT))
     assert refused == P.Failure(Status.FORGED_RESULT, "step buffers 0 arrived out of the plan's order (after same_seed)")
-    assert run.judge.asked == [S.SAME_SEED]
+    assert run.client.asked == [S.SAME_SEED]

@@ -69,7 +69,7 @@ from harness.sources.problem import Problem
 
 def judge_candidate(
     setting: Setting,
-    judge: JudgeClient,
+    client: JudgeClient,
     plan: Plan,
     timing: ProblemTiming,
     candidate: Candidate,
@@ -81,7 +81,7 @@ def judge_candidate(
     record: its compared pass (checks, then paired timing), the verdict's first stage, compute-sanitizer
     when that leaves it correct, then the verdict settled with its timing compared."""
     compared = ComparedPass(
-        setting, judge, plan, timing, Subject(P.Role.CANDIDATE, candidate.path, candidate.name)
+        setting, client, plan, timing, Subject(P.Role.CANDIDATE, candidate.path, candidate.name)
     ).run()
     case = Case(
         compared,
@@ -174,9 +174,9 @@ class ComparedPass:
     (harness.core.pairing). `run()` returns what it came to."""
 
     def __init__(
-        self, setting: Setting, judge: JudgeClient, plan: Plan, problem_timing: ProblemTiming, subject: Subject
+        self, setting: Setting, client: JudgeClient, plan: Plan, problem_timing: ProblemTiming, subject: Subject
     ) -> None:
-        self.setting, self.judge, self.plan, self.subject = setting, judge, plan, subject
+        self.setting, self.client, self.plan, self.subject = setting, client, plan, subject
         self.problem_timing = problem_timing
         self.calls: list[CheckResult] = []
         self.found: dict[str, Any] = {}  # the other steps' verdicts, by step
@@ -189,11 +189,11 @@ class ComparedPass:
 
     def run(self) -> Compared:
         cfg, subject = self.setting.cfg, self.subject
-        self.session: P.SessionHandle = self.judge.request(P.Open(subject.role), cfg.timeouts.construct)
+        self.judge_session: P.SessionHandle = self.client.request(P.Open(subject.role), cfg.timeouts.construct)
         if cfg.timing.enabled:
             self.pairing = Pairing(
-                self.judge,
-                self.session.session,
+                self.client,
+                self.judge_session.session,
                 cfg.timing,
                 cfg.timeouts.time,
                 subject.name,
@@ -203,7 +203,7 @@ class ComparedPass:
         cwd = self.setting.scratch.make(f"{subject.log_name[:20]}-")
         try:
             with start_run(
-                self.setting.worker_job(self.plan, subject, self.problem_timing, self.session),
+                self.setting.worker_job(self.plan, subject, self.problem_timing, self.judge_session),
                 timeouts=cfg.timeouts,
                 memory_limit=self.setting.memory_limit,
                 log_path=self.setting.store.log_path(self.setting.problem.name, subject.log_name),
@@ -220,8 +220,8 @@ class ComparedPass:
                 self.pairing.close()
             self._alone.close()
             shutil.rmtree(cwd, ignore_errors=True)
-            if self.judge.alive:
-                self.judge.request(P.Close(self.session.session), cfg.timeouts.check)
+            if self.client.alive:
+                self.client.request(P.Close(self.judge_session.session), cfg.timeouts.check)
         return self.result(outcome)
 
     def on_message(self, message: Any) -> Optional[Failure | Reply]:
@@ -245,7 +245,9 @@ class ComparedPass:
         if order:
             return Failure(Status.FORGED_RESULT, order)
         self.seen.append(step.step)
-        verdict: P.StepAnswer = self.judge.request(P.Check(self.session.session, step), self.setting.cfg.timeouts.check)
+        verdict: P.StepAnswer = self.client.request(
+            P.Check(self.judge_session.session, step), self.setting.cfg.timeouts.check
+        )
         if verdict.failure is not None:
             return verdict.failure
         if verdict.unsafe and not self.unsafe:
@@ -334,16 +336,16 @@ class Pairing:
 
     def __init__(
         self,
-        judge: JudgeClient,
-        session: int,
+        client: JudgeClient,
+        judge_session: int,
         timing: TimingConfig,
         limit: float,
         compared_name: str = "the candidate",
         quiet: Optional[LaneQuiet] = None,
         problem_timing: Optional[ProblemTiming] = None,
     ) -> None:
-        self.judge = judge
-        self.session = session
+        self.client = client  # the lane's judge
+        self.judge_session = judge_session  # the compared worker's session with it
         self.timing = timing  # the run's timing config
         self.limit = limit  # seconds for each of the judge's requests
         self.compared_name = compared_name
@@ -362,8 +364,8 @@ class Pairing:
     def on_ready(self, ready: P.Ready) -> dict[str, Any]:
         """The worker is ready: prepare the reference, choose the protocol, run up to the worker's first round."""
         self.ready = ready
-        self.reference_ready = self.judge.request(
-            P.PrepareTiming(self.session, graph=self.problem_timing.timing_mode == TimingMode.GRAPH), self.limit
+        self.reference_ready = self.client.request(
+            P.PrepareTiming(self.judge_session, graph=self.problem_timing.timing_mode == TimingMode.GRAPH), self.limit
         )
         self.protocol = choose_protocol(
             self.problem_timing.timing_mode,
@@ -393,10 +395,10 @@ class Pairing:
                     self._order += schedule(2, start=len(self.rounds[COMPARED]))
                 side, k = self._order[self._next]
                 self._next += 1
-                ask = P.TimeRound(self.session, k, self.timing.rounds, self.protocol)
+                ask = P.TimeRound(self.judge_session, k, self.timing.rounds, self.protocol)
                 if side == COMPARED:
                     return {"round": P.encode(ask)}
-                timed: P.RoundTimed = self.judge.request(ask, self.limit)
+                timed: P.RoundTimed = self.client.request(ask, self.limit)
                 self.rounds[REFERENCE].append(timed.stats)
             if not self._below_floor():
                 break
