@@ -267,6 +267,9 @@ def test_a_gigabyte_problem_completes_with_a_small_parent_and_no_scratch_left(tm
         "--set", f"problems_dir={problems}", "--set", f"solutions_dir={tmp_path / 'solutions'}", "--results", str(tmp_path / "results"),
         "--set", "check.trials=2", "--set", "check.gradients=off", "--set", "check.input_distributions=[given]", "--set", "flags.no_custom_kernel=flag",
         "--set", f"build_cache_dir={tmp_path / 'builds'}", "--set", f"measurement_cache_dir={tmp_path / 'measurements'}",
+        # the hang guard below bounds the run, not the check phase's own limit: a gigabyte of inputs checked on
+        # two loaded cores has taken more than the default 300 s
+        "--set", f"timeouts.check={LARGE_HANG_GUARD_S - 60}",
     ]
     started = time.monotonic()
     proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
