@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import shutil
 from pathlib import Path
 from typing import Any, Optional
@@ -88,7 +89,7 @@ def judge_candidate(
         plan.calls,
         plan.randomize_weights,
         reference,
-        VerdictRules.of(setting.cfg),
+        setting.rules,
         setting.device,
         reported(candidate, compared.outcome),
         restart_note,
@@ -516,6 +517,11 @@ class Setting:
         memory_limit = cfg.limits.memory_mb << 20 if cfg.limits.memory_mb else default_memory_limit()
         resolved = cfg.for_problem(problem.settings)  # the problem's tolerances and backward contract
         return cls(problem, resolved, device, store, lane, memory_limit, problem.hash, scratch, quiet)
+
+    @functools.cached_property
+    def rules(self) -> VerdictRules:
+        """The settings every verdict of this problem depends on, resolved once."""
+        return VerdictRules.of(self.cfg)
 
     def gpu_alone(self) -> Any:
         """A hold of the lane's GPU for work whose times are measured (a reference's start: its
