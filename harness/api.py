@@ -29,7 +29,7 @@ import threading
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from harness.core import nullfloor
+from harness.core import nullfloor, unrun
 from harness.core.config import (
     Config,
     Device,
@@ -326,7 +326,8 @@ def finish_run(
 
     timings = []
     references = []
-    for record in written if written is not None else store.written:
+    written_records = list(written if written is not None else store.written)
+    for record in written_records:
         if isinstance(record, CandidateRecord) and record.timing.stats is not None:
             timings.append((record.identity.problem, record.identity.candidate, record.timing.stats))
         if isinstance(record, ReferenceRecord):
@@ -346,6 +347,7 @@ def finish_run(
                 "power and other GPU users)"
             )
     warnings += nullfloor.warnings(references, null_tolerance)
+    warnings += unrun.run_summary(r for r in written_records if isinstance(r, CandidateRecord))
     end = RunEnd(
         run_id=store.run_id,
         finished_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

@@ -135,6 +135,7 @@ def test_builds_run_ahead_in_a_pool_and_the_worker_loads_them_finished(make_conf
     for record in records:
         assert record.decision.status is Status.CORRECT, record.decision.reason
         assert record.provenance.builds and all(b.cached for b in record.provenance.builds), record.provenance.builds  # the pool built it first
+        assert record.provenance.ahead.outcome == "built" and not record.decision.warnings, record.provenance.ahead
 
 
 def test_a_candidate_may_build_in_its_constructor_only_when_its_import_built_nothing_and_it_names_a_loader(tmp_path):
@@ -161,12 +162,125 @@ def test_a_build_ahead_constructs_a_candidate_that_compiles_in_its_constructor(t
         outcome = pool.wait(path)
     finally:
         pool.close()
-    assert outcome is not None and outcome.startswith("ok [('built_in_init_ahead', 'built')]"), outcome
+    assert outcome.outcome == "built" and outcome.detail == "[('built_in_init_ahead', 'built')]", outcome
     without = tmp_path / "no_problem.py"
     without.write_text(BUILD_IN_INIT.replace('name="built_in_init"', 'name="built_in_init_never"'))
     pool = BuildAhead(tmp_path / "cache", "cpu", builds=1, jobs_per_build=2, timeout=600)
     try:
         pool.submit(without)  # no problem given: the import alone, which builds nothing here
-        assert pool.wait(without).startswith("ok []")
+        assert pool.wait(without).outcome == "nothing"
     finally:
         pool.close()
+
+
+def test_a_compile_that_failed_is_kept_failed_and_the_next_load_reports_it_without_compiling(tmp_path, monkeypatch):
+    import torch.utils.cpp_extension as cpp_extension
+
+    from harness.device.buildcache import BuildCache, BuildFailedError
+
+    source = "#include <torch/extension.h>\ntorch::Tensor f(torch::Tensor x) { return x + undefined_thing; }\n"
+    original = cpp_extension.load_inline
+    cache = BuildCache(tmp_path, "cpu", cuda=False)
+    cache.install()
+    try:
+        with pytest.raises(BuildFailedError) as first:
+            cpp_extension.load_inline(name="kept_failed_ext", cpp_sources=source, functions=["f"])
+        assert "undefined_thing" in first.value.first_error
+        assert len(list(tmp_path.glob("*.failed"))) == 1
+        compiled = []
+        monkeypatch.setattr(cache, "_original", lambda **kw: compiled.append(kw))
+        with pytest.raises(BuildFailedError) as again:
+            cpp_extension.load_inline(name="kept_failed_ext", cpp_sources=source, functions=["f"])
+        assert compiled == [] and again.value.first_error == first.value.first_error
+    finally:
+        cpp_extension.load_inline = original
+
+
+def test_a_build_that_may_pass_another_time_is_not_kept_failed(tmp_path, monkeypatch):
+    import torch.utils.cpp_extension as cpp_extension
+
+    from harness.device.buildcache import BuildCache, BuildFailedError
+
+    def killed(**arguments):
+        raise RuntimeError("Error building extension: c++: fatal error: Killed signal terminated program cc1plus")
+
+    original = cpp_extension.load_inline
+    cache = BuildCache(tmp_path, "cpu", cuda=False)
+    cache.install()
+    monkeypatch.setattr(cache, "_original", killed)
+    try:
+        with pytest.raises(BuildFailedError):
+            cpp_extension.load_inline(name="killed_ext", cpp_sources="int x;", functions=[])
+    finally:
+        cpp_extension.load_inline = original
+    assert not list(tmp_path.glob("*.failed"))
+
+
+def test_a_build_process_is_told_its_target_and_never_asks_the_device(tmp_path, monkeypatch):
+    import torch
+
+    import torch.utils.cpp_extension as cpp_extension
+
+    from harness.device.buildcache import BuildCache, NeedsCudaError
+
+    def refused():
+        raise AssertionError("the build role asked for a CUDA device")
+
+    monkeypatch.setattr(torch.cuda, "is_available", refused)
+    original = cpp_extension.load_inline
+    BuildCache(tmp_path, "cpu", cuda=False).install()
+    try:
+        with pytest.raises(NeedsCudaError):
+            cpp_extension.load_inline(name="wants_cuda", cpp_sources="", cuda_sources="__global__ void k() {}")
+    finally:
+        cpp_extension.load_inline = original
+
+
+REPORTS_ITS_DEVICE = """
+import os
+import torch
+if os.environ.get("CUDA_VISIBLE_DEVICES") == "":  # the build process: no GPU, the target given
+    raise RuntimeError(f"build role: TORCH_CUDA_ARCH_LIST={os.environ.get('TORCH_CUDA_ARCH_LIST')}")
+
+
+class ModelNew(torch.nn.Module):
+    def __init__(self, features, scale):
+        super().__init__()
+        self.scale = scale
+        self.bias = torch.nn.Parameter(torch.randn(features))
+
+    def forward(self, x):
+        return torch.relu(x * self.scale + self.bias)
+"""
+
+
+def test_a_build_process_sees_no_gpu_and_gets_the_target_architecture(tmp_path):
+    from harness.parent.prebuild import BuildAhead
+
+    path = tmp_path / "reports.py"
+    path.write_text(REPORTS_ITS_DEVICE)
+    pool = BuildAhead(tmp_path / "cache", "9.0", builds=1, jobs_per_build=1, timeout=120)
+    try:
+        pool.submit(path)
+        outcome = pool.wait(path)
+    finally:
+        pool.close()
+    assert outcome.outcome == "failed" and "build role: TORCH_CUDA_ARCH_LIST=9.0" in outcome.detail, outcome
+    assert pool.wait(tmp_path / "never.py").outcome == "skipped"
+
+
+@pytest.mark.slow
+def test_a_build_ahead_that_failed_while_the_lane_loaded_the_candidate_is_a_warning(make_config, tmp_path):
+    from harness.commands.run import run, select_targets
+    from harness.core.records import CandidateRecord
+    from harness.core.store import read_records
+
+    folder = tmp_path / "solutions" / "1_Scale_Bias_ReLU"
+    folder.mkdir(parents=True)
+    (folder / "reports.py").write_text(REPORTS_ITS_DEVICE)
+    cfg = make_config("builds.ahead=always", "timing.enabled=false", f"solutions_dir={tmp_path / 'solutions'}")
+    targets = select_targets(cfg, problem="1_Scale_Bias_ReLU", solution=None, everything=False)
+    run(cfg, targets, run_id="warned", quiet=True, argv=())
+    (record,) = [r for r in read_records(cfg.path(cfg.results_dir) / "warned") if isinstance(r, CandidateRecord)]
+    assert record.provenance.ahead.outcome == "failed"
+    assert any(w.startswith("the build ahead failed: import error") for w in record.decision.warnings), record

@@ -268,5 +268,6 @@ def test_both_sides_record_the_aten_operators_of_the_same_call(cpu_records):
         ops = reference.profile.forward_ops
         assert ops is not None and ops.compute and ops.error == ""
         for (problem, candidate), record in cpu_records.items():
-            if problem == name and candidate != "_reference":
+            # a decoy that fails a check (lazy_output) ends before its observed call
+            if problem == name and candidate != "_reference" and record.decision.status is not Status.INCORRECT:
                 assert record.integrity.forward_ops is not None and record.integrity.forward_ops.call == ops.call, candidate

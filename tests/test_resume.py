@@ -6,12 +6,16 @@ import signal
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import pytest
 
 from harness.__main__ import main
+from harness.commands.run import resume_targets
 from harness.core.errors import ExitCode
+from harness.core.status import Status
+from tests.records import candidate_record
 
 pytestmark = pytest.mark.slow  # whole runs through run.py, one killed mid-run
 
@@ -88,3 +92,18 @@ def test_run_id_that_exists_or_resume_of_nothing_is_a_usage_error(tmp_path, solu
     assert "use --resume r" in capsys.readouterr().err
     assert main([*_args(tmp_path), "--resume", "nothing"]) == ExitCode.USAGE
     assert "no run with records" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("status", list(Status))
+def test_resume_keeps_every_record_with_a_status_and_redoes_only_a_harness_error(status):
+    """A candidate's fault is its status, and a status is final: only `harness error` (ours) is
+    evaluated again. The record's files must be the ones it was made of, as always."""
+    problem = types.SimpleNamespace(name="p", hash="h")
+    candidate = types.SimpleNamespace(name="c", hash="ch")
+    earlier = [candidate_record(status=status, reason="why")]
+    store = types.SimpleNamespace(earlier=lambda: earlier)
+    left, kept, _ = resume_targets(store, [(problem, [candidate])])
+    if status is Status.HARNESS_ERROR:
+        assert (left, kept) == ([(problem, [candidate])], [])
+    else:
+        assert (left, kept) == ([], earlier)

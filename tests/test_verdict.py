@@ -132,6 +132,30 @@ def test_weights_by_seed_only_under_transplant(own_weights, weights, why, flagge
         assert flagged in decided.flags[0].reason
 
 
+LAZY = "same_seed: output is a torch.Tensor subclass (m.Deferred), not a plain tensor"
+
+
+LAZY_CALL = P.Failure(Status.INCORRECT, "trial 1 (train): output is a torch.Tensor subclass ...")
+
+
+@pytest.mark.parametrize("given, policy, status", [
+    # only its same-seed output was lazy, its calls matched: still incorrect
+    (case(lazy=LAZY, timing=TIMING, paired=PAIRED), "fail", Status.INCORRECT),
+    (case(lazy=LAZY, timing=TIMING, paired=PAIRED, failure=LAZY_CALL), "fail", Status.INCORRECT),
+    (case(lazy=LAZY, timing=TIMING, paired=PAIRED, failure=LAZY_CALL), "ignore", Status.INCORRECT),
+], ids=["correct-calls", "failed-call", "failed-call-ignored"])
+def test_a_lazy_output_is_incorrect_and_never_timed(given, policy, status):
+    rules = dataclasses.replace(given.rules, policies=policies(lazy_output=policy)[1])
+    decided = verdict(dataclasses.replace(given, rules=rules))
+    assert decided.status is status
+    assert decided.timing.speedup is None and decided.timing.stats is None  # compare_times (never) was not reached
+    assert [f.code for f in decided.flags] == (["lazy-output"] if policy != "ignore" else [])
+    if policy == "fail":
+        assert decided.stricter is not None and decided.stricter.code == "flag:lazy-output"
+    if given.compared.outcome.failure is None:
+        assert decided.reason == f"lazy-output: {LAZY}"
+
+
 @pytest.mark.parametrize("policy, status, measured", [
     ("flag", Status.CORRECT, True),
     ("fail", Status.FLAGGED, False),

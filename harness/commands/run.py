@@ -11,7 +11,8 @@ from typing import Any, Sequence
 
 from harness.api import Session
 from harness.commands import Terminated, add_config_arguments, load_config, sigterm_interrupts
-from harness.core.config import Config, Device, ExecutorKind
+from harness.core import unrun
+from harness.core.config import Config, Device, ExecutorKind, Switch
 from harness.core.errors import ExitCode, UserError
 from harness.core.records import CandidateRecord, ReferenceRecord, RunSummary, latest_per_candidate, to_dict
 from harness.core.status import Status
@@ -352,7 +353,10 @@ def _run(
             f"{store.records_path}" + (f", {csv_path}, {md_path}" if records else "") + "".join(f", {p}" for p in extra)
         )
         print(f"wrote {paths}", file=sys.stderr)
-    return int(exit_code(records, interrupted))
+    required = unrun.required_unrun(records, cfg.sanitizer.enabled == Switch.ON)
+    if required and not interrupted:
+        print(f"error: {visible(required)}", file=sys.stderr)
+    return int(exit_code(records, interrupted, required))
 
 
 def _evaluate(
@@ -389,10 +393,12 @@ def _evaluate(
     return records, interrupted, summary
 
 
-def exit_code(records: list[CandidateRecord], interrupted: bool = False) -> ExitCode:
+def exit_code(records: list[CandidateRecord], interrupted: bool = False, required_unrun: str = "") -> ExitCode:
+    """The run's exit code: interrupted; else the harness's or a required check's failure (a check
+    asked for explicitly that could not run, `required_unrun`); else a candidate's; else ok."""
     if interrupted:
         return ExitCode.INTERRUPTED
-    if any(r.decision.status in (Status.REFERENCE_FAILED, Status.HARNESS_ERROR) for r in records):
+    if required_unrun or any(r.decision.status in (Status.REFERENCE_FAILED, Status.HARNESS_ERROR) for r in records):
         return ExitCode.INTERNAL
     if any(r.decision.status.is_failure for r in records):
         return ExitCode.CANDIDATES_FAILED

@@ -235,6 +235,9 @@ class FlagPolicies:
     # the reference's weights pair with ModelNew's neither by name nor by position: checked with its own same-seed
     # weights
     weights_by_seed: str = Policy.FLAG
+    # an output with no values of its own (a tensor subclass, the meta device, a storage smaller than its shape): its
+    # check fails whatever the policy; fail keeps it out of every ranking and names it as the stricter check
+    lazy_output: str = Policy.FAIL
 
     def __post_init__(self) -> None:
         for name, value in dataclasses.asdict(self).items():

@@ -260,6 +260,9 @@ class Output:
     device: str = ""
     alias: int = -1  # index of the input whose memory it shares, or -1
     tensor: Optional[TensorSpec] = None  # where its values are in the mailbox (offset -1: did not fit)
+    # why it has no values of its own to compare, said after "output" (harness.device.regions.unmaterialised: a tensor
+    # subclass, the meta device, a storage smaller than its shape): the judge fails it, the parent flags lazy-output
+    lazy: str = ""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -22,8 +22,9 @@ from harness.core.status import Status, Vocabulary
 OUTSIDE_CAPTURE = "launches outside the capturing stream: timed eagerly"
 
 # 2: timing protocol fields, profiles, baselines, speed-of-light, run end; 3: paired rounds, null floor; 4: flags,
-# sanitizer runs; 5: a candidate in parts; 6: a reference in parts, a timing's mode named timing_mode
-SCHEMA_VERSION = 6
+# sanitizer runs; 5: a candidate in parts; 6: a reference in parts, a timing's mode named timing_mode; 7: a
+# candidate's build ahead (provenance.ahead)
+SCHEMA_VERSION = 7
 
 
 def to_dict(obj: Any) -> Any:
@@ -372,6 +373,31 @@ class ExtensionBuild:
     seconds: float  # wall time of the load_inline call
 
 
+class AheadOutcome(Vocabulary):
+    """How a candidate's build ahead (harness.parent.prebuild, in a CPU pool before its lane takes it) ended."""
+
+    NONE = "none"  # no build pool in this run (builds.ahead never, a CPU run, or Ray's own build tasks)
+    BUILT = "built"  # its extensions were compiled, or found compiled, in the build cache
+    NOTHING = "nothing"  # its import (and its constructor, with builds.construct) built no extension
+    FAILED = "failed"  # the build process reported a failure (its status and reason in the detail)
+    TIMEOUT = "timeout"  # the build ran past timeouts.load and was ended
+    SKIPPED = "skipped"  # the pool never built it (the detail says why)
+
+
+@dataclasses.dataclass(frozen=True)
+class AheadBuild:
+    """What the build pool did with a candidate before its lane took it."""
+
+    outcome: AheadOutcome = AheadOutcome.NONE  # how it ended
+    detail: str = ""  # the build process's one line (its extensions, or its status and reason), or why skipped
+    seconds: float = 0.0  # wall time of the build process, time spent stopped by the quiet host aside
+
+    @property
+    def went_wrong(self) -> bool:
+        """Whether the pool tried and did not finish the build (the lane then builds, if it can)."""
+        return self.outcome in (AheadOutcome.FAILED, AheadOutcome.TIMEOUT, AheadOutcome.SKIPPED)
+
+
 @dataclasses.dataclass(frozen=True)
 class Flag:
     """One integrity finding on a candidate (harness/core/flags.py)."""
@@ -495,6 +521,7 @@ class Provenance:
     """How the record came about: builds, time spent, the log, when."""
 
     builds: tuple[ExtensionBuild, ...] = ()  # load_inline calls and cache hits
+    ahead: AheadBuild = AheadBuild()  # the build pool's work on it before its lane took it
     # wall time per worker phase (timer, profile: parts of time)
     phase_seconds: dict[str, float] = dataclasses.field(default_factory=dict)
     wall_seconds: float = 0.0  # wall time of the whole evaluation, seen by the parent

@@ -270,5 +270,21 @@ def _to_6(data: dict[str, Any]) -> dict[str, Any]:
     return nested
 
 
+def _to_7(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 7 recorded how a candidate's build ahead ended (provenance.ahead, which a reference's
+    provenance has too, always none); an older line's run said nothing of it: no build pool, as far as
+    the record knows."""
+    if data.get("kind") in (CANDIDATE_KIND, REFERENCE_KIND):
+        _fill(data.setdefault("provenance", {}), {"ahead": {"outcome": "none", "detail": "", "seconds": 0.0}})
+    return data
+
+
 # version -> the step to the next
-STEPS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _to_2, 2: _to_3, 3: _to_4, 4: _to_5, 5: _to_6}
+STEPS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    1: _to_2,
+    2: _to_3,
+    3: _to_4,
+    4: _to_5,
+    5: _to_6,
+    6: _to_7,
+}

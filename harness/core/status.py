@@ -141,6 +141,8 @@ class Code(Vocabulary):
     UNSAFE_MEMORY = "unsafe-memory"  # an access outside its buffers (guard bands, compute-sanitizer)
     # the reference's weights could not be given to it: checked with its own, built under the shared seed
     WEIGHTS_BY_SEED = "weights-by-seed"
+    # an output with no values of its own: a tensor subclass, the meta device, a storage smaller than its shape
+    LAZY_OUTPUT = "lazy-output"
 
     @property
     def key(self) -> str:

@@ -2,7 +2,10 @@
 
 Each inline extension is built in `<cache>/<key>` where the key hashes the sources, functions,
 flags, torch and CUDA versions, target architecture and Python version: evaluating the same file
-again (or another file with identical kernels) loads the finished build instead of compiling.
+again (or another file with identical kernels) loads the finished build instead of compiling. A
+compile that failed is kept as failed (`<cache>/<key>.failed`), so the worker reports the build
+ahead's compiler error at once instead of compiling the same sources again; a failure that may pass
+on its own (a compiler killed, memory or disk run out) is not kept.
 """
 
 from __future__ import annotations
@@ -16,12 +19,14 @@ import re
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import torch
 import torch.utils.cpp_extension as cpp_extension
 
 _ERROR_LINE = re.compile(r"(\berror\b|undefined reference|undefined symbol)", re.IGNORECASE)
+# a failure that says nothing of the sources: another try may pass, so it is not kept as failed
+_PASSING = re.compile(r"\bKilled\b|terminated by signal|No space left|Cannot allocate memory|out of memory", re.I)
 
 
 class NeedsCudaError(RuntimeError):
@@ -69,9 +74,13 @@ class BuildCache:
         arch: str,
         around_build: Callable[[bool], None] = lambda starting: None,
         on_event: Callable[[dict[str, Any]], None] = lambda event: None,
+        cuda: Optional[bool] = None,
     ) -> None:
         self.root = root
         self.arch = arch
+        # whether CUDA sources can be built here: None asks the device (a process with a CUDA context); a
+        # build process, which has no device, is told (its target architecture is a GPU's)
+        self.cuda = cuda
         self.around_build = around_build  # told True before and False after each build (for phase limits)
         self.on_event = on_event  # told of each finished load_inline call
         self.events: list[dict[str, Any]] = []
@@ -116,10 +125,12 @@ class BuildCache:
         assert self._original is not None
         name = str(arguments["name"])
         wants_cuda = bool(_as_list(arguments.get("cuda_sources"))) or bool(arguments.get("with_cuda"))
-        if wants_cuda and not torch.cuda.is_available():
+        can_cuda = self.cuda if self.cuda is not None else torch.cuda.is_available()
+        if wants_cuda and not can_cuda:
             raise NeedsCudaError(f"extension {name!r} compiles CUDA sources and this run has no CUDA device")
         key = self.key(arguments)
         build_dir = self.root / key
+        failed = self.root / f"{key}.failed"
         build_dir.mkdir(parents=True, exist_ok=True)
         arguments["build_directory"] = str(build_dir)
         arguments["verbose"] = False  # verbose streams compiler output away from the exception we read
@@ -132,12 +143,18 @@ class BuildCache:
             if stale.exists():
                 stale.unlink()
             cached = any(build_dir.glob(f"{name}*.so"))
+            if not cached and failed.exists():  # these sources failed to compile before: the same error, at once
+                known = json.loads(failed.read_text(encoding="utf-8", errors="replace") or "{}")
+                raise BuildFailedError(name, known.get("first_error", "no compiler output"), known.get("log", ""))
             self.around_build(True)
             try:
                 module = self._original(**arguments)
             except Exception as exc:  # compile, link and load (undefined symbol) failures alike
                 message = f"{type(exc).__name__}: {exc}"
-                raise BuildFailedError(name, first_error_line(message), message) from None
+                first = first_error_line(message)
+                if not cached and not _PASSING.search(message):
+                    failed.write_text(json.dumps({"first_error": first, "log": message[-20000:]}))
+                raise BuildFailedError(name, first, message) from None
             finally:
                 self.around_build(False)
         event = {"name": name, "cache_key": key, "cached": cached, "seconds": round(time.perf_counter() - started, 3)}

@@ -25,6 +25,7 @@ from typing import Any, Optional
 import torch
 
 from harness.core.config import Device
+from harness.core.errors import one_line
 from harness.core.protocol import RegionHandle, RegionKind, TensorSpec
 from harness.device.cuda_driver import IpcHandle, check, driver
 
@@ -79,10 +80,51 @@ def view(region: torch.Tensor, spec: TensorSpec) -> torch.Tensor:
 
 
 def write(region: torch.Tensor, tensors: list[torch.Tensor], specs: list[TensorSpec]) -> None:
-    """Each tensor into its place, and poison into the guard band after it."""
-    for tensor, spec in zip(tensors, specs):
+    """Each tensor into its place, and poison into the guard band after it. A tensor with no values
+    of its own (`unmaterialised`) is refused before its data is touched (ValueError)."""
+    for position, (tensor, spec) in enumerate(zip(tensors, specs)):
+        lazy = unmaterialised(tensor)
+        if lazy:
+            raise ValueError(f"tensor {position} {lazy}")
         view(region, spec).copy_(tensor.detach().reshape(spec.shape))
         _guard(region, spec).fill_(POISON)
+
+
+PLAIN = (torch.Tensor, torch.nn.Parameter)  # the types whose values lie in their storage, as their sizes say
+
+
+def unmaterialised(tensor: torch.Tensor) -> str:
+    """Why `tensor` holds no values of its own to copy ("" when it does), to be said after "output":
+    a tensor subclass (its own code answers for its sizes and data: a wrapper subclass has no
+    storage, a lazy one computes only when read), the meta device, or a storage smaller than its
+    sizes, strides and offset reach. Asked before its data is touched, of its type first (type()
+    runs none of a subclass's code); a tensor that raises when asked is one too. Sparse and nested
+    tensors are not: they have values, in another layout."""
+    kind = type(tensor)
+    if kind not in PLAIN:
+        name = f"{getattr(kind, '__module__', '?')}.{getattr(kind, '__qualname__', '?')}"
+        return (
+            f"is a torch.Tensor subclass ({name[:120]}), not a plain tensor: its shape and values come from its own "
+            "code (a lazy output)"
+        )
+    try:
+        if tensor.is_meta:
+            return "is on the meta device: a shape with no values (a lazy output)"
+        if tensor.layout != torch.strided or tensor.is_nested or tensor.numel() == 0:
+            return ""
+        reach = sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride()))
+        need = (tensor.storage_offset() + reach + 1) * tensor.element_size()
+        storage = tensor.untyped_storage()
+        have = storage.nbytes()
+        held = have >= need and storage.data_ptr() != 0
+    except Exception as exc:
+        return f"cannot say where its values are ({one_line(exc, 200)}): a lazy output"
+    if held:
+        return ""
+    return (
+        f"has shape {tuple(tensor.shape)}, whose strides and offset reach {need} bytes, but a storage of {have} "
+        "bytes (a lazy output)"
+    )
 
 
 def guard_broken(region: torch.Tensor, specs: list[TensorSpec]) -> Optional[tuple[int, int]]:

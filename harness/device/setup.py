@@ -44,6 +44,14 @@ def synchronize(device: Any) -> None:
         torch.cuda.synchronize(device)
 
 
+def launch_check(device: Any) -> None:
+    """On CUDA, one tiny kernel launch: a launch error that model code left pending (a kernel it
+    launched with an invalid configuration and never checked) is raised here, right after its call,
+    instead of in the next launch the harness makes. A synchronise does not raise such an error."""
+    if device.type == Device.CUDA:
+        torch.zeros(1, device=device)
+
+
 PREWARM = "HARNESS_PREWARM"  # "cuda": a prestarted worker of a CUDA lane readies the device while it waits
 
 

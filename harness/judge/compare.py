@@ -33,19 +33,26 @@ def compare_outputs(
     """Compare saved outputs ({"types": [...], "tensors": [...]}) of reference and candidate.
     `noise`: the outputs (by index) that are rounding noise around zero on every call of the plan
     (`rounding_noise`), each with its level, the largest rms of the reference's output: they are
-    judged against that level, not against their own size, and the result carries a note."""
+    judged against that level, not against their own size, and the result carries a note. An output
+    the worker found with no values of its own (`actual["lazy"]`: a tensor subclass, the meta
+    device, a storage smaller than its shape) fails on that, before anything else is asked of it."""
     exp, act = expected["tensors"], actual["tensors"]
     if len(exp) != len(act):
         return outputs_counted(name, len(act), len(exp))
     worst: CheckResult | None = None
     notes: list[str] = []
+    lazy = actual.get("lazy") or []
     for index, (e, a, kind) in enumerate(zip(exp, act, actual["types"])):
         label = f"output {index}" if len(exp) > 1 else "output"
+        if index < len(lazy) and lazy[index]:  # no values of its own: a tensor subclass, meta, a short storage
+            return CheckResult(name, False, f"{label} {lazy[index]}")
         if kind != "Tensor":
             return CheckResult(name, False, f"{label} is a {kind}, not a plain torch.Tensor")
         problem = _form(index, label, expected, actual)
         if problem:
             return CheckResult(name, False, problem)
+        if a is None:
+            return CheckResult(name, False, f"{label} has no values the judge can read")
         result = _compare_tensor(name, label, e, a, tolerances, noise=(noise or {}).get(index, 0.0))
         if not result.passed:
             return result

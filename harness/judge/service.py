@@ -205,6 +205,8 @@ class Checker:
 
     def _mailbox_tensor(self, session: SessionState, output: P.Output) -> Any:
         """The tensor an output names in the mailbox, or why it cannot be read (a string)."""
+        if output.lazy:
+            return f"{output.name or 'the output'} {output.lazy}"
         if output.tensor is None:
             return f"{output.type} is not a tensor"
         try:
@@ -242,6 +244,7 @@ class Checker:
             "layouts": [o.layout for o in step.outputs],
             "devices": [o.device for o in step.outputs],
             "aliases": [o.alias for o in step.outputs],
+            "lazy": [o.lazy for o in step.outputs],
         }
         return compare_outputs(name, expected, actual, self.tolerances, noise)
 

@@ -56,6 +56,7 @@ from harness.core.records import (
 from harness.core.scan import declared_kernels, scan_source
 from harness.core.status import Finding, Status
 from harness.core.store import RunStore
+from harness.core.unrun import sanitizer_warnings
 from harness.parent import verdict
 from harness.parent.quiet import LaneQuiet, QuietHost
 from harness.parent.sanitize import LaneSanitizer
@@ -146,7 +147,7 @@ def decided_parts(
             decided.status,
             flat(decided.reason),
             decided.stricter,
-            decided.warnings,
+            decided.warnings + tuple(sanitizer_warnings(sanitized)),
             decided.notes + left_running(outcome),
         ),
         Checks(
@@ -183,6 +184,7 @@ class ComparedPass:
         self.found: dict[str, Any] = {}  # the other steps' verdicts, by step
         self.precision: dict[str, float] = {}
         self.unsafe: list[str] = []  # writes past an input's end, as the judge found them (the first is kept)
+        self.lazy = ""  # the first output reported with no values of its own (lazy-output), with its step
         self.seen: list[P.StepKind] = []  # the steps the worker reported, in the order protocol.STEPS declares
         self.pairing: Optional[Pairing] = None
         # the GPU held from the go-ahead into timing to the last timed call's check
@@ -246,6 +248,8 @@ class ComparedPass:
         if order:
             return Failure(Status.FORGED_RESULT, order)
         self.seen.append(step.step)
+        if not self.lazy:
+            self.lazy = lazy_output(step)
         verdict: P.StepAnswer = self.client.request(
             P.Check(self.judge_session.session, step), self.setting.cfg.timeouts.check
         )
@@ -321,7 +325,19 @@ class ComparedPass:
             profile=ready.profile if ready is not None else None,
             profile_error=ready.profile_error if ready is not None else "",
             unsafe=self.unsafe[0] if self.unsafe else next((m.reason[:300] for m in outcome.every(P.Unsafe)), ""),
+            lazy=self.lazy,
         )
+
+
+def lazy_output(step: P.Step) -> str:
+    """The first output of `step` its worker found with no values of its own (a tensor subclass, the
+    meta device, a storage smaller than its shape), as the lazy-output finding says it; "" when none."""
+    label = f"call_{step.index}" if step.step == P.StepKind.CALL else str(step.step)
+    for position, output in enumerate(step.outputs):
+        if output.lazy:
+            what = output.name or (f"output {position}" if len(step.outputs) > 1 else "output")
+            return f"{label}: {what} {output.lazy}"[:300]
+    return ""
 
 
 # -- the paired rounds ---------------------------------------------------------------------------------------

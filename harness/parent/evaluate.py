@@ -19,6 +19,7 @@ from harness.core.errors import flat
 from harness.core.plan import Plan
 from harness.core.protocol import Failure
 from harness.core.records import (
+    AheadBuild,
     CandidateRecord,
     Checks,
     Decision,
@@ -30,6 +31,7 @@ from harness.core.records import (
 )
 from harness.core.status import Status
 from harness.core.store import RunStore
+from harness.core.unrun import ahead_warnings
 from harness.parent.compared_pass import Setting, judge_candidate
 from harness.parent.lane_judge import LaneJudge, ReferencePass, Stopped
 from harness.parent.resources import RunResources
@@ -127,8 +129,8 @@ class ProblemEvaluation:
             self._reference = self.reference_pass.run(self.plan)
         self.on_start(candidate)
         self.sanitizer.prestart()  # memcheck's start-up under the tool overlaps this candidate's checks
-        if self.builds is not None:
-            self.builds.wait(candidate.path)  # the worker then loads the finished build
+        # the worker then loads the finished build; how the build ahead ended goes into the record
+        ahead = self.builds.wait(candidate.path) if self.builds is not None else AheadBuild()
         reference = self._reference
         if self.judge.ended() and reference.ok:
             reference = self._restart_judge()
@@ -147,7 +149,7 @@ class ProblemEvaluation:
         except Exception as exc:  # a harness bug on one candidate must not end the run
             traceback.print_exc()
             record = self._failed(candidate, Status.HARNESS_ERROR, f"{type(exc).__name__}: {exc}")
-        return self._finish(self._bounded(candidate, record))
+        return self._finish(self._bounded(candidate, with_ahead(record, ahead)))
 
     def close(self) -> None:
         self.judge.end()
@@ -259,6 +261,16 @@ class ProblemEvaluation:
         self.store.append(record)
         self.on_record(record)
         return record
+
+
+def with_ahead(record: CandidateRecord, ahead: AheadBuild) -> CandidateRecord:
+    """The record with how its build ahead ended, and a warning when it did not spare the lane a compile."""
+    warnings = ahead_warnings(ahead, record.provenance.builds, record.decision.status)
+    return dataclasses.replace(
+        record,
+        decision=dataclasses.replace(record.decision, warnings=(*record.decision.warnings, *warnings)),
+        provenance=dataclasses.replace(record.provenance, ahead=ahead),
+    )
 
 
 NAME_ERROR = re.compile(r"NameError: name '([A-Za-z_][A-Za-z0-9_]*)' is not defined")

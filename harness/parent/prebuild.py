@@ -6,8 +6,11 @@ are stopped or kept off its CPUs (harness.parent.quiet, `timing.quiet`).
 A build process (`python -m harness.worker.build`, untrusted like the worker) imports the candidate
 module (that is what triggers `load_inline`), exactly as the worker's load phase would; a candidate
 that compiles in its constructor instead is constructed once on the CPU from its problem's init
-inputs. It never runs a forward. A build that fails is simply left to the worker, which reports it.
-Builds start in the order they are submitted, which is the order the lanes take candidates in.
+inputs. It never runs a forward, and it needs no CUDA device: it is given the target architecture
+(`TORCH_CUDA_ARCH_LIST`) and sees no GPU (`CUDA_VISIBLE_DEVICES` empty), so nvcc builds without a
+context and inside the run's boundary, and a hundred builds never touch the GPU being timed. A build
+that fails is left to the worker, which reports it; its outcome (`AheadBuild`) goes into the
+candidate's record. Builds start in the order they are submitted, the order the lanes take candidates in.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from pathlib import Path
 from typing import Mapping, Optional
 
 from harness.core.config import ROOT, Device
+from harness.core.records import AheadBuild, AheadOutcome
 from harness.parent.quiet import QuietHost
 
 
@@ -90,16 +94,16 @@ class BuildAhead:
                 self._by_content[digest] = self.pool.submit(self._build, path, problem)
             self.futures[path] = self._by_content[digest]
 
-    def wait(self, path: Path) -> Optional[str]:
-        """The build's one-line outcome, or None when it was never submitted."""
+    def wait(self, path: Path) -> AheadBuild:
+        """How the build of `path` ended, once it has (skipped when it was never submitted)."""
         with self._lock:
             future = self.futures.get(path)
         if future is None:
-            return None
+            return AheadBuild(AheadOutcome.SKIPPED, "it was never submitted to the build pool")
         try:
             return future.result()
-        except Exception as exc:  # a failed build process is the worker's to report
-            return f"error: {exc}"
+        except Exception as exc:  # a build process that could not run at all: the worker builds and reports
+            return AheadBuild(AheadOutcome.FAILED, f"the build process could not run: {type(exc).__name__}: {exc}")
 
     def counts(self) -> tuple[int, int]:
         """(finished builds, submitted builds)."""
@@ -110,12 +114,13 @@ class BuildAhead:
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
 
-    def _build(self, path: Path, problem: Optional[Path] = None) -> str:
-        """Run one build process to its end; its one-line outcome. The process is background work
+    def _build(self, path: Path, problem: Optional[Path] = None) -> AheadBuild:
+        """Run one build process to its end; how it ended. The process is background work
         for the run's quiet host while it runs: pinned to the builds' CPUs before its
         compilers start, stopped while a lane times. Time it spends stopped does not count against
         `timeout`."""
-        env = {**os.environ, **self.env, "MAX_JOBS": str(self.jobs_per_build)}
+        # no GPU: the build needs none, and a context on the GPU a lane times would disturb it
+        env = {**os.environ, **self.env, "MAX_JOBS": str(self.jobs_per_build), "CUDA_VISIBLE_DEVICES": ""}
         if self.arch not in ("", Device.CPU):
             env["TORCH_CUDA_ARCH_LIST"] = self.arch
         host = self.quiet
@@ -152,14 +157,28 @@ class BuildAhead:
                     if left() > 0:
                         continue  # it was paused meanwhile
                     _end_group(proc)
-                    return f"timeout after {self.timeout:g} s"
+                    return AheadBuild(AheadOutcome.TIMEOUT, f"ended after {self.timeout:g} s", round(self.timeout, 3))
         except BaseException:
             _end_group(proc)
             raise
         finally:
             host.unregister(proc)
-        lines = (stdout.strip() or stderr.strip() or "no output").splitlines()
-        return f"{lines[-1]} ({time.perf_counter() - started:.1f} s)"
+        seconds = round(time.perf_counter() - started - (host.paused_seconds - paused_before), 3)
+        return ahead_outcome(stdout, stderr, proc.returncode, seconds)
+
+
+def ahead_outcome(stdout: str, stderr: str, returncode: int, seconds: float) -> AheadBuild:
+    """A build process's outcome from its output: its last line is `ok [(extension, cached|built), ...]`
+    or `STATUS REASON` (harness.worker.build); anything else (a process that could not enter the
+    boundary, or died) is a failure named by its last line of stderr."""
+    last = (stdout.strip().splitlines() or [""])[-1].strip()
+    if last.startswith("ok "):
+        built = last != "ok []"
+        return AheadBuild(AheadOutcome.BUILT if built else AheadOutcome.NOTHING, last[3:] if built else "", seconds)
+    if last:
+        return AheadBuild(AheadOutcome.FAILED, last[:300], seconds)
+    why = (stderr.strip().splitlines() or ["no output"])[-1].strip()
+    return AheadBuild(AheadOutcome.FAILED, f"the build process exited {returncode}: {why}"[:300], seconds)
 
 
 def _end_group(proc: subprocess.Popen) -> None:

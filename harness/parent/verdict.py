@@ -74,6 +74,8 @@ class Compared:
     unsafe: str = ""
     # the worker kept its same-seed weights (check.weights seed, or no pairing by name or position)
     own_weights: bool = False
+    # the first output it returned with no values of its own (a tensor subclass, meta, a short storage), with its step
+    lazy: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -257,6 +259,8 @@ def findings(case: Case, status: Status) -> tuple[list[Finding], Integrity]:
     found.extend(integrity.side_work(profile, reported.threads))
     if compared.unsafe:
         found.append((Code.UNSAFE_MEMORY, compared.unsafe))
+    if compared.lazy:
+        found.append((Code.LAZY_OUTPUT, compared.lazy))
     if compared.own_weights and rules.weights == WeightSource.TRANSPLANT:
         found.append(
             (

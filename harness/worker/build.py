@@ -2,7 +2,10 @@
 (`load_inline`) into the content-addressed build cache, and evaluates nothing. A candidate that
 compiles in its constructor instead (its import built nothing, and its source calls the extension
 loader) is also constructed once, on the CPU, from the problem's `get_init_inputs()` (`--problem`),
-as the worker's construct phase would build it; its forward never runs. It runs the candidate's
+as the worker's construct phase would build it; its forward never runs. It needs no CUDA device and
+is given none (the parent hides the GPUs): the target architecture comes from the parent (ARCH, and
+`TORCH_CUDA_ARCH_LIST`), so nvcc compiles without a context, inside the run's boundary, which a CUDA
+context could not be created in anyway. It runs the candidate's
 code, so it is untrusted like the worker; the parent's build pool (`harness.parent.prebuild`, and
 the Ray executor's build task) starts it and reads its one line.
 
@@ -20,6 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from harness.core.config import Device
 from harness.core.status import Status
 from harness.worker import sandbox
 
@@ -60,7 +64,10 @@ def main() -> None:
     from harness.device.buildcache import BuildCache
     from harness.device.failures import WorkerFailure, classify, load_module
 
-    cache = BuildCache(args.cache_dir, args.arch or "cpu")
+    arch = args.arch or Device.CPU
+    if arch != Device.CPU:
+        os.environ.setdefault("TORCH_CUDA_ARCH_LIST", arch)
+    cache = BuildCache(args.cache_dir, arch, cuda=arch != Device.CPU)
     cache.install()
     try:
         module = load_module(args.path, "__candidate__")

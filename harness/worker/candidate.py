@@ -10,7 +10,8 @@ import torch
 from harness.core import protocol as P
 from harness.core.config import Device
 from harness.device.checks import model_gradients, paired_gradients
-from harness.worker.compared import Worker, calls_since
+from harness.device.regions import PLAIN
+from harness.worker.compared import Worker, calls_since, model_fault
 
 
 class CandidateRun(Worker):
@@ -34,11 +35,13 @@ class CandidateRun(Worker):
         after_buffers = P.Want(
             P.WantKind.TRIAL if self.job.gradients else P.WantKind.TIMING if timing else P.WantKind.NONE
         )
-        buffers = list(model.named_buffers())
+        with model_fault("reading its buffers after the checked calls"):
+            # a subclass is handed on as it is: its own detach would run its code (deliver describes it)
+            buffers = [(k, v.detach() if type(v) in PLAIN else v) for k, v in model.named_buffers()]
         staged = self._step(
             P.StepKind.BUFFERS,
             0,
-            [v.detach() for _, v in buffers],
+            [v for _, v in buffers],
             [],
             want=after_buffers,
             names=[self.weights.name_of(k) for k, _ in buffers],
@@ -60,7 +63,8 @@ class CandidateRun(Worker):
         weights go in, unless it keeps its own (check.weights seed, or nothing pairs). Returns what
         the judge staged next, and whether it keeps its own weights."""
         args = self.plane.staged(self.session.first.sets[0])
-        pairs = self.weights.pairs(model)
+        with model_fault("reading its state_dict"):
+            pairs = self.weights.pairs(model)
         own = pairs is None
         staged = self._step(
             P.StepKind.SAME_SEED,
@@ -78,9 +82,9 @@ class CandidateRun(Worker):
         """Training parity: the gradients of a train-mode forward on the judge's trial inputs, named as
         the reference names its parameters; on its own weights, only those that pair with the reference's."""
         assert staged is not None
-        status, reason, grads = model_gradients(
-            model, self.plane.staged(staged.sets[0], staged.fresh), self.job.gradient_seed, self.guard
-        )
+        args = self.plane.staged(staged.sets[0], staged.fresh)
+        with model_fault("the gradient check"):
+            status, reason, grads = model_gradients(model, args, self.job.gradient_seed, self.guard)
         if own:  # its own parameters: only those the reference has, by name and shape, can be compared
             grads = paired_gradients(
                 grads, {f"parameter {w.name}": tuple(w.tensor.shape) for w in self.session.weights}

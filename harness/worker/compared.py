@@ -9,6 +9,7 @@ own, made of these steps.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -16,7 +17,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 
@@ -34,8 +35,19 @@ from harness.device.failures import WorkerFailure, classify, load_module
 from harness.device.guard import Guard
 from harness.device.inputs import aliased_input, as_outputs, same_bits
 from harness.device.profile import observe_ops, observed_call
-from harness.device.regions import GUARD, POISON, Region, band_changes, layout, past_end, view, write
-from harness.device.setup import setup_device, synchronize
+from harness.device.regions import (
+    GUARD,
+    PLAIN,
+    POISON,
+    Region,
+    band_changes,
+    layout,
+    past_end,
+    unmaterialised,
+    view,
+    write,
+)
+from harness.device.setup import launch_check, setup_device, synchronize
 from harness.device.timed import prepare_timer, time_round
 from harness.worker.sandbox import end_descendants, enter_pending
 
@@ -125,29 +137,58 @@ class DataPlane:
 
     def deliver(self, outputs: list[Any], inputs: list[Any], names: Optional[list[str]]) -> tuple[P.Output, ...]:
         """Put `outputs` in the mailbox, when they fit, and describe each for the step's report: its
-        type, name, layout, device, the input it aliases and where it lies (offset -1: it did not fit)."""
-        tensors = [o for o in outputs if dense(o)]  # a sparse or meta tensor has no bytes to put in the mailbox
+        type, name, layout, device, the input it aliases and where it lies (offset -1: it did not fit).
+        An output with no values of its own (`unmaterialised`: a tensor subclass, the meta device, a
+        storage smaller than its shape) is described and never touched: the judge fails it on its
+        description, and the parent flags it lazy-output. So is a sparse or nested one, on its layout.
+        A failure to copy an output (its dtype, its device, a CUDA error forward left) is the
+        model's (`model_fault`), unless the mailbox refuses a write of the harness's own as well."""
+        lazy = [unmaterialised(o) if isinstance(o, torch.Tensor) else "" for o in outputs]
+        tensors = [o for o, why in zip(outputs, lazy) if not why and dense(o)]
         specs, end = layout(tensors)
         fits = end <= self.mailbox.nbytes
         if fits:
-            write(self.mailbox.tensor, [t.as_subclass(torch.Tensor) for t in tensors], specs)
-            synchronize(self.device)
+            for position, (tensor, spec) in enumerate(zip(tensors, specs)):
+                self._write(position, tensor, spec)
+            with model_fault("after its outputs were copied to the judge"):
+                synchronize(self.device)
         described = []
         spec_of = iter(specs)
         for position, o in enumerate(outputs):
             name = names[position] if names else ""
-            if dense(o):
+            if lazy[position]:  # nothing of it is read: a subclass's attributes run its own code
+                described.append(P.Output(type(o).__name__, name, lazy=lazy[position]))
+            elif dense(o):
                 spec = next(spec_of)
                 if not fits:
                     spec = dataclasses.replace(spec, offset=-1)
-                described.append(
-                    P.Output(type(o).__name__, name, str(o.layout), o.device.type, aliased_input(o, inputs), spec)
-                )
-            elif isinstance(o, torch.Tensor):  # the judge reads its layout or device, and fails it
-                described.append(P.Output(type(o).__name__, name, str(o.layout), o.device.type))
+                described.append(P.Output("Tensor", name, str(o.layout), o.device.type, aliased_input(o, inputs), spec))
+            elif isinstance(o, torch.Tensor):  # the judge reads its layout, and fails it
+                form = f"nested {o.layout}" if o.is_nested else str(o.layout)
+                described.append(P.Output("Tensor", name, form, o.device.type))
             else:
                 described.append(P.Output(type(o).__name__, name))
         return tuple(described)
+
+    def _write(self, position: int, tensor: torch.Tensor, spec: P.TensorSpec) -> None:
+        """One output into its place in the mailbox. When the copy raises, a write of the harness's
+        own into the same place tells whose fault it is: the mailbox's (`harness error`) when that
+        fails too, else the output's (`runtime error`, or `CUDA fault` for a CUDA error)."""
+        try:
+            write(self.mailbox.tensor, [tensor], [spec])
+        except BaseException as exc:
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            failure = classify(exc, Status.RUNTIME_ERROR)
+            if failure.status is Status.RUNTIME_ERROR:
+                try:
+                    self.mailbox.tensor[spec.offset : spec.offset + spec.nbytes].zero_()
+                    synchronize(self.device)
+                except Exception as ours:
+                    why = f"the judge's mailbox refuses a write of the harness's own: {one_line(ours)}"
+                    raise WorkerFailure(Status.HARNESS_ERROR, why) from None
+            what = f"output {position} ({str(tensor.dtype).removeprefix('torch.')} on {tensor.device})"
+            raise WorkerFailure(failure.status, f"{what} could not be copied to the judge: {failure.reason}") from None
 
 
 class ReferenceWeights:
@@ -273,9 +314,12 @@ class Worker:
         if order:
             raise WorkerFailure(Status.HARNESS_ERROR, f"the worker's {order}")
         self._steps.append(step)
+        label = step if step != P.StepKind.CALL else f"call_{index}"
         if step in (P.StepKind.SAME_SEED, P.StepKind.CALL):
-            self.plane.check_copies(step if step == P.StepKind.SAME_SEED else f"call_{index}")
-        described = self.plane.deliver(outputs, inputs, names)
+            with model_fault(f"checking its inputs after forward ({label})"):
+                self.plane.check_copies(label)
+        with model_fault(f"describing its {label} outputs to the judge"):
+            described = self.plane.deliver(outputs, inputs, names)
         reply = self._exchange(P.Step(step, index, described, status, reason, want, own_weights))
         return from_dict(P.Staged, reply["staged"]) if reply.get("staged") is not None else None
 
@@ -308,15 +352,17 @@ class Worker:
         try:
             out = model(*args)
             synchronize(self.device)
+            launch_check(self.device)  # a launch error forward left unchecked is raised here, not in the harness's code
         except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
                 raise
             raise classify(exc, Status.RUNTIME_ERROR) from None
-        self.guard.check(f"forward ({label})")
-        alive = [t.name for t in threading.enumerate() if t not in threads_before and t.is_alive()]
-        if alive:
-            self.send(P.Threads(label, tuple(alive[:5]), len(alive)))
-        outputs = as_outputs(out)
+        with model_fault(f"after forward ({label})"):
+            self.guard.check(f"forward ({label})")
+            alive = [t.name for t in threading.enumerate() if t not in threads_before and t.is_alive()]
+            if alive:
+                self.send(P.Threads(label, tuple(alive[:5]), len(alive)))
+            outputs = as_outputs(out)
         bad = [type(o).__name__ for o in outputs if not isinstance(o, torch.Tensor)]
         if bad:
             raise WorkerFailure(Status.RUNTIME_ERROR, f"forward returned {', '.join(bad)} where tensors were expected")
@@ -424,7 +470,8 @@ class Worker:
             stats = time_round(timer, ask)
             self.guard.check("timing")
             reply = self._exchange(P.RoundTimed(ask.round, stats))
-        return last()
+        with model_fault("reading the output of its last timed call"):
+            return last()
 
     def finish(self, cache: BuildCache, checked: dict[str, int], before_timing: dict[str, int]) -> None:
         """The extension calls counted while checked and while timed (with the observed call's ATen
@@ -434,8 +481,32 @@ class Worker:
 
 
 def dense(output: Any) -> bool:
-    """Whether `output` is a tensor with bytes of its own to copy: strided, and not on the meta device."""
-    return isinstance(output, torch.Tensor) and output.layout == torch.strided and output.device.type != "meta"
+    """Whether `output` is a tensor with bytes of its own to copy: a plain tensor (harness.device.regions.PLAIN),
+    strided, not nested, and not on the meta device."""
+    return (
+        type(output) in PLAIN
+        and output.layout == torch.strided
+        and not output.is_nested
+        and output.device.type != "meta"
+    )
+
+
+@contextlib.contextmanager
+def model_fault(where: str) -> Iterator[None]:
+    """Harness code that handles what the model left (its outputs, its inputs, its buffers, the
+    device after its call): what it raises is the model's doing, under the status
+    harness.device.failures.classify gives it (a CUDA error, sticky or left pending by a launch
+    forward never checked, is `CUDA fault`; else `runtime error`), with `where` in the reason. A
+    WorkerFailure passes as it is (a mutated input, tampering, the harness's own error)."""
+    try:
+        yield
+    except WorkerFailure:
+        raise
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        failure = classify(exc, Status.RUNTIME_ERROR)
+        raise WorkerFailure(failure.status, f"{failure.reason} ({where})") from None
 
 
 def calls_since(now: dict[str, int], before: dict[str, int]) -> dict[str, int]:

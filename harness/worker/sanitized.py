@@ -7,7 +7,10 @@ reads the tool's report, never this process's word.
         JOB: a JSON file (harness.core.protocol.SanitizeJob), or "-": ready torch and the device
         first, then read the job as one JSON line on stdin
 
-It builds nothing new (the build cache already holds the candidate's extensions). The parent
+Like the worker, it creates its CUDA context before it enters the run's boundary: a CUDA driver
+cannot start inside a Landlock layer (error 304), and memcheck watches a process that did it in
+this order (benchmarks/cuda_boundary_probe.py, measured on an H100). It builds nothing new (the
+build cache already holds the candidate's extensions). The parent
 turns the caching allocator off here, so every tensor is an allocation of its own and a write past
 one lands outside any allocation, where memcheck sees it.
 """
@@ -24,8 +27,7 @@ def main() -> None:
     """One eval-mode forward of the candidate the job names, at the sizes it gives."""
     from harness.worker import sandbox
 
-    sandbox.enter_from_environment()  # before torch and the candidate: the run's boundary
-    sandbox.enter_pending()
+    sandbox.enter_from_environment()  # before torch and the candidate: the run's boundary, entered below
     import torch
 
     from harness.core import protocol as P
@@ -36,8 +38,11 @@ def main() -> None:
 
     device = torch.device("cuda", 0)
     torch.cuda.set_device(device)
+    # the CUDA context first, then the layer: the driver cannot start inside Landlock (CUDA error 304,
+    # benchmarks/cuda_boundary_probe.py), as the worker does; no candidate code has run yet
+    torch.empty(1, device=device)
+    sandbox.enter_pending()
     if sys.argv[1] == "-":  # prestarted: the device readied under the tool, then the job from stdin
-        torch.empty(1, device=device)
         text = sys.stdin.readline()
     else:
         text = Path(sys.argv[1]).read_text()
