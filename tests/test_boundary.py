@@ -133,6 +133,31 @@ def test_a_tampering_candidate_changes_nothing_a_later_verdict_depends_on_in_a_r
 
 
 @pytest.mark.slow
+def test_on_the_ray_executor_a_tampering_candidate_changes_nothing_a_later_verdict_depends_on(trees, make_config):
+    """The Ray executor's lanes and build tasks enter the same boundary as local lanes (auto: the
+    strongest this machine offers), and the run says which."""
+    pytest.importorskip("ray")
+    layer = _layers()[0]
+    done = subprocess.run(
+        [sys.executable, "run.py", "--problem", "1_Scale_Bias_ReLU", "--json", "--executor", "ray",
+         *[a for o in _overrides(trees, "auto") for a in ("--set", o)],
+         "--set", f"build_cache_dir={make_config().build_cache_dir}", "--set", "device=cpu", "--set", "check.trials=2",
+         "--set", "timing.enabled=false", "--set", "baselines.compile_modes=[]", "--set", "flags.no_custom_kernel=flag"],
+        cwd=ROOT, capture_output=True, text=True, timeout=900,
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    records = {r["identity"]["candidate"]: r for r in map(__import__("json").loads, lines) if r.get("identity")}
+    assert set(records) == {"a_tamper", "b_zeros"}, done.stderr[-2000:]
+    assert trees["problem"].read_bytes() == trees["before"]
+    assert records["b_zeros"]["decision"]["status"] == Status.INCORRECT
+    assert _planted(trees) == []
+    assert _sleepers() == []
+    if layer == Boundary.HASH:
+        assert records["a_tamper"]["decision"]["status"] == Status.TAMPERED, records["a_tamper"]["decision"]
+    assert f"boundary around the lanes' candidates: {layer}" in done.stderr, done.stderr[-2000:]
+
+
+@pytest.mark.slow
 def test_in_a_session_the_zeros_kernel_is_incorrect_before_and_after_the_tampering(trees, make_config):
     from harness import api
 
@@ -212,22 +237,25 @@ except OSError:
 
 @pytest.mark.skipif(Boundary.MOUNT not in _layers(), reason="the mount layer needs CAP_SYS_ADMIN (a root parent)")
 def test_the_mount_layer_makes_the_trees_read_only_and_they_cannot_be_remounted(tmp_path):
-    kept, free = tmp_path / "kept", tmp_path / "free"
+    kept, free, single = tmp_path / "kept", tmp_path / "free", tmp_path / "run.py"
     kept.mkdir()
     free.mkdir()
+    single.write_text("main()\n")
     code = f"""
 import subprocess
 open({str(free / 'a')!r}, 'w').write('ok')
 subprocess.run(['mount', '-o', 'remount,rw', {str(kept)!r}], capture_output=True)
-try:
-    open({str(kept / 'b')!r}, 'w')
-    print('wrote')
-except OSError:
-    print('refused')
+for path in ({str(kept / 'b')!r}, {str(single)!r}):
+    try:
+        open(path, 'a').write('forged')
+        print('wrote')
+    except OSError:
+        print('refused')
 """
-    done = _in_sandbox(SandboxPolicy(Boundary.MOUNT, protected=(str(kept),)), code)
+    done = _in_sandbox(SandboxPolicy(Boundary.MOUNT, protected=(str(kept), str(single))), code)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip().splitlines()[-1] == "refused" and not (kept / "b").exists() and (free / "a").exists()
+    assert done.stdout.strip().splitlines()[-2:] == ["refused", "refused"], done.stdout
+    assert not (kept / "b").exists() and (free / "a").exists() and single.read_text() == "main()\n"
 
 
 def test_a_layer_that_cannot_be_entered_ends_the_process_before_candidate_code(tmp_path):
@@ -264,3 +292,55 @@ def test_a_named_layer_this_machine_cannot_enter_is_a_usage_error(tmp_path, make
         open_boundary(make_config("sandbox.layer=landlock"), tmp_path)
     chosen = open_boundary(make_config("sandbox.layer=auto"), tmp_path)
     assert chosen.layer == Boundary.HASH and "no landlock: not here" in chosen.why and chosen.watch is not None
+
+
+def test_the_hash_watch_sees_a_same_size_edit_whose_modification_time_was_put_back(tmp_path):
+    problems = tmp_path / "problems"
+    problems.mkdir()
+    problem = problems / "p.py"
+    problem.write_text("return x * 2\n")
+    before = problem.stat()
+    watch = TreeWatch((problems,), keep=(problems,))
+    time.sleep(0.01)
+    problem.write_text("return x * 0\n")  # the same size
+    os.utime(problem, ns=(before.st_atime_ns, before.st_mtime_ns))  # and the old modification time
+    changes = watch.check()
+    assert changes == [f"changed {problem} (restored)"] and problem.read_text() == "return x * 2\n"
+
+
+def test_the_hash_watch_restores_a_changed_harness_file_and_watches_a_single_file(tmp_path):
+    package, entry = tmp_path / "harness", tmp_path / "run.py"
+    package.mkdir()
+    (package / "verdict.py").write_text("PASS = False\n")
+    entry.write_text("main()\n")
+    watch = TreeWatch((package, entry), keep=(package, entry))
+    time.sleep(0.01)
+    (package / "verdict.py").write_text("PASS = True\n")
+    entry.write_text("forged()\n")
+    changes = watch.check()
+    assert sorted(changes) == sorted([f"changed {package / 'verdict.py'} (restored)", f"changed {entry} (restored)"])
+    assert (package / "verdict.py").read_text() == "PASS = False\n" and entry.read_text() == "main()\n"
+
+
+def test_a_record_appended_to_the_run_by_something_else_is_cut_and_named(tmp_path):
+    from harness.core.records import RunEnd
+    from harness.core.store import RunStore, read_records
+
+    store = RunStore(tmp_path, "run")
+    assert store.foreign() == ""  # nothing written yet
+    store.append(RunEnd("run", "now", {}))
+    assert store.foreign() == ""
+    honest = store.records_path.read_bytes()
+    with open(store.records_path, "a") as f:  # a forged 99x, appended by a candidate under the hash layer
+        f.write('{"kind": "candidate", "forged": 99}\n')
+    said = store.foreign()
+    assert said.startswith("appended 36 bytes to") and said.endswith("(cut)"), said
+    assert store.records_path.read_bytes() == honest and len(read_records(store.records_path)) == 1
+    assert store.foreign() == ""
+
+
+def test_every_protected_tree_includes_the_entry_point_and_the_configs_of_a_checkout(make_config):
+    from harness.parent.boundary import protected_trees
+
+    trees = protected_trees(make_config())
+    assert ROOT / "run.py" in trees and ROOT / "configs" in trees and ROOT / "harness" in trees

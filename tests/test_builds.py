@@ -284,3 +284,57 @@ def test_a_build_ahead_that_failed_while_the_lane_loaded_the_candidate_is_a_warn
     (record,) = [r for r in read_records(cfg.path(cfg.results_dir) / "warned") if isinstance(r, CandidateRecord)]
     assert record.provenance.ahead.outcome == "failed"
     assert any(w.startswith("the build ahead failed: import error") for w in record.decision.warnings), record
+
+
+BOOK_LOAD = """
+import json, sys
+import torch.utils.cpp_extension as cpp_extension
+from harness.device.buildcache import BuildCache
+cache = BuildCache(__import__("pathlib").Path(sys.argv[1]), "cpu", cuda=False)
+cache.install()
+source = "#include <torch/extension.h>\\ntorch::Tensor twice(torch::Tensor x) { return x * 2; }\\n"
+module = cpp_extension.load_inline(name="book_ext", cpp_sources=source, functions=["twice"])
+print(json.dumps(cache.events))
+"""
+
+
+def test_a_cached_build_changed_after_it_was_recorded_is_rebuilt_and_named_never_loaded(tmp_path):
+    """The build book (harness.core.buildbook): the parent records a finished build's digest; a
+    library overwritten later (another candidate poisoning the cache) is not loaded but built again."""
+    import json
+    import subprocess
+    import sys
+
+    from harness.core import buildbook
+
+    cache_root = tmp_path / "builds"
+
+    def load():
+        done = subprocess.run([sys.executable, "-c", BOOK_LOAD, str(cache_root)], capture_output=True, text=True, cwd=ROOT, timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+        (event,) = json.loads(done.stdout.strip().splitlines()[-1])
+        return event
+
+    built = load()
+    assert built["cached"] is False and built["tampered"] == ""
+    assert buildbook.record(cache_root, [built["cache_key"]]) == [built["cache_key"]]
+    assert load()["cached"] is True  # unchanged: loaded as it is
+    library = next((cache_root / built["cache_key"]).glob("*.so"))
+    library.write_bytes(library.read_bytes() + b"poison")  # another candidate's write
+    rebuilt = load()
+    assert rebuilt["cached"] is False and rebuilt["tampered"].startswith("its cached libraries changed after"), rebuilt
+    assert not next((cache_root / built["cache_key"]).glob("*.so")).read_bytes().endswith(b"poison")
+
+
+def test_the_build_book_keeps_the_first_digest_unless_told_to_replace_it(tmp_path):
+    from harness.core import buildbook
+
+    build = tmp_path / "builds" / "k1"
+    build.mkdir(parents=True)
+    (build / "ext.so").write_bytes(b"first")
+    assert buildbook.record(tmp_path / "builds", ["k1", "missing", "../x"]) == ["k1"]
+    first = buildbook.recorded(tmp_path / "builds", "k1")
+    (build / "ext.so").write_bytes(b"second")
+    assert buildbook.record(tmp_path / "builds", ["k1"]) == [] and buildbook.recorded(tmp_path / "builds", "k1") == first
+    assert buildbook.record(tmp_path / "builds", ["k1"], replace=True) == ["k1"]
+    assert buildbook.recorded(tmp_path / "builds", "k1") == buildbook.build_digest(build) != first

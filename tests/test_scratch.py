@@ -219,3 +219,37 @@ def test_a_run_scratch_gives_fresh_folders_and_closing_it_twice_is_harmless(tmp_
     own.close()
     with pytest.raises(RuntimeError):
         own.make("late-")
+
+
+def _detached_sleeper(folder: Path, mark: str) -> subprocess.Popen:
+    """A process a candidate detached: its own session, its TMPDIR inside the run's scratch."""
+    (folder / "tmp").mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "TMPDIR": str(folder / "tmp")}
+    return subprocess.Popen(["sleep", mark], env=env, start_new_session=True)
+
+
+def test_closing_a_run_ends_the_processes_its_candidates_left_however_detached(tmp_path):
+    run = scratch.RunScratch.create(tmp_path)
+    sleeper = _detached_sleeper(run.path, "4243.1")
+    unrelated = subprocess.Popen(["sleep", "4243.2"], start_new_session=True)  # not the run's: left alone
+    try:
+        run.close()
+        assert sleeper.wait(timeout=10) == -signal.SIGKILL and run.ended == 1
+        assert unrelated.poll() is None
+    finally:
+        unrelated.kill()
+        unrelated.wait()
+
+
+def test_the_next_run_ends_what_a_killed_run_left_running_and_says_so(tmp_path):
+    stale = tmp_path / "run-999999-deadbeef"
+    stale.mkdir()
+    (stale / "owner").write_text(json.dumps({"pid": 999999}))  # no such process: its run was killed
+    sleeper = _detached_sleeper(stale, "4243.3")
+    run = scratch.RunScratch.create(tmp_path)
+    try:
+        assert sleeper.wait(timeout=10) == -signal.SIGKILL
+        assert run.notes == ("ended 1 process(es) that an earlier run (pid 999999, killed) left running",)
+        assert not stale.exists()
+    finally:
+        run.close()

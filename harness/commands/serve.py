@@ -31,6 +31,7 @@ record's future while the session's lanes do the work. Nothing here decides a ve
 from __future__ import annotations
 
 import argparse
+import ctypes
 import hmac
 import json
 import math
@@ -362,9 +363,11 @@ def setup_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--token",
-        default=os.environ.get("HARNESS_TOKEN", ""),
-        help="bearer token every request must carry (default: $HARNESS_TOKEN; none = no check)",
+        default="",
+        help="bearer token every request must carry (default: --token-file, else $HARNESS_TOKEN; none = no check); "
+        "on the command line it is wiped from the process's arguments once read",
     )
+    parser.add_argument("--token-file", metavar="FILE", help="read the bearer token from FILE (its first line)")
     add_problems_dir_argument(parser, "the problem tree (config problems_dir); clients name its problems, never files")
     parser.add_argument(
         "--allow-problem-dir",
@@ -376,7 +379,55 @@ def setup_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", choices=Device.words(), help="where to run (default: config, auto)")
 
 
+TOKEN_ENV = "HARNESS_TOKEN"
+
+
+def take_token(args: argparse.Namespace) -> str:
+    """The service's bearer token, from --token, --token-file or $HARNESS_TOKEN, kept from every process
+    this one starts (candidates read their parent's environment and arguments through /proc): the
+    variable leaves the environment, and a token given on the command line is wiped from this process's
+    arguments (`wipe_argument`)."""
+    from_env = os.environ.pop(TOKEN_ENV, "")
+    if args.token:
+        wipe_argument(args.token)
+        return str(args.token)
+    if args.token_file:
+        try:
+            return Path(args.token_file).expanduser().read_text(encoding="utf-8").splitlines()[0].strip()
+        except (OSError, IndexError) as exc:
+            raise UserError(f"--token-file {args.token_file}: {getattr(exc, 'strerror', None) or 'empty'}") from None
+    return from_env
+
+
+def wipe_argument(secret: str) -> bool:
+    """Overwrite `secret` where the kernel keeps this process's command line (what /proc/<pid>/cmdline
+    and ps show); True when it was found there. Linux only (the arguments' span is in /proc/self/stat)."""
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        start, end = int(fields[45]), int(fields[46])  # arg_start, arg_end: fields 48 and 49 of stat
+    except (OSError, IndexError, ValueError):
+        return False
+    if not secret or end <= start:
+        return False
+    raw = ctypes.string_at(start, end - start)
+    wanted, found = secret.encode(), False
+    at = raw.find(wanted)
+    while at >= 0:
+        ctypes.memset(start + at, ord("*"), len(wanted))
+        found = True
+        at = raw.find(wanted, at + len(wanted))
+    return found
+
+
+def redacted(argv: Sequence[str], secret: str) -> list[str]:
+    """The command line as the run header keeps it, the token replaced."""
+    return [a.replace(secret, "***") if secret else a for a in argv]
+
+
 def run_from_args(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    token = take_token(args)
+    args.token = token
+    argv = redacted(argv, token)
     overrides: list[str] = []  # the command's own flags, over --set
     if args.device:
         overrides.append(f"device={args.device}")

@@ -23,7 +23,7 @@ OUTSIDE_CAPTURE = "launches outside the capturing stream: timed eagerly"
 
 # 2: timing protocol fields, profiles, baselines, speed-of-light, run end; 3: paired rounds, null floor; 4: flags,
 # sanitizer runs; 5: a candidate in parts; 6: a reference in parts, a timing's mode named timing_mode; 7: a
-# candidate's build ahead (provenance.ahead)
+# candidate's build ahead (provenance.ahead), a build found changed (builds[].tampered)
 SCHEMA_VERSION = 7
 
 
@@ -371,6 +371,8 @@ class ExtensionBuild:
     cache_key: str  # hash of sources, flags, torch version and device arch: the build folder name
     cached: bool  # True when a finished build was found and nothing was compiled
     seconds: float  # wall time of the load_inline call
+    # why a finished build was not loaded but made again: its libraries differed from their recorded digest
+    tampered: str = ""
 
 
 class AheadOutcome(Vocabulary):

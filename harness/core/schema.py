@@ -272,10 +272,13 @@ def _to_6(data: dict[str, Any]) -> dict[str, Any]:
 
 def _to_7(data: dict[str, Any]) -> dict[str, Any]:
     """Version 7 recorded how a candidate's build ahead ended (provenance.ahead, which a reference's
-    provenance has too, always none); an older line's run said nothing of it: no build pool, as far as
-    the record knows."""
+    provenance has too, always none), and a cached build found changed (provenance.builds[].tampered);
+    an older line's run said nothing of either: no build pool, nothing found changed."""
     if data.get("kind") in (CANDIDATE_KIND, REFERENCE_KIND):
-        _fill(data.setdefault("provenance", {}), {"ahead": {"outcome": "none", "detail": "", "seconds": 0.0}})
+        provenance = data.setdefault("provenance", {})
+        _fill(provenance, {"ahead": {"outcome": "none", "detail": "", "seconds": 0.0}})
+        for build in provenance.get("builds") or []:
+            _fill(build, {"tampered": ""})
     return data
 
 

@@ -32,6 +32,9 @@ class RunStore:
         self.records_path = self.dir / RECORDS_FILE
         self._lock = threading.Lock()  # lanes append from their own threads
         self._written: list[Any] = []  # what this process appended, in order
+        # the records file as this process last left it (size, modification and change time); None
+        # before its first append
+        self._left: Any = None
 
     @property
     def has_records(self) -> bool:
@@ -56,11 +59,38 @@ class RunStore:
 
     def append(self, record: Any) -> None:
         line = encode_line(record)
-        with self._lock, open(self.records_path, "a", encoding="utf-8") as f:
-            f.write(line + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-            self._written.append(record)
+        with self._lock:
+            with open(self.records_path, "a", encoding="utf-8") as f:
+                f.write(line + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+                self._written.append(record)
+            self._left = self._fingerprint()
+
+    def _fingerprint(self) -> tuple[int, int, int]:
+        st = self.records_path.stat()
+        return st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+    def foreign(self) -> str:
+        """What something other than this process did to the records file since its last append ("" when
+        nothing): lines appended after this process's (a forged record) are cut; any other change is named.
+        Under the landlock and mount layers a candidate cannot write here; under hash and off this is the check."""
+        with self._lock:
+            if self._left is None or not self.records_path.is_file():
+                return ""
+            now = self._fingerprint()
+            if now == self._left:
+                return ""
+            size = self._left[0]
+            if now[0] > size:
+                with open(self.records_path, "r+b") as f:
+                    f.truncate(size)
+                    f.flush()
+                    os.fsync(f.fileno())
+                self._left = self._fingerprint()
+                return f"appended {now[0] - size} bytes to {self.records_path} (cut)"
+            self._left = now
+            return f"changed {self.records_path} (its size {size} -> {now[0]} bytes)"
 
     @property
     def written(self) -> list[Any]:

@@ -16,6 +16,7 @@ import inspect
 import json
 import os
 import re
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -23,6 +24,8 @@ from typing import Any, Callable, Optional
 
 import torch
 import torch.utils.cpp_extension as cpp_extension
+
+from harness.core import buildbook
 
 _ERROR_LINE = re.compile(r"(\berror\b|undefined reference|undefined symbol)", re.IGNORECASE)
 # a failure that says nothing of the sources: another try may pass, so it is not kept as failed
@@ -143,6 +146,11 @@ class BuildCache:
             if stale.exists():
                 stale.unlink()
             cached = any(build_dir.glob(f"{name}*.so"))
+            tampered = self._changed_since_built(build_dir, key) if cached else ""
+            if tampered:  # never loaded: the build is made again from the sources
+                shutil.rmtree(build_dir, ignore_errors=True)
+                build_dir.mkdir(parents=True, exist_ok=True)
+                cached = False
             if not cached and failed.exists():  # these sources failed to compile before: the same error, at once
                 known = json.loads(failed.read_text(encoding="utf-8", errors="replace") or "{}")
                 raise BuildFailedError(name, known.get("first_error", "no compiler output"), known.get("log", ""))
@@ -157,11 +165,26 @@ class BuildCache:
                 raise BuildFailedError(name, first, message) from None
             finally:
                 self.around_build(False)
-        event = {"name": name, "cache_key": key, "cached": cached, "seconds": round(time.perf_counter() - started, 3)}
+        event = {
+            "name": name,
+            "cache_key": key,
+            "cached": cached,
+            "seconds": round(time.perf_counter() - started, 3),
+            "tampered": tampered,
+        }
         self.events.append(event)
         self.on_event(event)
         self._count_calls(name, module)
         return module
+
+    def _changed_since_built(self, build_dir: Path, key: str) -> str:
+        """Why a finished build must not be loaded: its libraries differ from the digest the parent
+        recorded when it was built (harness.core.buildbook); "" when they match or none was recorded."""
+        expected = buildbook.recorded(self.root, key)
+        found = buildbook.build_digest(build_dir) if expected else ""
+        if not expected or found == expected:
+            return ""
+        return f"its cached libraries changed after they were built (sha256 {found[:12]}, recorded {expected[:12]})"
 
     def _count_calls(self, name: str, module: Any) -> None:
         """Replace each function the extension exports with one that counts its calls (the worker

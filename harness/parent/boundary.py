@@ -26,6 +26,7 @@ import threading
 from pathlib import Path
 from typing import Mapping, Optional
 
+from harness.core import buildbook
 from harness.core.boundary import ENV, SandboxPolicy
 from harness.core.config import Boundary, Config
 from harness.core.errors import UserError
@@ -67,8 +68,18 @@ def candidate_env(scratch: Path, build_cache: Path) -> dict[str, str]:
 
 
 def protected_trees(cfg: Config) -> tuple[Path, ...]:
-    """What a candidate must not write: the problem, solutions and results trees, and the harness itself."""
-    trees = [cfg.path(cfg.problems_dir), cfg.path(cfg.solutions_dir), cfg.path(cfg.results_dir), PACKAGE]
+    """What a candidate must not write: the problem, solutions and results trees, the harness itself,
+    in a checkout its entry point (run.py) and its configs, and the build book (the digests of the
+    finished builds, harness.core.buildbook)."""
+    trees = [
+        cfg.path(cfg.problems_dir),
+        cfg.path(cfg.solutions_dir),
+        cfg.path(cfg.results_dir),
+        PACKAGE,
+        ROOT / "run.py",
+        ROOT / "configs",
+        buildbook.book_folder(cfg.path(cfg.build_cache_dir)),
+    ]
     return tuple(dict.fromkeys(t.resolve() for t in trees if t.exists()))
 
 
@@ -115,6 +126,8 @@ def open_boundary(cfg: Config, scratch: Path, results_run: Optional[Path] = None
     chosen = cfg.sandbox.layer
     build_cache = cfg.path(cfg.build_cache_dir)
     build_cache.mkdir(parents=True, exist_ok=True)
+    book = buildbook.book_folder(build_cache)
+    book.mkdir(parents=True, exist_ok=True)  # protected from the start: the parent writes it as builds finish
     env = candidate_env(scratch, build_cache)  # per-run JIT caches, whatever the layer
     if chosen == Boundary.OFF:
         return RunBoundary(str(Boundary.OFF), env)
@@ -138,48 +151,58 @@ def open_boundary(cfg: Config, scratch: Path, results_run: Optional[Path] = None
         why.append(f"no {layer}: {said}")
     watch = TreeWatch(
         protected,
-        keep=(cfg.path(cfg.problems_dir), cfg.path(cfg.solutions_dir)),
-        skip=(results_run,) if results_run else (),
+        keep=(cfg.path(cfg.problems_dir), cfg.path(cfg.solutions_dir), PACKAGE, ROOT / "run.py", ROOT / "configs"),
+        skip=(*((results_run,) if results_run else ()), book),  # the run's own writes
     )
     return RunBoundary(str(Boundary.HASH), env, watch, "; ".join(why))
 
 
 class TreeWatch:
-    """The hash layer: the trees' files by size and modification time, and the bytes of the
-    problem and candidate files, taken before a candidate and compared after it."""
+    """The hash layer: the trees' files by size, modification time and change time, and the bytes of
+    the problem, candidate and harness files, taken before a candidate and compared after it. The
+    change time is the kernel's: an edit that keeps the size and puts the modification time back
+    still moves it, and no unprivileged process can set it back."""
 
     def __init__(self, roots: tuple[Path, ...], keep: tuple[Path, ...] = (), skip: tuple[Path, ...] = ()) -> None:
         self.roots = roots
         self.keep = tuple(k.resolve() for k in keep if k.exists())
         self.skip = tuple(s.resolve() for s in skip)
         self._lock = threading.Lock()
-        self._seen: dict[Path, tuple[int, int]] = {}
+        self._seen: dict[Path, tuple[int, int, int]] = {}
         self._bytes: dict[Path, bytes] = {}
         self.take()
 
-    def _walk(self) -> dict[Path, tuple[int, int]]:
-        found: dict[Path, tuple[int, int]] = {}
+    def _walk(self) -> dict[Path, tuple[int, int, int]]:
+        found: dict[Path, tuple[int, int, int]] = {}
+
+        def note(path: Path) -> None:
+            try:
+                st = path.lstat()
+            except OSError:
+                return
+            found[path] = (st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
         for root in self.roots:
+            if root.resolve() in self.skip:
+                continue
+            if not root.is_dir():  # a single file (run.py)
+                note(root)
+                continue
             for folder, dirs, files in os.walk(root):
                 here = Path(folder)
                 dirs[:] = [d for d in dirs if (here / d).resolve() not in self.skip and d != "__pycache__"]
                 for name in files:
-                    path = here / name
-                    try:
-                        st = path.lstat()
-                    except OSError:
-                        continue
-                    found[path] = (st.st_size, st.st_mtime_ns)
+                    note(here / name)
         return found
 
     def _kept(self, path: Path) -> bool:
         return any(path.is_relative_to(k) or path == k for k in self.keep)
 
     def take(self) -> None:
-        """Fingerprint the trees now (and keep the bytes of the problem and candidate files)."""
+        """Fingerprint the trees now (and keep the bytes of the problem, candidate and harness files)."""
         with self._lock:
             self._seen = self._walk()
-            for path, (size, _) in self._seen.items():
+            for path, (size, _, _) in self._seen.items():
                 if size <= KEPT_BYTES and self._kept(path) and path not in self._bytes:
                     try:
                         self._bytes[path] = path.read_bytes()

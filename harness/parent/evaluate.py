@@ -14,6 +14,7 @@ import threading
 import traceback
 from typing import Callable, Optional
 
+from harness.core import buildbook
 from harness.core.config import Config, Device
 from harness.core.errors import flat
 from harness.core.plan import Plan
@@ -149,6 +150,10 @@ class ProblemEvaluation:
         except Exception as exc:  # a harness bug on one candidate must not end the run
             traceback.print_exc()
             record = self._failed(candidate, Status.HARNESS_ERROR, f"{type(exc).__name__}: {exc}")
+        cache = self.cfg.path(self.cfg.build_cache_dir)
+        builds = record.provenance.builds
+        buildbook.record(cache, [b.cache_key for b in builds if not b.tampered])  # first sight: kept from now on
+        buildbook.record(cache, [b.cache_key for b in builds if b.tampered], replace=True)  # rebuilt just now
         return self._finish(self._bounded(candidate, with_ahead(record, ahead)))
 
     def close(self) -> None:
@@ -199,11 +204,15 @@ class ProblemEvaluation:
         name the problem file defines says so (`problem_global_hint`)."""
         watch = self.resources.boundary.watch
         changes = watch.check() if watch is not None else []
+        foreign = self.store.foreign()
+        changes += [foreign] if foreign else []
         if changes:
-            more = f" and {len(changes) - 3} more" if len(changes) > 3 else ""
-            return self._failed(
+            more = f" and {len(changes) - 3} more (every one in the notes)" if len(changes) > 3 else ""
+            failed = self._failed(
                 candidate, Status.TAMPERED, f"wrote outside its scratch: {'; '.join(changes[:3])}{more}"
             )
+            every = tuple(f"wrote outside its scratch: {change}" for change in changes) if more else ()
+            return dataclasses.replace(failed, decision=dataclasses.replace(failed.decision, notes=every))
         hint = problem_global_hint(record.decision.reason, self.problem, self.cfg.check.problem_globals)
         if hint:
             record = dataclasses.replace(
@@ -264,8 +273,15 @@ class ProblemEvaluation:
 
 
 def with_ahead(record: CandidateRecord, ahead: AheadBuild) -> CandidateRecord:
-    """The record with how its build ahead ended, and a warning when it did not spare the lane a compile."""
+    """The record with how its build ahead ended, and a warning when it did not spare the lane a compile,
+    or when a cached build it would have loaded had been changed since it was built."""
     warnings = ahead_warnings(ahead, record.provenance.builds, record.decision.status)
+    warnings += [
+        f"the cached build of extension {b.name!r} was not loaded: {b.tampered}; it was built again from its "
+        "sources (something wrote into the build cache)"
+        for b in record.provenance.builds
+        if b.tampered
+    ]
     return dataclasses.replace(
         record,
         decision=dataclasses.replace(record.decision, warnings=(*record.decision.warnings, *warnings)),

@@ -16,16 +16,20 @@ candidate's record. Builds start in the order they are submitted, the order the 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Mapping, Optional
 
+from harness.core import buildbook
 from harness.core.config import ROOT, Device
 from harness.core.records import AheadBuild, AheadOutcome
 from harness.parent.quiet import QuietHost
@@ -125,6 +129,8 @@ class BuildAhead:
             env["TORCH_CUDA_ARCH_LIST"] = self.arch
         host = self.quiet
         started = time.perf_counter()
+        # where the build process names the builds it used: a folder it may write (its TMPDIR, in the run's scratch)
+        keys = Path(tempfile.mkdtemp(prefix="keys-", dir=env.get("TMPDIR") or None)) / "keys.json"
         proc = subprocess.Popen(
             [
                 sys.executable,
@@ -133,6 +139,7 @@ class BuildAhead:
                 str(path),
                 str(self.cache_dir),
                 self.arch,
+                str(keys),
                 *(["--problem", str(problem)] if problem is not None else []),
             ],
             stdout=subprocess.PIPE,
@@ -164,7 +171,14 @@ class BuildAhead:
         finally:
             host.unregister(proc)
         seconds = round(time.perf_counter() - started - (host.paused_seconds - paused_before), 3)
-        return ahead_outcome(stdout, stderr, proc.returncode, seconds)
+        outcome = ahead_outcome(stdout, stderr, proc.returncode, seconds)
+        if outcome.outcome is AheadOutcome.BUILT:  # the parent records what it saw finished (harness.core.buildbook)
+            try:
+                buildbook.record(self.cache_dir, json.loads(keys.read_text()))
+            except (OSError, ValueError, TypeError):
+                pass
+        shutil.rmtree(keys.parent, ignore_errors=True)
+        return outcome
 
 
 def ahead_outcome(stdout: str, stderr: str, returncode: int, seconds: float) -> AheadBuild:

@@ -37,6 +37,7 @@ from harness.core.records import CandidateRecord, ReferenceRecord
 from harness.core.schema import decode_line, encode_line
 from harness.core.status import Status
 from harness.core.store import RunStore
+from harness.parent.boundary import open_boundary
 from harness.parent.evaluate import ProblemEvaluation
 from harness.parent.executor import Job, QueuedExecutor
 from harness.parent.resources import RunResources
@@ -125,15 +126,22 @@ def unpack_builds(blob: bytes, cache_dir: Path) -> list[str]:
     return added
 
 
-def build_remote(file_name: str, source: str, arch: str, jobs: int, timeout: float, cache_dir: str) -> bytes:
+def build_remote(cfg_data: dict[str, Any], file_name: str, source: str, arch: str, jobs: int, timeout: float) -> bytes:
     """A CPU task: build one candidate's inline extensions into this node's content-addressed
-    cache (a build already there is reused) and return the builds it uses as a tarball."""
-    cache = Path(cache_dir) if os.path.isabs(cache_dir) else ROOT / cache_dir
+    cache (a build already there is reused) and return the builds it uses as a tarball. The build
+    process enters the boundary this node offers (sandbox.layer), as a local build ahead does, and
+    sees no GPU; under the hash layer, a build that wrote into the trees ships nothing (what it
+    wrote is undone, and the lane's worker, which imports the candidate again, is judged for it)."""
+    from harness.core.config import build
+
+    cfg: Config = build(Config, cfg_data, prefix="")
+    cache = cfg.path(cfg.build_cache_dir)
     with tempfile.TemporaryDirectory(prefix="harness-ray-build-") as folder:
         path = Path(folder) / file_name
         path.write_text(source)
-        keys_file = Path(folder) / "keys.json"
-        env = {**os.environ, "MAX_JOBS": str(jobs)}
+        boundary = open_boundary(cfg, Path(folder) / "scratch")
+        keys_file = Path(folder) / "scratch" / "keys.json"  # inside what the build process may write
+        env = {**os.environ, **boundary.env, "MAX_JOBS": str(jobs), "CUDA_VISIBLE_DEVICES": ""}
         if arch not in ("", Device.CPU):
             env["TORCH_CUDA_ARCH_LIST"] = arch
         try:
@@ -148,6 +156,8 @@ def build_remote(file_name: str, source: str, arch: str, jobs: int, timeout: flo
             keys = json.loads(keys_file.read_text()) if keys_file.is_file() else []
         except (subprocess.TimeoutExpired, ValueError):
             return b""  # the lane's worker builds it, under its own limit, and reports
+        if boundary.watch is not None and boundary.watch.check():
+            return b""
         return pack_builds(cache, keys)
 
 
@@ -185,7 +195,10 @@ class LaneActor:
         own = RunScratch.create()
         self.folder = own.make("ray-lane-")
         self.store = LaneStore(self.folder / "results", run_id)
-        self.resources = RunResources(self.cfg, device, self.store, own)
+        # the boundary this node can enter (sandbox.layer), around this lane's workers and sanitizer runs,
+        # as a local run's: candidate code on a Ray node is as untrusted as anywhere
+        boundary = open_boundary(self.cfg, own.path, results_run=self.store.dir)
+        self.resources = RunResources(self.cfg, device, self.store, own, boundary=boundary)
         gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "") if device == Device.CUDA else ""
         self.lane = Lane.single(
             self.cfg,
@@ -197,6 +210,10 @@ class LaneActor:
         self.evaluation: Optional[ProblemEvaluation] = None
         self.evaluation_key: Any = None
         self.sent: set[str] = set()
+
+    def boundary(self) -> str:
+        """The layer this lane's candidate processes enter, as its run's header would say it."""
+        return self.resources.boundary.describe()
 
     def arch(self) -> str:
         from harness.parent.prebuild import gpu_arch
@@ -271,6 +288,7 @@ class RayExecutor(QueuedExecutor):
         actor = ray.remote(**options)(LaneActor)
         self.actors = [actor.remote(cfg.to_dict(), device, store.run_id) for _ in range(lanes)]
         self.arch = ray.get(self.actors[0].arch.remote())
+        self.layers = sorted(set(ray.get([a.boundary.remote() for a in self.actors])))  # what each lane entered
         widest = max((int(n["Resources"].get("CPU", 0)) for n in ray.nodes() if n.get("Alive")), default=cpus)
         # CPU lanes hold one each
         self.build_cpus = max(1, min(cfg.ray.build_cpus, widest - (0 if device == Device.CUDA else 1)))
@@ -279,7 +297,8 @@ class RayExecutor(QueuedExecutor):
     def describe(self) -> str:
         return (
             f"ray: {len(self.actors)} lane(s) ({'one GPU' if self.device == Device.CUDA else 'one CPU'} each), "
-            f"builds in tasks of {self.build_cpus} CPU(s)"
+            f"builds in tasks of {self.build_cpus} CPU(s); boundary around the lanes' candidates: "
+            f"{', '.join(self.layers)}"
         )
 
     def _servers(self) -> list[tuple[str, Callable[[], None]]]:
@@ -333,10 +352,10 @@ class RayExecutor(QueuedExecutor):
         plan = Plan.fresh(screen.cfg)
         problem_source = problem.path.read_text()
         sources = {c.path: c.path.read_text() for c in runnable}
-        cache = self.cfg.build_cache_dir  # resolved on each node against its own checkout
+        cfg_data = self.cfg.to_dict()  # its paths (the build cache) resolved on each node against its own checkout
         builds = {
             c.path: self.builder.remote(
-                c.path.name, sources[c.path], self.arch, self.build_cpus, self.cfg.timeouts.load, cache
+                cfg_data, c.path.name, sources[c.path], self.arch, self.build_cpus, self.cfg.timeouts.load
             )
             for c in runnable
         }

@@ -74,6 +74,8 @@ class RunResources:
         results_dir = cfg.path(cfg.results_dir)
         check_free_disk([default_base(), results_dir], cfg.limits.min_free_disk_mb * MIB)
         scratch = RunScratch.create()
+        for note in scratch.notes if echo else ():
+            print(f"note: {note}", file=sys.stderr)
         host = QuietHost()
         try:
             quiet = quiet_mode(cfg, device)

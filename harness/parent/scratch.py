@@ -8,7 +8,9 @@ closes (harness.parent.resources), interrupted or not. A run that could not (SIG
 cut) leaves it behind, and the next one to start removes it: `RunScratch.create` first sweeps
 every sibling whose owner is gone. A folder of a live process is never touched; a folder with no
 readable marker is removed only once it is an hour old (its owner may be between creating it and
-writing the marker).
+writing the marker). Processes go with the folder: closing a run ends every process whose
+environment or working folder points into its scratch (what a candidate detached, when its worker
+was killed before it could end it), and a sweep ends those of a stale folder first and says so.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import tempfile
 import threading
 import time
@@ -118,13 +121,71 @@ def sweep_stale(base: Path, now: Optional[float] = None) -> list[Path]:
     return removed
 
 
-class RunScratch:
-    """One run's scratch folder. `RunScratch.create()` sweeps stale siblings and makes it;
-    `make(prefix)` hands out fresh subfolders; `close()` (or leaving a `with` block) removes it."""
+def processes_in(folder: Path) -> list[int]:
+    """The processes (but this one) that belong to the run whose scratch is `folder`: their
+    environment points into it (a candidate's processes get their TMPDIR and JIT caches there,
+    harness.parent.boundary.candidate_env, and pass them on) or their working folder is inside it.
+    Processes of other users, which /proc does not show, are not seen."""
+    inside = str(Path(folder)) + os.sep
+    found: list[int] = []
+    try:
+        entries = [e for e in os.listdir("/proc") if e.isdigit() and int(e) != os.getpid()]
+    except OSError:
+        return found
+    for entry in entries:
+        try:
+            environ = Path(f"/proc/{entry}/environ").read_bytes()
+            cwd = os.readlink(f"/proc/{entry}/cwd") + os.sep
+        except OSError:
+            continue
+        if cwd.startswith(inside) or any(
+            value.partition(b"=")[2].startswith(inside.encode()) for value in environ.split(b"\0")
+        ):
+            found.append(int(entry))
+    return found
 
-    def __init__(self, path: Path, pid: int) -> None:
+
+def end_processes_in(folder: Path) -> int:
+    """Kill every process `processes_in(folder)` finds (a detached process a candidate left, which
+    its worker could not end because it was killed itself); how many there were."""
+    ended = 0
+    for pid in processes_in(folder):
+        try:
+            os.kill(pid, signal.SIGKILL)
+            ended += 1
+        except (ProcessLookupError, PermissionError):
+            continue
+    return ended
+
+
+def sweep_stale_processes(base: Path) -> list[str]:
+    """End the processes that stale run folders in `base` (their owner gone: a run killed before it
+    could clean up) still have; one line for each such folder, saying how many were ended."""
+    said: list[str] = []
+    try:
+        entries = [e for e in Path(base).iterdir() if e.name.startswith(PREFIX) and e.is_dir() and not e.is_symlink()]
+    except OSError:
+        return said
+    for folder in entries:
+        marker = _read_marker(folder)
+        if marker is None or owner_alive(marker["pid"], marker.get("start_time")):
+            continue
+        ended = end_processes_in(folder)
+        if ended:
+            said.append(f"ended {ended} process(es) that an earlier run (pid {marker['pid']}, killed) left running")
+    return said
+
+
+class RunScratch:
+    """One run's scratch folder. `RunScratch.create()` sweeps stale siblings (their processes
+    first) and makes it; `make(prefix)` hands out fresh subfolders; `close()` (or leaving a `with`
+    block) ends whatever processes of the run are left and removes it."""
+
+    def __init__(self, path: Path, pid: int, notes: tuple[str, ...] = ()) -> None:
         self.path = Path(path)
         self.pid = pid  # the owning process
+        self.notes = notes  # what the sweep at its start did that a user should hear of
+        self.ended = 0  # processes of the run that close() had to end
         self._closed = False
         self._lock = threading.Lock()
 
@@ -132,8 +193,10 @@ class RunScratch:
     def create(cls, base: Optional[Path] = None) -> "RunScratch":
         base = Path(base) if base is not None else default_base()
         pid = os.getpid()
+        notes: list[str] = []
         try:
             base.mkdir(parents=True, exist_ok=True)
+            notes = sweep_stale_processes(base)
             sweep_stale(base)
             while True:
                 path = base / f"{PREFIX}{pid}-{secrets.token_hex(4)}"
@@ -157,7 +220,7 @@ class RunScratch:
         except BaseException:
             shutil.rmtree(path, ignore_errors=True)
             raise
-        return cls(path, pid)
+        return cls(path, pid, tuple(notes))
 
     @property
     def closed(self) -> bool:
@@ -176,7 +239,9 @@ class RunScratch:
             if self._closed:
                 return
             self._closed = True
+        self.ended = end_processes_in(self.path)
         shutil.rmtree(self.path, ignore_errors=True)
+        sweep_stale_processes(self.path.parent)
         sweep_stale(self.path.parent)
 
     def __enter__(self) -> "RunScratch":

@@ -149,8 +149,8 @@ def enter_mount(protected: tuple[str, ...]) -> None:
     libc = _libc()
     _check(libc.unshare(_CLONE_NEWNS), "unshare(mount) (needs CAP_SYS_ADMIN)")
     _check(libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None), "mount(private)")
-    for folder in protected:
-        if not os.path.isdir(folder):
+    for folder in protected:  # folders, and single files (run.py): a bind mount takes either
+        if not os.path.exists(folder):
             continue
         kept = sum(flag for st, flag in _LOCKED_FLAGS.items() if os.statvfs(folder).f_flag & st)
         path = folder.encode()
