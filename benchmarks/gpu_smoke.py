@@ -69,20 +69,21 @@ class Smoke:
     strict_flags: bool = True  # a grey flag beyond the expected ones is a miss (else a warning)
 
 
-SMOKE = "benchmarks/smoke"
+SMOKE = "benchmarks/smoke"  # the smoke's own candidates
+CHEATS = "benchmarks/cheats"  # the cheat catalog's, honest controls included
 CANDIDATES: tuple[Smoke, ...] = (
     Smoke(
         LINEAR,
         "honest_fused_bias_relu",
-        f"{SMOKE}/{LINEAR}/honest_fused_bias_relu.py",
+        f"{CHEATS}/{LINEAR}/honest_fused_bias_relu.py",
         "correct",
         "clean",
         builds=True,
     ),
     Smoke(LINEAR, "honest_ctor_build", f"{SMOKE}/{LINEAR}/honest_ctor_build.py", "correct", "clean", builds=True),
     Smoke(LINEAR, "honest_triton_epilogue", f"{SMOKE}/{LINEAR}/honest_triton_epilogue.py", "correct", "clean"),
-    Smoke(LINEAR, "oob_writer", f"{SMOKE}/{LINEAR}/oob_writer.py", "unsafe memory + unsafe-memory", "errors", True),
-    Smoke(SCALE, "lazy_output", f"benchmarks/cheats/{SCALE}/lazy_output.py", "incorrect + lazy-output"),
+    Smoke(LINEAR, "oob_writer", f"{CHEATS}/{LINEAR}/oob_writer.py", "unsafe memory + unsafe-memory", "errors", True),
+    Smoke(SCALE, "lazy_output", f"{CHEATS}/{SCALE}/lazy_output.py", "incorrect + lazy-output"),
     Smoke(
         SCALE,
         "unchecked_invalid_launch",

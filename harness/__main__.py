@@ -51,11 +51,20 @@ class Version(argparse.Action):
         values: Any,
         option_string: Optional[str] = None,
     ) -> None:
+        try:
+            self._print(parser)
+        except BrokenPipeError:  # `--version | head -1`: the reader has what it wanted
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())  # the interpreter's last flush must not raise again
+        parser.exit()
+
+    @staticmethod
+    def _print(parser: argparse.ArgumentParser) -> None:
         import platform
 
         from harness.parent.boundary import layers_here
 
-        print(f"{parser.prog} {__version__}")
+        print(f"{parser.prog} {__version__}", flush=True)
         print(f"python {platform.python_version()} on {platform.system()} {platform.release()} ({platform.machine()})")
         try:
             import torch
@@ -64,8 +73,13 @@ class Version(argparse.Action):
         except ImportError:
             print("torch: not installed")
         layers = layers_here()
-        print(f"boundary around candidates: {layers[0]} (this machine offers: {', '.join(layers)})")
-        parser.exit()
+        print(f"boundary around candidates: {layers[0]} (this machine offers: {', '.join(layers)})", flush=True)
+
+
+def summary(doc: Optional[str]) -> str:
+    """A command's one-line help: its docstring's first paragraph, whole (a sentence may run over lines)."""
+    paragraph = (doc or "").strip().split("\n\n")[0]
+    return " ".join(paragraph.split())
 
 
 def parser(prog: str = "run.py") -> argparse.ArgumentParser:
@@ -81,7 +95,7 @@ def parser(prog: str = "run.py") -> argparse.ArgumentParser:
     top.set_defaults(program=prog)  # how to run it again, e.g. in the line that resumes an interrupted run
     sub = top.add_subparsers(dest="command", metavar="{" + ",".join(COMMANDS) + "}")
     for name, module in COMMANDS.items():
-        module.setup_arguments(sub.add_parser(name, help=(module.__doc__ or "").strip().splitlines()[0]))
+        module.setup_arguments(sub.add_parser(name, help=summary(module.__doc__)))
     return top
 
 

@@ -137,14 +137,18 @@ def test_on_the_ray_executor_a_tampering_candidate_changes_nothing_a_later_verdi
     """The Ray executor's lanes and build tasks enter the same boundary as local lanes (auto: the
     strongest this machine offers), and the run says which."""
     pytest.importorskip("ray")
+    import tempfile
+
     layer = _layers()[0]
+    short = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # Ray's socket paths must stay under 108 bytes
     done = subprocess.run(
         [sys.executable, "run.py", "--problem", "1_Scale_Bias_ReLU", "--json", "--executor", "ray",
          *[a for o in _overrides(trees, "auto") for a in ("--set", o)],
          "--set", f"build_cache_dir={make_config().build_cache_dir}", "--set", "device=cpu", "--set", "check.trials=2",
          "--set", "timing.enabled=false", "--set", "baselines.compile_modes=[]", "--set", "flags.no_custom_kernel=flag"],
-        cwd=ROOT, capture_output=True, text=True, timeout=900,
+        cwd=ROOT, capture_output=True, text=True, timeout=900, env={**os.environ, "TMPDIR": short},
     )
+    shutil.rmtree(short, ignore_errors=True)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     records = {r["identity"]["candidate"]: r for r in map(__import__("json").loads, lines) if r.get("identity")}
     assert set(records) == {"a_tamper", "b_zeros"}, done.stderr[-2000:]

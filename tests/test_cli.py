@@ -223,3 +223,25 @@ def test_ingest_checks_every_file_before_writing_any(tmp_path, capsys):
     assert _ingest(tmp_path, str(first), str(twin), "--force") == ExitCode.USAGE
     assert "several files would be ingested as '004_f8fff41f0c416267'" in capsys.readouterr().err
     assert sorted(p.name for p in folder.rglob("*")) == ["001_c0eeb23014eea263.py"]
+
+
+def test_ingest_name_with_the_python_suffix_names_the_candidate_without_it(tmp_path, capsys):
+    folder = tmp_path / "repo" / "solutions" / "1_Scale_Bias_ReLU"
+    assert _ingest(tmp_path, str(SEEDS / "004_f8fff41f0c416267.txt"), "--name", "sample.py") == ExitCode.OK
+    assert (folder / "sample.py").is_file() and not (folder / "sample.py.py").exists()
+
+
+def test_version_read_by_head_ends_quietly():
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run(f"{sys.executable} run.py --version | head -1", shell=True, capture_output=True, text=True, cwd=root, timeout=120)
+    assert done.stdout.startswith("run.py ") and done.stdout.count("\n") == 1
+    assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
+
+
+def test_every_commands_help_line_is_a_whole_sentence(capsys):
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert "a correct one is missing or a new one is not correct." in " ".join(out.split())

@@ -40,3 +40,9 @@ def test_the_command_line_prints_the_yaml_error_with_its_place_on_one_line(tmp_p
     assert main(["--all", "--config", str(path)]) == ExitCode.USAGE
     err = capsys.readouterr().err
     assert err.startswith(f"error: config file {path} is not valid YAML at line 3, column 1: ") and err.count("\n") == 1
+
+
+def test_a_flag_over_a_malformed_setting_does_not_hide_it(capsys):
+    """`--no-timing` sets timing.enabled itself; a bad value beneath it is still a usage error."""
+    assert main(["--problem", "1_Scale", "--set", "timing.enabled=maybe", "--no-timing"]) == ExitCode.USAGE
+    assert capsys.readouterr().err == "error: config key 'timing.enabled' must be true or false, got 'maybe'\n"

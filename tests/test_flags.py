@@ -100,3 +100,13 @@ def test_a_problem_declares_its_own_flag_policies(tmp_path):
         declared_settings(problem)
     with pytest.raises(UserError, match="flags.side_stream must be fail, flag or ignore"):
         load_config(overrides=["flags.side_stream=maybe"])
+
+
+def test_findings_of_one_code_are_one_flag_with_their_evidence_joined():
+    from harness.core.flags import decide
+    from harness.core.status import Code, Status
+
+    found = [(Code.TAMPER_SUSPECT, "imports subprocess"), (Code.FALLBACK, "catches"), (Code.TAMPER_SUSPECT, "imports signal")]
+    status, _, flags = decide(Status.CORRECT, "ok", found, {"tamper_suspect": "flag", "fallback": "flag"})
+    assert status is Status.CORRECT
+    assert [(f.code, f.reason) for f in flags] == [("tamper-suspect", "imports subprocess; imports signal"), ("fallback", "catches")]

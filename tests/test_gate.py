@@ -38,10 +38,10 @@ def candidate(name, status=Status.CORRECT, ms=None, problem="p1", problem_hash="
     )
 
 
-def write_run(folder, records, protocol=PROTOCOL, device_name="NVIDIA H100 80GB HBM3", floors=None):
+def write_run(folder, records, protocol=PROTOCOL, device_name="NVIDIA H100 80GB HBM3", floors=None, argv=()):
     """A run folder; `floors` maps a problem to its null floor, or to a list of them (one reference per lane)."""
     store = RunStore(folder.parent, folder.name)
-    store.append(RunHeader(run_id=folder.name, started_at="2026-11-21T00:00:00+00:00", argv=(), config=protocol, environment={}))
+    store.append(RunHeader(run_id=folder.name, started_at="2026-11-21T00:00:00+00:00", argv=tuple(argv), config=protocol, environment={}))
     for problem in sorted({r.identity.problem for r in records}):
         found = (floors or {}).get(problem)
         lanes = {f"cuda:{i}": f for i, f in enumerate(found)} if isinstance(found, list) else {"": found}
@@ -218,7 +218,7 @@ def test_a_renamed_and_broken_candidate_fails(tmp_path):
     assert [c.regression for c in result.comparisons] == [Regression.MISSING, Regression.NEW_NOT_CORRECT]
     assert gate_cli(base, now) == ExitCode.REGRESSION
     report = (now / "gate.md").read_text()
-    assert "1 correct candidate(s) missing (rename them in the baseline, or pass --allow-missing)" in report
+    assert "1 correct candidate(s) missing (save a new baseline from this run with run.py baseline save, or pass --allow-missing)" in report
     assert "1 new candidate(s) not correct" in report
     assert "| p1 | k_renamed | not in the baseline, and incorrect now: why |" in report
     assert gate_cli(base, now, "--allow-missing") == ExitCode.REGRESSION  # the new name is still not correct
@@ -232,7 +232,7 @@ def test_a_deleted_correct_candidate_fails_unless_missing_ones_are_allowed(tmp_p
     assert gate_cli(base, now) == ExitCode.REGRESSION
     report = (now / "gate.md").read_text()
     assert "**FAIL**: 1 correct candidate(s) missing" in report
-    assert "| p1 | deleted | was correct, not in this run (if it was renamed, rename it in the baseline too; " in report
+    assert "| p1 | deleted | was correct, not in this run (if it was renamed or deleted on purpose, save a new baseline " in report
     assert gate_cli(base, now, "--allow-missing") == ExitCode.OK
     report = (now / "gate.md").read_text()
     assert "**PASS**" in report
@@ -503,3 +503,15 @@ def test_a_correctness_regression_is_reported_even_when_null_floors_are_off(tmp_
     assert comparison.verdict == REGRESSED and comparison.reason == "was correct, now incorrect: why"
     assert gate_cli(base, now) == ExitCode.REGRESSION
     assert "1 candidate(s) no longer correct" in (now / "gate.md").read_text()
+
+
+def test_a_run_of_every_problem_counts_a_baseline_problem_it_no_longer_has_as_missing(tmp_path):
+    """The correct kernel's whole solutions folder deleted: `--all` ran everything there was, so the
+    baseline's problem is missing, not left out."""
+    base = write_run(tmp_path / "base", [candidate("k", ms=samples(1.0, 0.01, seed=1)), candidate("gone", problem="p2")])
+    now = write_run(tmp_path / "now", [candidate("k", ms=samples(1.0, 0.01, seed=2))], argv=("run", "--all"))
+    result = gate(load_side(str(base), tmp_path), load_side(str(now), tmp_path), GateRules(), alpha=0.001)
+    assert result.left_out == () and [(c.problem, c.verdict) for c in result.comparisons if c.problem == "p2"] == [("p2", "missing")]
+    assert any("correct candidate(s) missing" in f for f in result.failures)
+    one = write_run(tmp_path / "one", [candidate("k", ms=samples(1.0, 0.01, seed=2))], argv=("run", "--problem", "p1"))
+    assert gate(load_side(str(base), tmp_path), load_side(str(one), tmp_path), GateRules(), alpha=0.001).left_out == ("p2",)

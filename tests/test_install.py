@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.venvs import venv_seeing_this_python
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -57,8 +58,7 @@ def test_ci_installs_what_the_readme_test_line_does_and_runs_its_test_command():
 @pytest.mark.slow
 def test_the_readme_install_makes_the_api_importable_outside_the_checkout(tmp_path):
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
-    python = venv / "bin" / "python"
+    python = venv_seeing_this_python(venv)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     source = tmp_path / "source"  # a copy of the checkout's package: the install leaves its metadata there
     shutil.copytree(ROOT / "harness", source / "harness", ignore=shutil.ignore_patterns("__pycache__"))

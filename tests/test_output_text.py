@@ -208,6 +208,7 @@ def test_leaderboard_markdown_keeps_one_row_per_candidate_and_renders_reasons_in
     assert reasons["table_break"] == "a\\|b<br>c" and reasons["html"] == "&lt;script&gt;alert(1)&lt;/script&gt;"
     assert reasons["strict"].startswith("[stricter than KernelBench: tolerance]")
     assert "<script>" not in markdown and "\x1b" not in markdown and "](https" not in markdown
+    assert "two\\nlines\\|&lt;b&gt;" in reasons and not any(name.startswith("two<br>") for name in reasons)  # a name: `\n`
 
 
 def test_leaderboard_csv_cells_a_spreadsheet_would_run_as_formulas_open_as_text(tmp_path):

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness import __version__
+from tests.venvs import venv_seeing_this_python
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -18,8 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_a_non_editable_install_runs_a_problem_from_outside_the_checkout(tmp_path):
     venv = tmp_path / "venv"
     # no pip of its own: the system's pip and setuptools build and install, with no download (no build isolation)
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
-    python = venv / "bin" / "python"
+    python = venv_seeing_this_python(venv)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # nothing of the checkout on the path
     source = tmp_path / "source"  # a copy of what the package is built from: the build leaves its folders there, not in the checkout
     shutil.copytree(ROOT / "harness", source / "harness", ignore=shutil.ignore_patterns("__pycache__"))

@@ -50,3 +50,14 @@ def test_no_estimate_when_nothing_is_left_or_no_time_has_passed_since_the_first(
         clock.now += 5
         progress.finished(_record("c"))
         assert progress.seconds_left() is None
+
+
+def test_a_progress_line_fits_an_80_column_terminal_its_reason_cut_not_its_counts(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    long = candidate_record(run_id="r", problem="p", problem_hash="h", candidate="k", candidate_path="k.py",
+                            candidate_hash="x", device="cpu", status=Status.INCORRECT, reason="max abs error " + "x" * 200)
+    with Progress(total=2) as progress:
+        progress.problem("p", 2)
+        progress.finished(long)
+    line = capsys.readouterr().err.splitlines()[-1]
+    assert len(line) <= 80 and line.endswith("(run 1/2, 1 queued, 1 failed)") and "max abs error xx" in line and "…" in line

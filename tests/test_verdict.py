@@ -258,3 +258,14 @@ def test_threads_left_running_are_side_work(threads, codes):
     decided = verdict(case(reported=[("threads", threads)]))
     assert [f.code for f in decided.flags] == codes
     assert all("forward left 1 thread(s) running after it returned (spinner; first seen after call_0)" in f.reason for f in decided.flags)
+
+
+@pytest.mark.parametrize("timer, advice", [
+    ("cuda_events", "stop other work on this GPU, check the clocks, or use timing.mode=graph"),
+    ("perf_counter", "stop other work on this machine (its CPU is the device)"),
+])
+def test_an_unstable_timing_is_told_what_to_do_on_its_own_device(timer, advice):
+    rules = verdict_module.VerdictRules.of(load_config())
+    spread = TimingStats.from_samples([1.0, 1.0, 2.0, 3.0, 3.0], timer=timer, warmup_calls=1, stopped_by="budget")
+    (unstable,) = [w for w in verdict_module.timing_warnings(spread, rules) if w.startswith("unstable timing")]
+    assert advice in unstable and (timer == "cuda_events" or "GPU" not in unstable)

@@ -43,8 +43,11 @@ def problems_dir_override(args: argparse.Namespace) -> list[str]:
 
 def load_config(args: argparse.Namespace, overrides: Sequence[str] = ()) -> Config:
     """The config of a command's arguments: the default, then --config, then every --set in order,
-    then `overrides` (the command's own flags, which win over --set). A bad file or key is a UserError."""
-    return config.load_config(args.config, [*args.set, *overrides])
+    then `overrides` (the command's own flags, which win over --set). A bad file or key is a UserError,
+    also where a flag overrides it (`--no-timing` over a malformed timing.enabled): the layers below the
+    flags are validated on their own first."""
+    cfg = config.load_config(args.config, list(args.set))
+    return config.with_overrides(cfg, list(overrides)) if overrides else cfg
 
 
 class Terminated(KeyboardInterrupt):

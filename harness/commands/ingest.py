@@ -45,6 +45,7 @@ def run(cfg: Config, files: list[Path], problem_query: str, *, name: str | None 
     anything is written: a name is a candidate's name (harness.sources.candidate.NAME), and a file
     of an existing candidate that the ingest would change is replaced only with `force`."""
     if name is not None:
+        name = name.removesuffix(".py")  # `--name sample.py` names the candidate sample, written as sample.py
         check_name(name)
     problem = resolve_problem(problem_query, cfg.path(cfg.problems_dir))
     folder = cfg.path(cfg.solutions_dir) / problem.name

@@ -30,9 +30,14 @@ def decide(
     status: Status, reason: str, found: Iterable[Finding], policies: Mapping[str, str]
 ) -> tuple[Status, str, tuple[Flag, ...]]:
     """Apply each finding's policy to a verdict. The first failing finding turns a correct verdict
-    into its failing status; a verdict that already failed keeps its status and the flags."""
-    flags = []
+    into its failing status; a verdict that already failed keeps its status and the flags. Findings
+    of one code are one flag, their evidence joined: a record lists each code once."""
+    merged: dict[Code, list[str]] = {}
     for code, why in found:
+        merged.setdefault(code, []).append(why)
+    flags = []
+    for code, whys in merged.items():
+        why = "; ".join(dict.fromkeys(whys))
         policy = policies[code.key]
         if policy == Policy.IGNORE:
             continue

@@ -85,6 +85,8 @@ def describe(floor: Optional[NullFloor]) -> str:
 
 def warnings(references: Iterable[ReferenceRecord], tolerance: float) -> list[str]:
     """One line per problem whose null floor lies outside 1.00 +/- tolerance or whose null candidate failed."""
+    references = list(references)
+    on_gpu = {r.identity.problem for r in references if r.identity.device == "cuda"}
     lines = []
     for problem, floor in sorted(by_problem(references).items()):
         if not off(floor, tolerance):
@@ -102,7 +104,11 @@ def warnings(references: Iterable[ReferenceRecord], tolerance: float) -> list[st
                 "Model reads "
                 f"{floor.speedup:.2f}x against itself, so speedups on this problem are off by about "
                 f"{_percent(floor.speedup)}; "
-                f"quiet the machine or use timing.mode=graph"
+                + (
+                    "quiet the machine or use timing.mode=graph"
+                    if problem in on_gpu
+                    else "quiet the machine (its CPU is the device)"
+                )
             )
     return lines
 

@@ -443,10 +443,13 @@ def timing_warnings(timing: TimingStats, rules: VerdictRules, profile: Optional[
             f"{timing.stopped_by}); raise timing.budget_s or quiet the machine"
         )
     if timing.median_ms > 0 and timing.iqr_ms / timing.median_ms > rules.unstable_iqr:
-        warnings.append(
-            f"unstable timing: the interquartile range is {timing.iqr_ms / timing.median_ms:.0%} of the median; stop "
-            "other work on this GPU, check the clocks, or use timing.mode=graph if the call is launch-bound"
+        advice = (
+            "stop other work on this GPU, check the clocks, or use timing.mode=graph if the call is launch-bound"
+            if timing.timer == "cuda_events"
+            else "stop other work on this machine (its CPU is the device)"
         )
+        spread = timing.iqr_ms / timing.median_ms
+        warnings.append(f"unstable timing: the interquartile range is {spread:.0%} of the median; {advice}")
     slowed = slowdown_reasons(timing.clock_event_reasons)
     if slowed:
         warnings.append(

@@ -374,7 +374,10 @@ def compare_one(
     )
 
 
-MISSING_HINT = "if it was renamed, rename it in the baseline too; if it was deleted on purpose, pass --allow-missing"
+MISSING_HINT = (
+    "if it was renamed or deleted on purpose, save a new baseline from this run (run.py baseline save RUN --out FILE) "
+    "or pass --allow-missing"
+)
 
 
 def _one_side(problem: str, name: str, old: Optional[CandidateRecord], new: Optional[CandidateRecord]) -> Comparison:
@@ -418,10 +421,13 @@ def _status_change(old: CandidateRecord, new: CandidateRecord, changed: str) -> 
 
 def gate(baseline: Side, current: Side, rules: GateRules, alpha: float, across_changes: bool = True) -> GateResult:
     """Compare the runs on the problems the current run evaluated (its candidates' and its references'
-    problems); the baseline's other problems are left out, not gated."""
+    problems); the baseline's other problems are left out, not gated. A run of every problem (`--all`)
+    covers the baseline's every problem: one it no longer has (its solutions folder deleted) is missing."""
     threshold = rules.median if rules.median is not None else 0.10
     tolerance = null_tolerance_of(current)
     covered = {problem for problem, _ in current.candidates} | set(current.references)
+    if runs_everything(current):
+        covered |= {problem for problem, _ in baseline.candidates}
     keys = sorted(key for key in set(baseline.candidates) | set(current.candidates) if key[0] in covered)
     compared = (compare_one(baseline, current, key, threshold, alpha, across_changes, tolerance) for key in keys)
     comparisons = tuple(_allowed(comparison, rules) for comparison in compared)
@@ -432,6 +438,11 @@ def gate(baseline: Side, current: Side, rules: GateRules, alpha: float, across_c
     left = tuple(sorted({problem for problem, _ in baseline.candidates} - covered, key=natural_key))
     failures = _failures(comparisons, rules, geomean)
     return GateResult(baseline.source, current.source, rules, alpha, comparisons, geomean, failures, left)
+
+
+def runs_everything(side: Side) -> bool:
+    """Whether the side's run was asked for every problem (`run.py --all`, as its header's command line says)."""
+    return side.header is not None and "--all" in side.header.argv
 
 
 def _allowed(comparison: Comparison, rules: GateRules) -> Comparison:
@@ -452,7 +463,7 @@ def _failures(comparisons: Sequence[Comparison], rules: GateRules, geomean: Opti
     if rules.status and failing(Regression.STATUS):
         failures.append(f"{failing(Regression.STATUS)} candidate(s) no longer correct")
     if rules.status and failing(Regression.MISSING):
-        what_to_do = "rename them in the baseline, or pass --allow-missing"
+        what_to_do = "save a new baseline from this run with run.py baseline save, or pass --allow-missing"
         failures.append(f"{failing(Regression.MISSING)} correct candidate(s) missing ({what_to_do})")
     if rules.status and failing(Regression.NEW_NOT_CORRECT):
         failures.append(f"{failing(Regression.NEW_NOT_CORRECT)} new candidate(s) not correct")

@@ -204,6 +204,9 @@ def summary_cells(summary: pd.DataFrame, floors: Mapping[str, NullFloor]) -> lis
     return rows
 
 
+NAME_COLUMNS = ("problem", "candidate")
+
+
 def markdown_table(table: pd.DataFrame, cells: Sequence[Sequence[str]] | None = None) -> str:
     """A GitHub-flavoured markdown table, each cell literal text (harness.views.text.markdown_text: one
     row per row, nothing in it read as a link, HTML or a cell break); `cells`: the rows as shown,
@@ -213,8 +216,11 @@ def markdown_table(table: pd.DataFrame, cells: Sequence[Sequence[str]] | None = 
     lines = [header, rule]
     if cells is None:
         cells = [[cell_text(v, c) for v, c in zip(row, table.columns)] for row in table.itertuples(index=False)]
+    names = [c in NAME_COLUMNS for c in table.columns]  # one word each: a line break in one is shown as `\n`
     for row_cells in cells:
-        lines.append("| " + " | ".join(markdown_text(cell) for cell in row_cells) + " |")
+        lines.append(
+            "| " + " | ".join(markdown_text(cell, line_breaks=not name) for cell, name in zip(row_cells, names)) + " |"
+        )
     return "\n".join(lines)
 
 

@@ -118,11 +118,28 @@ class Progress:
             self.first_finished_at = self.clock()
         self.failed += record.decision.status.is_failure
         speed = f", {record.timing.speedup:.2f}x" if record.timing.speedup else ""
-        line = (
-            f"  [{self._done}/{self._total}] {visible(record.identity.candidate)}: "
-            f"{record.decision.status.value}{speed} - {visible(record.decision.reason)} ({self.overall()})"
-        )
+        name, status = visible(record.identity.candidate), record.decision.status.value
+        head = f"  [{self._done}/{self._total}] {name}: {status}{speed}"
+        tail = f" ({self.overall()})"
+        reason = shortened(visible(record.decision.reason), line_width() - len(head) - len(tail) - 3)
+        line = f"{head} - {reason}{tail}"
         if self._bar is not None and self._task is not None:
             self._bar.advance(self._task)
             self._bar.update(self._task, candidate="")
         self.message(line)
+
+
+MIN_REASON = 24  # characters of a reason kept however narrow the terminal
+
+
+def line_width() -> int:
+    """The width a progress line fits: the terminal's ($COLUMNS, else the terminal's own, else 120)."""
+    import shutil
+
+    return shutil.get_terminal_size((120, 24)).columns
+
+
+def shortened(text: str, room: int) -> str:
+    """`text` cut to `room` characters (at least MIN_REASON), an ellipsis marking the cut; the record keeps it whole."""
+    room = max(room, MIN_REASON)
+    return text if len(text) <= room else text[: room - 1] + "…"

@@ -75,15 +75,15 @@ def terminal_text(text: object, style: str = "", *, keep_newlines: bool = False)
     return Text(visible(text, keep_newlines=keep_newlines), style=style)
 
 
-def markdown_text(text: object, *, brackets: bool = False) -> str:
+def markdown_text(text: object, *, brackets: bool = False, line_breaks: bool = True) -> str:
     """`text` as literal markdown, fit for a table cell: `|`, backslashes and backticks escaped (no
     cell split, no code span), `*`, `_`, `~`, `$` and a word's leading `#` escaped (no emphasis,
     strikethrough, math or heading), `<`, `>` and `&` as entities (no HTML tag, no entity), a `]` that
     would close a link or image escaped (every bracket with `brackets`, for text inside a link's
-    brackets), each line break as `<br>` (one row stays one row) and control characters as `visible`
-    writes them."""
+    brackets), each line break as `<br>` (one row stays one row; with `line_breaks` False, as its
+    escape `\\n`, for a name, which is one word) and control characters as `visible` writes them."""
     special = MARKDOWN_SPECIAL_BRACKETS if brackets else MARKDOWN_SPECIAL
-    lines = str(text).splitlines()
+    lines = str(text).splitlines() if line_breaks else [str(text)]
     return MARKDOWN_LINE_BREAK.join(visible(special.sub(_markdown_escape, line)) for line in lines)
 
 
