@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Iterable, Optional
 
+from harness.core.config import Device
 from harness.core.records import NullFloor, ReferenceRecord
 from harness.core.status import Status
 
@@ -86,7 +87,7 @@ def describe(floor: Optional[NullFloor]) -> str:
 def warnings(references: Iterable[ReferenceRecord], tolerance: float) -> list[str]:
     """One line per problem whose null floor lies outside 1.00 +/- tolerance or whose null candidate failed."""
     references = list(references)
-    on_gpu = {r.identity.problem for r in references if r.identity.device == "cuda"}
+    on_gpu = {r.identity.problem for r in references if r.identity.device == Device.CUDA}
     lines = []
     for problem, floor in sorted(by_problem(references).items()):
         if not off(floor, tolerance):
