@@ -225,7 +225,12 @@ def _detached_sleeper(folder: Path, mark: str) -> subprocess.Popen:
     """A process a candidate detached: its own session, its TMPDIR inside the run's scratch."""
     (folder / "tmp").mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "TMPDIR": str(folder / "tmp")}
-    return subprocess.Popen(["sleep", mark], env=env, start_new_session=True)
+    sleeper = subprocess.Popen(["sleep", mark], env=env, start_new_session=True)
+    # Popen may return while the child's exec is still setting up its environment (vfork): wait until /proc shows it
+    deadline = time.monotonic() + 10
+    while str(folder).encode() not in Path(f"/proc/{sleeper.pid}/environ").read_bytes() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return sleeper
 
 
 def test_closing_a_run_ends_the_processes_its_candidates_left_however_detached(tmp_path):

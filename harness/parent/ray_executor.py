@@ -41,7 +41,7 @@ from harness.parent.boundary import open_boundary
 from harness.parent.evaluate import ProblemEvaluation
 from harness.parent.executor import Job, QueuedExecutor
 from harness.parent.resources import RunResources
-from harness.parent.scratch import RunScratch
+from harness.parent.scratch import RunScratch, end_processes_in
 from harness.parent.supervise import Lane
 from harness.sources.candidate import Candidate
 from harness.sources.problem import Problem
@@ -156,6 +156,8 @@ def build_remote(cfg_data: dict[str, Any], file_name: str, source: str, arch: st
             keys = json.loads(keys_file.read_text()) if keys_file.is_file() else []
         except (subprocess.TimeoutExpired, ValueError):
             return b""  # the lane's worker builds it, under its own limit, and reports
+        finally:
+            end_processes_in(Path(folder))  # what the candidate's import left running (this task's process lives on)
         if boundary.watch is not None and boundary.watch.check():
             return b""
         return pack_builds(cache, keys)
