@@ -33,6 +33,7 @@ from harness.core.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = Path(__file__).resolve().parents[1]
+CHECKOUT = (ROOT / "run.py", ROOT / "configs")  # a checkout's entry point and configs, beside the package
 KEPT_BYTES = 1 << 20  # files of the problem and solutions trees up to this size are restored when changed
 
 
@@ -76,8 +77,7 @@ def protected_trees(cfg: Config) -> tuple[Path, ...]:
         cfg.path(cfg.solutions_dir),
         cfg.path(cfg.results_dir),
         PACKAGE,
-        ROOT / "run.py",
-        ROOT / "configs",
+        *CHECKOUT,
         buildbook.book_folder(cfg.path(cfg.build_cache_dir)),
     ]
     return tuple(dict.fromkeys(t.resolve() for t in trees if t.exists()))
@@ -151,7 +151,7 @@ def open_boundary(cfg: Config, scratch: Path, results_run: Optional[Path] = None
         why.append(f"no {layer}: {said}")
     watch = TreeWatch(
         protected,
-        keep=(cfg.path(cfg.problems_dir), cfg.path(cfg.solutions_dir), PACKAGE, ROOT / "run.py", ROOT / "configs"),
+        keep=(cfg.path(cfg.problems_dir), cfg.path(cfg.solutions_dir), PACKAGE, *CHECKOUT),
         skip=(*((results_run,) if results_run else ()), book),  # the run's own writes
     )
     return RunBoundary(str(Boundary.HASH), env, watch, "; ".join(why))

@@ -123,10 +123,7 @@ class BuildAhead:
         for the run's quiet host while it runs: pinned to the builds' CPUs before its
         compilers start, stopped while a lane times. Time it spends stopped does not count against
         `timeout`."""
-        # no GPU: the build needs none, and a context on the GPU a lane times would disturb it
-        env = {**os.environ, **self.env, "MAX_JOBS": str(self.jobs_per_build), "CUDA_VISIBLE_DEVICES": ""}
-        if self.arch not in ("", Device.CPU):
-            env["TORCH_CUDA_ARCH_LIST"] = self.arch
+        env = build_env(self.env, self.arch, self.jobs_per_build)
         host = self.quiet
         started = time.perf_counter()
         # where the build process names the builds it used: a folder it may write (its TMPDIR, in the run's scratch)
@@ -179,6 +176,15 @@ class BuildAhead:
                 pass
         shutil.rmtree(keys.parent, ignore_errors=True)
         return outcome
+
+
+def build_env(boundary_env: Mapping[str, str], arch: str, jobs: int) -> dict[str, str]:
+    """A build process's environment: the run's boundary, `jobs` compiler jobs, the target architecture
+    and no GPU (the build needs none, and a context on the GPU a lane times would disturb it)."""
+    env = {**os.environ, **boundary_env, "MAX_JOBS": str(jobs), "CUDA_VISIBLE_DEVICES": ""}
+    if arch not in ("", Device.CPU):
+        env["TORCH_CUDA_ARCH_LIST"] = arch
+    return env
 
 
 def ahead_outcome(stdout: str, stderr: str, returncode: int, seconds: float) -> AheadBuild:

@@ -40,6 +40,7 @@ from harness.core.store import RunStore
 from harness.parent.boundary import open_boundary
 from harness.parent.evaluate import ProblemEvaluation
 from harness.parent.executor import Job, QueuedExecutor
+from harness.parent.prebuild import build_env
 from harness.parent.resources import RunResources
 from harness.parent.scratch import RunScratch, end_processes_in
 from harness.parent.supervise import Lane
@@ -141,9 +142,7 @@ def build_remote(cfg_data: dict[str, Any], file_name: str, source: str, arch: st
         path.write_text(source)
         boundary = open_boundary(cfg, Path(folder) / "scratch")
         keys_file = Path(folder) / "scratch" / "keys.json"  # inside what the build process may write
-        env = {**os.environ, **boundary.env, "MAX_JOBS": str(jobs), "CUDA_VISIBLE_DEVICES": ""}
-        if arch not in ("", Device.CPU):
-            env["TORCH_CUDA_ARCH_LIST"] = arch
+        env = build_env(boundary.env, arch, jobs)
         try:
             subprocess.run(
                 [sys.executable, "-m", "harness.worker.build", str(path), str(cache), arch, str(keys_file)],
