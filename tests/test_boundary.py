@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -205,6 +206,105 @@ def test_a_candidate_that_writes_its_own_folder_and_the_temp_folder_still_passes
     assert record.decision.status is Status.CORRECT, record.decision.reason
 
 
+ATTACKS = """
+import glob
+import os
+import pathlib
+
+
+def _attempt(label, action):
+    try:
+        action()
+        return label + "=done"
+    except OSError:
+        return label + "=refused"
+
+
+def _poison():
+    libraries = glob.glob({cache!r} + "/**/*.so", recursive=True)
+    for library in libraries:
+        pathlib.Path(library).write_bytes(b"poison")
+    pathlib.Path({cache!r}, "planted").write_text("x")
+
+
+def _siblings():
+    own, scratch = os.getcwd(), os.path.dirname(os.getcwd())
+    others = [os.path.join(scratch, p) for p in os.listdir(scratch)]  # refused outright where reads are confined
+    others = [p for p in others if p != own and os.path.isdir(p)]
+    assert others, "no sibling folder to write"
+    for other in others:
+        pathlib.Path(other, "planted").write_text("x")
+
+
+def _attack():
+    results = []
+    try:  # a file outside everything it needs: its content would come back in the reason
+        results.append("secret=" + pathlib.Path({secret!r}).read_text().strip())
+    except OSError:
+        results.append("secret=refused")
+    results.append(_attempt("cmdline", lambda: pathlib.Path(f"/proc/{{os.getppid()}}/cmdline").read_bytes()))
+    results.append(_attempt("cache", _poison))
+    results.append(_attempt("siblings", _siblings))
+    results.append(_attempt("shm", lambda: open("/dev/shm/{shm}", "w").close()))
+    results.append(_attempt("dev", lambda: os.close(os.open("/dev/ptmx", os.O_RDWR | os.O_NOCTTY))))
+    results.append(_attempt("root", lambda: open(f"/proc/{{os.getppid()}}/root" + {problem!r}, "a").close()))
+    raise RuntimeError("attacks: " + " ".join(results))
+
+
+_attack()
+"""
+SECRET = "SECRET-7f3a9c"
+# what each layer lets through (docs/integrity.md, "The boundary"): the mount layer confines writes only, and
+# its /dev/shm is private to the namespace; the hash layer watches the trees, not the cache or the machine
+EXPECTED = {
+    Boundary.LANDLOCK: "secret=refused cmdline=refused cache=refused siblings=refused shm=refused dev=refused root=refused",
+    Boundary.MOUNT: f"secret={SECRET} cmdline=done cache=refused siblings=refused shm=done dev=refused root=refused",
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layer", [layer for layer in _layers() if layer != Boundary.HASH])
+def test_an_attacking_candidate_reads_and_writes_only_what_its_layer_allows(trees, make_config, tmp_path, layer):
+    """Reads outside the allow-list, another process's /proc, the build cache, another process's folder,
+    /dev/shm, a device node, and the host's root through /proc: each refused or the layer's documented
+    limit, and the secret never reaches a record or a leaderboard."""
+    import json
+
+    cache = tmp_path / "cache"
+    fake = cache / ("ab" * 16) / ("cd" * 16)  # another candidate's finished build
+    fake.mkdir(parents=True)
+    (fake / "ext.so").write_bytes(b"honest library")
+    secret = tmp_path / "outside" / "secret.txt"
+    secret.parent.mkdir()
+    secret.write_text(SECRET)
+    shm = f"harness-attack-{os.getpid()}-{layer}"
+    folder = trees["solutions"] / "1_Scale_Bias_ReLU"
+    for old in folder.iterdir():
+        old.unlink()
+    attack = ATTACKS.format(cache=str(cache), secret=str(secret), shm=shm, problem=str(trees["problem"]))
+    (folder / "attacker.py").write_text(attack)
+    done = subprocess.run(
+        [sys.executable, "run.py", "--problem", "1_Scale_Bias_ReLU", "--json", "--run-id", "attack",
+         *[a for o in _overrides(trees, layer) for a in ("--set", o)], "--set", f"build_cache_dir={cache}",
+         "--set", "device=cpu", "--set", "check.trials=2", "--set", "timing.enabled=false", "--set", "baselines.compile_modes=[]"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )
+    try:
+        (record,) = [r for r in map(json.loads, (x for x in done.stdout.splitlines() if x.startswith("{"))) if r.get("identity")]
+        reason = record["decision"]["reason"]
+        assert EXPECTED[layer] in reason, reason
+        assert (fake / "ext.so").read_bytes() == b"honest library" and not (cache / "planted").exists()
+        assert trees["problem"].read_bytes() == trees["before"]
+        assert not list(Path(tempfile.gettempdir()).glob("harness-scratch/*/*/planted"))
+        if layer == Boundary.LANDLOCK:  # in no record, view or leaderboard of the run
+            for written in (trees["results"] / "attack").rglob("*"):
+                if written.is_file():
+                    assert SECRET not in written.read_text(errors="replace"), written
+        assert not Path("/dev/shm", shm).exists()  # refused, or gone with the namespace
+    finally:
+        Path("/dev/shm", shm).unlink(missing_ok=True)
+
+
 def _in_sandbox(policy: SandboxPolicy, code: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "HARNESS_SANDBOX": policy.to_env(), "PYTHONPATH": str(ROOT)}
     runner = f"from harness.worker import sandbox\nsandbox.enter_from_environment()\nsandbox.enter_pending()\n{code}"
@@ -291,7 +391,7 @@ def test_a_named_layer_this_machine_cannot_enter_is_a_usage_error(tmp_path, make
     from harness.core.errors import UserError
     from harness.parent import boundary
 
-    monkeypatch.setattr(boundary, "probe", lambda layer, folder: (False, "not here"))
+    monkeypatch.setattr(boundary, "probe", lambda layer, folder, *reads: (False, "not here"))
     with pytest.raises(UserError, match="sandbox.layer=landlock: this machine cannot enter it"):
         open_boundary(make_config("sandbox.layer=landlock"), tmp_path)
     chosen = open_boundary(make_config("sandbox.layer=auto"), tmp_path)
@@ -348,3 +448,58 @@ def test_every_protected_tree_includes_the_entry_point_and_the_configs_of_a_chec
 
     trees = protected_trees(make_config())
     assert ROOT / "run.py" in trees and ROOT / "configs" in trees and ROOT / "harness" in trees
+
+
+def test_the_watchdog_continues_a_stopped_process_and_ends_with_it():
+    import signal
+    import threading
+
+    from harness.parent import watchdog
+    from harness.parent.scratch import process_start_time
+
+    sleeper = subprocess.Popen(["sleep", "30"])
+    counted: list[int] = []
+    thread = threading.Thread(target=lambda: counted.append(watchdog.watch(sleeper.pid, process_start_time(sleeper.pid), 0.3)))
+    thread.start()
+    try:
+        os.kill(sleeper.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 10
+        while watchdog.state(sleeper.pid) != "T" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        while watchdog.state(sleeper.pid) == "T" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert watchdog.state(sleeper.pid) in ("S", "R")  # continued, not left stopped
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    thread.join(timeout=10)
+    assert counted == [1]  # it ended with its process
+
+
+STOPPER = scale_bias_relu(before="""
+import os
+import signal
+
+os.kill(os.getppid(), signal.SIGSTOP)  # the worker's parent: the run itself
+""")
+
+
+@pytest.mark.slow
+def test_a_candidate_that_stops_the_run_does_not_hang_it(trees, make_config):
+    """Under a layer that lets the signal through (hash), the watchdog continues the run."""
+    import json
+
+    folder = trees["solutions"] / "1_Scale_Bias_ReLU"
+    for old in folder.iterdir():
+        old.unlink()
+    (folder / "stopper.py").write_text(STOPPER)
+    done = subprocess.run(
+        [sys.executable, "run.py", "--problem", "1_Scale_Bias_ReLU", "--json",
+         *[a for o in _overrides(trees, Boundary.HASH) for a in ("--set", o)],
+         "--set", "device=cpu", "--set", "check.trials=2", "--set", "timing.enabled=false", "--set", "baselines.compile_modes=[]",
+         "--set", "flags.no_custom_kernel=flag"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+    )
+    (record,) = [r for r in map(json.loads, (x for x in done.stdout.splitlines() if x.startswith("{"))) if r.get("identity")]
+    assert record["decision"]["status"] == Status.CORRECT, record["decision"]
+    assert "the watchdog continued it" in done.stderr, done.stderr[-2000:]

@@ -186,7 +186,7 @@ def test_a_compile_that_failed_is_kept_failed_and_the_next_load_reports_it_witho
         with pytest.raises(BuildFailedError) as first:
             cpp_extension.load_inline(name="kept_failed_ext", cpp_sources=source, functions=["f"])
         assert "undefined_thing" in first.value.first_error
-        assert len(list(tmp_path.glob("*.failed"))) == 1
+        assert len(list(tmp_path.rglob("*.failed"))) == 1
         compiled = []
         monkeypatch.setattr(cache, "_original", lambda **kw: compiled.append(kw))
         with pytest.raises(BuildFailedError) as again:
@@ -213,7 +213,7 @@ def test_a_build_that_may_pass_another_time_is_not_kept_failed(tmp_path, monkeyp
             cpp_extension.load_inline(name="killed_ext", cpp_sources="int x;", functions=[])
     finally:
         cpp_extension.load_inline = original
-    assert not list(tmp_path.glob("*.failed"))
+    assert not list(tmp_path.rglob("*.failed"))
 
 
 def test_a_build_process_is_told_its_target_and_never_asks_the_device(tmp_path, monkeypatch):
@@ -317,24 +317,35 @@ def test_a_cached_build_changed_after_it_was_recorded_is_rebuilt_and_named_never
 
     built = load()
     assert built["cached"] is False and built["tampered"] == ""
-    assert buildbook.record(cache_root, [built["cache_key"]]) == [built["cache_key"]]
+    folder = buildbook.owner_folder(cache_root, "") / built["cache_key"]  # a build outside any candidate: shared
+    buildbook.record(cache_root, "", built["cache_key"])
     assert load()["cached"] is True  # unchanged: loaded as it is
-    library = next((cache_root / built["cache_key"]).glob("*.so"))
-    library.write_bytes(library.read_bytes() + b"poison")  # another candidate's write
+    library = next(folder.glob("*.so"))
+    library.write_bytes(library.read_bytes() + b"poison")  # a write from outside the boundary
     rebuilt = load()
     assert rebuilt["cached"] is False and rebuilt["tampered"].startswith("its cached libraries changed after"), rebuilt
-    assert not next((cache_root / built["cache_key"]).glob("*.so")).read_bytes().endswith(b"poison")
+    assert not next(folder.glob("*.so")).read_bytes().endswith(b"poison")
 
 
-def test_the_build_book_keeps_the_first_digest_unless_told_to_replace_it(tmp_path):
+def test_publishing_installs_a_finished_build_under_its_owner_keeps_an_intact_one_and_replaces_a_changed_one(tmp_path):
     from harness.core import buildbook
 
-    build = tmp_path / "builds" / "k1"
-    build.mkdir(parents=True)
-    (build / "ext.so").write_bytes(b"first")
-    assert buildbook.record(tmp_path / "builds", ["k1", "missing", "../x"]) == ["k1"]
-    first = buildbook.recorded(tmp_path / "builds", "k1")
-    (build / "ext.so").write_bytes(b"second")
-    assert buildbook.record(tmp_path / "builds", ["k1"]) == [] and buildbook.recorded(tmp_path / "builds", "k1") == first
-    assert buildbook.record(tmp_path / "builds", ["k1"], replace=True) == ["k1"]
-    assert buildbook.recorded(tmp_path / "builds", "k1") == buildbook.build_digest(build) != first
+    cache, owner, key = tmp_path / "builds", buildbook.owner_of("candidate source"), "ab" * 16
+    staged = tmp_path / "own" / "builds"
+    (staged / key).mkdir(parents=True)
+    (staged / key / "ext.so").write_bytes(b"first")
+    (staged / key / "main.o").write_bytes(b"object")  # intermediates stay behind
+    (staged / ("cd" * 16 + ".failed")).write_text('{"first_error": "main.cpp:1: error: x"}')
+    (staged / ("ef" * 16)).symlink_to(tmp_path)  # a link to elsewhere is never followed
+    assert buildbook.publish(staged, cache, owner) == [key]
+    installed = buildbook.owner_folder(cache, owner) / key
+    assert sorted(p.name for p in installed.iterdir()) == ["ext.so"]
+    assert (buildbook.owner_folder(cache, owner) / ("cd" * 16 + ".failed")).is_file()
+    assert buildbook.intact(cache, owner, key) and not buildbook.intact(cache, buildbook.owner_of("another"), key)
+    (staged / key / "ext.so").write_bytes(b"second")
+    assert buildbook.publish(staged, cache, owner) == []  # the cache holds it intact: kept
+    assert (installed / "ext.so").read_bytes() == b"first"
+    (installed / "ext.so").write_bytes(b"poisoned")  # changed from outside the boundary
+    assert not buildbook.intact(cache, owner, key)
+    assert buildbook.publish(staged, cache, owner) == [key]  # replaced by the rebuilt one
+    assert (installed / "ext.so").read_bytes() == b"second" and buildbook.intact(cache, owner, key)

@@ -111,22 +111,26 @@ def test_bad_scale_settings_are_usage_errors(make_config, setting):
         make_config(setting)
 
 
-def test_build_tarball_adds_new_builds_and_never_replaces_one(tmp_path):
+def test_build_tarball_adds_new_builds_under_their_owner_and_never_replaces_one(tmp_path):
+    from harness.core import buildbook
     from harness.parent.ray_executor import pack_builds, unpack_builds
 
-    source = tmp_path / "source"
-    for key, text in (("aaa", "new"), ("bbb", "new")):
+    owner = buildbook.owner_of("a candidate")
+    source = buildbook.owner_folder(tmp_path / "source", owner)
+    keys = ["a" * 32, "b" * 32, "c" * 32]
+    for key in keys[:2]:
         (source / key).mkdir(parents=True)
-        (source / key / "ext.so").write_text(text)
-    (source / "ccc").mkdir()  # a failed build: no library, not shipped
-    blob = pack_builds(source, ["aaa", "bbb", "ccc"])
-    target = tmp_path / "target"
-    (target / "aaa").mkdir(parents=True)
-    (target / "aaa" / "ext.so").write_text("old")
-    assert unpack_builds(blob, target) == ["bbb"]
-    assert (target / "aaa" / "ext.so").read_text() == "old"
-    assert (target / "bbb" / "ext.so").read_text() == "new"
-    assert pack_builds(source, ["ccc"]) == b"" and unpack_builds(b"", target) == []
+        (source / key / "ext.so").write_text("new")
+    (source / keys[2]).mkdir()  # a failed build: no library, not shipped
+    blob = pack_builds(tmp_path / "source", owner, keys)
+    target = buildbook.owner_folder(tmp_path / "target", owner)
+    (target / keys[0]).mkdir(parents=True)
+    (target / keys[0] / "ext.so").write_text("old")
+    assert unpack_builds(blob, tmp_path / "target") == [keys[1]]
+    assert (target / keys[0] / "ext.so").read_text() == "old"
+    assert (target / keys[1] / "ext.so").read_text() == "new"
+    assert buildbook.intact(tmp_path / "target", owner, keys[1])  # recorded as it arrived
+    assert pack_builds(tmp_path / "source", owner, keys[2:]) == b"" and unpack_builds(b"", tmp_path / "target") == []
 
 
 @pytest.mark.slow

@@ -428,10 +428,13 @@ class WorkersConfig:
 @dataclasses.dataclass(frozen=True)
 class SandboxConfig:
     layer: str  # auto | landlock | mount | hash | off (Boundary)
+    reads: str = "confined"  # confined | open: under landlock, whether reads are limited to an allow-list
 
     def __post_init__(self) -> None:
         if self.layer not in Boundary.words():
             raise ValueError(f"sandbox.layer must be one of {', '.join(Boundary.words())}, got {self.layer!r}")
+        if self.reads not in ("confined", "open"):
+            raise ValueError(f"sandbox.reads must be confined or open, got {self.reads!r}")
 
 
 @dataclasses.dataclass(frozen=True)

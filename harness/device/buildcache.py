@@ -1,11 +1,17 @@
 """Content-addressed builds for `torch.utils.cpp_extension.load_inline`, installed in the worker.
 
-Each inline extension is built in `<cache>/<key>` where the key hashes the sources, functions,
-flags, torch and CUDA versions, target architecture and Python version: evaluating the same file
-again (or another file with identical kernels) loads the finished build instead of compiling. A
-compile that failed is kept as failed (`<cache>/<key>.failed`), so the worker reports the build
+Each inline extension's build is kept in `<cache>/<owner>/<key>`: the owner is the digest of the
+candidate's source (harness.core.buildbook.owner_of), the key hashes the extension's sources,
+functions, flags, torch and CUDA versions, target architecture and Python version. Evaluating the
+same file again loads the finished build, read-only, instead of compiling. A build not in the cache
+is compiled in the process's own folder (`staging`) and published into the cache by the parent once
+the process has ended (harness.core.buildbook.publish): a candidate's process writes no build but
+its own. A compile that failed is kept as failed (`<key>.failed`), so the worker reports the build
 ahead's compiler error at once instead of compiling the same sources again; a failure that may pass
 on its own (a compiler killed, memory or disk run out) is not kept.
+
+Without a staging folder (a process of the harness's own, or one started by hand) builds go
+straight into the cache.
 """
 
 from __future__ import annotations
@@ -78,8 +84,13 @@ class BuildCache:
         around_build: Callable[[bool], None] = lambda starting: None,
         on_event: Callable[[dict[str, Any]], None] = lambda event: None,
         cuda: Optional[bool] = None,
+        owner: str = "",
+        staging: Optional[Path] = None,
     ) -> None:
         self.root = root
+        self.owner = owner  # the digest of the candidate's source: its builds are kept under it
+        self.folder = buildbook.owner_folder(root, owner)
+        self.staging = staging  # where builds not in the cache are compiled (None: in the cache itself)
         self.arch = arch
         # whether CUDA sources can be built here: None asks the device (a process with a CUDA context); a
         # build process, which has no device, is told (its target architecture is a GPU's)
@@ -92,8 +103,9 @@ class BuildCache:
         self._original: Callable[..., Any] | None = None
 
     def install(self) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(self.root / "_torch_default"))
+        if self.staging is None:
+            self.root.mkdir(parents=True, exist_ok=True)
+        os.environ.setdefault("TORCH_EXTENSIONS_DIR", str((self.staging or self.root) / "_torch_default"))
         self._original = cpp_extension.load_inline
         signature = inspect.signature(self._original)
 
@@ -132,39 +144,18 @@ class BuildCache:
         if wants_cuda and not can_cuda:
             raise NeedsCudaError(f"extension {name!r} compiles CUDA sources and this run has no CUDA device")
         key = self.key(arguments)
-        build_dir = self.root / key
-        failed = self.root / f"{key}.failed"
-        build_dir.mkdir(parents=True, exist_ok=True)
-        arguments["build_directory"] = str(build_dir)
-        arguments["verbose"] = False  # verbose streams compiler output away from the exception we read
+        cached_dir = self.folder / key
+        library = cached_dir / f"{name}.so"
+        cached = library.is_file()
+        tampered = self._changed_since_built(cached_dir, key) if cached else ""
         started = time.perf_counter()
-        # flock is released by the kernel if this process dies mid-build, unlike torch's own
-        # lock file, which would then make every later build of this key wait forever.
-        with open(self.root / f"{key}.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            stale = build_dir / "lock"
-            if stale.exists():
-                stale.unlink()
-            cached = any(build_dir.glob(f"{name}*.so"))
-            tampered = self._changed_since_built(build_dir, key) if cached else ""
-            if tampered:  # never loaded: the build is made again from the sources
-                shutil.rmtree(build_dir, ignore_errors=True)
-                build_dir.mkdir(parents=True, exist_ok=True)
-                cached = False
-            if not cached and failed.exists():  # these sources failed to compile before: the same error, at once
-                known = json.loads(failed.read_text(encoding="utf-8", errors="replace") or "{}")
-                raise BuildFailedError(name, known.get("first_error", "no compiler output"), known.get("log", ""))
-            self.around_build(True)
-            try:
-                module = self._original(**arguments)
-            except Exception as exc:  # compile, link and load (undefined symbol) failures alike
-                message = f"{type(exc).__name__}: {exc}"
-                first = first_error_line(message)
-                if not cached and not _PASSING.search(message):
-                    failed.write_text(json.dumps({"first_error": first, "log": message[-20000:]}))
-                raise BuildFailedError(name, first, message) from None
-            finally:
-                self.around_build(False)
+        if arguments.get("is_standalone"):  # an executable, not a module: built as load_inline builds it
+            cached = False
+        if cached and not tampered:  # read-only: nothing is compiled, locked or written
+            module = _import_built(name, cached_dir, bool(arguments.get("is_python_module", True)))
+        else:
+            cached = False
+            module = self._build(arguments, name, key, fresh=bool(tampered))
         event = {
             "name": name,
             "cache_key": key,
@@ -177,10 +168,44 @@ class BuildCache:
         self._count_calls(name, module)
         return module
 
+    def _build(self, arguments: dict[str, Any], name: str, key: str, fresh: bool) -> Any:
+        """Compile extension `key` (in the staging folder, else in the cache) and load it; a compile
+        error is kept as failed beside the build, and raised."""
+        assert self._original is not None
+        failed = self.folder / f"{key}.failed"
+        if failed.exists():  # these sources failed to compile before: the same error, at once
+            known = json.loads(failed.read_text(encoding="utf-8", errors="replace") or "{}")
+            raise BuildFailedError(name, known.get("first_error", "no compiler output"), known.get("log", ""))
+        home = self.staging if self.staging is not None else self.folder
+        build_dir = home / key
+        if fresh and self.staging is None:  # a changed build in the cache itself: made again from the sources
+            shutil.rmtree(build_dir, ignore_errors=True)
+        build_dir.mkdir(parents=True, exist_ok=True)
+        arguments["build_directory"] = str(build_dir)
+        arguments["verbose"] = False  # verbose streams compiler output away from the exception we read
+        # flock is released by the kernel if this process dies mid-build, unlike torch's own
+        # lock file, which would then make every later build of this key wait forever.
+        with open(home / f"{key}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            stale = build_dir / "lock"
+            if stale.exists():
+                stale.unlink()
+            self.around_build(True)
+            try:
+                return self._original(**arguments)
+            except Exception as exc:  # compile, link and load (undefined symbol) failures alike
+                message = f"{type(exc).__name__}: {exc}"
+                first = first_error_line(message)
+                if not _PASSING.search(message):
+                    (home / f"{key}.failed").write_text(json.dumps({"first_error": first, "log": message[-20000:]}))
+                raise BuildFailedError(name, first, message) from None
+            finally:
+                self.around_build(False)
+
     def _changed_since_built(self, build_dir: Path, key: str) -> str:
         """Why a finished build must not be loaded: its libraries differ from the digest the parent
         recorded when it was built (harness.core.buildbook); "" when they match or none was recorded."""
-        expected = buildbook.recorded(self.root, key)
+        expected = buildbook.recorded(self.root, self.owner, key)
         found = buildbook.build_digest(build_dir) if expected else ""
         if not expected or found == expected:
             return ""
@@ -197,6 +222,12 @@ class BuildCache:
             label = f"{name}.{attribute}"
             self.calls.setdefault(label, 0)
             setattr(module, attribute, _counting(function, label, self.calls))
+
+
+def _import_built(name: str, build_dir: Path, is_python_module: bool) -> Any:
+    """Load a finished build as load_inline would, without its version check, lock or ninja run
+    (each writes into the build's folder, which is read-only to a candidate's process)."""
+    return cpp_extension._import_module_from_library(name, str(build_dir), is_python_module)
 
 
 def _counting(function: Callable[..., Any], label: str, calls: dict[str, int]) -> Callable[..., Any]:

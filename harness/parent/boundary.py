@@ -6,8 +6,9 @@ where the kernel offers no layer, the watch that sees and undoes what a candidat
 probe (a fresh `python -m harness.worker.sandbox LAYER`, once per run) could enter:
 
 - landlock, mount: the worker, the build process and the sanitizer's child enter it themselves
-  (harness.worker.sandbox) before any candidate code runs; what they may write is their run's
-  scratch (their working folder and TMPDIR), the build cache and /dev;
+  (harness.worker.sandbox) before any candidate code runs; what each may write is its own folder in
+  the run's scratch (its working folder, TMPDIR, caches and builds) and the device nodes it needs,
+  and under landlock with `sandbox.reads: confined` what it may read is an allow-list too;
 - hash: `TreeWatch` fingerprints the problem, solutions and results trees (the run's own folder
   aside) before each candidate and compares them after it: a file the candidate planted is removed,
   a problem or candidate file it changed is rewritten from the bytes read before, and the candidate
@@ -20,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -49,6 +51,12 @@ class RunBoundary:
     @classmethod
     def none(cls) -> "RunBoundary":
         return cls(str(Boundary.OFF), {})
+
+    @property
+    def refuses_signals(self) -> bool:
+        """Whether the layer refuses a candidate's signals to processes outside it (Landlock ABI 6+)."""
+        found = re.match(r"landlock \(ABI (\d+)", self.layer)
+        return found is not None and int(found.group(1)) >= 6
 
     def describe(self) -> str:
         return f"{self.layer} ({self.why})" if self.why else self.layer
@@ -84,7 +92,7 @@ def protected_trees(cfg: Config) -> tuple[Path, ...]:
 
 
 @functools.lru_cache(maxsize=None)
-def probe(layer: str, folder: str) -> tuple[bool, str]:
+def probe(layer: str, folder: str, confine_reads: bool = False) -> tuple[bool, str]:
     """Whether a fresh process can enter `layer` here (the kernel's support is the machine's, so
     it is asked once per process); with the layer it entered, or why not."""
     env = {
@@ -94,7 +102,7 @@ def probe(layer: str, folder: str) -> tuple[bool, str]:
     env.pop(ENV, None)
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "harness.worker.sandbox", layer, folder],
+            [sys.executable, "-m", "harness.worker.sandbox", layer, folder, *(["--reads"] if confine_reads else [])],
             capture_output=True,
             text=True,
             timeout=60,
@@ -132,18 +140,28 @@ def open_boundary(cfg: Config, scratch: Path, results_run: Optional[Path] = None
     if chosen == Boundary.OFF:
         return RunBoundary(str(Boundary.OFF), env)
     protected = protected_trees(cfg)
-    policy = {
-        Boundary.LANDLOCK: SandboxPolicy(Boundary.LANDLOCK, writable=(str(scratch), str(build_cache), "/dev")),
-        Boundary.MOUNT: SandboxPolicy(Boundary.MOUNT, protected=tuple(str(p) for p in protected)),
-    }
     why: list[str] = []
+    confine = cfg.sandbox.reads == "confined" and chosen in (Boundary.AUTO, Boundary.LANDLOCK)
+    if confine:
+        entered, said = probe(Boundary.LANDLOCK, str(scratch), True)
+        if not entered and probe(Boundary.LANDLOCK, str(scratch))[0]:
+            confine = False
+            why.append(f"reads not confined: {said}")
+    policy = {
+        # each process writes its own folder and the device nodes it needs (harness.worker.sandbox)
+        Boundary.LANDLOCK: SandboxPolicy(Boundary.LANDLOCK, confine_reads=confine),
+        # the build cache and the scratch too: only its own folder is writable again
+        Boundary.MOUNT: SandboxPolicy(
+            Boundary.MOUNT, protected=tuple(str(p) for p in (*protected, build_cache.resolve(), scratch.resolve()))
+        ),
+    }
     layers: tuple[Boundary, ...] = (Boundary(chosen),)
     if chosen == Boundary.AUTO:
         layers = (Boundary.LANDLOCK, Boundary.MOUNT)
     elif chosen == Boundary.HASH:
         layers = ()
     for layer in layers:
-        entered, said = probe(layer, str(scratch))
+        entered, said = probe(layer, str(scratch), confine and layer == Boundary.LANDLOCK)
         if entered:
             return RunBoundary(said, {**env, ENV: policy[layer].to_env()}, why="; ".join(why))
         if chosen != Boundary.AUTO:

@@ -22,6 +22,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Optional
 
+from harness.core import buildbook
 from harness.core import protocol as P
 from harness.core.config import Config, Device, GradientPolicy, SyncMode, TimerSettings, TimingConfig, TimingMode
 from harness.core.errors import flat
@@ -170,6 +171,16 @@ def decided_parts(
 # -- one compared worker's pass ---------------------------------------------------------------------------
 
 
+def publish_builds(own: Path, cache: Path, subject: "Subject") -> list[str]:
+    """Publish what a finished worker compiled in its own folder `own` into `cache`, under the digest
+    of the source it ran (as the worker computed it: the pinned text, else the file); the keys."""
+    try:
+        text = subject.text or subject.source.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    return buildbook.publish(own / "builds", cache, buildbook.owner_of(text))
+
+
 class ComparedPass:
     """One compared worker's pass against the lane's judge: each step it reports is judged before it
     may go on (a wrong output stops it); then it is timed in turns with the reference
@@ -222,6 +233,9 @@ class ComparedPass:
             if self.pairing is not None:
                 self.pairing.close()
             self._alone.close()
+            # the worker has ended: what it compiled goes into the cache under its source's digest, by
+            # the parent's hand (harness.core.buildbook)
+            publish_builds(cwd, cfg.path(cfg.build_cache_dir), subject)
             shutil.rmtree(cwd, ignore_errors=True)
             if self.client.alive:
                 self.client.request(P.Close(self.judge_session.session), cfg.timeouts.check)

@@ -14,7 +14,6 @@ import threading
 import traceback
 from typing import Callable, Optional
 
-from harness.core import buildbook
 from harness.core.config import Config, Device
 from harness.core.errors import flat
 from harness.core.plan import Plan
@@ -150,10 +149,6 @@ class ProblemEvaluation:
         except Exception as exc:  # a harness bug on one candidate must not end the run
             traceback.print_exc()
             record = self._failed(candidate, Status.HARNESS_ERROR, f"{type(exc).__name__}: {exc}")
-        cache = self.cfg.path(self.cfg.build_cache_dir)
-        builds = record.provenance.builds
-        buildbook.record(cache, [b.cache_key for b in builds if not b.tampered])  # first sight: kept from now on
-        buildbook.record(cache, [b.cache_key for b in builds if b.tampered], replace=True)  # rebuilt just now
         return self._finish(self._bounded(candidate, with_ahead(record, ahead)))
 
     def close(self) -> None:

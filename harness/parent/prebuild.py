@@ -16,7 +16,6 @@ candidate's record. Builds start in the order they are submitted, the order the 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
 import signal
@@ -126,8 +125,10 @@ class BuildAhead:
         env = build_env(self.env, self.arch, self.jobs_per_build)
         host = self.quiet
         started = time.perf_counter()
-        # where the build process names the builds it used: a folder it may write (its TMPDIR, in the run's scratch)
-        keys = Path(tempfile.mkdtemp(prefix="keys-", dir=env.get("TMPDIR") or None)) / "keys.json"
+        # its own folder, in the run's scratch: the only one it may write, where it compiles and names
+        # the builds it used
+        own = Path(tempfile.mkdtemp(prefix="build-", dir=env.get("TMPDIR") or None))
+        keys = own / "keys.json"
         proc = subprocess.Popen(
             [
                 sys.executable,
@@ -138,6 +139,8 @@ class BuildAhead:
                 self.arch,
                 str(keys),
                 *(["--problem", str(problem)] if problem is not None else []),
+                "--own",
+                str(own),
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -161,21 +164,32 @@ class BuildAhead:
                     if left() > 0:
                         continue  # it was paused meanwhile
                     _end_group(proc)
+                    shutil.rmtree(own, ignore_errors=True)
                     return AheadBuild(AheadOutcome.TIMEOUT, f"ended after {self.timeout:g} s", round(self.timeout, 3))
         except BaseException:
             _end_group(proc)
+            shutil.rmtree(own, ignore_errors=True)
             raise
         finally:
             host.unregister(proc)
         seconds = round(time.perf_counter() - started - (host.paused_seconds - paused_before), 3)
         outcome = ahead_outcome(stdout, stderr, proc.returncode, seconds)
-        if outcome.outcome is AheadOutcome.BUILT:  # the parent records what it saw finished (harness.core.buildbook)
-            try:
-                buildbook.record(self.cache_dir, json.loads(keys.read_text()))
-            except (OSError, ValueError, TypeError):
-                pass
-        shutil.rmtree(keys.parent, ignore_errors=True)
+        # the process has ended: what it compiled goes into the cache under its source's digest, by the
+        # parent's hand (harness.core.buildbook), failed compiles included
+        publish_own(own, self.cache_dir, path)
         return outcome
+
+
+def publish_own(own: Path, cache: Path, source: Path) -> list[str]:
+    """Publish the builds a finished build process compiled in its own folder `own` (under the digest
+    of `source`, the candidate it built), then remove the folder; the keys published."""
+    try:
+        owner = buildbook.owner_of(source.read_text(encoding="utf-8", errors="replace"))
+        return buildbook.publish(own / "builds", cache, owner)
+    except OSError:
+        return []
+    finally:
+        shutil.rmtree(own, ignore_errors=True)
 
 
 def build_env(boundary_env: Mapping[str, str], arch: str, jobs: int) -> dict[str, str]:

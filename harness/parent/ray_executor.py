@@ -30,6 +30,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from harness.core import buildbook
 from harness.core.config import ROOT, Config, Device
 from harness.core.errors import UserError, one_line
 from harness.core.plan import Plan
@@ -93,33 +94,38 @@ def cluster_device(cfg: Config) -> str:
     return Device.CUDA
 
 
-def pack_builds(cache_dir: Path, keys: list[str]) -> bytes:
-    """The finished build directories `keys` of `cache_dir` as a gzipped tarball (b"" when none)."""
-    entries = [cache_dir / key for key in keys if any((cache_dir / key).glob("*.so"))]
+def pack_builds(cache_dir: Path, owner: str, keys: list[str]) -> bytes:
+    """The finished builds `keys` of `owner` in `cache_dir` as a gzipped tarball (b"" when none)."""
+    folder = buildbook.owner_folder(cache_dir, owner)
+    entries = [folder / key for key in keys if any((folder / key).glob("*.so"))]
     if not entries:
         return b""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
         for entry in entries:
-            tar.add(entry, arcname=entry.name)
+            tar.add(entry, arcname=f"{folder.name}/{entry.name}")
     return buffer.getvalue()
 
 
 def unpack_builds(blob: bytes, cache_dir: Path) -> list[str]:
-    """Add the builds in `blob` to `cache_dir`, never over a build already there; their keys."""
+    """Add the builds in `blob` to `cache_dir` (each under its owner), never over a build already
+    there, and record their digests (harness.core.buildbook); their keys."""
     if not blob:
         return []
-    cache_dir.mkdir(parents=True, exist_ok=True)
     added = []
     with tarfile.open(fileobj=io.BytesIO(blob), mode="r:gz") as tar:
         members = tar.getmembers()
-        for key in sorted({m.name.split("/")[0] for m in members}):
-            if (cache_dir / key).is_dir() and any((cache_dir / key).glob("*.so")):
+        for owner, key in sorted({tuple(m.name.split("/")[:2]) for m in members if m.name.count("/") >= 1}):
+            folder = buildbook.owner_folder(cache_dir, owner)
+            if folder.name != owner or (folder / key).is_dir() and any((folder / key).glob("*.so")):
                 continue
-            unpacked = Path(tempfile.mkdtemp(dir=cache_dir, prefix=".unpack-"))
-            tar.extractall(unpacked, members=[m for m in members if m.name.split("/")[0] == key], filter="data")
+            folder.mkdir(parents=True, exist_ok=True)
+            unpacked = Path(tempfile.mkdtemp(dir=folder, prefix=".unpack-"))
+            chosen = [m for m in members if m.name.split("/")[:2] == [owner, key]]
+            tar.extractall(unpacked, members=chosen, filter="data")
             try:
-                (unpacked / key).rename(cache_dir / key)  # atomic: a reader sees all of it or none
+                (unpacked / owner / key).rename(folder / key)  # atomic: a reader sees all of it or none
+                buildbook.record(cache_dir, owner, key)
                 added.append(key)
             except OSError:
                 pass  # another lane on this node got there first
@@ -141,11 +147,24 @@ def build_remote(cfg_data: dict[str, Any], file_name: str, source: str, arch: st
         path = Path(folder) / file_name
         path.write_text(source)
         boundary = open_boundary(cfg, Path(folder) / "scratch")
-        keys_file = Path(folder) / "scratch" / "keys.json"  # inside what the build process may write
+        own = Path(folder) / "scratch" / "build"  # its own folder: the only one it may write
+        own.mkdir()
+        keys_file = own / "keys.json"
         env = build_env(boundary.env, arch, jobs)
+        owner = buildbook.owner_of(path.read_text(encoding="utf-8", errors="replace"))
         try:
             subprocess.run(
-                [sys.executable, "-m", "harness.worker.build", str(path), str(cache), arch, str(keys_file)],
+                [
+                    sys.executable,
+                    "-m",
+                    "harness.worker.build",
+                    str(path),
+                    str(cache),
+                    arch,
+                    str(keys_file),
+                    "--own",
+                    str(own),
+                ],
                 capture_output=True,
                 cwd=ROOT,
                 env=env,
@@ -159,7 +178,8 @@ def build_remote(cfg_data: dict[str, Any], file_name: str, source: str, arch: st
             end_processes_in(Path(folder))  # what the candidate's import left running (this task's process lives on)
         if boundary.watch is not None and boundary.watch.check():
             return b""
-        return pack_builds(cache, keys)
+        buildbook.publish(own / "builds", cache, owner)  # by this task's hand, once the process has ended
+        return pack_builds(cache, owner, keys)
 
 
 class LaneStore(RunStore):

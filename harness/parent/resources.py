@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import subprocess
 import sys
 from typing import Any, Callable, Mapping, Optional
 
 from harness.core.config import Ahead, Config, Device, ExecutorKind, QuietMode
 from harness.core.records import CandidateRecord
 from harness.core.store import RunStore, new_run_id
+from harness.parent import watchdog
 from harness.parent.boundary import RunBoundary, open_boundary
 from harness.parent.prebuild import BuildAhead, default_parallelism, gpu_arch
 from harness.parent.quiet import QuietHost
@@ -57,6 +59,8 @@ class RunResources:
     builds: Optional[BuildAhead] = None
     observer: Observer = Observer()
     boundary: RunBoundary = RunBoundary.none()  # what keeps candidates' processes from writing outside the scratch
+    # continues the run if a candidate stopped it (harness.parent.watchdog); None where the layer refuses that signal
+    watchdog: Optional["subprocess.Popen[bytes]"] = None
 
     @classmethod
     def open(
@@ -88,7 +92,15 @@ class RunResources:
             store = store or RunStore(results_dir, new_run_id())
             boundary = open_boundary(cfg, scratch.path, results_run=store.dir)
             return cls(
-                cfg, device, store, scratch, host, start_builds(cfg, device, host, boundary.env), observer, boundary
+                cfg,
+                device,
+                store,
+                scratch,
+                host,
+                start_builds(cfg, device, host, boundary.env),
+                observer,
+                boundary,
+                None if boundary.refuses_signals else watchdog.start(),
             )
         except BaseException:
             host.close()
@@ -99,6 +111,7 @@ class RunResources:
         """Stop the build pool, resume whatever the quiet host stopped (a build left stopped would
         never finish), and remove the scratch folder."""
         try:
+            watchdog.stop(self.watchdog)
             if self.builds is not None:
                 self.builds.close()
         finally:

@@ -47,7 +47,7 @@ def main() -> None:
     acks = os.fdopen(os.dup(0), "rb", buffering=0)
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
-    os.chdir(launch["cwd"])
+    sandbox.take_own(launch["cwd"])  # its working folder, temporary files, caches and builds
     channel = ChannelWriter(launch["result_fd"], launch["key"])
     try:
         job: P.WorkerJob = from_dict(P.WorkerJob, launch["job"])

@@ -9,9 +9,11 @@ context could not be created in anyway. It runs the candidate's
 code, so it is untrusted like the worker; the parent's build pool (`harness.parent.prebuild`, and
 the Ray executor's build task) starts it and reads its one line.
 
-    python -m harness.worker.build FILE CACHE_DIR ARCH [KEYS_FILE] [--problem PROBLEM_FILE]
+    python -m harness.worker.build FILE CACHE_DIR ARCH [KEYS_FILE] [--problem PROBLEM_FILE] [--own FOLDER]
         prints `ok [(extension, cached|built), ...]` or `STATUS REASON`;
-        KEYS_FILE gets the JSON list of the cache keys the candidate used
+        KEYS_FILE gets the JSON list of the cache keys the candidate used; with --own, FOLDER is its
+        own (its temporary files and caches) and it compiles into FOLDER/builds, which the parent
+        publishes into CACHE_DIR once it has ended (harness.core.buildbook.publish)
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from harness.core import buildbook
 from harness.core.config import Device
 from harness.core.status import Status
 from harness.worker import sandbox
@@ -53,21 +56,26 @@ def construct(module: Any, problem: Path) -> None:
 
 def main() -> None:
     sandbox.enter_from_environment()  # before torch and the candidate: the run's boundary
-    sandbox.enter_pending()
     parser = argparse.ArgumentParser()
     parser.add_argument("path", type=Path)
     parser.add_argument("cache_dir", type=Path)
     parser.add_argument("arch")
     parser.add_argument("keys_file", type=Path, nargs="?")
     parser.add_argument("--problem", type=Path)
+    parser.add_argument("--own", type=Path)
     args = parser.parse_args()
+    if args.own is not None:
+        sandbox.take_own(str(args.own))
+    owner = buildbook.owner_of(args.path.read_text(encoding="utf-8", errors="replace"))
+    problem = (str(args.problem),) if args.problem is not None else ()
+    sandbox.enter_pending(reads=sandbox.own_reads(str(args.path), args.cache_dir, owner, *problem))
     from harness.device.buildcache import BuildCache
     from harness.device.failures import WorkerFailure, classify, load_module
 
     arch = args.arch or Device.CPU
     if arch != Device.CPU:
         os.environ.setdefault("TORCH_CUDA_ARCH_LIST", arch)
-    cache = BuildCache(args.cache_dir, arch, cuda=arch != Device.CPU)
+    cache = BuildCache(args.cache_dir, arch, cuda=arch != Device.CPU, owner=owner, staging=sandbox.own_builds())
     cache.install()
     try:
         module = load_module(args.path, "__candidate__")

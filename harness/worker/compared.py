@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterator, Optional
 
 import torch
 
+from harness.core import buildbook
 from harness.core import protocol as P
 from harness.core.channel import ChannelWriter
 from harness.core.config import Device, ModuleMode, WeightSource
@@ -49,7 +50,7 @@ from harness.device.regions import (
 )
 from harness.device.setup import launch_check, setup_device, synchronize
 from harness.device.timed import prepare_timer, time_round
-from harness.worker.sandbox import end_descendants, enter_pending
+from harness.worker.sandbox import end_descendants, enter_pending, own_builds, own_reads
 
 
 class DataPlane:
@@ -378,12 +379,18 @@ class Worker:
         self.phase("load")
         self.device, arch, _ = setup_device(job)
         self.plane.map(self.device)  # before the boundary: Landlock refuses the judge's /proc entries inside it
-        enter_pending()
+        cache_root = Path(job.build_cache)
+        owner = buildbook.owner_of(job.source_text or Path(job.source).read_text(encoding="utf-8", errors="replace"))
+        # what it may read besides the allow-list: its module's file (tracebacks, Triton's and inspect's
+        # source lookups) and its own builds in the cache, with their digests
+        enter_pending(reads=own_reads(job.source, cache_root, owner))
         cache = BuildCache(
-            Path(job.build_cache),
+            cache_root,
             arch,
             around_build=self._around_build,
             on_event=lambda event: self.send(P.Built(ExtensionBuild(**event))),
+            owner=owner,
+            staging=own_builds(),
         )
         cache.install()
         module = load_module(Path(job.source), f"__{self.role.value}__", job.source_text, job.problem_text)

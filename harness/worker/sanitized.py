@@ -30,6 +30,7 @@ def main() -> None:
     sandbox.enter_from_environment()  # before torch and the candidate: the run's boundary, entered below
     import torch
 
+    from harness.core import buildbook
     from harness.core import protocol as P
     from harness.core.records import from_dict
     from harness.device.buildcache import BuildCache
@@ -41,15 +42,17 @@ def main() -> None:
     # the CUDA context first, then the layer: the driver cannot start inside Landlock (CUDA error 304,
     # benchmarks/cuda_boundary_probe.py), as the worker does; no candidate code has run yet
     torch.empty(1, device=device)
-    sandbox.enter_pending()
     if sys.argv[1] == "-":  # prestarted: the device readied under the tool, then the job from stdin
         text = sys.stdin.readline()
     else:
         text = Path(sys.argv[1]).read_text()
     job: P.SanitizeJob = from_dict(P.SanitizeJob, json.loads(text))
+    sandbox.take_own(os.path.join(os.getcwd(), "own"))  # beside its log, which it may not write
+    owner = buildbook.owner_of(Path(job.source).read_text(encoding="utf-8", errors="replace"))
+    sandbox.enter_pending(reads=sandbox.own_reads(job.source, Path(job.build_cache), owner, job.problem))
     major, minor = torch.cuda.get_device_capability(device)
     os.environ["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}"
-    BuildCache(Path(job.build_cache), f"{major}.{minor}").install()
+    BuildCache(Path(job.build_cache), f"{major}.{minor}", owner=owner, staging=sandbox.own_builds()).install()
     problem_text = job.problem_text or Path(job.problem).read_text(encoding="utf-8")  # pinned by the parent
     problem = load_module(Path(job.problem), "__problem__", problem_text)
     for name, value in job.sizes.items():
