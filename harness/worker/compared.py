@@ -522,5 +522,7 @@ def calls_since(now: dict[str, int], before: dict[str, int]) -> dict[str, int]:
 
 
 def inductor_cache(build_cache: str) -> None:
-    """torch.compile's caches beside the build cache: reused across runs, never in the run's scratch."""
+    """torch.compile's caches beside the build cache, for a worker with no folder of its own (one the
+    parent started gets its own folder's, harness.worker.sandbox.take_own: a cache every candidate
+    could write is one a candidate could poison for the baseline)."""
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(build_cache).parent / "inductor"))
