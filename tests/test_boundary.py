@@ -262,12 +262,9 @@ EXPECTED = {
 }
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("layer", [layer for layer in _layers() if layer != Boundary.HASH])
-def test_an_attacking_candidate_reads_and_writes_only_what_its_layer_allows(trees, make_config, tmp_path, layer):
-    """Reads outside the allow-list, another process's /proc, the build cache, another process's folder,
-    /dev/shm, a device node, and the host's root through /proc: each refused or the layer's documented
-    limit, and the secret never reaches a record or a leaderboard."""
+def _attack_run(trees, tmp_path, layer, *extra, env=None):
+    """Run the attacking candidate alone under `layer`; check that each attack got what the layer
+    allows, and that nothing it wrote or read shows."""
     import json
 
     cache = tmp_path / "cache"
@@ -284,14 +281,15 @@ def test_an_attacking_candidate_reads_and_writes_only_what_its_layer_allows(tree
     attack = ATTACKS.format(cache=str(cache), secret=str(secret), shm=shm, problem=str(trees["problem"]))
     (folder / "attacker.py").write_text(attack)
     done = subprocess.run(
-        [sys.executable, "run.py", "--problem", "1_Scale_Bias_ReLU", "--json", "--run-id", "attack",
+        [sys.executable, "run.py", "--problem", "1_Scale_Bias_ReLU", "--json", "--run-id", "attack", *extra,
          *[a for o in _overrides(trees, layer) for a in ("--set", o)], "--set", f"build_cache_dir={cache}",
          "--set", "device=cpu", "--set", "check.trials=2", "--set", "timing.enabled=false", "--set", "baselines.compile_modes=[]"],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        cwd=ROOT, capture_output=True, text=True, timeout=900, env=env,
     )
     try:
-        (record,) = [r for r in map(json.loads, (x for x in done.stdout.splitlines() if x.startswith("{"))) if r.get("identity")]
-        reason = record["decision"]["reason"]
+        records = [r for r in map(json.loads, (x for x in done.stdout.splitlines() if x.startswith("{"))) if r.get("identity")]
+        assert len(records) == 1, done.stderr[-2000:]
+        reason = records[0]["decision"]["reason"]
         assert EXPECTED[layer] in reason, reason
         assert (fake / "ext.so").read_bytes() == b"honest library" and not (cache / "planted").exists()
         assert trees["problem"].read_bytes() == trees["before"]
@@ -303,6 +301,26 @@ def test_an_attacking_candidate_reads_and_writes_only_what_its_layer_allows(tree
         assert not Path("/dev/shm", shm).exists()  # refused, or gone with the namespace
     finally:
         Path("/dev/shm", shm).unlink(missing_ok=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layer", [layer for layer in _layers() if layer != Boundary.HASH])
+def test_an_attacking_candidate_reads_and_writes_only_what_its_layer_allows(trees, tmp_path, layer):
+    """Reads outside the allow-list, another process's /proc, the build cache, another process's folder,
+    /dev/shm, a device node, and the host's root through /proc: each refused or the layer's documented
+    limit, and the secret never reaches a record or a leaderboard."""
+    _attack_run(trees, tmp_path, layer)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_layers()[0] == Boundary.HASH, reason="this machine offers no kernel layer")
+def test_on_the_ray_executor_the_attacking_candidate_meets_the_same_boundary(trees, tmp_path):
+    pytest.importorskip("ray")
+    short = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # Ray's socket paths must stay under 108 bytes
+    try:
+        _attack_run(trees, tmp_path, _layers()[0], "--executor", "ray", env={**os.environ, "TMPDIR": short})
+    finally:
+        shutil.rmtree(short, ignore_errors=True)
 
 
 def _in_sandbox(policy: SandboxPolicy, code: str) -> subprocess.CompletedProcess:
