@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from test_boundary import MARK, ZEROS, _sleepers, tampering  # noqa: E402
 
+from harness.core import buildbook  # noqa: E402
 from harness.core.boundary import SandboxPolicy  # noqa: E402
 from harness.core.config import Boundary, load_config  # noqa: E402
 from harness.parent.boundary import TreeWatch, probe, protected_trees  # noqa: E402
@@ -103,12 +104,26 @@ def costs(layers: list[str]) -> list[tuple[str, float]]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     bare = timed(lambda: subprocess.run([sys.executable, "-c", "from harness.worker import sandbox"], env=env, check=True))
     rows = [("a fresh interpreter importing harness.worker.sandbox (no layer)", bare)]
+    own = str(Path(folder) / "own")
     for layer in layers:
-        policy = SandboxPolicy(Boundary(layer), writable=(folder, "/dev"), protected=(str(ROOT / "problems"),))
-        code = "from harness.worker import sandbox\nsandbox.enter_from_environment()\nsandbox.enter_pending()"
-        ms = timed(lambda p=policy: subprocess.run([sys.executable, "-c", code], env={**env, "HARNESS_SANDBOX": p.to_env()}, check=True))
-        rows.append((f"the same, entering {layer} (difference: {ms - bare:+.1f} ms)", ms))
+        for confined in (False, True) if layer == Boundary.LANDLOCK else (False,):
+            policy = SandboxPolicy(Boundary(layer), protected=(str(ROOT / "problems"), folder), confine_reads=confined)
+            code = f"from harness.worker import sandbox\nsandbox.enter_from_environment()\nsandbox.take_own({own!r})\nsandbox.enter_pending()"
+            ms = timed(lambda p=policy: subprocess.run([sys.executable, "-c", code], env={**env, "HARNESS_SANDBOX": p.to_env()}, check=True))
+            label = f"{layer}{', reads confined' if confined else ''}"
+            rows.append((f"the same, taking its own folder and entering {label} (difference: {ms - bare:+.1f} ms)", ms))
         rows.append((f"probe({layer}), once per run, uncached", timed(lambda lay=layer: probe.__wrapped__(Boundary(lay), folder), 3)))  # type: ignore[attr-defined]
+    staged = Path(folder) / "staged" / ("ab" * 16)
+    staged.mkdir(parents=True)
+    (staged / "ext.so").write_bytes(os.urandom(4 << 20))  # about an inline extension's size
+    cache = Path(folder) / "cache"
+
+    def publish_fresh() -> None:
+        shutil.rmtree(cache, ignore_errors=True)
+        shutil.rmtree(Path(folder) / "cache-digests", ignore_errors=True)
+        buildbook.publish(staged.parent, cache, buildbook.owner_of("source"))
+
+    rows.append(("the parent publishing one 4 MiB build into the cache (copy, digest, book)", timed(publish_fresh)))
     sweep = "from harness.worker import sandbox\nimport time\nt = time.perf_counter()\nsandbox.end_descendants()\nprint((time.perf_counter() - t) * 1000)"
     rows.append(("the worker's end-of-run sweep (end_descendants, nothing left)", float(subprocess.run([sys.executable, "-c", sweep], env=env, capture_output=True, text=True, check=True).stdout)))
     watch = TreeWatch(protected_trees(load_config()), keep=(ROOT / "problems", ROOT / "solutions"))
