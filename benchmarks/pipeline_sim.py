@@ -1,0 +1,85 @@
+"""The staged pipeline's predicted rate on a simulated device (harness.parent.stages): verdicts per
+GPU-hour and the share of the wall the GPU is held exclusively, for 1 GPU with 16 cores and 4 GPUs
+with 64 cores.
+
+Each candidate's stage durations are drawn around the per-verdict costs measured on an H100 for 33
+fresh held-out kernels (main ad42b26, 2026-11-26): about 45 CPU-seconds of builds and processes,
+9 slot-seconds of shared GPU work (checks, memcheck, late JIT) and 1.65 s of exclusive GPU time
+(the paired rounds, the profiled call, the reference's timing share); one in five fails its checks
+and is neither timed nor sanitized. Builds run `cores / builds` compiler jobs each, as the build
+pool's default does; the memcheck share is a third of the shared work. The real scheduler runs
+against sleeps scaled by SCALE.
+
+    python3 benchmarks/pipeline_sim.py [--candidates N] [--slots K] [--seed S]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from harness.parent.gpugate import EXCLUSIVE, GpuGate, violations  # noqa: E402
+from harness.parent.stages import Durations, Pipeline, Work, simulated_calls  # noqa: E402
+
+SCALE = 0.002  # one second of the device is 2 ms here
+BUILD_CPU_S, SHARED_S, EXCLUSIVE_S = 45.0, 9.0, 1.65
+GIB = 1 << 30
+
+
+def draw(count: int, jobs: int, rng: random.Random) -> dict[str, Durations]:
+    """Durations around the measured means (a spread of about a factor of two either way)."""
+
+    def around(mean: float) -> float:
+        return mean * rng.lognormvariate(0, 0.5) / 1.13  # the lognormal's mean is e^(0.5²/2) = 1.13
+
+    return {
+        f"k{i:03d}": Durations(
+            build=around(BUILD_CPU_S) / jobs,
+            check=around(SHARED_S * 2 / 3),
+            time=around(EXCLUSIVE_S),
+            sanitize=around(SHARED_S / 3),
+            passes=rng.random() > 0.2,
+        )
+        for i in range(count)
+    }
+
+
+def one_gpu(count: int, cores: int, slots: int, seed: int) -> tuple[float, float]:
+    """(verdicts per hour, exclusive share of the wall) of one GPU's pipeline with `cores` cores."""
+    builds = max(1, min(cores // 2, 16))
+    jobs = max(1, cores // builds)
+    durations = draw(count, jobs, random.Random(seed))
+    gate = GpuGate(slots, 80 * GIB)
+    rng = random.Random(seed + 1)
+    works = [Work(name, rng.choice([1, 2, 4, 8]) * GIB) for name in durations]
+    started = time.monotonic()
+    Pipeline(gate, builds).run(works, simulated_calls(durations, SCALE))
+    wall = (time.monotonic() - started) / SCALE
+    intervals = gate.intervals()
+    assert violations(intervals, slots, gate.memory) == []
+    exclusive = sum(i.end - i.start for i in intervals if i.kind == EXCLUSIVE) / SCALE
+    return count / wall * 3600, exclusive / wall
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--candidates", type=int, default=200)
+    parser.add_argument("--slots", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args()
+    print(f"{args.candidates} candidates per GPU, {args.slots} shared slots, 80 GB; durations around "
+          f"{BUILD_CPU_S:g} CPU-s, {SHARED_S:g} shared s, {EXCLUSIVE_S:g} exclusive s per verdict")
+    print("| machine | verdicts per hour | per GPU-hour | exclusive share |")
+    print("|---|---:|---:|---:|")
+    for gpus, cores in ((1, 16), (4, 64)):
+        rate, share = one_gpu(args.candidates, cores // gpus, args.slots, args.seed)
+        print(f"| {gpus} GPU, {cores} cores | {rate * gpus:,.0f} | {rate:,.0f} | {share:.0%} |")
+
+
+if __name__ == "__main__":
+    main()
