@@ -11,6 +11,11 @@ pool's default does; the memcheck share is a third of the shared work. The real 
 against sleeps scaled by SCALE.
 
     python3 benchmarks/pipeline_sim.py [--candidates N] [--slots K] [--seed S]
+    python3 benchmarks/pipeline_sim.py --records RUN/records.jsonl ... [--slots K]
+
+With --records, the durations are replayed from real candidate records instead (records of schema 7:
+the build ahead's seconds, the worker's phase seconds, the sanitizer's seconds), cycled to N
+candidates per GPU; each candidate's shared stages hold 2 GB.
 """
 
 from __future__ import annotations
@@ -49,11 +54,38 @@ def draw(count: int, jobs: int, rng: random.Random) -> dict[str, Durations]:
     }
 
 
-def one_gpu(count: int, cores: int, slots: int, seed: int) -> tuple[float, float]:
+def replayed(paths: list[Path], count: int, jobs: int) -> dict[str, Durations]:
+    """Stage durations read from candidate records, cycled to `count` candidates; a build's seconds
+    were measured with its own compiler jobs, so they are kept as they are (`jobs` is not applied)."""
+    from harness.core.records import CandidateRecord
+    from harness.core.store import read_records
+
+    found = []
+    for path in paths:
+        for record in read_records(path):
+            if not isinstance(record, CandidateRecord):
+                continue
+            phases = dict(record.provenance.phase_seconds)
+            timed = phases.pop("time", 0.0)
+            found.append(
+                Durations(
+                    build=record.provenance.ahead.seconds + sum(b.seconds for b in record.provenance.builds if not b.cached),
+                    check=sum(phases.values()),
+                    time=timed,
+                    sanitize=sum(s.seconds for s in record.integrity.sanitizer),
+                    passes=timed > 0,
+                )
+            )
+    if not found:
+        raise SystemExit("no candidate records in " + ", ".join(map(str, paths)))
+    return {f"k{i:03d}": found[i % len(found)] for i in range(count)}
+
+
+def one_gpu(count: int, cores: int, slots: int, seed: int, records: list[Path]) -> tuple[float, float]:
     """(verdicts per hour, exclusive share of the wall) of one GPU's pipeline with `cores` cores."""
     builds = max(1, min(cores // 2, 16))
     jobs = max(1, cores // builds)
-    durations = draw(count, jobs, random.Random(seed))
+    durations = replayed(records, count, jobs) if records else draw(count, jobs, random.Random(seed))
     gate = GpuGate(slots, 80 * GIB)
     rng = random.Random(seed + 1)
     works = [Work(name, rng.choice([1, 2, 4, 8]) * GIB) for name in durations]
@@ -71,13 +103,15 @@ def main() -> None:
     parser.add_argument("--candidates", type=int, default=200)
     parser.add_argument("--slots", type=int, default=3)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--records", type=Path, nargs="*", default=[])
     args = parser.parse_args()
-    print(f"{args.candidates} candidates per GPU, {args.slots} shared slots, 80 GB; durations around "
-          f"{BUILD_CPU_S:g} CPU-s, {SHARED_S:g} shared s, {EXCLUSIVE_S:g} exclusive s per verdict")
+    source = (f"replayed from {len(args.records)} records file(s)" if args.records else
+              f"around {BUILD_CPU_S:g} CPU-s, {SHARED_S:g} shared s, {EXCLUSIVE_S:g} exclusive s per verdict")
+    print(f"{args.candidates} candidates per GPU, {args.slots} shared slots, 80 GB; durations {source}")
     print("| machine | verdicts per hour | per GPU-hour | exclusive share |")
     print("|---|---:|---:|---:|")
     for gpus, cores in ((1, 16), (4, 64)):
-        rate, share = one_gpu(args.candidates, cores // gpus, args.slots, args.seed)
+        rate, share = one_gpu(args.candidates, cores // gpus, args.slots, args.seed, args.records)
         print(f"| {gpus} GPU, {cores} cores | {rate * gpus:,.0f} | {rate:,.0f} | {share:.0%} |")
 
 
