@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.parent.gpugate import EXCLUSIVE, GpuGate, violations  # noqa: E402
-from harness.parent.stages import Durations, Pipeline, Work, simulated_calls  # noqa: E402
+from harness.parent.stages import Durations, InFlight, Pipeline, simulated_calls  # noqa: E402
 
 SCALE = 0.002  # one second of the device is 2 ms here
 BUILD_CPU_S, SHARED_S, EXCLUSIVE_S = 45.0, 9.0, 1.65
@@ -69,7 +69,8 @@ def replayed(paths: list[Path], count: int, jobs: int) -> dict[str, Durations]:
             timed = phases.pop("time", 0.0)
             found.append(
                 Durations(
-                    build=record.provenance.ahead.seconds + sum(b.seconds for b in record.provenance.builds if not b.cached),
+                    build=record.provenance.ahead.seconds
+                    + sum(b.seconds for b in record.provenance.builds if not b.cached),
                     check=sum(phases.values()),
                     time=timed,
                     sanitize=sum(s.seconds for s in record.integrity.sanitizer),
@@ -88,7 +89,7 @@ def one_gpu(count: int, cores: int, slots: int, seed: int, records: list[Path]) 
     durations = replayed(records, count, jobs) if records else draw(count, jobs, random.Random(seed))
     gate = GpuGate(slots, 80 * GIB)
     rng = random.Random(seed + 1)
-    works = [Work(name, rng.choice([1, 2, 4, 8]) * GIB) for name in durations]
+    works = [InFlight(name, rng.choice([1, 2, 4, 8]) * GIB) for name in durations]
     started = time.monotonic()
     Pipeline(gate, builds).run(works, simulated_calls(durations, SCALE))
     wall = (time.monotonic() - started) / SCALE

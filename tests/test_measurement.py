@@ -262,3 +262,23 @@ def test_paired_graph_mode_on_cpu_times_both_sides_eagerly_and_says_why():
     chosen = choose_protocol("graph", "auto", P.Ready(graph_error=why), P.Ready(graph_error=why))
     assert chosen.timing_mode == "eager" and "CUDA graphs need a CUDA device" in chosen.timing_mode_reason
     assert timer.round(chosen.timing_mode, chosen.sync, 4).timing_mode == "eager"
+
+
+def test_on_the_cpu_a_working_set_that_fits_the_measured_buffer_has_no_hard_floor():
+    """The CPU's copy bandwidth is measured over 64 MiB and its caches are not flushed between timed
+    calls: a smaller working set can beat that bandwidth from cache, honestly. On the GPU (L2 flushed)
+    and for a larger working set, the floor holds."""
+    from harness.core.integrity import CPU_COPY_BYTES, hard_floor_ms, implausible_time
+    from harness.core.records import SpeedOfLight
+
+    def sol(min_bytes: int) -> SpeedOfLight:
+        return SpeedOfLight(flops=0, min_bytes=min_bytes, dtype="float32", peak_tflops=1.0, peak_gbps=10.0,
+                            floor_ms=min_bytes / 1e7, bound="memory")
+
+    small, large = sol(132_000), sol(2 * CPU_COPY_BYTES)
+    assert hard_floor_ms(small, "cpu") == 0.0 and hard_floor_ms(small, "cuda") == small.bytes_ms > 0
+    assert hard_floor_ms(large, "cpu") == large.bytes_ms
+    fast = stats([small.bytes_ms / 2] * 5)  # twice the DRAM bandwidth: from cache
+    assert implausible_time(fast, 2.0, 1.0, None, small, 50, 0.95, "cpu") == []
+    (found,) = implausible_time(fast, 2.0, 1.0, None, small, 50, 0.95, "cuda")
+    assert found[0] == "implausible-time"

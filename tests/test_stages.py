@@ -11,7 +11,7 @@ import time
 import pytest
 
 from harness.parent.gpugate import EXCLUSIVE, GpuGate, Interval, MemoryRefused, violations
-from harness.parent.stages import Durations, Pipeline, StageCalls, Work, simulated_calls
+from harness.parent.stages import Durations, InFlight, Pipeline, StageCalls, simulated_calls
 
 GIB = 1 << 30
 
@@ -93,14 +93,14 @@ def _draw(count: int, seed: int) -> dict[str, Durations]:
 def test_on_the_simulated_device_the_pipeline_keeps_every_promise(seed):
     durations = _draw(24, seed)
     rng = random.Random(seed)
-    works = [Work(name, rng.choice([GIB, 2 * GIB, 5 * GIB])) for name in durations]
+    works = [InFlight(name, rng.choice([GIB, 2 * GIB, 5 * GIB])) for name in durations]
     gate = GpuGate(slots=3, memory=8 * GIB)
     scale = 0.002  # 1 s of the device is 2 ms here
     build_log: list[tuple[str, float, float]] = []
     lock = threading.Lock()
     calls = simulated_calls(durations, scale)
 
-    def build(work: Work) -> None:
+    def build(work: InFlight) -> None:
         started = time.monotonic()
         calls.build(work)
         with lock:
@@ -133,14 +133,14 @@ def test_a_stage_that_raises_is_that_candidates_one_record_and_the_others_go_on(
     durations = _draw(6, 3)
     calls = simulated_calls(durations, 0.001)
 
-    def time_or_crash(work: Work) -> None:
+    def time_or_crash(work: InFlight) -> None:
         if work.name == "k02":
             raise RuntimeError("the timed worker died")
         calls.time(work)
 
     durations["k02"] = Durations(1, 1, 1, 1, passes=True)
     outcomes = {o.name: o for o in Pipeline(GpuGate(2, 8 * GIB), 2).run(
-        [Work(name, GIB) for name in durations], StageCalls(calls.build, calls.check, time_or_crash, calls.sanitize)
+        [InFlight(name, GIB) for name in durations], StageCalls(calls.build, calls.check, time_or_crash, calls.sanitize)
     )}
     assert len(outcomes) == 6
     assert outcomes["k02"].failed_at == "time" and "timed worker died" in outcomes["k02"].reason
@@ -150,7 +150,7 @@ def test_a_stage_that_raises_is_that_candidates_one_record_and_the_others_go_on(
 def test_a_candidate_whose_problem_cannot_fit_the_card_is_recorded_as_refused():
     durations = {"big": Durations(0.1, 1, 1, 1), "small": Durations(0.1, 1, 1, 1)}
     outcomes = Pipeline(GpuGate(2, 8 * GIB), 1).run(
-        [Work("big", 30 * GIB), Work("small", GIB)], simulated_calls(durations, 0.001)
+        [InFlight("big", 30 * GIB), InFlight("small", GIB)], simulated_calls(durations, 0.001)
     )
     big, small = outcomes
     assert big.failed_at == "check" and "needs 30.0 GB, the card has 8.0" in big.reason

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Mapping, Optional
 
+from harness.core.config import Device
 from harness.core.records import CallProfile, ForwardOps, SpeedOfLight, TimingStats
 from harness.core.scan import custom_share
 from harness.core.status import Code, Finding
@@ -186,6 +187,19 @@ def side_work(profile: Optional[CallProfile], threads: Any) -> list[Finding]:
     return found
 
 
+CPU_COPY_BYTES = 64 << 20  # the buffer a CPU's copy bandwidth is measured over (harness.judge.roofline)
+
+
+def hard_floor_ms(sol: SpeedOfLight, device: str) -> float:
+    """The time no implementation can beat: the problem's fewest bytes at the measured copy bandwidth
+    (`SpeedOfLight.bytes_ms`). On the CPU, whose caches are not flushed between timed calls, a
+    working set smaller than the buffer the bandwidth was measured over may run from cache, faster
+    than that: there is no floor then (0)."""
+    if device == Device.CPU and sol.min_bytes < CPU_COPY_BYTES:
+        return 0.0
+    return sol.bytes_ms
+
+
 def implausible_time(
     timing: TimingStats,
     speedup: float,
@@ -194,6 +208,7 @@ def implausible_time(
     sol: Optional[SpeedOfLight],
     max_speedup: float,
     impossible_below: float,
+    device: str = Device.CUDA,
 ) -> list[Finding]:
     """Timings to doubt: over `max_speedup` x eager or under the GPU time of the call's own
     profile (suspect-time, to look at), and under the hard speed-of-light floor (implausible-time:
@@ -227,7 +242,7 @@ def implausible_time(
                 ),
             )
         )
-    if sol is not None and sol.bytes_ms > 0 and median < sol.bytes_ms * impossible_below:
+    if sol is not None and sol.bytes_ms > 0 and median < hard_floor_ms(sol, device) * impossible_below:
         found.append(
             (
                 Code.IMPLAUSIBLE_TIME,

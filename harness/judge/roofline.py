@@ -23,6 +23,7 @@ from typing import Any, Sequence
 import torch
 
 from harness.core.config import Device
+from harness.core.integrity import CPU_COPY_BYTES
 from harness.core.records import SpeedOfLight
 from harness.device.environment import cpu_name
 
@@ -159,7 +160,7 @@ def _copy_gbps(device: torch.device) -> float:
         free, _ = torch.cuda.mem_get_info(device)
         nbytes = min(1 << 30, free // 8)
     else:
-        nbytes = 64 << 20
+        nbytes = CPU_COPY_BYTES
     src = torch.empty(nbytes // 4, dtype=torch.float32, device=device).uniform_()
     dst = torch.empty_like(src)
     ms = _best_ms(lambda: dst.copy_(src), device, reps=20 if device.type == Device.CUDA else 5)

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from harness.core import integrity
 from harness.core import protocol as P
 from harness.core.config import Device, Switch, TimingMode
 from harness.core.errors import flat
@@ -155,7 +156,9 @@ class ReferencePass:
         sol = known_sol or report.speed_of_light
         self.problem_timing = ProblemTiming(
             *resolve_timing_mode(cfg.timing.mode, report.profile),
-            floor_ms=sol.bytes_ms * cfg.speed_of_light.impossible_below if sol is not None else 0.0,
+            floor_ms=integrity.hard_floor_ms(sol, setting.device) * cfg.speed_of_light.impossible_below
+            if sol is not None
+            else 0.0,
         )
         record = self.record(report, round((datetime.datetime.now() - started).total_seconds(), 3))
         profile, times = record.profile, ReferenceTimes()

@@ -31,7 +31,7 @@ from harness.parent.gpugate import GpuGate
 
 
 @dataclasses.dataclass(frozen=True)
-class Work:
+class InFlight:
     """One candidate as the stages see it."""
 
     name: str
@@ -54,10 +54,10 @@ class Outcome:
 class StageCalls:
     """The stages' work for one candidate; `check` says whether the candidate may be timed."""
 
-    build: Callable[[Work], None]
-    check: Callable[[Work], bool]
-    time: Callable[[Work], None]
-    sanitize: Callable[[Work], None]
+    build: Callable[[InFlight], None]
+    check: Callable[[InFlight], bool]
+    time: Callable[[InFlight], None]
+    sanitize: Callable[[InFlight], None]
 
 
 class Pipeline:
@@ -70,7 +70,7 @@ class Pipeline:
         self.sanitize = sanitize
 
     def run(
-        self, works: list[Work], calls: StageCalls, on_record: Callable[[Outcome], None] = lambda outcome: None
+        self, works: list[InFlight], calls: StageCalls, on_record: Callable[[Outcome], None] = lambda outcome: None
     ) -> list[Outcome]:
         outcomes: dict[str, Outcome] = {}
         lock = threading.Lock()
@@ -85,7 +85,7 @@ class Pipeline:
         # its own: it waits for the gate, never for a thread
         flows = ThreadPoolExecutor(max_workers=max(1, len(works)), thread_name_prefix="stage")
         sanitizers = ThreadPoolExecutor(max_workers=self.gate.slots, thread_name_prefix="sanitize")
-        ready: queue.Queue[tuple[Work, Future]] = queue.Queue()
+        ready: queue.Queue[tuple[InFlight, Future]] = queue.Queue()
         with ThreadPoolExecutor(max_workers=self.build_slots, thread_name_prefix="build") as builds:
             for work in works:
                 builds.submit(calls.build, work).add_done_callback(_handing(ready, work))
@@ -98,7 +98,7 @@ class Pipeline:
 
     def _flow(
         self,
-        work: Work,
+        work: InFlight,
         build: Future,
         calls: StageCalls,
         sanitizers: ThreadPoolExecutor,
@@ -127,12 +127,12 @@ class Pipeline:
         except Exception as exc:  # the stage's failure is the candidate's outcome (MemoryRefused among them)
             record(Outcome(work.name, stage not in ("build", "check"), stage == "sanitize", False, stage, str(exc)))
 
-    def _sanitize(self, work: Work, calls: StageCalls) -> None:
+    def _sanitize(self, work: InFlight, calls: StageCalls) -> None:
         with self.gate.shared(work.memory, f"{work.name}:sanitize"):
             calls.sanitize(work)
 
 
-def _handing(ready: "queue.Queue[tuple[Work, Future]]", work: Work) -> Callable[[Future], None]:
+def _handing(ready: "queue.Queue[tuple[InFlight, Future]]", work: InFlight) -> Callable[[Future], None]:
     """A build's done-callback: hand the candidate and its finished build to the flows."""
 
     def hand(done: Future) -> None:
@@ -155,10 +155,10 @@ class Durations:
 def simulated_calls(durations: dict[str, Durations], scale: float) -> StageCalls:
     """Stages that sleep `scale` times each candidate's durations: a simulated device."""
 
-    def sleeper(field: str) -> Callable[[Work], None]:
+    def sleeper(field: str) -> Callable[[InFlight], None]:
         return lambda work: time.sleep(getattr(durations[work.name], field) * scale)
 
-    def check(work: Work) -> bool:
+    def check(work: InFlight) -> bool:
         time.sleep(durations[work.name].check * scale)
         return durations[work.name].passes
 

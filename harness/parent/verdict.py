@@ -307,7 +307,7 @@ def settle(case: Case, first: Verdict, unsafe: list[Finding]) -> Verdict:
     timing, notes = Timing(), first.notes
     if status is Status.CORRECT and compared.timing is not None and compared.paired is not None:
         measured, timing_notes, more, timed = compare_times(
-            compared.timing, compared.paired, compared.profile, case.reference, case.rules
+            compared.timing, compared.paired, compared.profile, case.reference, case.rules, case.device
         )
         warnings.extend(more)
         status, reason, timed_flags = decide_flags(status, reason, timed, policies)
@@ -341,6 +341,7 @@ def compare_times(
     profile: Optional[CallProfile],
     reference: ReferenceRecord,
     rules: VerdictRules,
+    device: str = Device.CUDA,
 ) -> Comparison:
     """Speedups over the eager reference (from the paired rounds) and over each baseline (the
     candidate's paired speedup over the baseline's, when both were timed under the same protocol),
@@ -397,6 +398,7 @@ def compare_times(
         sol,
         rules.max_plausible_speedup,
         rules.impossible_below,
+        device,
     )
     return measured, notes, warnings, found + integrity.persisting_l2(timing)
 
