@@ -377,7 +377,8 @@ def test_baseline_save_then_run_with_gate_end_to_end(tmp_path):
     )
     (solutions / "plain.py").write_text(good)
     common = [sys.executable, "run.py", "--problem", "1_Scale_Bias_ReLU", "--device", "cpu", "--no-timing", "--quiet", "--trials", "2",
-              "--results", str(tmp_path / "results"), "--set", f"solutions_dir={tmp_path / 'solutions'}", "--set", "flags.no_custom_kernel=flag"]
+              "--results", str(tmp_path / "results"), "--set", f"solutions_dir={tmp_path / 'solutions'}", "--set", "flags.no_custom_kernel=flag",
+              "--set", f"build_cache_dir={tmp_path / 'builds'}", "--set", f"measurement_cache_dir={tmp_path / 'measurements'}"]
 
     def call(*args):
         return subprocess.run([*common, *args], capture_output=True, text=True, cwd=ROOT, timeout=600)

@@ -1,10 +1,15 @@
 """The problem linter finds problems that cannot tell a right kernel from a wrong one."""
+import shutil
+from pathlib import Path
+
 import pytest
 
 from harness.__main__ import main
 from harness.core.errors import ExitCode
 
-pytestmark = pytest.mark.slow  # every check runs the problem in a lint subprocess; one test lints the whole suite
+pytestmark = pytest.mark.slow  # every check runs the problem in a lint subprocess; the heavy tests lint every shipped problem
+
+ROOT = Path(__file__).resolve().parent.parent
 
 TEMPLATE = '''
 import torch
@@ -196,9 +201,26 @@ def test_an_output_that_is_rounding_noise_for_every_input_is_a_degenerate_output
     assert verdicts[("near_zero", "not rounding noise")] == "pass"
 
 
-def test_our_whole_suite_passes_lint_on_the_cpu(tmp_path):
+SUITE = ROOT / "problems"
+LEVEL0 = SUITE / "level0"  # tiny CPU problems: a few seconds in all
+
+
+def test_our_cpu_sized_problems_pass_lint_on_the_cpu_and_no_names_lints_the_whole_tree(tmp_path):
+    problems = tmp_path / "problems"
+    shutil.copytree(LEVEL0, problems / "level0")
     out = tmp_path / "lint.md"
-    assert main(["lint", "--device", "cpu", "--out", str(out)]) == ExitCode.OK, out.read_text()
+    assert main(["lint", "--device", "cpu", "--out", str(out), "--problems-dir", str(problems)]) == ExitCode.OK, out.read_text()
+    assert f"{len(list(LEVEL0.glob('*.py')))} problem(s) on cpu; 0 fail." in out.read_text()
+
+
+# Every shipped problem at its real size, one test each: 530 s in all on 2 cores (2026-11-27), the largest
+# 98 s (level1/4); the lint process of level1/3 to 7 peaks at 17 GiB (RSS), so the heavy tests run one at a
+# time (tests/conftest.py) and need 20 GiB of memory and 20 minutes.
+@pytest.mark.heavy
+@pytest.mark.parametrize("problem", sorted(str(p.relative_to(SUITE).with_suffix("")) for p in SUITE.rglob("*.py")))
+def test_our_whole_suite_passes_lint_on_the_cpu(tmp_path, problem):
+    out = tmp_path / "lint.md"
+    assert main(["lint", problem, "--device", "cpu", "--out", str(out)]) == ExitCode.OK, out.read_text()
 
 
 def test_unknown_problem_is_a_usage_error(tmp_path):

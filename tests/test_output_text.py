@@ -181,7 +181,8 @@ def test_the_terminal_names_the_columns_it_leaves_out_and_puts_reasons_under_the
     assert "reason" not in text.split("reasons")[0]  # no reason column: the reasons are notes
 
 
-def test_progress_lines_show_names_and_reasons_literally(capsys):
+def test_progress_lines_show_names_and_reasons_literally(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")  # no line cut to the width of whatever terminal (or pipe) runs the tests
     for live in (False, True):
         with Progress(total=2) as progress:
             progress.live = live
@@ -284,7 +285,6 @@ def test_the_gate_command_keeps_its_exit_code_whatever_the_reasons_hold(tmp_path
 CANDIDATE = scale_bias_relu(forward='raise RuntimeError("shape mismatch in [/tmp/kernel.cu] [bold]x")')
 
 
-@pytest.mark.slow
 def _as_correct(line):
     """A records file line, its candidate made correct (as a baseline where it still passed)."""
     if line.get("kind") == "candidate":
@@ -292,6 +292,7 @@ def _as_correct(line):
     return line
 
 
+@pytest.mark.slow
 def test_a_run_whose_candidate_raises_markup_exits_2_prints_it_and_gates(tmp_path):
     """Before: rich read the reason as markup, the run ended in a MarkupError traceback (exit 1) and
     --gate never ran."""
@@ -301,7 +302,8 @@ def test_a_run_whose_candidate_raises_markup_exits_2_prints_it_and_gates(tmp_pat
     (problems / "1_Scale_Bias_ReLU.py").write_text((ROOT / "problems" / "level0" / "1_Scale_Bias_ReLU.py").read_text())
     (solutions / "raises.py").write_text(CANDIDATE)
     common = ["--problems-dir", str(problems), "--problem", "1_Scale_Bias_ReLU", "--device", "cpu", "--no-timing", "--trials", "2",
-              "--results", str(results), "--set", f"solutions_dir={tmp_path / 'solutions'}"]
+              "--results", str(results), "--set", f"solutions_dir={tmp_path / 'solutions'}",
+              "--set", f"build_cache_dir={tmp_path / 'builds'}", "--set", f"measurement_cache_dir={tmp_path / 'measurements'}"]
     first = cli(*common, "--run-id", "first")
     assert first.returncode == ExitCode.CANDIDATES_FAILED, first.stderr
     assert "raises: RuntimeError: shape mismatch in [/tmp/kernel.cu] [bold]x" in first.stdout and "Traceback" not in first.stderr
