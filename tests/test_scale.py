@@ -258,3 +258,15 @@ def test_a_ray_lane_hands_its_records_back_as_the_records_file_holds_them(tmp_pa
     for line in taken:
         rebuilt.append(decode_line(line))
     assert rebuilt.records_path.read_bytes() == plain.records_path.read_bytes()
+
+
+def test_a_launcher_killed_by_ctrl_c_starts_no_worker_for_a_lane_that_reaches_it_later():
+    """The race behind a Ctrl-C that did not end the run: the main thread kills the lane's workers while
+    the lane's thread is on its way to take one; the worker it would start then runs unwatched."""
+    from harness.parent.supervise import Launcher, LauncherClosed
+
+    launcher = Launcher(prestart=False)
+    launcher.kill_all()
+    with pytest.raises(LauncherClosed):
+        launcher.take()
+    assert not launcher.active

@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Optional
@@ -109,6 +110,10 @@ def start_worker(env_overrides: Optional[dict[str, str]] = None) -> Started:
     return Started(proc, read_fd, write_fd)
 
 
+class LauncherClosed(RuntimeError):
+    """A worker was asked of a launcher the run had already closed or killed (an interrupted run)."""
+
+
 class Launcher:
     """Hands out fresh worker processes, one per job. With `prestart`, the next one is started as
     soon as one is taken, so its interpreter and torch import (about 2 s) overlap the job before
@@ -146,22 +151,28 @@ class Launcher:
         self._judge_spare: Optional[tuple[JudgeClient, Path]] = None  # a prestarted judge and its working folder
         self._judges_started = 0
         self._closed = False
+        self._lock = threading.Lock()
 
     @property
     def _spare(self) -> Optional[Started]:
         return self._spares[0] if self._spares else None
 
     def take(self) -> Started:
+        """A worker for the next job. Refused (`LauncherClosed`) once the launcher was closed or killed:
+        a lane that reaches here after Ctrl-C must not start a worker that nothing would end."""
         host = self.quiet
-        while self._spares and self._spares[0].proc.poll() is not None:  # a spare that died waiting
-            self._discard_one(self._spares.pop(0))
-        started = self._spares.pop(0) if self._spares else start_worker({**self.env, **self.worker_env})
+        with self._lock:  # against kill_all from another thread: no worker taken after it, none it misses
+            if self._closed:
+                raise LauncherClosed("the run was stopped: no new worker")
+            while self._spares and self._spares[0].proc.poll() is not None:  # a spare that died waiting
+                self._discard_one(self._spares.pop(0))
+            started = self._spares.pop(0) if self._spares else start_worker({**self.env, **self.worker_env})
+            self.active.add(started.proc)
         host.register_timing(started.proc, self.lane_index)  # pinned to the lane, then continued if stopped
         while self.prestart and not self._closed and len(self._spares) < self.spares:
             spare = start_worker({**self._spare_env(), **self.worker_env})
             host.register_background(spare.proc)
             self._spares.append(spare)
-        self.active.add(started.proc)
         return started
 
     def release(self, proc: subprocess.Popen[bytes]) -> None:
@@ -215,10 +226,12 @@ class Launcher:
 
     def kill_all(self) -> None:
         """End the spares and every worker handed out and still running (an interrupted run)."""
-        self._closed = True
+        with self._lock:
+            self._closed = True
+            active = list(self.active)
         self._discard()
         self._discard_judge()
-        for proc in list(self.active):
+        for proc in active:
             _kill_group(proc)
             self.quiet.unregister(proc)
 
