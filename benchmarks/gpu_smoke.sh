@@ -8,6 +8,7 @@
 # Writes into DIR (default gpu-smoke) environment.txt, run-LAYER.log and records-LAYER.jsonl per pass, smoke.md and
 # smoke.json, and prints the table last; exits 1 on any miss, 2 without a GPU. SMOKE_LIMIT (seconds, default 295)
 # bounds the whole script, builds included (on an H100, 2026-11-27: 135 s the first pass, cold builds, 110 s the second).
+# SMOKE_LANES (default 1) is workers.lanes_per_gpu for both passes: lanes sharing the GPU through its gate.
 # Both passes share one build cache, as a user's runs do: the first pass (the boundary) builds cold, in the build
 # pool, and the second finds the builds finished. Builds, caches, results and scratch go to a folder removed at the end.
 set -u
@@ -57,6 +58,7 @@ SETTINGS=(
   --set sanitizer.timeout=90 --set check.trials=2
   --set timing.warmup_ms=10 --set timing.budget_s=1.5 --set timing.rounds=4 --set timing.max_rounds=8
   --set timeouts.construct=90 --set timeouts.check=90 --set timeouts.time=90 --set workers.spares=2
+  --set "workers.lanes_per_gpu=${SMOKE_LANES:-1}"
 )
 
 RECORDS=()

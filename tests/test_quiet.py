@@ -331,20 +331,26 @@ def test_a_cpu_run_pauses_but_never_pins_and_ray_lanes_leave_the_host_off(make_c
     assert quiet_mode(make_config("timing.quiet=both", "executor=ray"), "cuda") == "off"
 
 
-# -- lanes sharing a GPU (workers.lanes_per_gpu) ------------------------------------------------------
+# -- lanes sharing a GPU (workers.lanes_per_gpu): its gate, no signals ------------------------------------
+
+GIB = 1 << 30
 
 
-def test_a_lane_timing_on_a_shared_gpu_stops_the_other_lanes_of_that_gpu_only(spawn, hosts):
+def in_thread(target):
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_lane_timing_on_a_shared_gpu_signals_no_process_of_the_other_lanes(spawn, hosts):
     host = hosts("off", lanes=4, lanes_per_gpu=2)  # lanes 0, 1 on GPU 0; lanes 2, 3 on GPU 1; no CPU quieting asked
     peer, same, other_gpu = spawn(SLEEP), spawn(SLEEP), spawn(SLEEP)
     host.register_timing(same, 0)
     host.register_timing(peer, 1)
     host.register_timing(other_gpu, 2)
     with host.hold(0):
-        assert stopped(peer.pid)  # checking on the GPU lane 0 times on
         time.sleep(0.1)
-        assert state(same.pid) != "T" and state(other_gpu.pid) != "T"  # lane 0's own, and another GPU's lane
-    assert running(peer.pid)
+        assert all(running(p.pid) for p in (peer, same, other_gpu))  # checks on the GPU go on; they are gated, not stopped
 
 
 def test_a_second_lane_waits_for_its_turn_on_a_shared_gpu(hosts):
@@ -364,9 +370,7 @@ def test_a_second_lane_waits_for_its_turn_on_a_shared_gpu(hosts):
         with host.hold(1):
             order.append("1 in")
 
-    threads = [threading.Thread(target=first), threading.Thread(target=second)]
-    for thread in threads:
-        thread.start()
+    threads = [in_thread(first), in_thread(second)]
     first_in.wait(10)
     time.sleep(0.2)
     assert order == ["0 in"]  # lane 1 has not got the GPU while lane 0 times
@@ -376,35 +380,122 @@ def test_a_second_lane_waits_for_its_turn_on_a_shared_gpu(hosts):
     assert order == ["0 in", "0 out", "1 in"]
 
 
-def test_a_lanes_nested_holds_keep_its_turn_until_the_outermost_ends(spawn, hosts):
+def test_a_timing_waits_for_the_other_lanes_work_to_reach_a_step_boundary_and_the_step_waits_for_the_timing(hosts):
     host = hosts("off", lanes=2, lanes_per_gpu=2)
-    peer = spawn(SLEEP)
-    host.register_timing(peer, 1)
+    order = []
+    checking, timing_asked = threading.Event(), threading.Event()
+
+    def checker():  # lane 1: a candidate's checks, one step after another
+        with host.lane_work(1):
+            order.append("1 checks")
+            checking.set()
+            timing_asked.wait(10)
+            time.sleep(0.2)  # a checked call still running when the timing is asked for
+            order.append("1 step ends")
+            host.step(1)  # its worker waits for the answer: the timing goes first
+            order.append("1 checks again")
+
+    def timer():  # lane 0: the go-ahead into timing
+        checking.wait(10)
+        timing_asked.set()
+        with host.hold(0):
+            order.append("0 times")
+            time.sleep(0.2)
+            order.append("0 done")
+
+    threads = [in_thread(checker), in_thread(timer)]
+    for thread in threads:
+        thread.join(10)
+    assert order == ["1 checks", "1 step ends", "0 times", "0 done", "1 checks again"]
+    gate = host.gate(0)
+    assert gate is host.gate(1) and gate is not host.gate(2)  # one gate per GPU
+    assert quiet_gate_violations(host, 0) == []
+
+
+def quiet_gate_violations(host, lane):
+    from harness.parent.gpugate import violations
+
+    gate = host.gate(lane)
+    return violations(gate.intervals(), gate.slots, gate.memory)
+
+
+def test_a_lanes_nested_holds_keep_the_gpu_until_the_outermost_ends(hosts):
+    host = hosts("off", lanes=2, lanes_per_gpu=2)
+    got = threading.Event()
     with host.hold(0):
         with host.hold(0):  # a pairing's hold inside the pass's hold of the whole timing phase
-            assert stopped(peer.pid)
-        time.sleep(0.1)
-        assert state(peer.pid) == "T"
-    assert running(peer.pid)
+            pass
+        in_thread(lambda: (host.hold(1).__enter__(), got.set()))
+        assert not got.wait(0.3)  # the outer hold still has the GPU
+    assert got.wait(10)
 
 
-def test_a_process_a_lane_starts_while_another_lane_times_on_its_gpu_is_stopped_at_once(spawn, hosts):
+def test_a_lane_timing_inside_its_own_work_gives_its_shared_grant_up_and_takes_it_again(hosts):
     host = hosts("off", lanes=2, lanes_per_gpu=2)
-    with host.hold(0):
-        late = spawn(SLEEP)
-        host.register_timing(late, 1)  # lane 1's next worker, handed its job meanwhile
-        assert stopped(late.pid)
-    assert running(late.pid)
+    with host.lane_work(0):
+        with host.hold(0):  # the go-ahead into timing from inside the candidate's work: no deadlock on itself
+            pass
+        assert host.gate(0).queued() == (0, 0)
+    kinds = [i.kind for i in host.gate(0).intervals()]
+    assert kinds == ["shared", "exclusive", "shared"]
 
 
-def test_a_lanes_limits_stand_still_only_while_another_lanes_turn_stops_it(hosts):
+def test_lanes_whose_memory_does_not_fit_the_card_together_work_one_at_a_time(hosts):
+    host = hosts("off", lanes=2, lanes_per_gpu=2, card_memory=10 * GIB)
+    host.lane_memory(0, 6 * GIB)
+    host.lane_memory(1, 6 * GIB)
+    inside = threading.Event()
+
+    def lane1():
+        with host.lane_work(1):
+            inside.set()
+
+    with host.lane_work(0):
+        in_thread(lane1)
+        assert not inside.wait(0.3)  # 12 GiB do not fit 10
+    assert inside.wait(10)
+    assert quiet_gate_violations(host, 0) == []
+
+
+def test_a_lane_that_needs_more_than_the_card_runs_with_no_shared_work_beside_it(hosts):
+    host = hosts("off", lanes=2, lanes_per_gpu=2, card_memory=10 * GIB)
+    host.lane_memory(0, 30 * GIB)  # clamped to the card: admitted, alone
+    with host.lane_work(0):
+        pass
+    assert [i.memory for i in host.gate(0).intervals()] == [10 * GIB]
+
+
+def test_many_lanes_checking_and_timing_at_once_keep_the_gates_promises(hosts):
+    host = hosts("off", lanes=4, lanes_per_gpu=4, card_memory=16 * GIB)
+
+    def lane(index):
+        host.lane_memory(index, (index + 2) * GIB)
+        for _ in range(8):
+            with host.lane_work(index):
+                for _ in range(3):
+                    time.sleep(0.003)
+                    host.step(index)
+                with host.hold(index):
+                    time.sleep(0.002)
+
+    threads = [in_thread(lambda i=i: lane(i)) for i in range(4)]
+    for thread in threads:
+        thread.join(30)
+    assert not any(thread.is_alive() for thread in threads)
+    assert quiet_gate_violations(host, 0) == []
+    assert sum(i.kind == "exclusive" for i in host.gate(0).intervals()) == 32
+
+
+def test_a_lanes_limits_stand_still_only_while_it_waits_at_its_gate(hosts):
     host = hosts("pause", lanes=2, lanes_per_gpu=2)
     mine, other = host.lane_clock(0), host.lane_clock(1)
     before_mine, before_other = mine(), other()
     with host.hold(0):
+        waiting = in_thread(lambda: host.lane_work(1).__enter__())  # lane 1 wants to check meanwhile: it waits
         time.sleep(0.3)
+    waiting.join(10)
     assert mine() - before_mine >= 0.3  # its own turn counts: a call that hangs while timed still runs out of time
-    assert other() - before_other < 0.2  # lane 1 was stopped meanwhile: its limits did not run
+    assert other() - before_other < 0.2  # lane 1 waited at the gate meanwhile: its limits did not run
 
 
 def test_a_single_lanes_limits_run_through_its_own_holds(hosts):
@@ -419,3 +510,4 @@ def test_a_single_lanes_limits_run_through_its_own_holds(hosts):
 def test_lanes_sharing_a_gpu_are_described_in_the_run_header():
     assert "2 lanes per GPU" in QuietHost("off", lanes=2, lanes_per_gpu=2).describe()
     assert "per GPU" not in QuietHost("off").describe()
+    assert QuietHost("off").gate(0) is None  # a lane alone on its GPU needs no gate

@@ -226,6 +226,7 @@ class ComparedPass:
                 launcher=self.setting.lane.launcher,
             ) as run:
                 for message in run.messages():  # each is answered before the worker may go on
+                    self.setting.gpu_step()
                     run.answer(self.on_message(message))
             assert run.outcome is not None  # every message was read
             outcome = run.outcome
@@ -561,6 +562,20 @@ class Setting:
             # one lane on its GPU: the timed rounds hold the host themselves (harness.parent.compared_pass)
             return contextlib.nullcontext()
         return self.quiet.hold(self.lane.index)
+
+    def gpu_shared(self) -> Any:
+        """The lane's GPU, shared with the other lanes on it, for a candidate's checks and memcheck: a
+        shared grant on the GPU's gate (harness.parent.quiet, `lane_work`); nothing when the lane has
+        its GPU to itself, or on the CPU."""
+        if self.device != Device.CUDA or not self.quiet.sharing:
+            return contextlib.nullcontext()
+        return self.quiet.lane_work(self.lane.index)
+
+    def gpu_step(self) -> None:
+        """A step boundary of the lane's worker (it waits for the answer): a timing queued on the GPU
+        it shares goes first."""
+        if self.device == Device.CUDA:
+            self.quiet.step(self.lane.index)
 
     def identity(self, candidate: str, path: str, source_hash: str) -> Identity:
         """What a candidate's record of this problem on this lane was judged as."""

@@ -127,6 +127,9 @@ class ProblemEvaluation:
         if self._reference is None:
             self.plan = self.plan or Plan.fresh(self.cfg)
             self._reference = self.reference_pass.run(self.plan)
+            # a candidate's shared work holds about three times the reference's peak: the judge's
+            # reference, the worker's candidate, and the inputs and outputs they share
+            self.setting.quiet.lane_memory(self.lane.index, GRANT_PEAKS * self._reference.outcome.peak_bytes)
         self.on_start(candidate)
         self.sanitizer.prestart()  # memcheck's start-up under the tool overlaps this candidate's checks
         # the worker then loads the finished build; how the build ahead ended goes into the record
@@ -140,7 +143,8 @@ class ProblemEvaluation:
             )
         assert self.plan is not None  # drawn (or given) before the reference ran, and never dropped
         try:
-            record = self._run_candidate(candidate, self.plan, reference)
+            with self.setting.gpu_shared():  # checks and memcheck share the GPU; its timing is alone (gpu_alone)
+                record = self._run_candidate(candidate, self.plan, reference)
         except JudgeFailed as exc:  # the judge, not the candidate, failed: the next candidate gets a new one
             self.judge.failed(str(exc))
             record = self._failed(
@@ -284,6 +288,7 @@ def with_ahead(record: CandidateRecord, ahead: AheadBuild) -> CandidateRecord:
     )
 
 
+GRANT_PEAKS = 3  # a candidate's shared grant on a GPU it shares: this many times the reference's peak memory
 NAME_ERROR = re.compile(r"NameError: name '([A-Za-z_][A-Za-z0-9_]*)' is not defined")
 
 

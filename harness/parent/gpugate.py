@@ -36,6 +36,16 @@ class MemoryRefused(RuntimeError):
 
 
 @dataclasses.dataclass(frozen=True)
+class Grant:
+    """A grant held now: what `release` needs."""
+
+    kind: str  # EXCLUSIVE | SHARED
+    start: float
+    memory: int
+    label: str
+
+
+@dataclasses.dataclass(frozen=True)
 class Interval:
     """One grant of the gate, from admission to release."""
 
@@ -66,6 +76,23 @@ class GpuGate:
     @contextlib.contextmanager
     def exclusive(self, label: str = "") -> Iterator[None]:
         """Hold the GPU alone for the block."""
+        grant = self.take_exclusive(label)
+        try:
+            yield
+        finally:
+            self.release(grant)
+
+    @contextlib.contextmanager
+    def shared(self, memory: int, label: str = "") -> Iterator[None]:
+        """Hold one shared slot and `memory` bytes of the device for the block."""
+        grant = self.take_shared(memory, label)
+        try:
+            yield
+        finally:
+            self.release(grant)
+
+    def take_exclusive(self, label: str = "") -> "Grant":
+        """Wait for the GPU alone and hold it until `release(grant)`."""
         with self._cond:
             ticket = next(self._tickets)
             self._exclusive_queue.append(ticket)
@@ -74,18 +101,10 @@ class GpuGate:
             )
             self._exclusive_queue.popleft()
             self._exclusive_running = True
-            start = self.clock()
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._exclusive_running = False
-                self._intervals.append(Interval(EXCLUSIVE, start, self.clock(), 0, label))
-                self._cond.notify_all()
+            return Grant(EXCLUSIVE, self.clock(), 0, label)
 
-    @contextlib.contextmanager
-    def shared(self, memory: int, label: str = "") -> Iterator[None]:
-        """Hold one shared slot and `memory` bytes of the device for the block."""
+    def take_shared(self, memory: int, label: str = "") -> "Grant":
+        """Wait for a shared slot and `memory` bytes, and hold them until `release(grant)`."""
         if memory > self.memory:
             raise MemoryRefused(label, memory, self.memory)
         with self._cond:
@@ -95,16 +114,24 @@ class GpuGate:
             self._shared_queue.popleft()
             self._shared_running += 1
             self._memory_used += memory
-            start = self.clock()
             self._cond.notify_all()  # the next shared request in line may fit too
-        try:
-            yield
-        finally:
-            with self._cond:
+            return Grant(SHARED, self.clock(), memory, label)
+
+    def release(self, grant: "Grant") -> None:
+        """End a grant (once)."""
+        with self._cond:
+            if grant.kind == EXCLUSIVE:
+                self._exclusive_running = False
+            else:
                 self._shared_running -= 1
-                self._memory_used -= memory
-                self._intervals.append(Interval(SHARED, start, self.clock(), memory, label))
-                self._cond.notify_all()
+                self._memory_used -= grant.memory
+            self._intervals.append(Interval(grant.kind, grant.start, self.clock(), grant.memory, grant.label))
+            self._cond.notify_all()
+
+    def exclusive_waiting(self) -> bool:
+        """Whether exclusive work is queued: shared work at a step boundary should let it through."""
+        with self._cond:
+            return bool(self._exclusive_queue)
 
     def _admits(self, memory: int) -> bool:
         return (

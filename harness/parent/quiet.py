@@ -16,12 +16,14 @@ job. *Timing* processes are a lane's judge and the worker that was handed a job.
   With too few CPUs for that, nothing is pinned and `pin_note` says why.
 - `both` (the default) does both; `off` touches nothing.
 
-Lanes may share a GPU (`workers.lanes_per_gpu`): lane `i` is on GPU group `i // lanes_per_gpu`. Then
-a lane's hold (`host.hold(lane_index)`) is the GPU's alone: it waits while another lane of its group
-holds, and it stops that group's other lanes' processes (their judges and workers, whatever they are
-checking) for as long as it lasts, whatever `timing.quiet` says. Their checks overlap; their timings
-take turns. A stopped process's kernels already on the GPU finish on their own; the hold waits
-`DRAIN_S` after stopping any, so what they left in flight is done before the first timed call.
+Lanes may share a GPU (`workers.lanes_per_gpu`): lane `i` is on GPU group `i // lanes_per_gpu`, and
+the group's lanes go through its gate (harness.parent.gpugate, `LaneShares`), not signals. A lane at
+work on a candidate (`host.lane_work(lane)`: its checks, its memcheck) holds a shared grant, admitted
+by the memory its problem needs; at each step boundary (`host.step(lane)`: a worker's message, before
+it is answered) it lets a queued timing through. A lane's hold (`host.hold(lane_index)`) is exclusive:
+it waits for the other lanes' shared work in flight to reach a step boundary, and no shared work
+starts while it is queued. Their checks overlap; their timings take turns; nothing of another lane is
+stopped. The time a lane waits at its gate does not count against its processes' limits.
 
 Each run has a host of its own (harness.parent.resources.RunResources), handed to what starts its
 processes; code given none (tests, Ray actors) uses an `off` host, which touches nothing. The run
@@ -39,9 +41,10 @@ import time
 from typing import Any, Callable, Iterable, Iterator, Optional, Union
 
 from harness.core.config import QuietMode
+from harness.parent.gpugate import GpuGate, Grant
 
 CPUS_PER_LANE = 2  # a lane's judge and worker, each with a CPU of its own
-DRAIN_S = 0.05  # after stopping processes that use the GPU: kernels they had launched finish before the hold goes on
+DRAIN_S = 0.05  # after an exclusive grant on a shared GPU: what another lane launched before its step ends
 MIN_BACKGROUND_CPUS = 2  # pinning is not worth it with fewer left for builds and prestarts
 
 Process = Union[int, Any]  # a pid, or anything with `.pid` (subprocess.Popen); `.returncode` is honoured when present
@@ -171,6 +174,7 @@ class QuietHost:
         cpus: Optional[Iterable[int]] = None,
         cpus_per_lane: int = CPUS_PER_LANE,
         lanes_per_gpu: int = 1,
+        card_memory: int = 0,
     ) -> None:
         if quiet_mode not in QuietMode.words():
             raise ValueError(f"quiet mode must be one of {list(QuietMode.words())}, got {quiet_mode!r}")
@@ -195,7 +199,8 @@ class QuietHost:
         self._held_since: Optional[float] = None
         self._paused = 0.0
         self._closed = False
-        self._turns = GpuTurns(self._lock, self.lanes_per_gpu)  # whose turn it is on each shared GPU
+        # the gates of the GPUs that lanes share (card_memory: bytes per card, 0 when unknown)
+        self._shares = LaneShares(self.lanes_per_gpu, card_memory)
 
     # -- what it knows --------------------------------------------------------------------------
 
@@ -233,12 +238,12 @@ class QuietHost:
 
     def lane_clock(self, lane_index: int) -> Callable[[], float]:
         """A clock for the limits of lane `lane_index`'s judge and workers: time.monotonic, less the
-        time another lane's turn on their shared GPU kept them stopped. It runs on through the lane's
-        own holds, so a call that hangs while it is timed still runs out of time."""
+        time the lane waited at its GPU's gate for the other lanes (its processes waited on its answer
+        meanwhile). It runs on through the lane's own holds, so a call that hangs while it is timed
+        still runs out of time."""
 
         def clock() -> float:
-            with self._lock:
-                return time.monotonic() - self._turns.stopped_seconds(lane_index)
+            return time.monotonic() - self._shares.waited_seconds(lane_index)
 
         return clock
 
@@ -256,7 +261,8 @@ class QuietHost:
     def describe(self) -> str:
         """One line for logs and records, e.g. `pause+pin: lanes on CPUs 14-15, builds on 0-13`."""
         line = QuietMode.OFF if self.quiet_mode == QuietMode.OFF else self.cpus.describe(self.pausing)
-        return f"{line}; {self.lanes_per_gpu} lanes per GPU, one timing at a time on each" if self.sharing else line
+        shared = f"{line}; {self.lanes_per_gpu} lanes per GPU through its gate: checks shared, one timing at a time"
+        return shared if self.sharing else line
 
     # -- registering ----------------------------------------------------------------------------
 
@@ -295,7 +301,6 @@ class QuietHost:
             self._work.drop(pid)
             if not _exited(proc):
                 self._timing[pid] = lane_index
-                self._turns.registered(pid, lane_index)
 
     def unregister(self, proc: Process) -> None:
         """Forget `proc` (it ended, or is no longer background); a process a hold stopped is
@@ -305,9 +310,7 @@ class QuietHost:
         pid = _pid(proc)
         with self._lock:
             self._work.drop(pid)
-            lane = self._timing.pop(pid, None)
-            if lane is not None:
-                self._turns.forget(pid, lane)
+            self._timing.pop(pid, None)
 
     # -- holding --------------------------------------------------------------------------------
 
@@ -315,38 +318,54 @@ class QuietHost:
     def hold(self, lane_index: Optional[int] = None) -> Iterator["QuietHost"]:
         """While inside, background work is paused (mode pause or both). Holds nest and may come
         from several threads: the first one in stops the background, the last one out resumes it.
-        A lane's hold (`lane_index`) on a shared GPU is also that GPU's alone: it waits for the
-        group's other lanes to leave theirs, and stops their processes until it leaves."""
-        drained = self._enter(lane_index)
-        if drained:
-            time.sleep(DRAIN_S)
-        try:
-            yield self
-        finally:
-            self._leave(lane_index)
+        A lane's hold (`lane_index`) on a shared GPU is also that GPU's alone: exclusive on its gate
+        (`LaneShares.alone`), taken before the background is paused."""
+        alone = self._shares.alone(lane_index) if self.sharing and lane_index is not None else contextlib.nullcontext()
+        with alone:
+            self._enter()
+            try:
+                yield self
+            finally:
+                self._leave()
 
-    def _enter(self, lane_index: Optional[int]) -> bool:
-        """Take the hold; whether it stopped another lane's processes, which may have work on the GPU."""
+    @contextlib.contextmanager
+    def lane_work(self, lane_index: int) -> Iterator[None]:
+        """Lane `lane_index` works on the GPU it shares (a candidate's checks, its memcheck): a shared
+        grant on its gate for the block (nothing when the lane has its GPU to itself)."""
+        if not self.sharing:
+            yield
+            return
+        with self._shares.work(lane_index):
+            yield
+
+    def step(self, lane_index: int) -> None:
+        """A step boundary of lane `lane_index` (its worker waits for an answer, its judge is idle):
+        a timing queued on its GPU goes first."""
+        if self.sharing:
+            self._shares.step(lane_index)
+
+    def lane_memory(self, lane_index: int, needs: int) -> None:
+        """The device memory lane `lane_index`'s work needs from now on (its shared grants' admission)."""
+        if self.sharing:
+            self._shares.set_memory(lane_index, needs)
+
+    def gate(self, lane_index: int) -> Optional[GpuGate]:
+        """The gate of lane `lane_index`'s GPU; None when it has its GPU to itself."""
+        return self._shares.gate(lane_index) if self.sharing else None
+
+    def _enter(self) -> None:
         with self._lock:
             if self._closed:
-                return False
-            stopped = (
-                self._turns.take(lane_index, self._timing, lambda: self._closed)
-                if self.sharing and lane_index is not None
-                else 0
-            )
+                return
             self._holders += 1
             if self._holders == 1 and self.pausing:
                 self._held_since = time.monotonic()
                 self._work.stop_all()
-            return stopped > 0
 
-    def _leave(self, lane_index: Optional[int]) -> None:
+    def _leave(self) -> None:
         with self._lock:
             if self._closed or self._holders == 0:
                 return
-            if self.sharing and lane_index is not None:
-                self._turns.give(lane_index)
             self._holders -= 1
             if self._holders == 0:
                 self._resume_all()
@@ -355,7 +374,6 @@ class QuietHost:
         if self._held_since is not None:
             self._paused += time.monotonic() - self._held_since
             self._held_since = None
-        self._turns.resume_all()
         self._work.resume_all()
 
     def close(self) -> None:
@@ -367,7 +385,6 @@ class QuietHost:
             self._closed = True
             self._holders = 0
             self._resume_all()
-            self._turns.close()
             self._work.processes.clear()
             self._timing.clear()
 
@@ -415,108 +432,123 @@ class BackgroundWork:
         return False
 
 
-class GpuTurns:
-    """Whose turn it is on each GPU that lanes share (lane `i` is on group `i // lanes_per_gpu`):
-    the lane holding a group's GPU, how deeply, and the other lanes' processes it stopped. Every
-    method runs under the quiet host's lock (`lock`), which `take` waits on."""
+@dataclasses.dataclass
+class _LaneGrants:
+    """One lane's state on its GPU's gate; changed by the lane's own thread only."""
 
-    def __init__(self, lock: Any, lanes_per_gpu: int) -> None:
-        self.lanes_per_gpu = lanes_per_gpu
-        self._free = threading.Condition(lock)  # a group's turn ended
-        self._holder: dict[int, tuple[int, int]] = {}  # group -> (lane holding it, how deep)
-        self._stopped: dict[int, set[int]] = {}  # group -> pids of its other lanes its holder stopped
-        self._turn_since: dict[int, float] = {}  # group -> when its holder's turn began
-        self._waited: dict[int, float] = {}  # lane -> seconds other lanes' ended turns kept its processes stopped
+    working: int = 0  # depth of lane_work blocks
+    alone: int = 0  # depth of holds
+    shared: Optional[Grant] = None
+    exclusive: Optional[Grant] = None
+    memory: int = 0  # bytes its shared grants are admitted by
+    waited: float = 0.0  # seconds spent waiting at the gate, ended waits
+    waiting_since: Optional[float] = None  # a wait going on
 
-    def group(self, lane_index: int) -> int:
-        return lane_index // self.lanes_per_gpu
 
-    def take(self, lane_index: int, timing: dict[int, int], closed: Any) -> int:
-        """Wait until no other lane of `lane_index`'s group holds its GPU (or `closed()`), take it, and
-        stop the group's other lanes' processes (`timing`: pid -> lane); how many were stopped."""
-        group = self.group(lane_index)
-        while not closed() and self._holder.get(group, (lane_index, 0))[0] != lane_index:
-            self._free.wait()
-        depth = self._holder.get(group, (lane_index, 0))[1]
-        self._holder[group] = (lane_index, depth + 1)
-        if depth:
-            return 0
-        self._turn_since[group] = time.monotonic()
-        stopped = self._stopped.setdefault(group, set())
-        for pid, lane in list(timing.items()):
-            if lane != lane_index and self.group(lane) == group and pid not in stopped:
-                self._stop(pid, group)
-        return len(stopped)
+class LaneShares:
+    """The gates of the GPUs that lanes share (lane `i` on group `i // lanes_per_gpu`), one
+    harness.parent.gpugate.GpuGate each with a shared slot per lane and the card's memory, and each
+    lane's grants on its gate (see the module docstring)."""
 
-    def registered(self, pid: int, lane_index: int) -> None:
-        """A new process of lane `lane_index`: stopped at once when another lane holds its GPU."""
-        holder = self._holder.get(self.group(lane_index))
-        if holder is not None and holder[0] != lane_index:
-            self._stop(pid, self.group(lane_index))
+    def __init__(self, lanes_per_gpu: int, card_memory: int = 0) -> None:
+        self.lanes_per_gpu = max(1, lanes_per_gpu)
+        # unknown memory (0): admission by slots alone
+        self.card_memory = card_memory if card_memory > 0 else 1 << 62
+        self._lock = threading.Lock()
+        self._gates: dict[int, GpuGate] = {}
+        self._lanes: dict[int, _LaneGrants] = {}
 
-    def forget(self, pid: int, lane_index: int) -> None:
-        """A process that ends or leaves: continued first if a turn had stopped it."""
-        stopped = self._stopped.get(self.group(lane_index))
-        if stopped is not None and pid in stopped:
-            stopped.discard(pid)
-            _send(pid, pid, _leads(pid), signal.SIGCONT)
+    def gate(self, lane_index: int) -> GpuGate:
+        group = lane_index // self.lanes_per_gpu
+        with self._lock:
+            if group not in self._gates:
+                self._gates[group] = GpuGate(self.lanes_per_gpu, self.card_memory)
+            return self._gates[group]
 
-    def give(self, lane_index: int) -> None:
-        """Lane `lane_index` leaves its turn (the outermost hold): the processes it stopped go on."""
-        group = self.group(lane_index)
-        holder = self._holder.get(group)
-        if holder is None or holder[0] != lane_index:
+    def _lane(self, lane_index: int) -> _LaneGrants:
+        with self._lock:
+            return self._lanes.setdefault(lane_index, _LaneGrants())
+
+    def set_memory(self, lane_index: int, needs: int) -> None:
+        """Its later shared grants are admitted by `needs` bytes (at most the card's: a lane that needs
+        more runs with no other shared work beside it)."""
+        self._lane(lane_index).memory = max(0, min(int(needs), self.card_memory))
+
+    def waited_seconds(self, lane_index: int) -> float:
+        with self._lock:
+            lane = self._lanes.get(lane_index)
+            if lane is None:
+                return 0.0
+            since = lane.waiting_since
+            return lane.waited + (time.monotonic() - since if since is not None else 0.0)
+
+    def _waiting(self, lane: _LaneGrants, take: Callable[[], Grant]) -> Grant:
+        with self._lock:
+            lane.waiting_since = time.monotonic()
+        try:
+            return take()
+        finally:
+            with self._lock:
+                assert lane.waiting_since is not None
+                lane.waited += time.monotonic() - lane.waiting_since
+                lane.waiting_since = None
+
+    def _take_shared(self, lane_index: int, lane: _LaneGrants) -> None:
+        gate = self.gate(lane_index)
+        lane.shared = self._waiting(lane, lambda: gate.take_shared(lane.memory, f"lane {lane_index}"))
+
+    def _give_shared(self, lane_index: int, lane: _LaneGrants) -> None:
+        if lane.shared is not None:
+            grant, lane.shared = lane.shared, None
+            self.gate(lane_index).release(grant)
+
+    @contextlib.contextmanager
+    def work(self, lane_index: int) -> Iterator[None]:
+        """A shared grant for the block (nested blocks share the outermost one's; inside a hold, it is
+        taken when the hold ends)."""
+        lane = self._lane(lane_index)
+        lane.working += 1
+        try:
+            if lane.working == 1 and not lane.alone:
+                self._take_shared(lane_index, lane)
+            yield
+        finally:
+            lane.working -= 1
+            if lane.working == 0:
+                self._give_shared(lane_index, lane)
+
+    def step(self, lane_index: int) -> None:
+        """At a step boundary: give the shared grant up and take it again when a timing is queued (it
+        goes first), or when the lane's memory changed."""
+        lane = self._lane(lane_index)
+        if lane.shared is None:
             return
-        if holder[1] > 1:
-            self._holder[group] = (lane_index, holder[1] - 1)
-            return
-        del self._holder[group]
-        turn = time.monotonic() - self._turn_since.pop(group, time.monotonic())
-        for lane in self._group_lanes(group):
-            if lane != lane_index:
-                self._waited[lane] = self._waited.get(lane, 0.0) + turn
-        self._resume(group)
-        self._free.notify_all()
+        if self.gate(lane_index).exclusive_waiting() or lane.shared.memory != lane.memory:
+            self._give_shared(lane_index, lane)
+            self._take_shared(lane_index, lane)
 
-    def stopped_seconds(self, lane_index: int) -> float:
-        """How long other lanes' turns have kept lane `lane_index`'s processes stopped, up to now."""
-        group = self.group(lane_index)
-        holder = self._holder.get(group)
-        ongoing = (
-            time.monotonic() - self._turn_since[group]
-            if holder is not None and holder[0] != lane_index and group in self._turn_since
-            else 0.0
-        )
-        return self._waited.get(lane_index, 0.0) + ongoing
-
-    def _group_lanes(self, group: int) -> range:
-        return range(group * self.lanes_per_gpu, (group + 1) * self.lanes_per_gpu)
-
-    def resume_all(self) -> None:
-        for group in list(self._stopped):
-            self._resume(group)
-
-    def close(self) -> None:
-        self.resume_all()
-        self._holder.clear()
-        self._free.notify_all()
-
-    def _stop(self, pid: int, group: int) -> None:
-        if _send(pid, pid, _leads(pid), signal.SIGSTOP):
-            self._stopped.setdefault(group, set()).add(pid)
-
-    def _resume(self, group: int) -> None:
-        for pid in self._stopped.pop(group, set()):
-            _send(pid, pid, _leads(pid), signal.SIGCONT)
-
-
-def _leads(pid: int) -> bool:
-    """Whether `pid` leads a process group of its own (not ours)."""
-    try:
-        group = os.getpgid(pid)
-    except OSError:
-        return False
-    return group == pid and group != os.getpgrp()
+    @contextlib.contextmanager
+    def alone(self, lane_index: int) -> Iterator[None]:
+        """The GPU alone for the block: the lane's shared grant is given up, the exclusive one waited
+        for, and the shared one taken again after when the lane is still at work. Nested holds share
+        the outermost one's."""
+        lane = self._lane(lane_index)
+        lane.alone += 1
+        try:
+            if lane.alone == 1:
+                self._give_shared(lane_index, lane)
+                gate = self.gate(lane_index)
+                lane.exclusive = self._waiting(lane, lambda: gate.take_exclusive(f"lane {lane_index}"))
+                time.sleep(DRAIN_S)  # what a lane left in flight at its step boundary is done first
+            yield
+        finally:
+            lane.alone -= 1
+            if lane.alone == 0:
+                if lane.exclusive is not None:
+                    grant, lane.exclusive = lane.exclusive, None
+                    self.gate(lane_index).release(grant)
+                if lane.working:
+                    self._take_shared(lane_index, lane)
 
 
 @dataclasses.dataclass(frozen=True)

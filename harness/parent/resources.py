@@ -85,7 +85,10 @@ class RunResources:
             quiet = quiet_mode(cfg, device)
             per_gpu = cfg.workers.lanes_per_gpu if device == Device.CUDA and cfg.executor == ExecutorKind.LOCAL else 1
             host = QuietHost(
-                quiet, lane_count(cfg, device) if quiet != QuietMode.OFF or per_gpu > 1 else 1, lanes_per_gpu=per_gpu
+                quiet,
+                lane_count(cfg, device) if quiet != QuietMode.OFF or per_gpu > 1 else 1,
+                lanes_per_gpu=per_gpu,
+                card_memory=card_memory() if per_gpu > 1 else 0,
             )
             if echo and host.pin_note:
                 print(f"note: timing.quiet={quiet}: {host.pin_note}", file=sys.stderr)
@@ -145,6 +148,29 @@ def visible_gpus() -> list[str]:
     import torch
 
     return [str(i) for i in range(torch.cuda.device_count())]
+
+
+def card_memory() -> int:
+    """The device memory of the smallest visible GPU in bytes, from nvidia-smi (the parent makes no CUDA
+    context); 0 when it cannot tell."""
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=index,memory.total", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
+    wanted = {v.strip() for v in visible.split(",") if v.strip()} if visible else None
+    sizes = []
+    for line in out.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 2 and parts[1].isdigit() and (wanted is None or parts[0] in wanted):
+            sizes.append(int(parts[1]) << 20)
+    return min(sizes) if sizes else 0
 
 
 def lane_count(cfg: Config, device: str) -> int:
