@@ -440,36 +440,57 @@ def test_a_lane_timing_inside_its_own_work_gives_its_shared_grant_up_and_takes_i
     assert kinds == ["shared", "exclusive", "shared"]
 
 
-def test_lanes_whose_memory_does_not_fit_the_card_together_work_one_at_a_time(hosts):
+def test_lanes_whose_work_fits_their_share_of_the_card_check_at_once(hosts):
     host = hosts("off", lanes=2, lanes_per_gpu=2, card_memory=10 * GIB)
-    host.lane_memory(0, 6 * GIB)
-    host.lane_memory(1, 6 * GIB)
+    host.lane_memory(0, 5 * GIB)
+    host.lane_memory(1, 5 * GIB)
     inside = threading.Event()
-
-    def lane1():
-        with host.lane_work(1):
-            inside.set()
-
     with host.lane_work(0):
-        in_thread(lane1)
-        assert not inside.wait(0.3)  # 12 GiB do not fit 10
-    assert inside.wait(10)
-    assert quiet_gate_violations(host, 0) == []
+        in_thread(lambda: host.lane_work(1).__enter__() and None or inside.set())
+        assert inside.wait(10)  # 5 + 5 GiB fit the card's 10
+    assert all(i.kind == "shared" for i in host.gate(0).intervals())
 
 
-def test_a_lane_that_needs_more_than_the_card_runs_with_no_shared_work_beside_it(hosts):
+def test_a_lane_whose_work_needs_more_than_its_share_of_the_card_works_with_the_gpu_to_itself(hosts):
     host = hosts("off", lanes=2, lanes_per_gpu=2, card_memory=10 * GIB)
-    host.lane_memory(0, 30 * GIB)  # clamped to the card: admitted, alone
+    host.lane_memory(0, 6 * GIB)  # over its share (5 GiB): the other lanes' judges keep their tensors between grants
+    inside = threading.Event()
+    with host.lane_work(0):
+        in_thread(lambda: host.lane_work(1).__enter__() and None or inside.set())
+        assert not inside.wait(0.3)  # lane 1's checks wait while lane 0's run
+        with host.hold(0):  # its timing: it has the GPU already, no wait on itself
+            pass
+        host.step(0)
+        assert not inside.is_set()
+    assert inside.wait(10)
+    kinds = [i.kind for i in host.gate(0).intervals()]
+    assert kinds[0] == "exclusive" and quiet_gate_violations(host, 0) == []
+
+
+def test_a_lane_that_needs_more_than_the_card_is_admitted_and_works_alone(hosts):
+    host = hosts("off", lanes=2, lanes_per_gpu=2, card_memory=10 * GIB)
+    host.lane_memory(0, 30 * GIB)  # never refused by the gate: the judge says whether the problem fits the card
     with host.lane_work(0):
         pass
-    assert [i.memory for i in host.gate(0).intervals()] == [10 * GIB]
+    assert [i.kind for i in host.gate(0).intervals()] == ["exclusive"]
+
+
+def test_a_prestarted_memcheck_run_is_pinned_as_background_but_never_stopped(spawn, hosts):
+    host = hosts("pause")
+    tool, build = spawn(SLEEP), spawn(SLEEP)
+    host.register_background(tool, stoppable=False)
+    host.register_background(build)
+    with host.hold(0):
+        assert stopped(build.pid)
+        time.sleep(0.1)
+        assert running(tool.pid)  # compute-sanitizer stopped and continued did not finish
 
 
 def test_many_lanes_checking_and_timing_at_once_keep_the_gates_promises(hosts):
     host = hosts("off", lanes=4, lanes_per_gpu=4, card_memory=16 * GIB)
 
     def lane(index):
-        host.lane_memory(index, (index + 2) * GIB)
+        host.lane_memory(index, (index + 2) * GIB)  # lane 3's 5 GiB is over its share of 4: it works alone
         for _ in range(8):
             with host.lane_work(index):
                 for _ in range(3):
@@ -483,7 +504,9 @@ def test_many_lanes_checking_and_timing_at_once_keep_the_gates_promises(hosts):
         thread.join(30)
     assert not any(thread.is_alive() for thread in threads)
     assert quiet_gate_violations(host, 0) == []
-    assert sum(i.kind == "exclusive" for i in host.gate(0).intervals()) == 32
+    labels = [i.label for i in host.gate(0).intervals() if i.kind == "exclusive"]
+    assert sorted(label for label in labels if "too big" not in label) == sorted(f"lane {i}" for i in range(3) for _ in range(8))
+    assert labels.count("lane 3 (too big to share)") >= 8  # its timings inside its exclusive work
 
 
 def test_a_lanes_limits_stand_still_only_while_it_waits_at_its_gate(hosts):

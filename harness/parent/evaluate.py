@@ -126,10 +126,8 @@ class ProblemEvaluation:
         """Evaluate one runnable candidate on this lane (its judge first, once) and write its record."""
         if self._reference is None:
             self.plan = self.plan or Plan.fresh(self.cfg)
-            self._reference = self.reference_pass.run(self.plan)
-            # a candidate's shared work holds about three times the reference's peak: the judge's
-            # reference, the worker's candidate, and the inputs and outputs they share
-            self.setting.quiet.lane_memory(self.lane.index, GRANT_PEAKS * self._reference.outcome.peak_bytes)
+            with self.setting.gpu_shared():  # the null candidate's checks share the GPU; timings are alone
+                self._reference = self.reference_pass.run(self.plan)
         self.on_start(candidate)
         self.sanitizer.prestart()  # memcheck's start-up under the tool overlaps this candidate's checks
         # the worker then loads the finished build; how the build ahead ended goes into the record
@@ -288,7 +286,6 @@ def with_ahead(record: CandidateRecord, ahead: AheadBuild) -> CandidateRecord:
     )
 
 
-GRANT_PEAKS = 3  # a candidate's shared grant on a GPU it shares: this many times the reference's peak memory
 NAME_ERROR = re.compile(r"NameError: name '([A-Za-z_][A-Za-z0-9_]*)' is not defined")
 
 

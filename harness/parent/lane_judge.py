@@ -39,6 +39,8 @@ from harness.parent.reference_cache import ProfileCache, TimingCache
 from harness.parent.supervise import JudgeClient, JudgeFailed
 from harness.parent.verdict import Compared
 
+GRANT_PEAKS = 3  # a lane's grant on a GPU it shares: this many times its problem's reference peak memory
+
 
 class LaneJudge:
     """The lane's judge for one problem (harness.judge.service, through supervise.JudgeClient)."""
@@ -152,6 +154,11 @@ class ReferencePass:
         clock = PhaseClock()
         report = self.judge.start(plan, measure=known_sol is None, profile=known.profile if known is not None else None)
         clock.lap("judge", inner=report.phase_seconds)
+        # on a GPU that lanes share, the work of this problem is admitted by its memory from now on: a
+        # candidate's holds about GRANT_PEAKS times the reference's peak (the judge's reference, the
+        # worker's candidate, the inputs and outputs they share)
+        setting.quiet.lane_memory(setting.lane.index, GRANT_PEAKS * report.peak_bytes)
+        setting.gpu_step()
         # One timing mode for the problem (timing.mode auto: graph when the reference is launch-bound)
         sol = known_sol or report.speed_of_light
         self.problem_timing = ProblemTiming(

@@ -41,7 +41,7 @@ import time
 from typing import Any, Callable, Iterable, Iterator, Optional, Union
 
 from harness.core.config import QuietMode
-from harness.parent.gpugate import GpuGate, Grant
+from harness.parent.gpugate import EXCLUSIVE, GpuGate, Grant
 
 CPUS_PER_LANE = 2  # a lane's judge and worker, each with a CPU of its own
 DRAIN_S = 0.05  # after an exclusive grant on a shared GPU: what another lane launched before its step ends
@@ -266,14 +266,19 @@ class QuietHost:
 
     # -- registering ----------------------------------------------------------------------------
 
-    def register_background(self, proc: Process) -> None:
+    def register_background(self, proc: Process, stoppable: bool = True) -> None:
         """`proc` (best: the leader of its own process group, start_new_session=True) is background
-        work: pinned to the builds' CPUs, and stopped with its group at once if a lane holds."""
+        work: pinned to the builds' CPUs, and stopped with its group at once if a lane holds, unless
+        not `stoppable` (a prestarted memcheck run: compute-sanitizer does not survive being stopped)."""
         if self.quiet_mode == QuietMode.OFF:
             return
         pid = _pid(proc)
         with self._lock:
             if self._closed or _exited(proc):
+                return
+            if not stoppable:
+                if self.pinning:
+                    pin(pid, self.cpus.background)
                 return
             try:
                 group = os.getpgid(pid)
@@ -438,8 +443,8 @@ class _LaneGrants:
 
     working: int = 0  # depth of lane_work blocks
     alone: int = 0  # depth of holds
-    shared: Optional[Grant] = None
-    exclusive: Optional[Grant] = None
+    work: Optional[Grant] = None  # the grant its work holds: shared, or exclusive for a problem too big to share
+    held_alone: Optional[Grant] = None  # the exclusive grant a hold took (None when its work's was exclusive already)
     memory: int = 0  # bytes its shared grants are admitted by
     waited: float = 0.0  # seconds spent waiting at the gate, ended waits
     waiting_since: Optional[float] = None  # a wait going on
@@ -448,7 +453,11 @@ class _LaneGrants:
 class LaneShares:
     """The gates of the GPUs that lanes share (lane `i` on group `i // lanes_per_gpu`), one
     harness.parent.gpugate.GpuGate each with a shared slot per lane and the card's memory, and each
-    lane's grants on its gate (see the module docstring)."""
+    lane's grants on its gate (see the module docstring).
+
+    Admission counts the memory of the grants held, not what the lanes' processes keep between them
+    (a judge keeps its reference's tensors): so a lane whose work needs more than its share of the
+    card (the card's memory over the lanes on it) works with the GPU to itself, as if it had it alone."""
 
     def __init__(self, lanes_per_gpu: int, card_memory: int = 0) -> None:
         self.lanes_per_gpu = max(1, lanes_per_gpu)
@@ -470,9 +479,13 @@ class LaneShares:
             return self._lanes.setdefault(lane_index, _LaneGrants())
 
     def set_memory(self, lane_index: int, needs: int) -> None:
-        """Its later shared grants are admitted by `needs` bytes (at most the card's: a lane that needs
-        more runs with no other shared work beside it)."""
+        """Its later grants are admitted by `needs` bytes; more than its share of the card, and its work
+        is exclusive."""
         self._lane(lane_index).memory = max(0, min(int(needs), self.card_memory))
+
+    def shares(self, lane_index: int) -> bool:
+        """Whether the lane's work fits its share of the card (else it works with the GPU to itself)."""
+        return self._lane(lane_index).memory <= self.card_memory // self.lanes_per_gpu
 
     def waited_seconds(self, lane_index: int) -> float:
         with self._lock:
@@ -493,62 +506,65 @@ class LaneShares:
                 lane.waited += time.monotonic() - lane.waiting_since
                 lane.waiting_since = None
 
-    def _take_shared(self, lane_index: int, lane: _LaneGrants) -> None:
-        gate = self.gate(lane_index)
-        lane.shared = self._waiting(lane, lambda: gate.take_shared(lane.memory, f"lane {lane_index}"))
+    def _take_work(self, lane_index: int, lane: _LaneGrants) -> None:
+        gate, label = self.gate(lane_index), f"lane {lane_index}"
+        if self.shares(lane_index):
+            lane.work = self._waiting(lane, lambda: gate.take_shared(lane.memory, label))
+        else:
+            lane.work = self._waiting(lane, lambda: gate.take_exclusive(f"{label} (too big to share)"))
 
-    def _give_shared(self, lane_index: int, lane: _LaneGrants) -> None:
-        if lane.shared is not None:
-            grant, lane.shared = lane.shared, None
+    def _give_work(self, lane_index: int, lane: _LaneGrants) -> None:
+        if lane.work is not None:
+            grant, lane.work = lane.work, None
             self.gate(lane_index).release(grant)
 
     @contextlib.contextmanager
     def work(self, lane_index: int) -> Iterator[None]:
-        """A shared grant for the block (nested blocks share the outermost one's; inside a hold, it is
-        taken when the hold ends)."""
+        """A grant for the block: shared, or exclusive when the lane's work is too big to share (nested
+        blocks share the outermost one's; inside a hold, it is taken when the hold ends)."""
         lane = self._lane(lane_index)
         lane.working += 1
         try:
             if lane.working == 1 and not lane.alone:
-                self._take_shared(lane_index, lane)
+                self._take_work(lane_index, lane)
             yield
         finally:
             lane.working -= 1
             if lane.working == 0:
-                self._give_shared(lane_index, lane)
+                self._give_work(lane_index, lane)
 
     def step(self, lane_index: int) -> None:
-        """At a step boundary: give the shared grant up and take it again when a timing is queued (it
+        """At a step boundary: give the work's grant up and take it again when a timing is queued (it
         goes first), or when the lane's memory changed."""
         lane = self._lane(lane_index)
-        if lane.shared is None:
+        if lane.work is None:
             return
-        if self.gate(lane_index).exclusive_waiting() or lane.shared.memory != lane.memory:
-            self._give_shared(lane_index, lane)
-            self._take_shared(lane_index, lane)
+        if self.gate(lane_index).exclusive_waiting() or lane.work.memory != lane.memory:
+            self._give_work(lane_index, lane)
+            self._take_work(lane_index, lane)
 
     @contextlib.contextmanager
     def alone(self, lane_index: int) -> Iterator[None]:
         """The GPU alone for the block: the lane's shared grant is given up, the exclusive one waited
-        for, and the shared one taken again after when the lane is still at work. Nested holds share
-        the outermost one's."""
+        for, and the work's grant taken again after when the lane is still at work (work that holds the
+        GPU alone already keeps it). Nested holds share the outermost one's."""
         lane = self._lane(lane_index)
         lane.alone += 1
         try:
-            if lane.alone == 1:
-                self._give_shared(lane_index, lane)
+            if lane.alone == 1 and not (lane.work is not None and lane.work.kind == EXCLUSIVE):
+                self._give_work(lane_index, lane)
                 gate = self.gate(lane_index)
-                lane.exclusive = self._waiting(lane, lambda: gate.take_exclusive(f"lane {lane_index}"))
+                lane.held_alone = self._waiting(lane, lambda: gate.take_exclusive(f"lane {lane_index}"))
                 time.sleep(DRAIN_S)  # what a lane left in flight at its step boundary is done first
             yield
         finally:
             lane.alone -= 1
             if lane.alone == 0:
-                if lane.exclusive is not None:
-                    grant, lane.exclusive = lane.exclusive, None
+                if lane.held_alone is not None:
+                    grant, lane.held_alone = lane.held_alone, None
                     self.gate(lane_index).release(grant)
-                if lane.working:
-                    self._take_shared(lane_index, lane)
+                if lane.working and lane.work is None:
+                    self._take_work(lane_index, lane)
 
 
 @dataclasses.dataclass(frozen=True)

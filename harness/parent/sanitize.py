@@ -203,17 +203,18 @@ class Prestarted:
     proc: subprocess.Popen[bytes]
     log_path: Path
     scratch: Path  # its working folder, removed with it
-    quiet: QuietHost  # the run's quiet host, which has it as background work while it waits
+    quiet: QuietHost  # the run's quiet host, which pins it with the background work while it waits (never stops it)
 
     @classmethod
     def start(
         cls, tool: str, name: str, env: dict[str, str], scratch: RunScratch, quiet: Optional[QuietHost] = None
     ) -> "Prestarted":
-        """Start it in a folder of the run's `scratch`, as background work for `quiet`."""
+        """Start it in a folder of the run's `scratch`, as background work for `quiet` that is never
+        stopped (a compute-sanitizer run stopped and continued did not finish)."""
         host = quiet if quiet is not None else QuietHost()
         folder = scratch.make(f"sanitize-spare-{name}-")
         proc, log_path = _start_tool(tool, name, "-", env, folder)
-        host.register_background(proc)
+        host.register_background(proc, stoppable=False)
         return cls(name, proc, log_path, folder, host)
 
     def run(self, job: P.SanitizeJob, timeout: float) -> SanitizerResult:
