@@ -509,6 +509,15 @@ def test_many_lanes_checking_and_timing_at_once_keep_the_gates_promises(hosts):
     assert labels.count("lane 3 (too big to share)") >= 8  # its timings inside its exclusive work
 
 
+def test_lanes_sharing_a_gpu_pause_nothing_whatever_the_quiet_mode(spawn, hosts):
+    host = hosts("both", lanes=2, lanes_per_gpu=2)
+    build = spawn(SLEEP)
+    host.register_background(build)
+    with host.hold(0):
+        time.sleep(0.1)
+        assert running(build.pid)  # the gate keeps timings apart; builds are pinned at most
+
+
 def test_a_lanes_limits_stand_still_only_while_it_waits_at_its_gate(hosts):
     host = hosts("pause", lanes=2, lanes_per_gpu=2)
     mine, other = host.lane_clock(0), host.lane_clock(1)

@@ -23,7 +23,8 @@ by the memory its problem needs; at each step boundary (`host.step(lane)`: a wor
 it is answered) it lets a queued timing through. A lane's hold (`host.hold(lane_index)`) is exclusive:
 it waits for the other lanes' shared work in flight to reach a step boundary, and no shared work
 starts while it is queued. Their checks overlap; their timings take turns; nothing of another lane is
-stopped. The time a lane waits at its gate does not count against its processes' limits.
+stopped. The time a lane waits at its gate does not count against its processes' limits. With lanes
+sharing a GPU nothing is paused whatever `timing.quiet` says: builds are only pinned.
 
 Each run has a host of its own (harness.parent.resources.RunResources), handed to what starts its
 processes; code given none (tests, Ray actors) uses an `off` host, which touches nothing. The run
@@ -183,7 +184,9 @@ class QuietHost:
         self.lanes_per_gpu = max(1, int(lanes_per_gpu))
         self.sharing = self.lanes_per_gpu > 1  # lanes share a GPU: a hold is the GPU's alone
         self.cpus_per_lane = max(1, int(cpus_per_lane))
-        self.pausing = quiet_mode in (QuietMode.PAUSE, QuietMode.BOTH)
+        # lanes sharing a GPU stop nothing: their gate keeps timings apart, and builds stay on CPUs of
+        # their own where there are enough (pause + gate stalled the GPU smoke with 3 lanes)
+        self.pausing = quiet_mode in (QuietMode.PAUSE, QuietMode.BOTH) and not self.sharing
         self.cpus = (
             CpuPlan.partition(
                 sorted(set(cpus if cpus is not None else os.sched_getaffinity(0))), self.lanes, self.cpus_per_lane
