@@ -1,0 +1,181 @@
+"""The lanes' predicted rate, from the product's own scheduling code: K lanes on one GPU go through the
+run's quiet host and its gate (harness.parent.quiet, `lane_work`, `step`, `hold`) while their phases
+sleep for durations replayed from a kbcorpus state file (benchmarks/kbcorpus.py's state.jsonl, written by
+benchmarks/verdict_rate_gpu.sh on a GPU machine).
+
+    python3 benchmarks/lanes_sim.py STATE.jsonl [--lanes 1 2 4] [--builds 8] [--build-scale 1.0] [--memcheck-s 6]
+
+What is replayed, per judged kernel of the state, in its order:
+- its build ahead's wall seconds (`ahead.seconds`), in a pool of `--builds` slots that starts every build
+  at once, in order, as the run's build pool does;
+- its reference pass (`reference_wall_s`, once per problem and lane), with the GPU alone;
+- its checks (`phase_s` less `time`), a shared grant, yielded at four step boundaries;
+- its timing (`phase_s.time`), with the GPU alone;
+- memcheck (`--memcheck-s`, not in the state) when it passed, on the shared grant.
+
+It prints the predicted verdicts per hour and the share of the wall the GPU was held alone, per lane
+count, so a GPU run of the same draw checks the prediction (docs/performance.md). `--build-scale`
+asks what cheaper builds would give. The gate's promises are asserted on every run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import queue
+import sys
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from harness.parent import quiet  # noqa: E402
+from harness.parent.gpugate import EXCLUSIVE, violations  # noqa: E402
+from harness.parent.quiet import QuietHost  # noqa: E402
+
+DRAIN_S = quiet.DRAIN_S  # seconds, on the device
+
+SCALE = 0.01  # one second of the device is 10 ms here
+STEPS = 4  # step boundaries in a candidate's checks (a worker's messages: trials, repeats, gradients, go-ahead)
+
+
+@dataclass(frozen=True)
+class Kernel:
+    name: str
+    problem: str
+    build: float
+    reference: float
+    check: float
+    time: float
+    passed: bool
+
+
+def replayed(path: Path) -> list[Kernel]:
+    """The judged kernels of a kbcorpus state file, in its order."""
+    kernels = []
+    for line in path.read_text().splitlines():
+        row = json.loads(line)
+        if row.get("status") in (None, "no record", "needs CUDA"):
+            continue
+        phases = dict(row.get("phase_s") or {})
+        timed = float(phases.pop("time", 0.0) or 0.0)
+        kernels.append(
+            Kernel(
+                row["kernel"],
+                row["problem"],
+                float((row.get("ahead") or {}).get("seconds") or 0.0) + float(row.get("build_s") or 0.0),
+                float(row.get("reference_wall_s") or 0.0),
+                sum(float(v or 0.0) for v in phases.values()),
+                timed,
+                row.get("status") == "correct",
+            )
+        )
+    if not kernels:
+        raise SystemExit(f"no judged kernel in {path}")
+    return kernels
+
+
+def simulate(
+    kernels: list[Kernel], lanes: int, builds: int, build_scale: float, memcheck_s: float
+) -> tuple[float, float, int]:
+    """(verdicts per hour, share of the wall the GPU was held alone, most shared grants at once) for
+    `lanes` lanes on one GPU."""
+    quiet.DRAIN_S = DRAIN_S * SCALE  # the gate's drain after an exclusive grant, on the simulated clock
+    host = QuietHost("off", lanes, lanes_per_gpu=lanes) if lanes > 1 else None
+    pool = ThreadPoolExecutor(max_workers=builds)
+    built: dict[str, Future[None]] = {k.name: pool.submit(time.sleep, k.build * build_scale * SCALE) for k in kernels}
+    jobs: "queue.Queue[Kernel]" = queue.Queue()
+    for kernel in kernels:
+        jobs.put(kernel)
+    alone_s = [0.0]
+    lock = threading.Lock()
+
+    def alone(index: int):  # noqa: ANN202 - a context manager
+        return host.hold(index) if host is not None else _Nothing()
+
+    def work(index: int):  # noqa: ANN202
+        return host.lane_work(index) if host is not None else _Nothing()
+
+    def sleep_alone(index: int, seconds: float) -> None:
+        with alone(index):
+            started = time.monotonic()
+            time.sleep(seconds * SCALE)
+            with lock:
+                alone_s[0] += time.monotonic() - started
+
+    def lane(index: int) -> None:
+        problem = None
+        while True:
+            try:
+                kernel = jobs.get_nowait()
+            except queue.Empty:
+                return
+            built[kernel.name].result()
+            with work(index):
+                if kernel.problem != problem:
+                    sleep_alone(index, kernel.reference)
+                    problem = kernel.problem
+                for _ in range(STEPS):
+                    time.sleep(kernel.check / STEPS * SCALE)
+                    if host is not None:
+                        host.step(index)
+                if kernel.passed:
+                    sleep_alone(index, kernel.time)
+                    time.sleep(memcheck_s * SCALE)
+
+    started = time.monotonic()
+    threads = [threading.Thread(target=lane, args=(i,)) for i in range(lanes)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    wall = time.monotonic() - started
+    pool.shutdown()
+    peak = 1
+    if host is not None:
+        gate = host.gate(0)
+        assert gate is not None
+        intervals = gate.intervals()
+        found = violations(intervals, gate.slots, gate.memory)
+        assert found == [], found
+        shared = [i for i in intervals if i.kind != EXCLUSIVE]
+        peak = max((sum(o.start <= i.start < o.end for o in shared) for i in shared), default=0)
+        host.close()
+    return len(kernels) / (wall / SCALE) * 3600, alone_s[0] / wall, peak
+
+
+class _Nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("state", type=Path)
+    parser.add_argument("--lanes", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--builds", type=int, default=8, help="concurrent builds (16 cores: 8, the pool's default)")
+    parser.add_argument("--build-scale", type=float, default=1.0, help="builds this many times as long")
+    parser.add_argument("--memcheck-s", type=float, default=6.0, help="memcheck of a correct candidate, seconds")
+    args = parser.parse_args()
+    kernels = replayed(args.state)
+    builds = sorted(k.build for k in kernels)
+    print(
+        f"{len(kernels)} judged kernels of {len({k.problem for k in kernels})} problems from {args.state}; builds "
+        f"median {builds[len(builds) // 2]:.0f} s x {args.build_scale:g}, {args.builds} at once; "
+        f"memcheck {args.memcheck_s:g} s"
+    )
+    print("| lanes | predicted verdicts per hour | GPU held alone |")
+    print("|---:|---:|---:|")
+    for lanes in args.lanes:
+        rate, share, _ = simulate(kernels, lanes, args.builds, args.build_scale, args.memcheck_s)
+        print(f"| {lanes} | {rate:,.0f} | {share:.0%} |")
+
+
+if __name__ == "__main__":
+    main()
