@@ -1,5 +1,7 @@
 """Integrity flags: evidence to findings (harness/core/integrity.py), policies to verdicts (harness/core/flags.py),
 and a problem's own policies. Each finding is shown with an honest case it must leave alone."""
+from pathlib import Path
+
 import pytest
 
 from harness.core.config import load_config
@@ -9,7 +11,10 @@ from harness.core.integrity import extension_use, own_kernels, persisting_l2, si
 from harness.core.protocol import Threads
 from harness.core.records import CallProfile, Flag, KernelTime, TimingStats
 from harness.core.status import Code, Status
+from harness.parent.verdict import VerdictRules
 from harness.sources.problem import declared_settings
+
+ROOT = Path(__file__).resolve().parent.parent
 
 GEMM = "sm90_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8"
 RELU = "void at::native::vectorized_elementwise_kernel<4, at::native::clamp_min_scalar_kernel_cuda>"
@@ -110,3 +115,16 @@ def test_findings_of_one_code_are_one_flag_with_their_evidence_joined():
     status, _, flags = decide(Status.CORRECT, "ok", found, {"tamper_suspect": "flag", "fallback": "flag"})
     assert status is Status.CORRECT
     assert [(f.code, f.reason) for f in flags] == [("tamper-suspect", "imports subprocess; imports signal"), ("fallback", "catches")]
+
+
+def test_a_problem_that_declares_tf32_lifts_the_float32_rule_on_both_sides(tmp_path):
+    problem = tmp_path / "p.py"
+    problem.write_text("HARNESS_ALLOW_TF32 = True\n")
+    cfg = load_config().for_problem(declared_settings(problem))
+    assert cfg.check.allow_tf32 is True  # the judge and the workers run TF32, and below-float32 is not raised
+    assert VerdictRules.of(cfg).allow_tf32 is True
+    assert load_config().for_problem({}).check.allow_tf32 is False and load_config().flags.below_float32 == "fail"
+    assert load_config(ROOT / "configs" / "kernelbench.yaml").flags.below_float32 == "ignore"  # KernelBench's tolerance decides
+    problem.write_text('HARNESS_ALLOW_TF32 = "yes"\n')
+    with pytest.raises(UserError, match="HARNESS_ALLOW_TF32"):
+        declared_settings(problem)

@@ -10,7 +10,8 @@ from tests.records import reference_record
 from harness.core import protocol as P
 from harness.core.config import load_config
 from harness.core.protocol import Call, WorkerOutcome
-from harness.core.records import CheckResult, ReferenceRecord, Timing, TimingStats
+from harness.core import integrity
+from harness.core.records import CheckResult, ReferenceRecord, SpeedOfLight, Timing, TimingStats
 from harness.core.status import Code, Status
 from harness.parent import verdict as verdict_module
 from harness.parent.verdict import Case, Compared, Reported, VerdictRules, decide, settle
@@ -269,3 +270,50 @@ def test_an_unstable_timing_is_told_what_to_do_on_its_own_device(timer, advice):
     spread = TimingStats.from_samples([1.0, 1.0, 2.0, 3.0, 3.0], timer=timer, warmup_calls=1, stopped_by="budget")
     (unstable,) = [w for w in verdict_module.timing_warnings(spread, rules) if w.startswith("unstable timing")]
     assert advice in unstable and (timer == "cuda_events" or "GPU" not in unstable)
+
+
+# -- float32 means float32: faster than its compute floor and less precise is `less precise` ----------------------
+
+# KernelBench's square float32 matmul (level 1, problem 1, N=4096) on an H100: 137 GFLOP at the measured float32
+# rate, a compute floor of about 2.66 ms; a TF32 tl.dot ran it in 0.49 ms with 2.4e-5 error against float64 where
+# the float32 reference has 8.4e-7
+SQUARE_MATMUL = SpeedOfLight(flops=137_438_953_472, min_bytes=201_326_592, dtype="float32", peak_tflops=51.6,
+                             peak_gbps=3000.0, floor_ms=2.66, bound="compute")
+TF32_ERRORS = {"candidate": 2.4e-5, "reference": 8.4e-7}
+
+
+def timed_at(ms):
+    stats = TimingStats.from_samples([ms] * 5, timer="cuda_events", warmup_calls=1, stopped_by="target_rse")
+
+    def compare(timing, paired, *context):
+        return Timing(speedup=2.66 / ms), (), [], []
+
+    return stats, compare
+
+
+@pytest.mark.parametrize("ms, precision, rules, status, codes", [
+    (0.49, TF32_ERRORS, (), Status.LESS_PRECISE, ["less-precise", "below-float32"]),
+    (0.49, {"candidate": 1.1e-6, "reference": 8.4e-7}, (), Status.CORRECT, []),  # fast, with float32's own error
+    (8.2, TF32_ERRORS, (), Status.CORRECT, ["less-precise"]),  # less precise, but slower than float32 allows
+    (0.49, TF32_ERRORS, (("allow_tf32", True),), Status.CORRECT, ["less-precise"]),  # the problem allows TF32
+    (0.49, TF32_ERRORS, (policies(below_float32="ignore"),), Status.CORRECT, ["less-precise"]),  # configs/kernelbench.yaml
+], ids=["tf32-fails", "fast-and-precise", "slow-and-imprecise", "tf32-allowed", "kernelbench-profile"])
+def test_a_float32_problem_fails_a_candidate_faster_than_float32_with_more_error_than_float32(ms, precision, rules, status, codes):
+    stats, compare = timed_at(ms)
+    given = case(timing=stats, paired=PAIRED, precision=precision, rules=rules, reference=[("speed_of_light", SQUARE_MATMUL)])
+    decided = verdict(given, compare=compare)
+    assert decided.status is status, decided.reason
+    assert [f.code for f in decided.flags] == codes
+    if status is Status.LESS_PRECISE:
+        assert "below-float32" in decided.reason and "floor 2.664 ms" in decided.reason and "median 0.49 ms" in decided.reason
+        assert "2.4e-05" in decided.reason and "8.4e-07" in decided.reason  # both errors, in the reason
+        assert decided.timing.speedup is None  # a failing verdict is never ranked
+
+
+def test_the_float32_rule_reads_only_float32_problems_with_a_known_floor():
+    half = dataclasses.replace(SQUARE_MATMUL, dtype="float16")
+    assert integrity.below_float32(0.49, half, TF32_ERRORS, 10.0, False) == []
+    assert integrity.below_float32(0.49, None, TF32_ERRORS, 10.0, False) == []
+    assert integrity.below_float32(0.49, dataclasses.replace(SQUARE_MATMUL, flops=0), TF32_ERRORS, 10.0, False) == []
+    assert integrity.below_float32(0.49, SQUARE_MATMUL, {}, 10.0, False) == []  # no float64 twin: no error to read
+    assert [code for code, _ in integrity.below_float32(0.49, SQUARE_MATMUL, TF32_ERRORS, 10.0, False)] == [Code.BELOW_FLOAT32]

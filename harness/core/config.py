@@ -238,6 +238,9 @@ class FlagPolicies:
     # an output with no values of its own (a tensor subclass, the meta device, a storage smaller than its shape): its
     # check fails whatever the policy; fail keeps it out of every ranking and names it as the stricter check
     lazy_output: str = Policy.FAIL
+    # faster than the float32 compute floor and less precise than check.precision_ratio allows, on a float32 problem
+    # that does not allow TF32 (check.allow_tf32, HARNESS_ALLOW_TF32): the status 'less precise'
+    below_float32: str = Policy.FAIL
 
     def __post_init__(self) -> None:
         for name, value in dataclasses.asdict(self).items():
@@ -520,7 +523,8 @@ class Config:
     def for_problem(self, declared: dict[str, Any]) -> "Config":
         """This config with a problem's HARNESS_* declarations layered on top (the one place they
         apply): HARNESS_INPUT_DISTRIBUTIONS and HARNESS_RANDOMIZE_WEIGHTS replace their check keys;
-        HARNESS_TOLERANCES replaces the tolerance of each dtype it names; HARNESS_BACKWARD makes the
+        HARNESS_TOLERANCES replaces the tolerance of each dtype it names; HARNESS_ALLOW_TF32 replaces
+        check.allow_tf32 (the problem's float32 may be TF32); HARNESS_BACKWARD makes the
         gradient check fail (True) or turns it off (False); HARNESS_FLAGS sets flag policies.
         HARNESS_EXTRA_SIZES is the worker's."""
         check = self.check
@@ -534,6 +538,8 @@ class Config:
                 for dtype, t in declared["HARNESS_TOLERANCES"].items()
             }
             check = dataclasses.replace(check, tolerances={**check.tolerances, **named})
+        if "HARNESS_ALLOW_TF32" in declared:
+            check = dataclasses.replace(check, allow_tf32=bool(declared["HARNESS_ALLOW_TF32"]))
         if "HARNESS_BACKWARD" in declared:
             check = dataclasses.replace(check, gradients="fail" if declared["HARNESS_BACKWARD"] else "off")
         flags = self.flags

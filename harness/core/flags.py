@@ -22,6 +22,7 @@ FAILING_STATUS: dict[Code, Status] = {
     Code.FORWARD_ONLY: Status.FORWARD_ONLY,
     Code.UNSAFE_MEMORY: Status.UNSAFE_MEMORY,
     Code.WEIGHTS_BY_SEED: Status.WEIGHTS_MISMATCH,
+    Code.BELOW_FLOAT32: Status.LESS_PRECISE,
     Code.LAZY_OUTPUT: Status.INCORRECT,  # an output with no values of its own was never compared: not a match
 }
 

@@ -258,6 +258,46 @@ def implausible_time(
     return found
 
 
+PRECISION_FLOOR = 1e-6  # relative errors below this are never called imprecise
+
+
+def below_float32(
+    median_ms: float,
+    sol: Optional[SpeedOfLight],
+    precision: Mapping[str, float],
+    precision_ratio: float,
+    allow_tf32: bool,
+) -> list[Finding]:
+    """Float32 arithmetic, by one rule: on a float32 problem that does not allow TF32, a candidate
+    whose median is below the float32 compute floor (the reference algorithm's FLOPs at the measured
+    float32 matrix-multiply rate) while its error against float64 is over `precision_ratio` times the
+    float32 reference's own did not compute in float32 (TF32, fp16, bf16). Both figures are in the
+    reason. Either alone is no finding: an honest kernel may be fast, and one may be less precise
+    (less-precise) and slow."""
+    if allow_tf32 or sol is None or sol.dtype != "float32" or not precision:
+        return []
+    floor = sol.compute_ms
+    candidate, reference = precision.get("candidate", 0.0), precision.get("reference", 0.0)
+    if floor <= 0 or median_ms <= 0 or median_ms >= floor:
+        return []
+    if candidate <= max(precision_ratio * reference, PRECISION_FLOOR):
+        return []
+    times = f"{candidate / reference:.0f} times" if reference > 0 else "over"
+    gflop = sol.flops / 1e9
+    return [
+        (
+            Code.BELOW_FLOAT32,
+            (
+                f"its median {median_ms:.4g} ms is below the float32 compute floor {floor:.4g} ms ({gflop:.4g} GFLOP "
+                f"at the measured float32 rate {sol.peak_tflops:.4g} TFLOP/s), and its relative error against float64, "
+                f"{candidate:.2g}, is {times} the float32 reference's {reference:.2g} (over "
+                f"check.precision_ratio={precision_ratio:g}): float32 arithmetic cannot give both; a problem that "
+                "allows TF32 declares HARNESS_ALLOW_TF32 = True"
+            ),
+        )
+    ]
+
+
 def persisting_l2(timing: TimingStats) -> list[Finding]:
     """A persisting-L2 limit set while being timed: L2 set aside for lines the flush would not
     evict, so cold-cache timings run warm. The timer undoes it before every call; it is flagged."""

@@ -324,6 +324,11 @@ class SpeedOfLight:
     peaks_source: str = ""  # where the peaks came from: "measured" now or the cache file
 
     @property
+    def compute_ms(self) -> float:
+        """The reference algorithm's FLOPs at the measured matrix-multiply rate for its dtype (0 when unknown)."""
+        return self.flops / (self.peak_tflops * 1e12) * 1e3 if self.peak_tflops > 0 and self.flops > 0 else 0.0
+
+    @property
     def bytes_ms(self) -> float:
         """The hard floor: the problem's fewest bytes at peak bandwidth, whatever the algorithm."""
         return self.min_bytes / (self.peak_gbps * 1e9) * 1e3 if self.peak_gbps > 0 else 0.0

@@ -47,6 +47,7 @@ class Status(Vocabulary):
     FLAGGED = "flagged"
     WRONG_GRADIENTS = "wrong gradients"
     FORWARD_ONLY = "forward only"
+    LESS_PRECISE = "less precise"
     REFERENCE_FAILED = "reference failed"
     HARNESS_ERROR = "harness error"
 
@@ -118,6 +119,11 @@ DESCRIPTIONS: dict[Status, str] = {
     Status.FORWARD_ONLY: (
         "forward matched, but no gradients flow through it to its inputs or parameters (check.gradients: fail)"
     ),
+    Status.LESS_PRECISE: (
+        "matched within the tolerance, but ran faster than float32 arithmetic allows with more error against float64 "
+        "than check.precision_ratio times the float32 reference's: TF32 or lower on a float32 problem "
+        "(flags.below_float32: fail)"
+    ),
     Status.REFERENCE_FAILED: "the problem's own reference could not be evaluated",
     Status.HARNESS_ERROR: "the harness itself failed on this candidate (a bug: please report it)",
 }
@@ -143,6 +149,9 @@ class Code(Vocabulary):
     WEIGHTS_BY_SEED = "weights-by-seed"
     # an output with no values of its own: a tensor subclass, the meta device, a storage smaller than its shape
     LAZY_OUTPUT = "lazy-output"
+    # faster than the float32 compute floor with more error than float32 arithmetic gives: TF32 or lower on a
+    # float32 problem
+    BELOW_FLOAT32 = "below-float32"
 
     @property
     def key(self) -> str:

@@ -51,7 +51,7 @@ __all__ = [
     "timing_warnings",
 ]
 
-PRECISION_FLOOR = 1e-6  # relative errors below this are never called imprecise
+PRECISION_FLOOR = integrity.PRECISION_FLOOR  # relative errors below this are never called imprecise
 
 # compare_times' result: the speeds, notes, warnings, implausible-time findings
 Comparison = tuple[Timing, tuple[str, ...], list[str], list[Finding]]
@@ -95,6 +95,7 @@ class VerdictRules:
     unstable_iqr: float  # timing.unstable_iqr: an interquartile range over this share of the median gets a warning
     max_plausible_speedup: float  # check.max_plausible_speedup: a speedup over it is implausible-time
     impossible_below: float  # speed_of_light.impossible_below: a time under this share of the bytes floor is too
+    allow_tf32: bool = False  # check.allow_tf32 (or the problem's HARNESS_ALLOW_TF32): lifts the below-float32 rule
 
     @classmethod
     def of(cls, cfg: Any) -> "VerdictRules":
@@ -113,6 +114,7 @@ class VerdictRules:
             cfg.timing.unstable_iqr,
             check.max_plausible_speedup,
             cfg.speed_of_light.impossible_below,
+            check.allow_tf32,
         )
 
 
@@ -308,6 +310,13 @@ def settle(case: Case, first: Verdict, unsafe: list[Finding]) -> Verdict:
     if status is Status.CORRECT and compared.timing is not None and compared.paired is not None:
         measured, timing_notes, more, timed = compare_times(
             compared.timing, compared.paired, compared.profile, case.reference, case.rules, case.device
+        )
+        timed = timed + integrity.below_float32(
+            compared.timing.median_ms,
+            case.reference.profile.speed_of_light,
+            compared.precision,
+            case.rules.precision_ratio,
+            case.rules.allow_tf32,
         )
         warnings.extend(more)
         status, reason, timed_flags = decide_flags(status, reason, timed, policies)

@@ -83,6 +83,7 @@ DECLARABLE: dict[str, type[Any]] = {
     "HARNESS_RANDOMIZE_WEIGHTS": bool,  # False when parameters must keep their initialisation (e.g. positive scales)
     "HARNESS_EXTRA_SIZES": list,  # e.g. [{"batch_size": 7}] for the other-size trial
     "HARNESS_TOLERANCES": dict,  # e.g. {"float32": {"atol": 1e-3, "rtol": 1e-3}}, over check.tolerances
+    "HARNESS_ALLOW_TF32": bool,  # True: TF32 matmul and convolution count as float32 here (both sides run with it)
     "HARNESS_BACKWARD": bool,  # True: gradients are part of the contract (check.gradients fail); False: off
     "HARNESS_FLAGS": dict,  # e.g. {"own-share-low": "fail"}: this problem's policy for integrity flags
 }
