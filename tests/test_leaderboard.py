@@ -1,4 +1,5 @@
 """Leaderboards are views of records: golden markdown and CSV from synthetic records."""
+import dataclasses
 import os
 from pathlib import Path
 
@@ -175,3 +176,19 @@ def test_the_leaderboard_command_reads_the_null_floors_from_the_records(tmp_path
     assert main(["leaderboard", str(store.dir), "--no-plots"]) == 0
     markdown = (store.dir / "leaderboard.md").read_text()
     assert summary_row(markdown, "p1").endswith("| 1.00x [0.99, 1.01] |") and summary_row(markdown, "p2").endswith("| failed: incorrect |")
+
+
+def test_each_ranked_speedup_says_the_protocol_it_was_timed_under():
+    graph = TimingStats.from_samples([0.5, 0.5], timer="cuda_graphs", warmup_calls=1, stopped_by="target_rse", timing_mode="graph")
+    fell_back = TimingStats.from_samples(
+        [0.8, 0.8], timer="cuda_events", warmup_calls=1, stopped_by="target_rse", fallback="graph capture failed: cudaErrorStreamCaptureUnsupported"
+    )
+    records = [
+        dataclasses.replace(RECORDS[0], timing=dataclasses.replace(RECORDS[0].timing, stats=graph)),
+        dataclasses.replace(RECORDS[1], timing=dataclasses.replace(RECORDS[1].timing, stats=fell_back)),
+        RECORDS[2],
+    ]
+    table = problem_table(candidate_frame(records), "p1").set_index("candidate")
+    assert table.loc["fast", "protocol"] == "graph"
+    assert table.loc["slow", "protocol"] == "eager, fallback"  # ranked beside a graph ratio: the column says so
+    assert pd.isna(table.loc["wrong", "protocol"])  # never timed

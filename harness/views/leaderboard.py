@@ -22,7 +22,7 @@ from harness.sources.problem import natural_key
 from harness.views.terminal import Column, fitted_table, left_out, notes
 from harness.views.text import markdown_text, spreadsheet_safe
 
-MEASURED = ["speedup", "vs_compile", "sol_pct", "sol_floor", "own_share", "gradients"]
+MEASURED = ["speedup", "protocol", "vs_compile", "sol_pct", "sol_floor", "own_share", "gradients"]
 MEASURED += ["candidate_ms", "reference_ms", "compile_ms", "max_abs_error"]  # what each row measured, in every view
 PROBLEM_COLUMNS = ["rank", "candidate", "status", "flags", "reason", *MEASURED]
 NUMERIC = {
@@ -80,6 +80,7 @@ def candidate_frame(records: Iterable[CandidateRecord]) -> pd.DataFrame:
                 else r.decision.reason,
                 "flags": flag_column(r.integrity.flags),
                 "speedup": r.timing.speedup,
+                "protocol": protocol_cell(r),
                 "vs_compile": r.timing.speedups.get(compile_name) if compile_name else None,
                 "sol_pct": r.timing.sol_fraction,
                 "sol_floor": r.timing.sol_floor,
@@ -108,6 +109,16 @@ def candidate_frame(records: Iterable[CandidateRecord]) -> pd.DataFrame:
         "run_id",
     ]
     return pd.DataFrame(rows, columns=columns)
+
+
+def protocol_cell(record: CandidateRecord) -> Optional[str]:
+    """How a ranked speedup was timed, so a problem's ratios under two protocols say so: `graph` or
+    `eager`, and `eager, fallback` where the candidate could not be timed under its problem's mode
+    (both sides were then re-timed eagerly: record.timing.stats.fallback says why). None when untimed."""
+    stats = record.timing.stats
+    if stats is None or record.timing.speedup is None:
+        return None
+    return f"{stats.timing_mode}, fallback" if stats.fallback else stats.timing_mode
 
 
 _STATUS_ORDER = {s.value: i for i, s in enumerate(Status)}
