@@ -161,17 +161,12 @@ def read_results(path: Path) -> tuple[dict[str, dict[str, Any]], list[dict[str, 
 
 
 def append_line(path: Path, line: dict[str, Any]) -> None:
-    """One JSON line, flushed and fsync'ed; a half-written last line (a killed writer) is cut first."""
+    """One JSON line, flushed and fsync'ed (benchmarks/kernelbench_levels.py's, in the folder made first)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from kernelbench_levels import append_line as append
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    if path.is_file():
-        data = path.read_bytes()
-        if data and not data.endswith(b"\n"):
-            with open(path, "r+b") as f:
-                f.truncate(data.rfind(b"\n") + 1)
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(line) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+    append(path, line)
 
 
 def pending(samples: list[Sample], done: dict[str, dict[str, Any]]) -> list[Sample]:
