@@ -160,7 +160,7 @@ def test_terminal_headers_wrap_between_words_never_inside_one_at_100_columns():
     text = printed(RECORDS + [record("a_rather_long_candidate_name_that_folds", "ok", Status.CORRECT, ms=[0.5, 0.5])], width=100)
     lines = text.splitlines()
     assert max(len(line) for line in lines) <= 100
-    vocabulary = {"rank", "candidate", "status", "flags", "speedup", "vs", "compile", "sol", "pct", "floor", "own", "share", "gradients", "ms", "reference",
+    vocabulary = {"rank", "candidate", "status", "flags", "speedup", "protocol", "vs", "compile", "sol", "pct", "floor", "own", "share", "gradients", "ms", "reference",
                   "max", "abs", "error", "problem", "candidates", "evaluated", "correct", "fast_0", "fast_1", "geomean"}
     rules = [n for n, line in enumerate(lines) if line.strip() and set(line.strip()) == {"─"}]
     assert len(rules) == 2  # one problem, then the summary
