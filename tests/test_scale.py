@@ -270,3 +270,36 @@ def test_a_launcher_killed_by_ctrl_c_starts_no_worker_for_a_lane_that_reaches_it
     with pytest.raises(LauncherClosed):
         launcher.take()
     assert not launcher.active
+
+
+@pytest.mark.slow
+def test_a_lane_stopped_after_its_reference_restarts_no_judge_and_starts_no_worker(make_config, tmp_path, monkeypatch):
+    """Ctrl-C between a problem's reference and its candidate (where the Ctrl-C run's test signals): stop() kills
+    the lane's judge, and the candidate then ends at once (Stopped), without a judge restarted for it (a whole
+    reference pass that nothing watches: the run's end waited for it) or a worker started. Without the fix the
+    lane restarted the judge, ran the reference again, and printed the refused worker's traceback."""
+    from harness.parent.lane_judge import Stopped
+    from harness.parent.supervise import LauncherClosed
+    from tests.evaluations import problem_evaluation
+
+    cfg = make_config("timing.enabled=false")
+    problem = resolve_problem(PROBLEM, cfg.path(cfg.problems_dir))
+    [candidate] = write_candidates(tmp_path / "c", 1)
+    with problem_evaluation(problem, [candidate], cfg, "cpu", RunStore(cfg.path(cfg.results_dir), "stopped")) as evaluation:
+        launcher, started = evaluation.lane.launcher, []
+        for name in ("take_judge", "take"):
+            monkeypatch.setattr(launcher, name, lambda *a, _f=getattr(launcher, name), _n=name, **k: started.append(_n) or _f(*a, **k))
+        reference_run = evaluation.reference_pass.run
+
+        def stopped_after_it(plan):
+            record = reference_run(plan)
+            evaluation.stop()  # the main thread's Ctrl-C, landing just after the reference's record
+            evaluation.judge.client.proc.wait(timeout=30)  # killed: the next candidate would find it ended
+            return record
+
+        monkeypatch.setattr(evaluation.reference_pass, "run", stopped_after_it)
+        with pytest.raises(Stopped):
+            evaluation.evaluate(candidate)
+        assert started == ["take_judge"]  # the reference's judge, nothing after the stop
+        with pytest.raises(LauncherClosed):  # and a killed launcher refuses a judge as it refuses a worker
+            launcher.take_judge(tmp_path / "logs" / "_reference.log", lambda prefix: tmp_path)

@@ -77,8 +77,9 @@ class ProblemEvaluation:
         # the problem's settings, resolved once: every job message of this evaluation is built from them
         self.setting = Setting.of(problem, cfg, device, store, self.lane, self.resources.scratch, self.resources.quiet)
         self.cfg = self.setting.cfg
-        self.judge = LaneJudge(self.setting)  # the lane's judge for this problem, started with the first candidate
-        self.stopped = threading.Event()  # stop() was called: nothing more is written
+        self.stopped = threading.Event()  # stop() was called: nothing more is written, no process started
+        # the lane's judge for this problem, started with the first candidate
+        self.judge = LaneJudge(self.setting, self.stopped)
         self.reference_pass = ReferencePass(self.setting, self.judge, self.stopped)
         self.sanitizer = LaneSanitizer(
             self.cfg,
@@ -133,6 +134,8 @@ class ProblemEvaluation:
         # the worker then loads the finished build; how the build ahead ended goes into the record
         ahead = self.builds.wait(candidate.path) if self.builds is not None else AheadBuild()
         reference = self._reference
+        if self.stopped.is_set():  # Ctrl-C after the reference: no judge restarted, no worker started
+            raise Stopped(f"{candidate.name}: the run was stopped before its evaluation")
         if self.judge.ended() and reference.ok:
             reference = self._restart_judge()
         if not reference.ok:
@@ -149,6 +152,8 @@ class ProblemEvaluation:
                 candidate, Status.HARNESS_ERROR, f"the lane's judge failed during this candidate: {exc}"
             )
         except Exception as exc:  # a harness bug on one candidate must not end the run
+            if self.stopped.is_set():  # what stop() ended (its worker refused, its judge killed) is no bug
+                raise Stopped(f"{candidate.name}: the run was stopped during its evaluation") from None
             traceback.print_exc()
             record = self._failed(candidate, Status.HARNESS_ERROR, f"{type(exc).__name__}: {exc}")
         return self._finish(self._bounded(candidate, with_ahead(record, ahead)))

@@ -36,7 +36,7 @@ from harness.core.records import (
 from harness.core.status import Status
 from harness.parent.compared_pass import ComparedPass, Setting, Subject
 from harness.parent.reference_cache import ProfileCache, TimingCache
-from harness.parent.supervise import JudgeClient, JudgeFailed
+from harness.parent.supervise import JudgeClient, JudgeFailed, LauncherClosed
 from harness.parent.verdict import Compared
 
 GRANT_PEAKS = 3  # a lane's grant on a GPU it shares: this many times its problem's reference peak memory
@@ -45,8 +45,9 @@ GRANT_PEAKS = 3  # a lane's grant on a GPU it shares: this many times its proble
 class LaneJudge:
     """The lane's judge for one problem (harness.judge.service, through supervise.JudgeClient)."""
 
-    def __init__(self, setting: Setting) -> None:
+    def __init__(self, setting: Setting, stopped: Optional[threading.Event] = None) -> None:
         self.setting = setting
+        self.stopped = stopped if stopped is not None else threading.Event()  # the evaluation's: its run was stopped
         self.client: Optional[JudgeClient] = None  # the running judge, None between judges
         self._dir: Optional[Path] = None  # its working folder in the run's scratch
         self.failures: list[str] = []  # why earlier judges of this lane ended (each restart is reported)
@@ -54,11 +55,19 @@ class LaneJudge:
         self.profile: Optional[CallProfile] = None  # the reference's profiled call, once a judge has it
 
     def start(self, plan: Plan, measure: bool, profile: Optional[CallProfile] = None) -> P.ReferenceReport:
-        """A new judge for this lane, run once through the plan."""
+        """A new judge for this lane, run once through the plan; Stopped once the run was stopped: stop()
+        kills the judge it finds, and one started after it would run a whole reference pass that nothing ends."""
         setting = self.setting
         self.end()
         log = setting.store.log_path(setting.problem.name, "_reference")
-        self.client, self._dir = setting.lane.launcher.take_judge(log, setting.scratch.make)
+        try:
+            self.client, self._dir = setting.lane.launcher.take_judge(log, setting.scratch.make)
+        except LauncherClosed:
+            raise Stopped(f"{setting.problem.name}: the run was stopped before its judge started") from None
+        # stopped while it started: stop() sets the event before it kills the judge: seen here, or killed there
+        if self.stopped.is_set():
+            self.end()
+            raise Stopped(f"{setting.problem.name}: the run was stopped while its judge started")
         try:
             with setting.gpu_alone():
                 report = self.client.request(

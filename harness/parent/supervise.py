@@ -185,7 +185,12 @@ class Launcher:
         was taken, when it is still alive: its interpreter, torch and (prewarm "cuda") its CUDA
         context and CUPTI are ready, so a problem's reference pass no longer waits for them. It
         has run no problem code: every problem still gets a judge process of its own. Then the
-        next one is prestarted, with a log beside `log_path`'s folder that it is renamed from."""
+        next one is prestarted, with a log beside `log_path`'s folder that it is renamed from. Refused
+        (`LauncherClosed`) once the launcher was closed or killed, as `take` is: a lane that restarts its
+        judge after Ctrl-C must not start one that runs a whole reference pass for nothing."""
+        with self._lock:
+            if self._closed:
+                raise LauncherClosed("the run was stopped: no new judge")
         spare, self._judge_spare = self._judge_spare, None
         taken: Optional[tuple[JudgeClient, Path]] = None
         if spare is not None and spare[0].running() and not log_path.exists():
