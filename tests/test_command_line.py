@@ -124,7 +124,9 @@ def ended_after_sigint(process: "subprocess.Popen[str]", bound: float) -> str:
     )
 
 
-# SIGINT to the run's exit: 0.5-0.7 s alone, BOUND_NOTE (measured on 2 cores); the bound leaves 10x over the slowest.
+# From the SIGINT to the run's exit, measured on 2 cores (2026-11-28): 0.5-0.7 s alone, 0.5-1.6 s in 131 runs beside
+# the README's and the heavy command, 3.3-4.6 s among eight busy processes of their own sessions. 60 s is 13 times
+# the slowest: a run still there after it hangs.
 ENDS_WITHIN_S = 60
 
 
