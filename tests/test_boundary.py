@@ -22,7 +22,9 @@ from harness.parent.boundary import TreeWatch, open_boundary, probe
 from tests.sources import HONEST_FORWARD, scale_bias_relu
 
 ROOT = Path(__file__).resolve().parent.parent
-MARK = "4242.5"  # the detached process's sleep, found by its command line
+# the detached process's sleep, found by its command line: this test process's own (its pid in the fraction), so
+# another test run on the machine, whose candidates detach sleepers of their own, is never counted here
+MARK = f"4242.{os.getpid()}"
 
 TAMPERING = """
 import pathlib
