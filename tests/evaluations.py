@@ -30,3 +30,29 @@ def evaluate_problem(problem, candidates, cfg, device, store, **kwargs: Any) -> 
     """Every candidate of `problem`, in order, as `ProblemEvaluation.run` gives them."""
     with problem_evaluation(problem, candidates, cfg, device, store, **kwargs) as evaluation:
         return evaluation.run()
+
+
+def fast_config(folder, build_cache, measurement_cache, *extra: str):
+    """The config of conftest's make_config, its results in `folder`: for a fixture of a wider scope than a test's."""
+    from harness.core.config import load_config
+
+    return load_config(overrides=[
+        f"results_dir={folder / 'results'}",
+        f"build_cache_dir={build_cache}",
+        f"measurement_cache_dir={measurement_cache}",
+        "device=cpu",
+        "baselines.compile_modes=[]",
+        "check.trials=2",
+        "timing.budget_s=0.3",
+        "timing.warmup_ms=10",
+        "timing.min_reps=3",
+        "timing.rounds=4",
+        "timing.max_rounds=6",
+        "timeouts.construct=60",
+        "timeouts.check=20",
+        "timeouts.time=30",
+        # most candidates in the tests are torch-only stand-ins for the mechanics under test; the
+        # default policy (fail: a torch pass-through is not a custom kernel) is tested on its own
+        "flags.no_custom_kernel=flag",
+        *extra,
+    ])

@@ -17,7 +17,7 @@ from harness.judge.roofline import Peaks, Work, count_work, device_peaks, floor
 from harness.parent.verdict import VerdictRules, compare_times, timing_warnings
 from harness.sources.candidate import Candidate
 from harness.sources.problem import resolve_problem
-from tests.evaluations import evaluate_problem
+from tests.evaluations import evaluate_problem, fast_config
 
 CPU = torch.device("cpu")
 
@@ -219,10 +219,21 @@ def _evaluate(cfg, run_id):
     return record, reference
 
 
+COMPILED = ("baselines.compile_modes=[default]", "timeouts.check=600")
+
+
+@pytest.fixture(scope="module")
+def compiled_first(tmp_path_factory, build_cache, measurement_cache):
+    """The reference and cpp_fused with a torch.compile baseline, its timings kept for reuse: the run "first" of
+    the reuse test below, and the evaluation the baseline's own test checks (a torch.compile on the CPU, 10-25 s:
+    once for both). Its measurement cache is the session's, as make_config's is."""
+    cfg = fast_config(tmp_path_factory.mktemp("compiled"), build_cache, measurement_cache, "timing.reuse_reference=true", *COMPILED)
+    return _evaluate(cfg, "first")
+
+
 @pytest.mark.slow
-def test_torch_compile_baseline_is_checked_timed_and_compared(make_config):
-    cfg = make_config("baselines.compile_modes=[default]", "timeouts.check=600", "timing.enabled=true")
-    record, reference = _evaluate(cfg, "compile")
+def test_torch_compile_baseline_is_checked_timed_and_compared(compiled_first):
+    record, reference = compiled_first
     (baseline,) = reference.timing.baselines
     assert baseline.name == "torch.compile(default)" and baseline.ok, baseline.reason
     assert baseline.compile_seconds > 0 and baseline.max_abs_error is not None and baseline.timing.n >= 3
@@ -239,15 +250,14 @@ def test_a_baseline_timed_under_another_protocol_gives_no_speedup_over_it(make_c
 
 
 @pytest.mark.slow
-def test_baselines_are_reused_only_when_asked_and_say_from_which_run(make_config):
-    compiled = ("baselines.compile_modes=[default]", "timeouts.check=600")
-    first_record, first = _evaluate(make_config("timing.reuse_reference=true", *compiled), "first")
-    second_record, second = _evaluate(make_config("timing.reuse_reference=true", *compiled), "second")
+def test_baselines_are_reused_only_when_asked_and_say_from_which_run(make_config, compiled_first):
+    first_record, first = compiled_first
+    second_record, second = _evaluate(make_config("timing.reuse_reference=true", *COMPILED), "second")
     assert first.timing.timing_reused_from == "" and second.timing.timing_reused_from == "first"
     assert second.timing.baselines == first.timing.baselines and second.profile.speed_of_light == first.profile.speed_of_light
     # the eager reference is timed with each candidate, never reused
     assert second_record.timing.paired is not None and second_record.timing.paired.reference != first_record.timing.paired.reference
-    _, fresh = _evaluate(make_config(*compiled), "fresh")
+    _, fresh = _evaluate(make_config(*COMPILED), "fresh")
     assert fresh.timing.timing_reused_from == "" and fresh.timing.baselines != first.timing.baselines
 
 
