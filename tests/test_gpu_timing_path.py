@@ -1,0 +1,135 @@
+"""The timing path never makes an honest kernel wrong: a Frobenius-norm kernel written the way LLM kernels
+for KernelBench's level 1 problem 37 are (a `torch::zeros` accumulator, `<<<>>>` launches on the legacy
+default stream, the norm read back with `.item()` between them, so no CUDA graph can capture it) is
+`correct` in every timing mode, at the problem's v0 sizes; its twin whose timed calls skip the division
+fails at the last timed call (skipped without a GPU)."""
+
+import pytest
+
+from harness.core.status import Status
+from harness.core.store import RunStore
+from harness.sources.candidate import Candidate
+from harness.sources.problem import resolve_problem
+from tests.evaluations import evaluate_problem
+
+pytestmark = [pytest.mark.gpu, pytest.mark.slow]
+
+# KernelBench level 1, problem 37 (FrobeniusNorm_), at its v0 sizes: a 256 MB input
+PROBLEM = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        norm = torch.norm(x, p="fro")
+        return x / norm
+
+
+batch_size = 16
+features = 64
+dim1 = 256
+dim2 = 256
+
+
+def get_inputs():
+    return [torch.randn(batch_size, features, dim1, dim2)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+CANDIDATE = r'''import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+cuda_source = r"""
+#include <torch/extension.h>
+#include <cmath>
+
+__global__ void sum_of_squares(const float* x, double* total, long n) {
+    __shared__ double part[256];
+    double s = 0.0;
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+        double v = x[i];
+        s += v * v;
+    }
+    part[threadIdx.x] = s;
+    __syncthreads();
+    for (int half = blockDim.x / 2; half > 0; half /= 2) {
+        if (threadIdx.x < half) part[threadIdx.x] += part[threadIdx.x + half];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) atomicAdd(total, part[0]);
+}
+
+__global__ void divide(const float* x, float* out, float norm, long n) {
+    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (i < n) out[i] = x[i] / norm;
+}
+
+torch::Tensor frobenius(torch::Tensor x, bool lazy) {
+    auto xc = x.contiguous();
+    long n = xc.numel();
+    auto total = torch::zeros({1}, xc.options().dtype(torch::kFloat64));
+    sum_of_squares<<<1024, 256>>>(xc.data_ptr<float>(), total.data_ptr<double>(), n);
+    double norm = std::sqrt(total.item<double>());
+    static long calls = 0;
+    if (lazy && ++calls > 30) return xc.clone();  // the wrong twin: right while checked, undivided once timed
+    auto out = torch::empty_like(xc);
+    divide<<<(n + 255) / 256, 256>>>(xc.data_ptr<float>(), out.data_ptr<float>(), (float)norm, n);
+    return out;
+}
+"""
+ext = load_inline(name="frobenius_timing_path_test", cpp_sources="torch::Tensor frobenius(torch::Tensor x, bool lazy);",
+                  cuda_sources=cuda_source, functions=["frobenius"])
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return ext.frobenius(x, LAZY)
+'''
+
+
+def _evaluate(root, build_cache, mode):
+    from harness.core.config import load_config
+
+    problems = root / "problems"
+    problems.mkdir()
+    (problems / "37_FrobeniusNorm_v0.py").write_text(PROBLEM)
+    candidates = []
+    for name, lazy in (("zeros_launch_item", "False"), ("undivided_when_timed", "True")):
+        (root / f"{name}.py").write_text(CANDIDATE.replace("LAZY", lazy))
+        candidates.append(Candidate(name, root / f"{name}.py"))
+    quick = ["timing.budget_s=1", "timing.rounds=4", "baselines.compile_modes=[]", "timing.null_candidate=off", "sanitizer.enabled=off"]
+    cfg = load_config(overrides=[f"results_dir={root / 'results'}", f"build_cache_dir={build_cache}", *quick, f"timing.mode={mode}"])
+    problem = resolve_problem("37_FrobeniusNorm_v0", problems)
+    store = RunStore(cfg.path(cfg.results_dir), f"frobenius-{mode}")
+    return {r.identity.candidate: r for r in evaluate_problem(problem, candidates, cfg, "cuda", store)}
+
+
+@pytest.fixture(scope="module", params=["auto", "graph", "eager"])
+def by_mode(request, tmp_path_factory, build_cache):
+    return request.param, _evaluate(tmp_path_factory.mktemp(f"frobenius-{request.param}"), build_cache, request.param)
+
+
+def test_a_zeros_launch_item_kernel_is_correct_and_timed_in_every_mode(by_mode):
+    mode, records = by_mode
+    record = records["zeros_launch_item"]
+    assert record.decision.status is Status.CORRECT, (mode, record.decision.reason, record.timing.stats)
+    assert record.timing.stats is not None and record.timing.paired is not None, mode
+    if mode != "eager":  # .item() inside the call: no graph can hold it, so both sides are timed eagerly and the row says so
+        assert record.timing.stats.timing_mode == "eager", (mode, record.timing.stats.timing_mode)
+
+
+def test_its_twin_whose_timed_calls_skip_the_division_fails_at_the_last_timed_call_in_every_mode(by_mode):
+    mode, records = by_mode
+    record = records["undivided_when_timed"]
+    assert record.decision.status is Status.INCORRECT, (mode, record.decision.status, record.decision.reason)
+    assert record.decision.reason.startswith("last timed call on trial 1 (eval)"), (mode, record.decision.reason)
