@@ -44,7 +44,12 @@ Captured = tuple[Callable[[], Any], Any]  # a graph's replay, and the outputs it
 
 
 def capture_graphs(fn: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], device: torch.device) -> list[Captured]:
-    """One CUDA graph per input set (a capture fixes its addresses), sharing one memory pool."""
+    """One CUDA graph per input set (a capture fixes its addresses), sharing one memory pool. The caller's
+    stream is current again afterwards, whatever the capture did: when a capture fails, `torch.cuda.graph`'s
+    exit raises from `capture_end` before it restores the stream, which would leave its (non-blocking) capture
+    stream current for every later call of the process, unordered with the `<<<>>>` launches of the legacy
+    default stream (an honest kernel read back before it ran: NaN in the last timed call)."""
+    caller = torch.cuda.current_stream(device)
     try:
         side = torch.cuda.Stream(device)
         side.wait_stream(torch.cuda.current_stream(device))
@@ -62,6 +67,7 @@ def capture_graphs(fn: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], de
             captured.append((graph.replay, out))
         torch.cuda.synchronize(device)
     except Exception as exc:
+        torch.cuda.set_stream(caller)
         try:
             torch.cuda.synchronize(device)
         except Exception:
