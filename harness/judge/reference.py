@@ -303,6 +303,40 @@ def output_bytes(outputs: Any) -> int:
     return layout(tensors_of(outputs))[1]
 
 
+def meta_footprint(module: Any, model_class: Any) -> tuple[int, int, int]:
+    """A lower bound of what the reference holds on its device at its first call, found without allocating
+    anything: the bytes of (its parameters and buffers, one set of its inputs, its outputs), made from the
+    problem's own get_init_inputs, Model and get_inputs on the meta device. A part that cannot be made there
+    (an explicit device, an operator without a meta kernel) counts 0, so the bound only ever errs low."""
+    found = [0, 0, 0]
+    with torch.random.fork_rng(devices=[]), torch.device("meta"):
+        try:
+            model = model_class(*module.get_init_inputs())
+            found[0] = nbytes([t for t in [*model.parameters(), *model.buffers()] if t.is_meta])
+            inputs = list(module.get_inputs())
+            found[1] = nbytes([t for t in tensors_of(inputs) if t.is_meta])
+            with torch.no_grad():
+                outputs = as_outputs(model(*inputs))
+            found[2] = nbytes([t for t in tensors_of(list(outputs)) if t.is_meta])
+        except Exception:
+            pass
+    return found[0], found[1], found[2]
+
+
+def unfit(footprint: tuple[int, int, int], total: int, fraction: float, device_type: str) -> str:
+    """Why a reference of `footprint` (meta_footprint's weights, inputs and outputs) cannot serve on a device of
+    `total` bytes where it may use `fraction` of them, or "" when it may."""
+    weights, inputs, outputs = footprint
+    needs, gib = weights + inputs + outputs, 2**30
+    if needs <= fraction * total:
+        return ""
+    return (
+        f"the reference needs at least {needs / gib:.1f} GiB before it runs (weights {weights / gib:.1f}, inputs "
+        f"{inputs / gib:.1f}, outputs {outputs / gib:.1f}, sized without allocating), over {fraction:.0%} of the "
+        f"{total / gib:.1f} GiB the {device_type} has; a compared model beside it would not fit"
+    )
+
+
 def device_memory(device: torch.device) -> int:
     """The device's total memory (the machine's, for the CPU)."""
     if device.type == Device.CUDA:

@@ -52,7 +52,7 @@ from harness.device.timed import prepare_timer, time_round
 from harness.device.timing import flush_buffer
 from harness.judge.compare import compare_gradients, compare_outputs, outputs_counted, relative_error
 from harness.judge.degenerate import NOISE_THEN, InertBuffers, judge_buffers
-from harness.judge.reference import Reference, device_memory, release, structure_notes
+from harness.judge.reference import Reference, device_memory, meta_footprint, release, structure_notes, unfit
 from harness.judge.roofline import count_work, device_peaks, floor
 from harness.judge.staging import Footprint, SessionState, Stager
 
@@ -431,6 +431,7 @@ class Judge:
         )
 
         self._phase("construct")
+        self._refuse_what_cannot_fit(reference)
         reference.construct()
 
         self._phase("check")
@@ -472,6 +473,22 @@ class Judge:
         reference = Reference(self.job, self.device)
         reference.import_problem()
         return reference, device_name, check_threads
+
+    def _refuse_what_cannot_fit(self, reference: Reference) -> None:
+        """On a GPU, before anything is allocated: a reference whose weights, inputs and outputs alone (sized on
+        the meta device) are over its share of the card's memory is refused with what it needs, rather than run
+        until the card runs out. (Not on the CPU, where the plan's measured peak decides, in `_fit`: sizing on
+        the meta device costs a fresh process about a second of imports, which a GPU judge's start absorbs.)"""
+        if reference.device.type != Device.CUDA:
+            return
+        why = unfit(
+            meta_footprint(reference.module, reference.model_class),
+            device_memory(reference.device),
+            self.job.memory_fraction,
+            reference.device.type,
+        )
+        if why:
+            raise WorkerFailure(Status.OUT_OF_MEMORY, why)
 
     def _fit(self, reference: Reference, region_kind: str) -> Footprint:
         """Run the reference through the plan: it must leave room for a compared model beside it,
