@@ -56,3 +56,22 @@ def fast_config(folder, build_cache, measurement_cache, *extra: str):
         "flags.no_custom_kernel=flag",
         *extra,
     ])
+
+
+def evaluate_in_mode(root, build_cache, problem_name, problems_dir, candidates, mode, *extra: str) -> dict[str, CandidateRecord]:
+    """`candidates` ((name, source) pairs, written into `root`) of a problem on the GPU under timing.mode `mode`,
+    with short timing and no baselines, null candidate or memcheck: their records by candidate name."""
+    from harness.core.config import load_config
+    from harness.core.store import RunStore
+    from harness.sources.candidate import Candidate
+    from harness.sources.problem import resolve_problem
+
+    written = []
+    for name, source in candidates:
+        (root / f"{name}.py").write_text(source)
+        written.append(Candidate(name, root / f"{name}.py"))
+    quick = ["timing.budget_s=1", "timing.rounds=4", "baselines.compile_modes=[]", "timing.null_candidate=off", "sanitizer.enabled=off"]
+    cfg = load_config(overrides=[f"results_dir={root / 'results'}", f"build_cache_dir={build_cache}", *quick, f"timing.mode={mode}", *extra])
+    problem = resolve_problem(problem_name, problems_dir if problems_dir is not None else cfg.path(cfg.problems_dir))
+    store = RunStore(cfg.path(cfg.results_dir), f"{problem_name}-{mode}")
+    return {r.identity.candidate: r for r in evaluate_problem(problem, written, cfg, "cuda", store)}

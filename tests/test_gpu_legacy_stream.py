@@ -6,11 +6,8 @@ import pytest
 
 from harness.core.records import OUTSIDE_CAPTURE
 from harness.core.status import Status
-from harness.core.store import RunStore
-from harness.sources.candidate import Candidate
-from harness.sources.problem import resolve_problem
+from tests.evaluations import evaluate_in_mode
 from tests.sources import scale_bias_relu
-from tests.evaluations import evaluate_problem
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
@@ -50,17 +47,9 @@ CANDIDATES = {
 
 
 def _evaluate(root, build_cache, mode):
-    from harness.core.config import load_config
-
-    candidates = []
-    for name, body in CANDIDATES.items():
-        (root / f"{name}.py").write_text(scale_bias_relu(body, before=EXTENSION.replace("NAME", "legacy_stream_test")))
-        candidates.append(Candidate(name, root / f"{name}.py"))
-    quick = ["timing.budget_s=1", "timing.rounds=4", "baselines.compile_modes=[]", "timing.null_candidate=off", "sanitizer.enabled=off"]
-    cfg = load_config(overrides=[f"results_dir={root / 'results'}", f"build_cache_dir={build_cache}", *quick, f"timing.mode={mode}"])
-    problem = resolve_problem("1_Scale_Bias_ReLU", cfg.path(cfg.problems_dir))
-    store = RunStore(cfg.path(cfg.results_dir), f"legacy-{mode}")
-    return {r.identity.candidate: r for r in evaluate_problem(problem, candidates, cfg, "cuda", store)}
+    before = EXTENSION.replace("NAME", "legacy_stream_test")
+    candidates = [(name, scale_bias_relu(body, before=before)) for name, body in CANDIDATES.items()]
+    return evaluate_in_mode(root, build_cache, "1_Scale_Bias_ReLU", None, candidates, mode)
 
 
 @pytest.fixture(scope="module", params=["auto", "graph", "eager"])

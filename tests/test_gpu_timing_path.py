@@ -7,10 +7,7 @@ fails at the last timed call (skipped without a GPU)."""
 import pytest
 
 from harness.core.status import Status
-from harness.core.store import RunStore
-from harness.sources.candidate import Candidate
-from harness.sources.problem import resolve_problem
-from tests.evaluations import evaluate_problem
+from tests.evaluations import evaluate_in_mode
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
@@ -98,20 +95,11 @@ class ModelNew(nn.Module):
 
 
 def _evaluate(root, build_cache, mode):
-    from harness.core.config import load_config
-
     problems = root / "problems"
     problems.mkdir()
     (problems / "37_FrobeniusNorm_v0.py").write_text(PROBLEM)
-    candidates = []
-    for name, lazy in (("zeros_launch_item", "False"), ("undivided_when_timed", "True")):
-        (root / f"{name}.py").write_text(CANDIDATE.replace("LAZY", lazy))
-        candidates.append(Candidate(name, root / f"{name}.py"))
-    quick = ["timing.budget_s=1", "timing.rounds=4", "baselines.compile_modes=[]", "timing.null_candidate=off", "sanitizer.enabled=off"]
-    cfg = load_config(overrides=[f"results_dir={root / 'results'}", f"build_cache_dir={build_cache}", *quick, f"timing.mode={mode}"])
-    problem = resolve_problem("37_FrobeniusNorm_v0", problems)
-    store = RunStore(cfg.path(cfg.results_dir), f"frobenius-{mode}")
-    return {r.identity.candidate: r for r in evaluate_problem(problem, candidates, cfg, "cuda", store)}
+    candidates = [("zeros_launch_item", CANDIDATE.replace("LAZY", "False")), ("undivided_when_timed", CANDIDATE.replace("LAZY", "True"))]
+    return evaluate_in_mode(root, build_cache, "37_FrobeniusNorm_v0", problems, candidates, mode)
 
 
 @pytest.fixture(scope="module", params=["auto", "graph", "eager"])
