@@ -11,6 +11,7 @@ peak memory. The functions below measure tensors and device memory, for it and f
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import resource
 from pathlib import Path
@@ -19,7 +20,7 @@ from typing import Any, Optional
 import torch
 
 from harness.core import protocol as P
-from harness.core.config import Device, ModuleMode
+from harness.core.config import Device, Distribution, ModuleMode
 from harness.core.errors import one_line
 from harness.core.status import Backward, Status
 from harness.device.checks import model_gradients
@@ -56,6 +57,9 @@ class Reference:
         self.forward_peak = 0  # the reference alone at its peak: what must fit beside a worker
         self.output_bytes = 0  # the last forward's outputs
         self.peak_floor = 0  # the peak before the float64 twin ran (its memory is not the reference's)
+        # trials whose redrawn inputs overflow the reference where the problem's own do not: they use the
+        # problem's own distribution instead (trial -> the note saying so)
+        self.overflowing: dict[int, str] = {}
 
     def import_problem(self) -> None:
         """Load the problem's module; it must define Model (an nn.Module), get_inputs and get_init_inputs."""
@@ -101,11 +105,26 @@ class Reference:
                 sizes.append(output_bytes(self.forward(self.inputs(0))))
                 scanned(self, self.same_seed_noise, self.inputs(0), probe=False)
                 self.load(self.randomized)
+                finite_given = True  # every output of the calls on the problem's own distribution was finite
                 for index, call in enumerate(job.calls):
                     self.model.train(call.module_mode == ModuleMode.TRAIN)
                     args = self.inputs(call.input)
                     self.set_bytes = max(self.set_bytes, layout(tensors_of(args))[1])
-                    sizes.append(output_bytes(scanned(self, self.noise, args, probe=index == job.precision_call)))
+                    levels = None if self.noise.levels is None else dict(self.noise.levels)
+                    out = scanned(self, self.noise, args, probe=index == job.precision_call)
+                    share = non_finite_share(out["tensors"])
+                    if call.distribution == Distribution.GIVEN or call.input in self.overflowing:
+                        finite_given = finite_given and share == 0
+                    elif share and finite_given:
+                        self.overflowing[call.input] = (
+                            f"trial {call.input + 1}'s {call.distribution} inputs overflow the reference ({share:.1%} "
+                            "of its outputs Inf or NaN, none on the problem's own inputs): that trial uses the "
+                            "problem's own distribution, as the problem's range is not one a kernel can be judged "
+                            "beyond"
+                        )
+                        self.noise.levels = levels  # the overflowing call is not one of the plan's
+                        out = scanned(self, self.noise, self.inputs(call.input), probe=False)
+                    sizes.append(output_bytes(out))
                 sizes.append(output_bytes([b for _, b in self.model.named_buffers()]))
             self.forward_peak = self.peak()  # the reference alone: what must fit beside a worker
             if job.gradients:
@@ -181,15 +200,19 @@ class Reference:
             if self.structures is None:  # read once, from the first draw: the problem's guarantees
                 self.structures = [structure(a) for a in args]
             keep = self.structures + [()] * (len(args) - len(self.structures))
-            return [
-                redistribute(a, job.distributions[trial], seed + position, keep[position])
-                for position, a in enumerate(args)
-            ]
+            distribution = Distribution.GIVEN if trial in self.overflowing else job.distributions[trial]
+            return [redistribute(a, distribution, seed + position, keep[position]) for position, a in enumerate(args)]
         except BaseException as exc:
             raise classify(exc, Status.CONSTRUCT_FAILED) from None
         finally:
             for name, value in saved.items():
                 setattr(self.module, name, value)
+
+    def label(self, call: P.Call) -> str:
+        """How a check of `call` is named: its plan's label, without the redraw where the trial overflowed."""
+        if call.input in self.overflowing:
+            return dataclasses.replace(call, distribution=Distribution.GIVEN).label
+        return call.label
 
     def problem_inputs(self) -> list[Any]:
         """What the problem's get_inputs() returns; its failure is named as such."""
@@ -227,6 +250,15 @@ class Reference:
         if self.device.type == Device.CUDA:
             return max(self.peak_floor, int(torch.cuda.max_memory_allocated(self.device)))
         return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def non_finite_share(outputs: list[Any]) -> float:
+    """The share of the floating outputs' elements that are Inf or NaN (0.0 when there are none)."""
+    floating = [t for t in tensors_of(outputs) if t.is_floating_point() and t.numel()]
+    total = sum(t.numel() for t in floating)
+    if not total:
+        return 0.0
+    return sum(int((~torch.isfinite(t)).sum()) for t in floating) / total
 
 
 def scanned(reference: Reference, scan: NoiseScan, args: list[Any], probe: bool) -> dict[str, Any]:
