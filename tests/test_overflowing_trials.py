@@ -85,3 +85,15 @@ def test_a_wrong_scan_still_fails_on_the_problems_own_inputs(records):
     record = records["exclusive"]
     assert record.decision.status is Status.INCORRECT, record.decision.reason
     assert record.decision.reason.startswith("trial 1"), record.decision.reason
+
+
+def test_the_overflowing_share_counts_inf_and_nan_in_views_and_scalars():
+    import torch
+
+    from harness.judge.reference import non_finite_share
+
+    x = torch.ones(3000, 700)
+    x[5, 3], x[2999, 0] = float("inf"), float("nan")
+    assert non_finite_share([x]) == non_finite_share([x.t()]) == 2 / x.numel()  # a transposed view, counted in slices
+    assert non_finite_share([torch.tensor(float("-inf")), torch.ones(3)]) == 0.25
+    assert non_finite_share([torch.ones(0), torch.arange(3), "not a tensor"]) == 0.0

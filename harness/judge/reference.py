@@ -25,7 +25,15 @@ from harness.core.errors import one_line
 from harness.core.status import Backward, Status
 from harness.device.checks import model_gradients
 from harness.device.failures import WorkerFailure, classify, load_module
-from harness.device.inputs import aliased_input, as_outputs, other_sizes, randomize_state, redistribute, structure
+from harness.device.inputs import (
+    aliased_input,
+    as_outputs,
+    chunk,
+    other_sizes,
+    randomize_state,
+    redistribute,
+    structure,
+)
 from harness.device.regions import layout
 from harness.device.setup import synchronize
 from harness.judge.compare import output_rms
@@ -253,12 +261,18 @@ class Reference:
 
 
 def non_finite_share(outputs: list[Any]) -> float:
-    """The share of the floating outputs' elements that are Inf or NaN (0.0 when there are none)."""
+    """The share of the floating outputs' elements that are Inf or NaN (0.0 when there are none), counted a
+    chunk at a time (no temporary the size of an output: the plan's peak is the reference's own)."""
     floating = [t for t in tensors_of(outputs) if t.is_floating_point() and t.numel()]
     total = sum(t.numel() for t in floating)
-    if not total:
-        return 0.0
-    return sum(int((~torch.isfinite(t)).sum()) for t in floating) / total
+    bad = 0
+    for t in floating:
+        if t.dim() == 0:
+            bad += int(not torch.isfinite(t))
+            continue
+        rows = max(1, chunk(t) * t.shape[0] // t.numel())  # slices along the first dimension: views, never copies
+        bad += sum(int((~torch.isfinite(t[i : i + rows])).sum()) for i in range(0, t.shape[0], rows))
+    return bad / total if total else 0.0
 
 
 def scanned(reference: Reference, scan: NoiseScan, args: list[Any], probe: bool) -> dict[str, Any]:
