@@ -113,7 +113,9 @@ class Reference:
                 sizes.append(output_bytes(self.forward(self.inputs(0))))
                 scanned(self, self.same_seed_noise, self.inputs(0), probe=False)
                 self.load(self.randomized)
-                finite_given = True  # every output of the calls on the problem's own distribution was finite
+                # whether every output of the calls on the problem's own distribution so far was finite (None: no such
+                # call yet, and nothing to tell an overflowing redraw by)
+                finite_given: Optional[bool] = None
                 for index, call in enumerate(job.calls):
                     self.model.train(call.module_mode == ModuleMode.TRAIN)
                     args = self.inputs(call.input)
@@ -122,7 +124,7 @@ class Reference:
                     out = scanned(self, self.noise, args, probe=index == job.precision_call)
                     share = non_finite_share(out["tensors"])
                     if call.distribution == Distribution.GIVEN or call.input in self.overflowing:
-                        finite_given = finite_given and share == 0
+                        finite_given = finite_given is not False and share == 0
                     elif share and finite_given:
                         self.overflowing[call.input] = (
                             f"trial {call.input + 1}'s {call.distribution} inputs overflow the reference ({share:.1%} "
