@@ -13,6 +13,10 @@
   group-normalised values is zero in exact arithmetic, and its float32 values (~1e-9, both signs)
   are the reference's rounding, not an answer. `NoiseScan` follows it through the reference's pass
   of the plan; the comparison then judges that output against the noise's level.
+- A trial whose *redraw overflows* the reference: its outputs are Inf or NaN where the calls on the
+  problem's own distribution have none (a cumulative product of values in [0, 4)). An honest kernel
+  that multiplies in another order meets the overflow elsewhere, so the trial could only fail it:
+  `OverflowScan` finds it in the reference's pass of the plan, and the trial draws as the problem does.
 """
 
 from __future__ import annotations
@@ -23,9 +27,9 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from harness.core.config import Device
+from harness.core.config import Device, Distribution
 from harness.core.records import CheckResult
-from harness.device.inputs import as_outputs
+from harness.device.inputs import as_outputs, chunk
 from harness.device.inputs import same_tensor_bits as same_bits
 from harness.device.setup import synchronize
 from harness.judge.compare import NOISE_FACTOR, NOISE_RATIO, rounding_noise
@@ -65,6 +69,56 @@ class NoiseScan:
             f"under {NOISE_RATIO:g} of that): a defect of the problem{then}"
             for i, level in levels
         )
+
+
+@dataclasses.dataclass
+class OverflowScan:
+    """Which trials' redraws overflow the reference (trial -> the note saying so), from the plan's calls in order."""
+
+    trials: dict[int, str] = dataclasses.field(default_factory=dict)
+    # whether every output of the calls on the problem's own distribution so far was finite (None: no such call
+    # yet, and nothing to tell an overflowing redraw by)
+    finite_given: Optional[bool] = None
+
+    def observe(self, call: Any, outputs: list[Any]) -> bool:
+        """One call of the plan (a protocol.Call) and the reference's outputs: whether its trial is found to overflow
+        now (the call is then to be made again, on the problem's own distribution)."""
+        share = non_finite_share(outputs)
+        if call.distribution == Distribution.GIVEN or call.input in self.trials:
+            self.finite_given = self.finite_given is not False and share == 0
+            return False
+        if not (share and self.finite_given):
+            return False
+        self.trials[call.input] = (
+            f"trial {call.input + 1}'s {call.distribution} inputs overflow the reference ({share:.1%} of its outputs "
+            "Inf or NaN, none on the problem's own inputs): that trial uses the problem's own distribution, as the "
+            "problem's range is not one a kernel can be judged beyond"
+        )
+        return True
+
+    def label(self, call: Any) -> str:
+        """How a check of `call` is named: its plan's label, without the redraw where its trial overflowed."""
+        if call.input in self.trials:
+            return dataclasses.replace(call, distribution=Distribution.GIVEN).label
+        return str(call.label)
+
+    def notes(self) -> tuple[str, ...]:
+        return tuple(note for _, note in sorted(self.trials.items()))
+
+
+def non_finite_share(outputs: list[Any]) -> float:
+    """The share of the floating outputs' elements that are Inf or NaN (0.0 when there are none), counted a
+    slice at a time (no temporary the size of an output: the plan's measured peak is the reference's own)."""
+    floating = [t for t in outputs if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel()]
+    total = sum(t.numel() for t in floating)
+    bad = 0
+    for t in floating:
+        if t.dim() == 0:
+            bad += int(not torch.isfinite(t))
+            continue
+        rows = max(1, chunk(t) * t.shape[0] // t.numel())  # slices along the first dimension: views, never copies
+        bad += sum(int((~torch.isfinite(t[i : i + rows])).sum()) for i in range(0, t.shape[0], rows))
+    return bad / total if total else 0.0
 
 
 def perturbations(value: torch.Tensor) -> list[torch.Tensor]:

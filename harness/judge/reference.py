@@ -11,7 +11,6 @@ peak memory. The functions below measure tensors and device memory, for it and f
 from __future__ import annotations
 
 import copy
-import dataclasses
 import os
 import resource
 from pathlib import Path
@@ -28,7 +27,6 @@ from harness.device.failures import WorkerFailure, classify, load_module
 from harness.device.inputs import (
     aliased_input,
     as_outputs,
-    chunk,
     other_sizes,
     randomize_state,
     redistribute,
@@ -37,7 +35,7 @@ from harness.device.inputs import (
 from harness.device.regions import layout
 from harness.device.setup import synchronize
 from harness.judge.compare import output_rms
-from harness.judge.degenerate import NoiseScan
+from harness.judge.degenerate import NoiseScan, OverflowScan
 
 
 class Reference:
@@ -65,9 +63,7 @@ class Reference:
         self.forward_peak = 0  # the reference alone at its peak: what must fit beside a worker
         self.output_bytes = 0  # the last forward's outputs
         self.peak_floor = 0  # the peak before the float64 twin ran (its memory is not the reference's)
-        # trials whose redrawn inputs overflow the reference where the problem's own do not: they use the
-        # problem's own distribution instead (trial -> the note saying so)
-        self.overflowing: dict[int, str] = {}
+        self.overflow = OverflowScan()  # trials whose redraw overflows it: they draw as the problem does
 
     def import_problem(self) -> None:
         """Load the problem's module; it must define Model (an nn.Module), get_inputs and get_init_inputs."""
@@ -113,28 +109,11 @@ class Reference:
                 sizes.append(output_bytes(self.forward(self.inputs(0))))
                 scanned(self, self.same_seed_noise, self.inputs(0), probe=False)
                 self.load(self.randomized)
-                # whether every output of the calls on the problem's own distribution so far was finite (None: no such
-                # call yet, and nothing to tell an overflowing redraw by)
-                finite_given: Optional[bool] = None
                 for index, call in enumerate(job.calls):
                     self.model.train(call.module_mode == ModuleMode.TRAIN)
                     args = self.inputs(call.input)
                     self.set_bytes = max(self.set_bytes, layout(tensors_of(args))[1])
-                    levels = None if self.noise.levels is None else dict(self.noise.levels)
-                    out = scanned(self, self.noise, args, probe=index == job.precision_call)
-                    share = non_finite_share(out["tensors"])
-                    if call.distribution == Distribution.GIVEN or call.input in self.overflowing:
-                        finite_given = finite_given is not False and share == 0
-                    elif share and finite_given:
-                        self.overflowing[call.input] = (
-                            f"trial {call.input + 1}'s {call.distribution} inputs overflow the reference ({share:.1%} "
-                            "of its outputs Inf or NaN, none on the problem's own inputs): that trial uses the "
-                            "problem's own distribution, as the problem's range is not one a kernel can be judged "
-                            "beyond"
-                        )
-                        self.noise.levels = levels  # the overflowing call is not one of the plan's
-                        out = scanned(self, self.noise, self.inputs(call.input), probe=False)
-                    sizes.append(output_bytes(out))
+                    sizes.append(output_bytes(planned(self, call, args, probe=index == job.precision_call)))
                 sizes.append(output_bytes([b for _, b in self.model.named_buffers()]))
             self.forward_peak = self.peak()  # the reference alone: what must fit beside a worker
             if job.gradients:
@@ -210,19 +189,13 @@ class Reference:
             if self.structures is None:  # read once, from the first draw: the problem's guarantees
                 self.structures = [structure(a) for a in args]
             keep = self.structures + [()] * (len(args) - len(self.structures))
-            distribution = Distribution.GIVEN if trial in self.overflowing else job.distributions[trial]
+            distribution = Distribution.GIVEN if trial in self.overflow.trials else job.distributions[trial]
             return [redistribute(a, distribution, seed + position, keep[position]) for position, a in enumerate(args)]
         except BaseException as exc:
             raise classify(exc, Status.CONSTRUCT_FAILED) from None
         finally:
             for name, value in saved.items():
                 setattr(self.module, name, value)
-
-    def label(self, call: P.Call) -> str:
-        """How a check of `call` is named: its plan's label, without the redraw where the trial overflowed."""
-        if call.input in self.overflowing:
-            return dataclasses.replace(call, distribution=Distribution.GIVEN).label
-        return call.label
 
     def problem_inputs(self) -> list[Any]:
         """What the problem's get_inputs() returns; its failure is named as such."""
@@ -262,19 +235,15 @@ class Reference:
         return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
-def non_finite_share(outputs: list[Any]) -> float:
-    """The share of the floating outputs' elements that are Inf or NaN (0.0 when there are none), counted a
-    chunk at a time (no temporary the size of an output: the plan's peak is the reference's own)."""
-    floating = [t for t in tensors_of(outputs) if t.is_floating_point() and t.numel()]
-    total = sum(t.numel() for t in floating)
-    bad = 0
-    for t in floating:
-        if t.dim() == 0:
-            bad += int(not torch.isfinite(t))
-            continue
-        rows = max(1, chunk(t) * t.shape[0] // t.numel())  # slices along the first dimension: views, never copies
-        bad += sum(int((~torch.isfinite(t[i : i + rows])).sum()) for i in range(0, t.shape[0], rows))
-    return bad / total if total else 0.0
+def planned(reference: Reference, call: P.Call, args: list[Any], probe: bool) -> dict[str, Any]:
+    """The reference's forward on one call of the plan, `scanned`; where the call's redraw overflows the reference
+    (`OverflowScan`), again on the problem's own distribution, which its trial uses from then on."""
+    levels = None if reference.noise.levels is None else dict(reference.noise.levels)
+    out = scanned(reference, reference.noise, args, probe)
+    if reference.overflow.observe(call, out["tensors"]):
+        reference.noise.levels = levels  # the overflowing call is not one of the plan's
+        out = scanned(reference, reference.noise, reference.inputs(call.input), probe=False)
+    return out
 
 
 def scanned(reference: Reference, scan: NoiseScan, args: list[Any], probe: bool) -> dict[str, Any]:

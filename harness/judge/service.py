@@ -179,7 +179,7 @@ class Checker:
         torch.manual_seed(self.job.rng_seed + step.index)  # the worker seeds its call the same way
         expected = reference.forward(args, aliases=True)
         session.last_args, session.last_trial = args, call.input
-        check = self._compare(reference.label(call), expected, session, step, reference.noise.levels)
+        check = self._compare(reference.overflow.label(call), expected, session, step, reference.noise.levels)
         precision: dict[str, float] = {}
         if wide is not None and check.passed:
             precision = self._precision(session, step, expected, wide)
@@ -450,7 +450,7 @@ class Judge:
                 reference.noise.notes("every call of the plan", NOISE_THEN)
                 or reference.same_seed_noise.notes("the same-seed call (the initial weights)", NOISE_THEN)
             )
-            + tuple(note for _, note in sorted(reference.overflowing.items())),
+            + reference.overflow.notes(),
         )
         if reference.device.type == Device.CPU:
             report = dataclasses.replace(report, forward_ops=reference_ops(reference, job.calls))

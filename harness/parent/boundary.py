@@ -73,7 +73,16 @@ def candidate_env(scratch: Path, build_cache: Path) -> dict[str, str]:
     }
     for folder in folders.values():
         folder.mkdir(parents=True, exist_ok=True)
-    return {name: str(folder) for name, folder in folders.items()}
+    return {**{name: str(folder) for name, folder in folders.items()}, "PATH": tool_path()}
+
+
+def tool_path() -> str:
+    """The PATH a candidate's processes get: the parent's, then this interpreter's own folder when it is not on it,
+    so a build finds the `ninja` pip installed beside the interpreter (a virtual environment used without being
+    activated: `venv/bin/python run.py`) as an activated one would."""
+    own = str(Path(sys.executable).parent)
+    found = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p]
+    return os.pathsep.join(found if own in found else [*found, own])
 
 
 def protected_trees(cfg: Config) -> tuple[Path, ...]:
