@@ -77,12 +77,14 @@ def candidate_env(scratch: Path, build_cache: Path) -> dict[str, str]:
 
 
 def tool_path() -> str:
-    """The PATH a candidate's processes get: the parent's, then this interpreter's own folder when it is not on it,
-    so a build finds the `ninja` pip installed beside the interpreter (a virtual environment used without being
-    activated: `venv/bin/python run.py`) as an activated one would."""
+    """The PATH a candidate's processes get: the parent's, with this interpreter's own folder first when it is not
+    on it, as activating its virtual environment would put it. A venv used without being activated
+    (`venv/bin/python run.py`) otherwise builds with whatever `ninja` comes first on the PATH: a pyenv shim, which
+    the boundary's confined reads cannot run ("Ninja is required to load C++ extensions"), where pip put one in the
+    venv."""
     own = str(Path(sys.executable).parent)
     found = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p]
-    return os.pathsep.join(found if own in found else [*found, own])
+    return os.pathsep.join(found if own in found else [own, *found])
 
 
 def protected_trees(cfg: Config) -> tuple[Path, ...]:
