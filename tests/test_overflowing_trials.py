@@ -94,6 +94,6 @@ def test_the_overflowing_share_counts_inf_and_nan_in_views_and_scalars():
 
     x = torch.ones(3000, 700)
     x[5, 3], x[2999, 0] = float("inf"), float("nan")
-    assert non_finite_share([x]) == non_finite_share([x.t()]) == 2 / x.numel()  # a transposed view, counted in slices
+    assert non_finite_share([x]) == non_finite_share([x.t()]) == 2 / x.numel()  # a transposed view too
     assert non_finite_share([torch.tensor(float("-inf")), torch.ones(3)]) == 0.25
     assert non_finite_share([torch.ones(0), torch.arange(3), "not a tensor"]) == 0.0

@@ -27,6 +27,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from harness.core import protocol as P
 from harness.core.config import Device, Distribution
 from harness.core.records import CheckResult
 from harness.device.inputs import as_outputs, chunk
@@ -80,8 +81,8 @@ class OverflowScan:
     # yet, and nothing to tell an overflowing redraw by)
     finite_given: Optional[bool] = None
 
-    def observe(self, call: Any, outputs: list[Any]) -> bool:
-        """One call of the plan (a protocol.Call) and the reference's outputs: whether its trial is found to overflow
+    def observe(self, call: P.Call, outputs: list[Any]) -> bool:
+        """One call of the plan and the reference's outputs: whether its trial is found to overflow
         now (the call is then to be made again, on the problem's own distribution)."""
         share = non_finite_share(outputs)
         if call.distribution == Distribution.GIVEN or call.input in self.trials:
@@ -96,28 +97,26 @@ class OverflowScan:
         )
         return True
 
-    def label(self, call: Any) -> str:
+    def label(self, call: P.Call) -> str:
         """How a check of `call` is named: its plan's label, without the redraw where its trial overflowed."""
         if call.input in self.trials:
             return dataclasses.replace(call, distribution=Distribution.GIVEN).label
-        return str(call.label)
+        return call.label
 
     def notes(self) -> tuple[str, ...]:
         return tuple(note for _, note in sorted(self.trials.items()))
 
 
 def non_finite_share(outputs: list[Any]) -> float:
-    """The share of the floating outputs' elements that are Inf or NaN (0.0 when there are none), counted a
-    slice at a time (no temporary the size of an output: the plan's measured peak is the reference's own)."""
-    floating = [t for t in outputs if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel()]
-    total = sum(t.numel() for t in floating)
-    bad = 0
-    for t in floating:
-        if t.dim() == 0:
-            bad += int(not torch.isfinite(t))
-            continue
-        rows = max(1, chunk(t) * t.shape[0] // t.numel())  # slices along the first dimension: views, never copies
-        bad += sum(int((~torch.isfinite(t[i : i + rows])).sum()) for i in range(0, t.shape[0], rows))
+    """The share of the floating outputs' elements that are Inf or NaN (0.0 when there are none), a chunk at a
+    time as `compare.rms` goes."""
+    floating = [t.reshape(-1) for t in outputs if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel()]
+    total = sum(flat.numel() for flat in floating)
+    bad = sum(
+        int((~torch.isfinite(flat[start : start + chunk(flat)])).sum())
+        for flat in floating
+        for start in range(0, flat.numel(), chunk(flat))
+    )
     return bad / total if total else 0.0
 
 

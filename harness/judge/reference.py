@@ -334,7 +334,7 @@ def meta_footprint(module: Any, model_class: Any) -> tuple[int, int, int]:
             found[1] = nbytes([t for t in tensors_of(inputs) if t.is_meta])
             with torch.no_grad():
                 outputs = as_outputs(model(*inputs))
-            found[2] = nbytes([t for t in tensors_of(list(outputs)) if t.is_meta])
+            found[2] = nbytes([t for t in tensors_of(outputs) if t.is_meta])
         except Exception:
             pass
     return found[0], found[1], found[2]
@@ -345,12 +345,21 @@ def unfit(footprint: tuple[int, int, int], total: int, fraction: float, device_t
     `total` bytes where it may use `fraction` of them, or "" when it may."""
     weights, inputs, outputs = footprint
     needs, gib = weights + inputs + outputs, 2**30
+    said = (
+        f"at least {needs / gib:.1f} GiB before it runs (weights {weights / gib:.1f}, inputs {inputs / gib:.1f}, "
+        f"outputs {outputs / gib:.1f}, sized without allocating)"
+    )
+    return over_share(needs, said, total, fraction, device_type)
+
+
+def over_share(needs: int, said: str, total: int, fraction: float, device_type: str) -> str:
+    """Why a reference that needs `needs` bytes (`said`: how much, and how it is known) leaves no room for a
+    compared model beside it on a device of `total` bytes where it may use `fraction` of them, or "" when it does."""
     if needs <= fraction * total:
         return ""
     return (
-        f"the reference needs at least {needs / gib:.1f} GiB before it runs (weights {weights / gib:.1f}, inputs "
-        f"{inputs / gib:.1f}, outputs {outputs / gib:.1f}, sized without allocating), over {fraction:.0%} of the "
-        f"{total / gib:.1f} GiB the {device_type} has; a compared model beside it would not fit"
+        f"the reference needs {said}, over {fraction:.0%} of the {total / 2**30:.1f} GiB the {device_type} has; a "
+        "compared model beside it would not fit"
     )
 
 

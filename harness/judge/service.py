@@ -52,7 +52,15 @@ from harness.device.timed import prepare_timer, time_round
 from harness.device.timing import flush_buffer
 from harness.judge.compare import compare_gradients, compare_outputs, outputs_counted, relative_error
 from harness.judge.degenerate import NOISE_THEN, InertBuffers, judge_buffers
-from harness.judge.reference import Reference, device_memory, meta_footprint, release, structure_notes, unfit
+from harness.judge.reference import (
+    Reference,
+    device_memory,
+    meta_footprint,
+    over_share,
+    release,
+    structure_notes,
+    unfit,
+)
 from harness.judge.roofline import count_work, device_peaks, floor
 from harness.judge.staging import Footprint, SessionState, Stager
 
@@ -498,14 +506,10 @@ class Judge:
         and its steps size a session's regions."""
         job = self.job
         steps = reference.run_plan()
-        peak = reference.forward_peak
-        total = device_memory(reference.device)
-        if peak > job.memory_fraction * total:
-            raise WorkerFailure(
-                Status.OUT_OF_MEMORY,
-                f"the reference needs {peak / 2**30:.1f} GiB at its peak, over {job.memory_fraction:.0%} of the "
-                f"{total / 2**30:.1f} GiB the {reference.device.type} has; a compared model beside it would not fit",
-            )
+        peak, total = reference.forward_peak, device_memory(reference.device)
+        why = over_share(peak, f"{peak / 2**30:.1f} GiB at its peak", total, job.memory_fraction, reference.device.type)
+        if why:
+            raise WorkerFailure(Status.OUT_OF_MEMORY, why)
         budget = job.slot_fraction * total
         timed_slots = max(1, min(job.timed_inputs, int(budget // max(reference.set_bytes, 1))))
         return Footprint(region_kind, reference.set_bytes, max(steps), timed_slots)
