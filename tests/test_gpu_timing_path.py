@@ -121,3 +121,62 @@ def test_its_twin_whose_timed_calls_skip_the_division_fails_at_the_last_timed_ca
     record = records["undivided_when_timed"]
     assert record.decision.status is Status.INCORRECT, (mode, record.decision.status, record.decision.reason)
     assert record.decision.reason.startswith("last timed call on trial 1 (eval)"), (mode, record.decision.reason)
+
+
+# A problem whose answer is constant (softmax over a dimension of one), and a model that keeps the answer
+# it returns: CUDA-L1's kernel for KernelBench level 2 problem 66 does this. The graph check poisons the
+# static output to see whether a replay writes it; that output is the model's own tensor.
+CONSTANT_PROBLEM = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, features):
+        super().__init__()
+        self.linear = nn.Linear(features, features)
+
+    def forward(self, x):
+        return torch.softmax(self.linear(x).mean(dim=1, keepdim=True), dim=1)
+
+
+def get_inputs():
+    return [torch.randn(128, 100)]
+
+
+def get_init_inputs():
+    return [100]
+'''
+
+KEPT_ANSWER = '''import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self, features):
+        super().__init__()
+        self.linear = nn.Linear(features, features)
+        self.answer = None
+
+    def forward(self, x):
+        if self.answer is None or self.answer.shape[0] != x.shape[0]:
+            self.answer = torch.ones(x.shape[0], 1, device=x.device, dtype=x.dtype)
+        return self.answer
+'''
+
+
+@pytest.fixture(scope="module", params=["graph", "eager"])
+def kept_answer(request, tmp_path_factory, build_cache):
+    root = tmp_path_factory.mktemp(f"kept-{request.param}")
+    problems = root / "problems"
+    problems.mkdir()
+    (problems / "softmax_of_one.py").write_text(CONSTANT_PROBLEM)
+    records = evaluate_in_mode(
+        root, build_cache, "softmax_of_one", problems, [("kept_answer", KEPT_ANSWER)], request.param, "flags.no_custom_kernel=flag"
+    )
+    return request.param, records["kept_answer"]
+
+
+def test_a_model_that_keeps_its_answer_gets_the_same_verdict_in_graph_and_eager_mode(kept_answer):
+    mode, record = kept_answer
+    assert record.decision.status is Status.CORRECT, (mode, record.decision.status, record.decision.reason)
+    assert record.timing.stats is not None and record.timing.stats.timing_mode == "eager", mode

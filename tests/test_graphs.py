@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from harness.core.records import OUTSIDE_CAPTURE, CallProfile, KernelTime
-from harness.device.graphs import disagreement, missing_from_graph, poison, tensors
+from harness.device.graphs import disagreement, missing_from_graph, poison, poisoned, replay_mismatch, tensors
 
 
 def test_poisoned_outputs_hold_values_no_computation_leaves():
@@ -54,3 +54,46 @@ def test_library_kernels_that_another_algorithm_replaces_under_capture_are_not_c
     replayed = _profile(("sm90_xmma_gemm_f32f32", 1), ("my_bias_relu", 1))  # cuBLAS chose another GEMM while capturing
     assert missing_from_graph(eager, replayed, {"my_bias_relu"}) == ""
     assert missing_from_graph(eager, replayed, ()) == ""  # the problem's own Model declares no kernel: the replay check alone
+
+
+class _CachedOutput:
+    """A model that returns one tensor it keeps (a constant answer, computed once)."""
+
+    def __init__(self) -> None:
+        self.kept = torch.ones(8, 1)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return self.kept
+
+
+def test_the_replay_check_leaves_a_kept_output_as_it_found_it():
+    # A graph of a call that launches nothing replays nothing: the check must say so, and the
+    # poison it put into the static output (the model's own tensor) must not become the model's
+    # next eager output (it did: NaN at the last timed call of a model that passes every check).
+    model = _CachedOutput()
+    x = torch.randn(8, 4)
+    why = replay_mismatch(model, [[x]], [(lambda: None, model.kept)], torch.device("cpu"))
+    assert "8 of 8 output elements unwritten" in why
+    assert torch.equal(model(x), torch.ones(8, 1))
+
+
+def test_the_replay_check_passes_a_replay_that_writes_its_outputs_and_keeps_their_values():
+    x = torch.randn(8, 4)
+    static = x.sum(dim=1, keepdim=True)
+
+    def replay() -> None:
+        static.copy_(x.sum(dim=1, keepdim=True))
+
+    assert replay_mismatch(lambda a: a.sum(dim=1, keepdim=True), [[x]], [(replay, static)], torch.device("cpu")) == ""
+    assert torch.allclose(static, x.sum(dim=1, keepdim=True))
+
+
+def test_poisoned_outputs_get_their_values_back_even_when_the_block_raises():
+    out = torch.arange(4.0)
+    try:
+        with poisoned([out]):
+            assert torch.isnan(out).all()
+            raise RuntimeError("replay failed")
+    except RuntimeError:
+        pass
+    assert torch.equal(out, torch.arange(4.0))

@@ -16,9 +16,10 @@ its `<<<>>>` launches (work on other streams still gets a device-wide synchronis
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections import Counter
-from typing import Any, Callable, Collection, Optional, Sequence
+from typing import Any, Callable, Collection, Iterator, Optional, Sequence
 
 import torch
 
@@ -125,24 +126,52 @@ def replay_mismatch(
 ) -> str:
     """Why the graphs do not do the calls' work ("" when every input set's replay, with its
     outputs poisoned first, gives that set's eager output). The eager call runs first; the
-    device is synchronised whole before each comparison, so work on any stream has finished."""
+    device is synchronised whole before each comparison, so work on any stream has finished.
+    The static outputs get back what they held before the poison, whatever the replay did: a
+    model may keep the tensor it returns (a cached output, a buffer it reuses), and the poison
+    left in it would be its next eager call's output (NaN in a check the model passes)."""
     for index, (args, (replay, static)) in enumerate(zip(arg_sets, captured)):
         want = [t.detach().clone() for t in tensors(fn(*args))]
         got = tensors(static)
-        poison(got)
-        replay()
-        torch.cuda.synchronize(device)
-        if len(got) != len(want):
-            return (
-                f"{OUTSIDE_CAPTURE} (input set {index}: its replay returns {len(got)} tensors, the eager call "
-                f"{len(want)})"
-            )
-        for number, (g, w) in enumerate(zip(got, want)):
-            why = disagreement(g, w)
-            if why:
-                return f"{OUTSIDE_CAPTURE} (input set {index}, output {number}: {why}; {LEGACY_HINT})"
+        with poisoned(got):
+            replay()
+            _synchronize(device)
+            why = _replay_disagrees(index, got, want)
         del want
+        if why:
+            return why
     return ""
+
+
+@contextlib.contextmanager
+def poisoned(outputs: Sequence[torch.Tensor]) -> Iterator[None]:
+    """`outputs` poisoned for the block, and their values before it put back after it."""
+    kept = [t.detach().clone() for t in outputs]
+    poison(outputs)
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for t, k in zip(outputs, kept):
+                t.copy_(k)
+        del kept
+
+
+def _replay_disagrees(index: int, got: Sequence[torch.Tensor], want: Sequence[torch.Tensor]) -> str:
+    """Why one input set's replayed outputs are not its eager ones ("" when they agree)."""
+    if len(got) != len(want):
+        counts = f"its replay returns {len(got)} tensors, the eager call {len(want)}"
+        return f"{OUTSIDE_CAPTURE} (input set {index}: {counts})"
+    for number, (g, w) in enumerate(zip(got, want)):
+        why = disagreement(g, w)
+        if why:
+            return f"{OUTSIDE_CAPTURE} (input set {index}, output {number}: {why}; {LEGACY_HINT})"
+    return ""
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def missing_from_graph(eager: Optional[CallProfile], replayed: Optional[CallProfile], own: Collection[str]) -> str:
