@@ -9,7 +9,7 @@ from collections import Counter
 from typing import Any, Mapping, Optional
 
 from harness.core.config import Device
-from harness.core.records import CallProfile, ForwardOps, SpeedOfLight, TimingStats
+from harness.core.records import CallProfile, CheckResult, ForwardOps, SpeedOfLight, TimingStats
 from harness.core.scan import custom_share
 from harness.core.status import Code, Finding
 
@@ -293,6 +293,44 @@ def below_float32(
                 f"{candidate:.2g}, is {times} the float32 reference's {reference:.2g} (over "
                 f"check.precision_ratio={precision_ratio:g}): float32 arithmetic cannot give both; a problem that "
                 "allows TF32 declares HARNESS_ALLOW_TF32 = True"
+            ),
+        )
+    ]
+
+
+# a relative error against float64 above this is not reduced precision's: bf16 rounds at 3.9e-3, TF32 and fp16 at
+# 4.9e-4, and an error norm over many outputs stays below its unit roundoff
+REDUCED_PRECISION_REACH = 1e-2
+
+
+def tolerance_below_float32(
+    failed: Optional[CheckResult],
+    precision: Mapping[str, float],
+    precision_ratio: float,
+    allow_tf32: bool,
+) -> list[Finding]:
+    """The same rule for a candidate the float32 tolerance failed: on a float32 problem that does
+    not allow TF32, a value mismatch (not a shape, a NaN or a count) whose relative error against
+    float64 is over `precision_ratio` times the float32 reference's own, and within reduced
+    precision's reach, is the error of TF32, fp16 or bf16 arithmetic: the candidate is less precise,
+    whether or not the tolerance's norm term covers that error at this size. It is not timed, so its
+    speed is no evidence either way."""
+    if failed is None or failed.passed or not failed.mismatch_fraction:
+        return []
+    if allow_tf32 or not precision.get("float32"):  # the judge's figures say whether the outputs were float32
+        return []
+    candidate, reference = precision.get("candidate", 0.0), precision.get("reference", 0.0)
+    if not max(precision_ratio * reference, PRECISION_FLOOR) < candidate <= REDUCED_PRECISION_REACH:
+        return []
+    times = f"{candidate / reference:.0f} times" if reference > 0 else "over"
+    return [
+        (
+            Code.BELOW_FLOAT32,
+            (
+                f"{failed.name}: {failed.reason}; its relative error against float64, {candidate:.2g}, is {times} the "
+                f"float32 reference's {reference:.2g} (over check.precision_ratio={precision_ratio:g}) and within "
+                f"reduced precision's reach ({REDUCED_PRECISION_REACH:g}): TF32, fp16 or bf16 arithmetic, or an "
+                "approximation, on a float32 problem; a problem that allows TF32 declares HARNESS_ALLOW_TF32 = True"
             ),
         )
     ]

@@ -286,7 +286,9 @@ class StepAnswer:
 
     check: Optional[CheckResult] = None  # the comparison of the step's outputs
     failure: Optional[Failure] = None  # when the step fails outright
-    precision: dict[str, float] = dataclasses.field(default_factory=dict)  # against float64 (precision call)
+    # relative errors against float64 on the precision call or a failed value check: candidate, reference, and
+    # float32 (1.0 when the outputs are float32)
+    precision: dict[str, float] = dataclasses.field(default_factory=dict)
     gradients: Optional[tuple[str, str]] = None  # grads: (match | mismatch | forward only, why)
     staged: Optional[Staged] = None  # the inputs the worker asked for, now in its region
     unsafe: str = ""  # a write past the end of an input (its guard band changed), when the call made one

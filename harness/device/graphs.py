@@ -23,6 +23,7 @@ from typing import Any, Callable, Collection, Iterator, Optional, Sequence
 
 import torch
 
+from harness.core.config import Device
 from harness.core.errors import one_line
 from harness.core.records import (
     OUTSIDE_CAPTURE,
@@ -170,7 +171,7 @@ def _replay_disagrees(index: int, got: Sequence[torch.Tensor], want: Sequence[to
 
 
 def _synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
+    if device.type == Device.CUDA:
         torch.cuda.synchronize(device)
 
 

@@ -327,6 +327,12 @@ def one_sign(values: torch.Tensor) -> bool:
     return True
 
 
+def float32_outputs(outputs: list[Any]) -> bool:
+    """Whether the outputs' floating tensors are float32 (at least one): a float32 problem's."""
+    floating = [o for o in outputs if isinstance(o, torch.Tensor) and o.is_floating_point()]
+    return bool(floating) and all(o.dtype == torch.float32 for o in floating)
+
+
 def relative_error(outputs: list[Any], wide: list[Any]) -> float:
     """||x - exact|| / ||exact|| over all floating outputs against their float64 values (`wide`),
     over finite elements, accumulated in float64 a chunk at a time; nan when not comparable."""

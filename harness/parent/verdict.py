@@ -224,23 +224,12 @@ def findings(case: Case, status: Status) -> tuple[list[Finding], Integrity]:
     """The integrity findings on a candidate's evaluation (before the sanitizer and the timing
     comparison add theirs), and the evidence they were read from."""
     compared, rules, reported = case.compared, case.rules, case.reported
-    gradients, precision, profile = compared.gradients, compared.precision, compared.profile
+    gradients, profile = compared.gradients, compared.profile
     found: list[Finding] = []
     if gradients is not None and gradients[0] != Gradients.MATCH:
         found.append((Code.WRONG_GRADIENTS if gradients[0] == Gradients.MISMATCH else Code.FORWARD_ONLY, gradients[1]))
     found.extend(reported.scanned)
-    if precision and precision["candidate"] > max(rules.precision_ratio * precision["reference"], PRECISION_FLOOR):
-        found.append(
-            (
-                Code.LESS_PRECISE,
-                (
-                    f"relative error {precision['candidate']:.2g} against a float64 reference, "
-                    f"where the float32 reference has {precision['reference']:.2g} (over "
-                    f"check.precision_ratio={rules.precision_ratio:g}x); "
-                    "it passes the tolerance, but look for lower-precision arithmetic (TF32, fp16, bf16)"
-                ),
-            )
-        )
+    found.extend(_precision_findings(case, status))
     counted = reported.counted
     extension_calls = dict(counted.checked) if counted is not None else {}
     share, kernels = integrity.own_kernels(
@@ -285,6 +274,29 @@ def findings(case: Case, status: Status) -> tuple[list[Finding], Integrity]:
     return found, evidence
 
 
+def _precision_findings(case: Case, status: Status) -> list[Finding]:
+    """A failed candidate's tolerance failure that is reduced precision's error (below-float32), or a
+    passing one's error against float64 over check.precision_ratio times the reference's (less-precise)."""
+    compared, rules = case.compared, case.rules
+    precision = compared.precision
+    if status is Status.INCORRECT:
+        failed = next((c for c in compared.checks if not c.passed), None)
+        return integrity.tolerance_below_float32(failed, precision, rules.precision_ratio, rules.allow_tf32)
+    if not precision or precision["candidate"] <= max(rules.precision_ratio * precision["reference"], PRECISION_FLOOR):
+        return []
+    return [
+        (
+            Code.LESS_PRECISE,
+            (
+                f"relative error {precision['candidate']:.2g} against a float64 reference, "
+                f"where the float32 reference has {precision['reference']:.2g} (over "
+                f"check.precision_ratio={rules.precision_ratio:g}x); "
+                "it passes the tolerance, but look for lower-precision arithmetic (TF32, fp16, bf16)"
+            ),
+        )
+    ]
+
+
 def decide(case: Case) -> Verdict:
     """The first stage: the checks' verdict, then the integrity findings under their policies.
     The sanitizer (when wanted) runs only on a candidate this leaves correct."""
@@ -292,6 +304,9 @@ def decide(case: Case) -> Verdict:
     warnings = first_warnings(case)
     found, evidence = findings(case, status)
     status, reason, flags = decide_flags(status, reason, found, case.rules.policies)
+    failing = next((f for f in flags if f.code == Code.BELOW_FLOAT32.value and f.policy == Policy.FAIL), None)
+    if status is Status.INCORRECT and failing is not None:  # the float32 tolerance failed it by reduced precision
+        status, reason = Status.LESS_PRECISE, f"{failing.code}: {failing.reason}"
     checks = [*case.compared.checks, case.compared.same_seed]
     notes = tuple(dict.fromkeys(c.note for c in checks if c is not None and c.note))
     return Verdict(status, reason, flags, tuple(warnings), Timing(), None, evidence, notes)
@@ -528,12 +543,14 @@ def stricter_than_kernelbench(
     record is correct, or KernelBench's check fails it too (or cannot be told from the evidence)."""
     if status is Status.CORRECT:
         return None
+    failed_check = bool(checks) and not checks[-1].passed
     failing = next((f for f in flags if f.policy == Policy.FAIL), None)
-    if failing is not None:
+    # below-float32 on a failed check names that check's error: KernelBench's tolerance decides as it does for it
+    if failing is not None and not (failing.code == Code.BELOW_FLOAT32.value and failed_check):
         return Stricter(f"{StricterCheck.FLAG.value}:{failing.code}", failing.reason[:200])
     if status is Status.MUTATED_INPUT:
         return Stricter(StricterCheck.MUTATED_INPUT.value, "KernelBench does not look at the inputs after a call")
-    if status is not Status.INCORRECT or not checks or checks[-1].passed:
+    if status not in (Status.INCORRECT, Status.LESS_PRECISE) or not failed_check:
         return None
     check = checks[-1]  # a failing check ends the worker: it is the last one made
     within = "within KernelBench's atol = rtol = 1e-2"  # compare.KERNELBENCH_TOLERANCE, which set within_kernelbench

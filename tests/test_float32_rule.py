@@ -1,0 +1,118 @@
+"""Float32 means float32, by one rule: on a float32 problem, a candidate whose error against float64 is over
+check.precision_ratio times the reference's, within reduced precision's reach, fails as `less precise`, whether
+the float32 tolerance covers that error (and it is faster than float32 allows: tests/test_verdict.py) or not
+(here). TF32 is emulated on the CPU: each input rounded to TF32's 10-bit mantissa, then a float32 matmul. An
+honest float32 matmul in another order passes; a wrong one stays `incorrect`; a problem that allows TF32, or the
+KernelBench profile, lifts the rule."""
+
+import pytest
+
+from harness import api
+from harness.core.status import Status
+
+pytestmark = pytest.mark.slow
+
+MATMUL = '''
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, a, b):
+        return torch.matmul(a, b)
+
+def get_inputs():
+    return [torch.randn(256, 256), torch.randn(256, 256)]
+
+def get_init_inputs():
+    return []
+'''
+
+TF32 = '''
+import torch
+import torch.nn as nn
+
+def tf32(x):
+    # round to nearest on TF32's 10 mantissa bits: the low 13 bits of a float32 go
+    bits = x.contiguous().view(torch.int32)
+    return ((bits + 0x1000) & ~0x1FFF).view(torch.float32)
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, a, b):
+        return torch.matmul(tf32(a), tf32(b))
+'''
+
+# float32 in another order: two halves of the inner dimension, summed after
+SPLIT_K = '''
+import torch
+import torch.nn as nn
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, a, b):
+        k = a.shape[1] // 2
+        return torch.matmul(a[:, :k], b[:k]) + torch.matmul(a[:, k:], b[k:])
+'''
+
+TRANSPOSED = SPLIT_K.replace("return torch.matmul(a[:, :k], b[:k]) + torch.matmul(a[:, k:], b[k:])", "return torch.matmul(a, b.t())")
+
+
+def _judge(root, build_cache, measurement_cache, *settings, problem=MATMUL):
+    from tests.evaluations import fast_config
+
+    (root / "problems").mkdir()
+    (root / "problems" / "matmul_256.py").write_text(problem)
+    cfg = fast_config(root, build_cache, measurement_cache, f"problems_dir={root / 'problems'}", "timing.enabled=false", *settings)
+    with api.Session(cfg) as session:
+        return {name: session.evaluate("matmul_256", source, name=name) for name, source in (("tf32", TF32), ("split_k", SPLIT_K), ("transposed", TRANSPOSED))}
+
+
+@pytest.fixture(scope="module")
+def default(tmp_path_factory, build_cache, measurement_cache):
+    return _judge(tmp_path_factory.mktemp("float32-rule"), build_cache, measurement_cache)
+
+
+def test_tf32_arithmetic_that_fails_the_float32_tolerance_is_less_precise_with_both_errors(default):
+    record = default["tf32"]
+    assert record.decision.status is Status.LESS_PRECISE, (record.decision.status, record.decision.reason)
+    reason = record.decision.reason
+    assert reason.startswith("below-float32: trial 1"), reason
+    assert "of elements outside" in reason and "relative error against float64" in reason and "float32 reference's" in reason
+    assert "below-float32" in [f.code for f in record.integrity.flags]
+
+
+def test_float32_in_another_order_passes(default):
+    assert default["split_k"].decision.status is Status.CORRECT, default["split_k"].decision.reason
+
+
+def test_a_wrong_matmul_stays_incorrect_its_error_out_of_reduced_precisions_reach(default):
+    record = default["transposed"]
+    assert record.decision.status is Status.INCORRECT, (record.decision.status, record.decision.reason)
+    assert "below-float32" not in [f.code for f in record.integrity.flags]
+
+
+def test_a_problem_that_allows_tf32_lifts_the_rule_and_the_tolerance_decides(tmp_path, build_cache, measurement_cache):
+    allowing = MATMUL.replace("def get_inputs():", "HARNESS_ALLOW_TF32 = True\n\ndef get_inputs():")
+    records = _judge(tmp_path, build_cache, measurement_cache, problem=allowing)
+    assert records["tf32"].decision.status is Status.INCORRECT, records["tf32"].decision.reason
+    assert records["split_k"].decision.status is Status.CORRECT
+
+
+# configs/kernelbench.yaml's float32 tolerance and its policy for the rule
+KERNELBENCH = ("check.tolerances.float32.atol=1e-2", "check.tolerances.float32.rtol=1e-2", "check.tolerances.float32.norm=0", "flags.below_float32=ignore")
+
+
+def test_the_kernelbench_profile_keeps_kernelbenchs_tolerance(tmp_path, build_cache, measurement_cache):
+    # TF32 at this size misses even atol = rtol = 1e-2 near zero (0.03% of elements): that tolerance decides alone
+    records = _judge(tmp_path, build_cache, measurement_cache, *KERNELBENCH)
+    tf32 = records["tf32"].decision
+    assert tf32.status is Status.INCORRECT and "atol=0.01, rtol=0.01" in tf32.reason, (tf32.status, tf32.reason)
+    assert "below-float32" not in [f.code for f in records["tf32"].integrity.flags]
+    assert records["split_k"].decision.status is Status.CORRECT
