@@ -194,6 +194,68 @@ def test_stopping_a_session_ends_a_hung_reference_at_once_and_writes_no_record(m
     assert not [r for r in read_records(session.store.records_path) if isinstance(r, (CandidateRecord, ReferenceRecord))]
 
 
+IDENTITY_PROBLEM = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return x * 1.0
+
+def get_inputs():
+    return [torch.randn(4, 4)]
+
+def get_init_inputs():
+    return []
+"""
+
+SLOW_CANDIDATE = """
+import time
+import torch.nn as nn
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        time.sleep(60)
+        return x
+"""
+
+
+def test_a_worker_ended_by_a_stopped_session_writes_no_record_even_when_the_stop_is_slow(make_config, tmp_path, monkeypatch):
+    # the stop kills the lane's workers; their lane sees SIGKILL at once and must not record it ("out of memory")
+    # while the stop is still marking the evaluations stopped (it did, for two kernels of a stopped GPU run)
+    import time
+
+    from harness.core.records import CandidateRecord
+    from harness.parent.evaluate import ProblemEvaluation
+
+    slow_stop = ProblemEvaluation.stop
+
+    def late(self):
+        time.sleep(3)  # the lane has long seen its worker die
+        slow_stop(self)
+
+    monkeypatch.setattr(ProblemEvaluation, "stop", late)
+    problems = tmp_path / "problems"
+    problems.mkdir()
+    (problems / "1_Identity.py").write_text(IDENTITY_PROBLEM)
+    session = api.Session(make_config(f"problems_dir={problems}", "timeouts.check=600"))
+    future = session.submit("1_Identity", SLOW_CANDIDATE)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not any(isinstance(r, ReferenceRecord) for r in read_records(session.store.records_path)):
+        time.sleep(0.2)
+    time.sleep(3)  # its worker is inside the 60 s forward
+    session.stop()
+    session.close()
+    assert future.done() and (future.cancelled() or future.exception() is not None)
+    assert not [r for r in read_records(session.store.records_path) if isinstance(r, CandidateRecord)]
+
+
 DROPOUT_PROBLEM = '''
 import torch
 import torch.nn as nn

@@ -56,6 +56,15 @@ def test_no_kernel_of_its_own_and_a_sliver_of_the_time_are_told_apart():
     assert own_kernels(None, REFERENCE, {"k"}, 0.002) == (None, [])
 
 
+def test_a_call_that_runs_no_kernel_at_all_where_the_reference_computes_is_no_custom_kernel():
+    # a model that returns an answer it keeps (CUDA-L1's kernel for KernelBench level 2 problem 66): nothing ran
+    share, found = own_kernels(profile(), REFERENCE, set(), 0.002)
+    assert share == 0.0 and codes(found) == ["no-custom-kernel"]
+    assert "ran no kernel at all, where the reference's ran 2" in found[0][1]
+    # a reference that runs nothing either (a view) leaves nothing to compare
+    assert own_kernels(profile(), profile(), set(), 0.002) == (None, [])
+
+
 def test_on_the_cpu_extension_calls_are_the_evidence():
     assert extension_use({"ext.f": 3}) == []
     assert codes(extension_use({"ext.f": 0})) == ["no-custom-kernel"]

@@ -180,3 +180,4 @@ def test_a_model_that_keeps_its_answer_gets_the_same_verdict_in_graph_and_eager_
     mode, record = kept_answer
     assert record.decision.status is Status.CORRECT, (mode, record.decision.status, record.decision.reason)
     assert record.timing.stats is not None and record.timing.stats.timing_mode == "eager", mode
+    assert "no-custom-kernel" in [f.code for f in record.integrity.flags], (mode, record.integrity.flags)

@@ -42,8 +42,19 @@ def own_kernels(
     shows: none ran (no-custom-kernel), every kernel of the reference's call ran besides them
     (wraps-reference), or they are under `floor` of the time (own-share-low). (None, []) without
     a profile."""
-    if profile is None or not profile.kernels:
+    if profile is None:
         return None, []
+    if not profile.kernels:  # nothing ran on the GPU: a kept or constant answer, where the reference computes one
+        if reference is None or not reference.kernels:
+            return None, []
+        launched = sum(k.count for k in reference.kernels)
+        return 0.0, [
+            (
+                Code.NO_CUSTOM_KERNEL,
+                f"its profiled call ran no kernel at all, where the reference's ran {launched}: its output comes from "
+                "no computation on the call (a kept or constant answer)",
+            )
+        ]
     share = custom_share([(k.name, k.total_ms) for k in profile.kernels], names)
     if share == 0:
         ran = ", ".join(_short(k.name) for k in profile.kernels[:3])

@@ -120,11 +120,15 @@ class LocalExecutor(QueuedExecutor):
         ]
 
     def _interrupt(self) -> None:
-        """End the running evaluations (their processes and children)."""
-        for lane in self.lanes:
-            lane.launcher.kill_all()
+        """End the running evaluations (their processes and children). Every evaluation is marked
+        stopped before anything is killed: a worker the kill ends is seen by its lane at once, and
+        that lane must write no record of it (it read SIGKILL as "out of memory")."""
         with self._state:
             evaluations = [e for warm in self._warm.values() for e in warm.values()]
+        for evaluation in evaluations:
+            evaluation.stopped.set()
+        for lane in self.lanes:
+            lane.launcher.kill_all()
         for evaluation in evaluations:
             evaluation.stop()  # its judge too: a lane waiting on a hung reference wakes up now
 
