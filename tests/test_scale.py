@@ -221,6 +221,41 @@ def test_a_ray_lane_that_dies_gives_a_harness_error_record_not_a_crash(tmp_path)
     assert left == [], left
 
 
+@pytest.mark.slow
+def test_a_stopped_ray_run_records_no_harness_error_for_the_lane_its_stop_ended(tmp_path):
+    """SIGTERM while a candidate runs on a Ray lane: the stop kills the lane's actor, and that death is the
+    stop's, not a failed lane's: the candidate gets no record (its future is cancelled; --resume redoes it)."""
+    pytest.importorskip("ray")
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    solutions = tmp_path / "solutions" / PROBLEM
+    solutions.mkdir(parents=True)
+    entered = tmp_path / "entered"
+    slow = f"open({str(entered)!r}, 'w').close(); import time; time.sleep(120); {HONEST_FORWARD}"
+    (solutions / "slow.py").write_text(scale_bias_relu(slow))
+    run = subprocess.Popen([
+        sys.executable, "run.py", "--problem", PROBLEM, "--device", "cpu", "--json", "--quiet", "--no-timing", "--executor", "ray",
+        "--results", str(tmp_path / "results"), "--run-id", "stopped", "--set", f"solutions_dir={tmp_path / 'solutions'}",
+        "--set", "check.trials=1", "--set", "flags.no_custom_kernel=flag", "--set", "sandbox.layer=off", "--set", "timeouts.check=600",
+    ], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 300
+        while not entered.exists() and time.monotonic() < deadline and run.poll() is None:
+            time.sleep(0.2)
+        assert entered.exists(), "the candidate's forward never ran"
+        run.send_signal(signal.SIGTERM)
+        out, err = run.communicate(timeout=120)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    records = [r for r in read_records(tmp_path / "results" / "stopped" / "records.jsonl") if isinstance(r, CandidateRecord)]
+    assert records == [], [(r.identity.candidate, r.decision.status, r.decision.reason) for r in records]
+    assert run.returncode != 0, err[-2000:]
+
+
 def test_both_executors_are_executors_and_evaluate_imports_neither():
     """The executors import the evaluation, never the reverse (nor inside a function)."""
     import inspect

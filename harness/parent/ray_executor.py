@@ -386,6 +386,8 @@ class RayExecutor(QueuedExecutor):
         finished: dict[str, CandidateRecord] = {}
 
         def failed(candidate: Candidate, why: str) -> None:
+            if self.queue.stopping:  # its lane ended with the run: no record (cancelled; --resume redoes it)
+                return
             finished[candidate.name] = screen.failed(candidate, Status.HARNESS_ERROR, why)
 
         while queue or pending:
@@ -448,7 +450,8 @@ class RayExecutor(QueuedExecutor):
                 finished[candidate.name] = record
 
     def _interrupt(self) -> None:
-        """End every lane (its actor and the processes under it)."""
+        """End every lane (its actor and the processes under it). The queue is stopping by now (stop()):
+        a lane the kill ends is not a failed lane, and its candidate gets no `harness error` record."""
         for actor in self.actors:
             self.ray.kill(actor)
         self.actors = []
