@@ -1,9 +1,10 @@
 """Float32 means float32, by one rule: on a float32 problem, a candidate whose error against float64 is over
-check.precision_ratio times the reference's, within reduced precision's reach, fails as `less precise`, whether
-the float32 tolerance covers that error (and it is faster than float32 allows: tests/test_verdict.py) or not
-(here). TF32 is emulated on the CPU: each input rounded to TF32's 10-bit mantissa, then a float32 matmul. An
-honest float32 matmul in another order passes; a wrong one stays `incorrect`; a problem that allows TF32, or the
-KernelBench profile, lifts the rule."""
+check.precision_ratio times the reference's and TF32's size fails as `less precise`, whether the float32 tolerance
+covers that error (and it is faster than float32 allows: tests/test_verdict.py) or not (here: the judge measures
+the failed call against float64, and against the reference on TF32-rounded inputs and weights). TF32 is emulated
+on the CPU: each input rounded to TF32's 10-bit mantissa, then a float32 matmul. An honest float32 matmul in
+another order passes; a wrong one, an offset over TF32's error and bf16 inputs stay `incorrect`; a problem that
+allows TF32, or the KernelBench profile, lifts the rule."""
 
 import pytest
 
@@ -61,6 +62,10 @@ class ModelNew(nn.Module):
         return torch.matmul(a[:, :k], b[:k]) + torch.matmul(a[:, k:], b[k:])
 '''
 
+# a wrong value over TF32's own error (0.02 on outputs of rms 16: 4 times TF32's relative error), and bf16 inputs
+# (8 times TF32's): neither is TF32 arithmetic, and both stay incorrect
+OFFSET = SPLIT_K.replace("return torch.matmul(a[:, :k], b[:k]) + torch.matmul(a[:, k:], b[k:])", "return torch.matmul(a, b) + 0.02")
+BF16 = SPLIT_K.replace("return torch.matmul(a[:, :k], b[:k]) + torch.matmul(a[:, k:], b[k:])", "return torch.matmul(a.bfloat16().float(), b.bfloat16().float())")
 TRANSPOSED = SPLIT_K.replace("return torch.matmul(a[:, :k], b[:k]) + torch.matmul(a[:, k:], b[k:])", "return torch.matmul(a, b.t())")
 
 
@@ -71,7 +76,8 @@ def _judge(root, build_cache, measurement_cache, *settings, problem=MATMUL):
     (root / "problems" / "matmul_256.py").write_text(problem)
     cfg = fast_config(root, build_cache, measurement_cache, f"problems_dir={root / 'problems'}", "timing.enabled=false", *settings)
     with api.Session(cfg) as session:
-        return {name: session.evaluate("matmul_256", source, name=name) for name, source in (("tf32", TF32), ("split_k", SPLIT_K), ("transposed", TRANSPOSED))}
+        kernels = (("tf32", TF32), ("split_k", SPLIT_K), ("transposed", TRANSPOSED), ("offset", OFFSET), ("bf16", BF16))
+        return {name: session.evaluate("matmul_256", source, name=name) for name, source in kernels}
 
 
 @pytest.fixture(scope="module")
@@ -98,6 +104,12 @@ def test_a_wrong_matmul_stays_incorrect_its_error_out_of_reduced_precisions_reac
     assert "below-float32" not in [f.code for f in record.integrity.flags]
 
 
+def test_a_wrong_value_or_bf16_inputs_over_tf32s_own_error_stay_incorrect(default):
+    for name in ("offset", "bf16"):
+        record = default[name]
+        assert record.decision.status is Status.INCORRECT, (name, record.decision.status, record.decision.reason)
+
+
 def test_a_problem_that_allows_tf32_lifts_the_rule_and_the_tolerance_decides(tmp_path, build_cache, measurement_cache):
     allowing = MATMUL.replace("def get_inputs():", "HARNESS_ALLOW_TF32 = True\n\ndef get_inputs():")
     records = _judge(tmp_path, build_cache, measurement_cache, problem=allowing)
@@ -116,3 +128,13 @@ def test_the_kernelbench_profile_keeps_kernelbenchs_tolerance(tmp_path, build_ca
     assert tf32.status is Status.INCORRECT and "atol=0.01, rtol=0.01" in tf32.reason, (tf32.status, tf32.reason)
     assert "below-float32" not in [f.code for f in records["tf32"].integrity.flags]
     assert records["split_k"].decision.status is Status.CORRECT
+
+
+def test_tf32_rounding_keeps_ten_mantissa_bits_to_nearest():
+    import torch
+
+    from harness.judge.reference import tf32
+
+    values = torch.tensor([1 + 2**-10, 1 + 2**-12, 1 + 2**-11 + 2**-13, -3.0])
+    assert tf32(values).tolist() == [1 + 2**-10, 1.0, 1 + 2**-10, -3.0]
+    assert tf32(torch.arange(3)).dtype == torch.int64

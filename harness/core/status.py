@@ -120,9 +120,9 @@ DESCRIPTIONS: dict[Status, str] = {
         "forward matched, but no gradients flow through it to its inputs or parameters (check.gradients: fail)"
     ),
     Status.LESS_PRECISE: (
-        "more error against float64 than check.precision_ratio times the float32 reference's, within reduced "
-        "precision's reach, and either faster than float32 arithmetic allows or outside the float32 tolerance: "
-        "TF32 or lower on a float32 problem (flags.below_float32: fail)"
+        "more error against float64 than check.precision_ratio times the float32 reference's, and either faster "
+        "than float32 arithmetic allows or outside the float32 tolerance by TF32's own error: TF32 or lower on a "
+        "float32 problem (flags.below_float32: fail)"
     ),
     Status.REFERENCE_FAILED: "the problem's own reference could not be evaluated",
     Status.HARNESS_ERROR: "the harness itself failed on this candidate (a bug: please report it)",

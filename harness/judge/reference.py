@@ -269,6 +269,38 @@ def scanned(reference: Reference, scan: NoiseScan, args: list[Any], probe: bool)
     return out
 
 
+def tf32(value: torch.Tensor) -> torch.Tensor:
+    """A float32 tensor rounded to TF32's 10-bit mantissa (to nearest: the low 13 bits go), as the
+    tensor cores read it; other dtypes unchanged."""
+    if value.dtype != torch.float32:
+        return value
+    bits = value.contiguous().view(torch.int32)
+    return ((bits + 0x1000) & ~0x1FFF).view(torch.float32).view(value.shape)
+
+
+def in_tf32(reference: Reference, args: list[Any]) -> Optional[tuple[list[Any], int]]:
+    """The reference's call in float32 on its inputs, weights and buffers rounded to TF32 (a copy of
+    the model in its current state), and the matrix-multiply and convolution FLOPs it ran: the error
+    that TF32's rounding gives this problem, against which a failed candidate's error is read
+    (harness.core.integrity). None when it would not fit beside what is held now."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    model = reference.model
+    need = nbytes(tensors_of(args)) + sum(p.numel() * p.element_size() for p in model.state_dict().values())
+    if need + reference.output_bytes > free_memory(reference.device):
+        return None
+    twin = copy.deepcopy(model)
+    twin.train(model.training)
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        for value in twin.state_dict().values():
+            value.copy_(tf32(value))
+        rounded = [tf32(a) if isinstance(a, torch.Tensor) else a for a in args]
+        out = as_outputs(twin(*rounded))
+    synchronize(reference.device)
+    del twin, rounded
+    return out, int(counter.get_total_flops())
+
+
 def structure_notes(structures: Optional[list[tuple[str, ...]]]) -> tuple[str, ...]:
     """Per structured input: what its redraws keep, and for a mask or integer values that the
     trials use get_inputs()'s own draws under their fresh seeds (no redraw)."""

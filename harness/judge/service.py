@@ -61,6 +61,7 @@ from harness.judge.degenerate import NOISE_THEN, InertBuffers, judge_buffers
 from harness.judge.reference import (
     Reference,
     device_memory,
+    in_tf32,
     meta_footprint,
     over_share,
     release,
@@ -194,32 +195,48 @@ class Checker:
         expected = reference.forward(args, aliases=True)
         session.last_args, session.last_trial = args, call.input
         check = self._compare(reference.overflow.label(call), expected, session, step, reference.noise.levels)
-        if wide is None and check.mismatch_fraction and float32_outputs(expected["tensors"]):
+        narrow = None
+        if check.mismatch_fraction and float32_outputs(expected["tensors"]):
             # a failed value check's figures: reduced precision's error, or another (harness.core.integrity)
+            if wide is None:
+                torch.manual_seed(self.job.rng_seed + step.index)
+                wide = reference.float64(args)
             torch.manual_seed(self.job.rng_seed + step.index)
-            wide = reference.float64(args)
+            narrow = in_tf32(reference, args) if wide is not None else None
         precision: dict[str, float] = {}
         if wide is not None and (check.passed or check.mismatch_fraction):
-            precision = self._precision(session, step, expected, wide)
+            precision = self._precision(session, step, expected, wide, narrow)
         if wide is not None:
-            del wide
+            del wide, narrow
             release(self.device)  # the twin's memory goes back to the device, for the worker beside us
         return P.StepAnswer(check=check, precision=precision, unsafe=unsafe)
 
     def _precision(
-        self, session: SessionState, step: P.Step, expected: dict[str, Any], wide: list[Any]
+        self,
+        session: SessionState,
+        step: P.Step,
+        expected: dict[str, Any],
+        wide: list[Any],
+        narrow: Optional[tuple[list[Any], int]] = None,
     ) -> dict[str, float]:
         """The worker's and the reference's relative errors against the float64 twin's outputs,
-        those that are rounding noise aside ({} when the worker's cannot be read, or an error is
-        not a number)."""
+        those that are rounding noise aside, and (`narrow`: the reference on TF32-rounded inputs
+        and weights, with its matmul and convolution FLOPs) TF32's, when those FLOPs are not 0
+        ({} when the worker's cannot be read, or an error is not a number)."""
         kept = [i for i in range(len(wide)) if i not in (self.reference.noise.levels or {})]
         got = [self._mailbox_tensor(session, step.outputs[i]) for i in kept]
-        if not any(isinstance(g, str) for g in got):
-            wide, ours = [wide[i] for i in kept], [expected["tensors"][i] for i in kept]
-            candidate, reference = relative_error(got, wide), relative_error(ours, wide)
-            if candidate == candidate and reference == reference:
-                return {"candidate": candidate, "reference": reference, "float32": float(float32_outputs(ours))}
-        return {}
+        if any(isinstance(g, str) for g in got):
+            return {}
+        wide, ours = [wide[i] for i in kept], [expected["tensors"][i] for i in kept]
+        candidate, reference = relative_error(got, wide), relative_error(ours, wide)
+        if candidate != candidate or reference != reference:
+            return {}
+        found = {"candidate": candidate, "reference": reference, "float32": float(float32_outputs(ours))}
+        if narrow is not None and narrow[1] > 0:
+            rounded = relative_error([narrow[0][i] for i in kept], wide)
+            if rounded == rounded:
+                found["tf32"] = rounded
+        return found
 
     def _mailbox_tensor(self, session: SessionState, output: P.Output) -> Any:
         """The tensor an output names in the mailbox, or why it cannot be read (a string)."""

@@ -1,4 +1,4 @@
-"""Wrong: Triton tiled matmul whose tl.dot runs in its default TF32 mode (10-bit mantissas on the tensor cores) on a float32 problem. At today's size (4096, inputs in [0, 1)) its error is over the float32 tolerance itself (H100, 2026-11-28: max abs error 0.75, max rel error 7.1e-4), and its relative error against float64 is reduced precision's (over check.precision_ratio times the reference's, within 1e-2): less precise, by the same rule that fails a TF32 error the tolerance covers when the kernel is faster than the float32 compute floor.
+"""Wrong: Triton tiled matmul whose tl.dot runs in its default TF32 mode (10-bit mantissas on the tensor cores) on a float32 problem. At today's size (4096, inputs in [0, 1)) its error is over the float32 tolerance itself (H100, 2026-11-28: max abs error 0.75, max rel error 7.1e-4), and its relative error against float64 is TF32's (over check.precision_ratio times the reference's, within twice what TF32 rounding of the reference's inputs gives): less precise, by the same rule that fails a TF32 error the tolerance covers when the kernel is faster than the float32 compute floor.
 Expect: less precise
 KernelBench: correct
 """

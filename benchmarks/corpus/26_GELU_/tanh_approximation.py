@@ -1,5 +1,5 @@
 """Wrong: elementwise GELU using the tanh approximation 0.5*x*(1 + tanh(sqrt(2/pi)*(x + 0.044715*x^3))) where the problem's F.gelu is the exact erf form (up to 4.7e-4 off, near |x| = 2.7).
-Expect: incorrect or less precise
+Expect: incorrect
 KernelBench: correct
 """
 import torch

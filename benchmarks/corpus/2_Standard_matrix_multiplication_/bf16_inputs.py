@@ -1,5 +1,5 @@
 """Wrong: 32x32 tiled matmul that stores the A and B tiles in shared memory as __nv_bfloat16 (round-to-nearest) and widens them back to float for an fp32 FMA accumulate.
-Expect: less precise or correct + less-precise
+Expect: incorrect or correct + less-precise
 KernelBench: correct
 """
 import torch
