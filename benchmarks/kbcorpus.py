@@ -9,7 +9,9 @@ and in parts, with a report of where our verdict differs from KernelBench's and 
 
 The corpus (--corpus, default ../shared/kbcorpus from the repository root): problems/kb_l{L}/l{L}_p{N}.py,
 solutions/l{L}_p{N}/{model}_{hash}.py and kb_verdicts.json, which maps each kernel's id
-`l{L}_p{N}/{model}_{hash}` to KernelBench's verdict and its figures (L40S speedup, times).
+`l{L}_p{N}/{model}_{hash}` to KernelBench's verdict and its figures (L40S speedup, times). A corpus without
+kb_verdicts.json but with an index.json (../shared/kbcorpus2) is compared with each kernel's published verdict
+there instead (correct, or incorrect for a wrong output or a failure; `?` where its source published none).
 
 Selection: every kernel, or (--fraction F --seed N) a seeded draw of F of each level's kernels, at least
 one per level, so all levels are represented (the same arguments draw the same kernels); --problems
@@ -125,10 +127,36 @@ def parse_problem(name: str) -> tuple[int, int]:
     return int(level[1:]), int(number)
 
 
+def published_verdicts(index: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """kb_verdicts.json's shape from a corpus's index.json (../shared/kbcorpus2: kernels from other sources, each with
+    its source's `published_verdict`): correct where the source judged it correct (`correct` or `correctness` true,
+    or category `correct`), incorrect where it judged the output wrong or the kernel failed (category `mismatch` or
+    `failed`, or `correctness` false), and no entry (`?`) where the source published nothing."""
+    verdicts: dict[str, dict[str, Any]] = {}
+    for entry in index:
+        published = entry.get("published_verdict") or {}
+        said = published.get("correct", published.get("correctness"))
+        category = published.get("category")
+        if said is True or (said is None and category == "correct"):
+            verdict = "correct"
+        elif said is False or category in ("mismatch", "failed"):
+            verdict = "incorrect"
+        else:
+            continue
+        solution = Path(str(entry.get("solution", "")))
+        verdicts[f"{solution.parent.name}/{solution.stem}"] = {"kernelbench": verdict}
+    return verdicts
+
+
 def corpus_kernels(corpus: Path) -> list[Kernel]:
-    """Every kernel file under corpus/solutions/, in (level, problem, name) order, with KernelBench's verdict."""
-    verdicts_path = corpus / "kb_verdicts.json"
-    verdicts = json.loads(verdicts_path.read_text()) if verdicts_path.is_file() else {}
+    """Every kernel file under corpus/solutions/, in (level, problem, name) order, with KernelBench's verdict
+    (kb_verdicts.json), or without that file the verdict its source published (index.json)."""
+    verdicts_path, index_path = corpus / "kb_verdicts.json", corpus / "index.json"
+    verdicts = {}
+    if verdicts_path.is_file():
+        verdicts = json.loads(verdicts_path.read_text())
+    elif index_path.is_file():
+        verdicts = published_verdicts(json.loads(index_path.read_text()))
     found = []
     for path in (corpus / "solutions").glob("*/*.py"):
         if path.name.startswith("_"):

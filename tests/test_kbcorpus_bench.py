@@ -52,6 +52,25 @@ def test_corpus_kernels_are_named_and_ordered_as_the_verdicts_file(corpus: Path)
         kbc.parse_problem("19_ReLU")
 
 
+def test_a_corpus_from_other_sources_is_compared_with_the_verdicts_they_published(corpus: Path) -> None:
+    # ../shared/kbcorpus2's layout: no kb_verdicts.json, an index.json with each source's published verdict
+    (corpus / "kb_verdicts.json").unlink()
+    published = {
+        "l1_p1/model0_000000": {"correct": True, "category": "correct"},  # CUDA-L1: only what it judged correct
+        "l1_p1/model1_000001": {"correctness": True, "category": "correct"},  # a KernelBench eval's run
+        "l1_p1/model2_000002": {"correctness": False, "category": "mismatch"},
+        "l1_p2/model0_000000": {"runnable": False, "category": "failed"},
+        "l1_p3/model0_000000": None,  # a fork's run that published nothing
+    }
+    index = [{"problem": k.split("/")[0], "solution": f"solutions/{k}.py", "published_verdict": v} for k, v in published.items()]
+    (corpus / "index.json").write_text(json.dumps(index))
+    verdicts = {k.id: k.kernelbench for k in kbc.corpus_kernels(corpus)}
+    assert [verdicts[k] for k in published] == ["correct", "correct", "incorrect", "incorrect", "?"]
+    assert verdicts["l1_p4/model0_000000"] == "?"  # not in the index at all
+    line = {"profile": "default", "kernel": "l1_p1/model2_000002", "status": "correct", "flags": []}
+    assert kbc.disagreement(line, verdicts["l1_p1/model2_000002"]) == "looser: correct here"
+
+
 def test_a_seeded_draw_is_stratified_by_level_and_repeatable(corpus: Path) -> None:
     kernels = kbc.corpus_kernels(corpus)
     drawn = kbc.select(kernels, fraction=0.5, seed=3)
