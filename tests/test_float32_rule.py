@@ -138,3 +138,21 @@ def test_tf32_rounding_keeps_ten_mantissa_bits_to_nearest():
     values = torch.tensor([1 + 2**-10, 1 + 2**-12, 1 + 2**-11 + 2**-13, -3.0])
     assert tf32(values).tolist() == [1 + 2**-10, 1.0, 1 + 2**-10, -3.0]
     assert tf32(torch.arange(3)).dtype == torch.int64
+
+
+def test_the_rule_reads_a_failed_calls_figures_only_and_names_them():
+    from harness.core.integrity import tolerance_below_float32
+    from harness.core.records import CheckResult
+
+    failed = CheckResult("trial 1 (train)", False, "output: 52% of elements outside", 0.02, 1e-3, 0.52)
+    figures = {"candidate": 3e-4, "reference": 2e-7, "float32": 1.0, "tf32": 2.9e-4, "failed": 1.0}
+    (code, why), = tolerance_below_float32(failed, figures, 10, False)
+    assert code.value == "below-float32" and why.startswith("trial 1 (train): output: 52% of elements outside;")
+    assert "1500 times the float32 reference's 2e-07" in why and "the 0.00029 that TF32 rounding" in why
+    assert tolerance_below_float32(failed, {**figures, "failed": 0.0}, 10, False) == []  # the precision call's
+    assert tolerance_below_float32(failed, {k: v for k, v in figures.items() if k != "tf32"}, 10, False) == []  # no matmul
+    assert tolerance_below_float32(failed, {**figures, "candidate": 6e-4}, 10, False) == []  # over twice TF32's
+    assert tolerance_below_float32(failed, {**figures, "float32": 0.0}, 10, False) == []  # a float16 problem
+    assert tolerance_below_float32(failed, figures, 10, True) == []  # TF32 allowed
+    nan_output = CheckResult("trial 1 (train)", False, "output has NaN where the reference does not")
+    assert tolerance_below_float32(nan_output, figures, 10, False) == []  # not a value mismatch

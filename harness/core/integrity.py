@@ -331,7 +331,7 @@ def tolerance_below_float32(
     timed, so its speed is no evidence either way."""
     if failed is None or failed.passed or not failed.mismatch_fraction:
         return []
-    if allow_tf32 or not precision.get("float32") or "tf32" not in precision:
+    if allow_tf32 or not precision.get("failed") or not precision.get("float32") or "tf32" not in precision:
         return []  # the judge's figures: float32 outputs, and what TF32 gives where the reference multiplies
     candidate, reference = precision.get("candidate", 0.0), precision.get("reference", 0.0)
     reach = REDUCED_PRECISION_REACH * precision["tf32"]

@@ -206,6 +206,8 @@ class Checker:
         precision: dict[str, float] = {}
         if wide is not None and (check.passed or check.mismatch_fraction):
             precision = self._precision(session, step, expected, wide, narrow)
+            if precision and not check.passed:
+                precision["failed"] = 1.0  # the figures of a failed call, not of the precision call
         if wide is not None:
             del wide, narrow
             release(self.device)  # the twin's memory goes back to the device, for the worker beside us

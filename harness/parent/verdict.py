@@ -275,14 +275,18 @@ def findings(case: Case, status: Status) -> tuple[list[Finding], Integrity]:
 
 
 def _precision_findings(case: Case, status: Status) -> list[Finding]:
-    """A failed candidate's tolerance failure that is reduced precision's error (below-float32), or a
-    passing one's error against float64 over check.precision_ratio times the reference's (less-precise)."""
+    """A failed candidate's tolerance failure that is TF32's error (below-float32); else an error against
+    float64 over check.precision_ratio times the reference's on the precision call (less-precise)."""
     compared, rules = case.compared, case.rules
     precision = compared.precision
     if status is Status.INCORRECT:
         failed = next((c for c in compared.checks if not c.passed), None)
-        return integrity.tolerance_below_float32(failed, precision, rules.precision_ratio, rules.allow_tf32)
-    if not precision or precision["candidate"] <= max(rules.precision_ratio * precision["reference"], PRECISION_FLOOR):
+        below = integrity.tolerance_below_float32(failed, precision, rules.precision_ratio, rules.allow_tf32)
+        if below:
+            return below
+    if not precision or precision.get("failed"):  # a failed call's figures: its check says what went wrong
+        return []
+    if precision["candidate"] <= max(rules.precision_ratio * precision["reference"], PRECISION_FLOOR):
         return []
     return [
         (
