@@ -14,7 +14,7 @@ import copy
 import os
 import resource
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -156,21 +156,11 @@ class Reference:
         yardstick of precision. None when it would not fit beside what is held now."""
         if self.float64_note:
             return None
-        need = 2 * (
-            nbytes(tensors_of(args)) + sum(p.numel() * p.element_size() for p in self.model.state_dict().values())
-        )
-        need += 2 * self.output_bytes
+        need = 2 * (twin_bytes(self.model, args) + self.output_bytes)
         if need > free_memory(self.device):
             self.float64_note = f"the float64 twin needs about {need / 2**30:.1f} GiB, more than is free"
             return None
-        twin = copy.deepcopy(self.model).double()
-        twin.train(self.model.training)
-        wide = [a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
-        with torch.no_grad():
-            out = as_outputs(twin(*wide))
-        synchronize(self.device)
-        del twin, wide
-        return out
+        return twin_call(self, args, lambda t: t.double() if t.is_floating_point() else t)
 
     def inputs(self, trial: int) -> list[Any]:
         """Trial `trial`'s inputs, made on the device: get_inputs() under the trial's seed (module
@@ -285,20 +275,30 @@ def in_tf32(reference: Reference, args: list[Any]) -> Optional[tuple[list[Any], 
     (harness.core.integrity). None when it would not fit beside what is held now."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    model = reference.model
-    need = nbytes(tensors_of(args)) + sum(p.numel() * p.element_size() for p in model.state_dict().values())
-    if need + reference.output_bytes > free_memory(reference.device):
+    if twin_bytes(reference.model, args) + reference.output_bytes > free_memory(reference.device):
         return None
-    twin = copy.deepcopy(model)
-    twin.train(model.training)
-    with torch.no_grad(), FlopCounterMode(display=False) as counter:
-        for value in twin.state_dict().values():
-            value.copy_(tf32(value))
-        rounded = [tf32(a) if isinstance(a, torch.Tensor) else a for a in args]
-        out = as_outputs(twin(*rounded))
-    synchronize(reference.device)
-    del twin, rounded
+    with FlopCounterMode(display=False) as counter:
+        out = twin_call(reference, args, tf32)
     return out, int(counter.get_total_flops())
+
+
+def twin_bytes(model: Any, args: list[Any]) -> int:
+    """The bytes of `args`' tensors and of the model's state: what a twin of the call copies."""
+    return nbytes(tensors_of(args)) + sum(p.numel() * p.element_size() for p in model.state_dict().values())
+
+
+def twin_call(reference: Reference, args: list[Any], cast: Callable[[torch.Tensor], torch.Tensor]) -> list[Any]:
+    """The reference's call on a copy of its model in its current state (mode included), with `cast` applied to
+    the copy's parameters and buffers and to the input tensors: its float64 twin, its TF32 one."""
+    twin = copy.deepcopy(reference.model)
+    twin._apply(cast)  # as Module.double() and .to() do, for any cast
+    twin.train(reference.model.training)
+    cast_args = [cast(a) if isinstance(a, torch.Tensor) else a for a in args]
+    with torch.no_grad():
+        out = as_outputs(twin(*cast_args))
+    synchronize(reference.device)
+    del twin, cast_args
+    return out
 
 
 def structure_notes(structures: Optional[list[tuple[str, ...]]]) -> tuple[str, ...]:
