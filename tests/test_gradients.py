@@ -28,6 +28,18 @@ CANDIDATES = {
         "    @staticmethod\n    def backward(ctx, g):\n"
         "        (y,) = ctx.saved_tensors\n        g = g * (y > 0)\n        return 2 * g * ctx.scale, 2 * g.sum(0), None\n\n"
     ) + INIT + "    def forward(self, x):\n        return Op.apply(x, self.bias, self.scale)\n",
+    # right but for its first backward, as at a kink (a ReLU at zero) that the two sides' rounding puts on two sides of
+    # trial 1's inputs: the first draw does not match, and a second draw, on trial 2's inputs, settles it
+    "kink_once": HEADER + (
+        "class Op(torch.autograd.Function):\n"
+        "    calls = 0\n"
+        "    @staticmethod\n    def forward(ctx, x, bias, scale):\n"
+        "        y = torch.relu(x * scale + bias)\n        ctx.save_for_backward(y)\n        ctx.scale = scale\n        return y\n"
+        "    @staticmethod\n    def backward(ctx, g):\n"
+        "        Op.calls += 1\n        (y,) = ctx.saved_tensors\n        g = g * (y > 0)\n"
+        "        if Op.calls == 1:\n            g = g.clone()\n            g.view(-1)[0] += 1.0\n"
+        "        return g * ctx.scale, g.sum(0), None\n\n"
+    ) + INIT + "    def forward(self, x):\n        return Op.apply(x, self.bias, self.scale)\n",
     # a backward that raises
     "raising_backward": HEADER + (
         "class Op(torch.autograd.Function):\n"
@@ -59,13 +71,21 @@ def test_gradients_are_compared_and_flagged_by_default(make_config, tmp_path):
         "no_graph": (Status.CORRECT, "forward only"),
         "detached_bias": (Status.CORRECT, "mismatch"),
         "wrong_backward": (Status.CORRECT, "mismatch"),
+        "kink_once": (Status.CORRECT, "match"),
         "raising_backward": (Status.CORRECT, "forward only"),
     }
     reasons = {n: {f.code: f.reason for f in r.integrity.flags if f.code in ("wrong-gradients", "forward-only")} for n, r in records.items()}
     assert reasons["honest"] == {}
     assert reasons["no_graph"]["forward-only"].startswith("its outputs carry no autograd graph")
     assert reasons["detached_bias"]["wrong-gradients"] == "parameter bias gets no gradient; the reference's does"
-    assert reasons["wrong_backward"]["wrong-gradients"].startswith("gradient of input 0: ")
+    wrong = reasons["wrong_backward"]["wrong-gradients"]
+    assert wrong.startswith("gradient of input 0: ") and "; and on a second draw (trial 2's inputs): gradient of input 0: " in wrong
+    # the mismatch a second draw did not repeat is no flag, and the record says what the first draw found
+    assert reasons["kink_once"] == {}
+    (kink,) = [w for w in records["kink_once"].decision.warnings if w.startswith("gradients: ")]
+    assert kink.startswith("gradients: the first draw (trial 1's inputs) did not match (gradient of input 0: "), kink
+    assert "on a second draw (trial 2's inputs) every gradient did" in kink
+    assert not any(w.startswith("gradients: ") for w in records["honest"].decision.warnings)
     assert "NotImplementedError: no backward kernel yet" in reasons["raising_backward"]["forward-only"]
     assert all(f.policy == "flag" for r in records.values() for f in r.integrity.flags)
 

@@ -195,6 +195,16 @@ def test_steps_out_of_the_plans_order_are_refused(judge):
     assert "out of the plan's order" in verdict.failure.reason
 
 
+def test_a_second_gradient_draw_the_judge_did_not_ask_for_is_refused(judge):
+    session = judge.open(P.Role.CANDIDATE)
+    calls = len(P.role_calls(P.Role.CANDIDATE, judge.job.calls))
+    # every step up to a first gradient draw that matched (no second draw asked for)
+    judge.sessions[session.session].seen = [P.StepKind.SAME_SEED] + [P.StepKind.CALL] * calls + [P.StepKind.BUFFERS, P.StepKind.GRADS]
+    verdict = judge.check(session.session, P.Step(P.StepKind.GRADS, 1))
+    assert verdict.failure == P.Failure(Status.FORGED_RESULT, "a second gradient draw the judge did not ask for")
+    assert "out of the plan's order" in judge.check(session.session, P.Step(P.StepKind.GRADS, 2)).failure.reason
+
+
 def test_outputs_said_to_lie_outside_the_mailbox_fail_without_being_read(judge):
     session = judge.open(P.Role.CANDIDATE)
     staged = session.first.sets[0][0].tensor

@@ -229,6 +229,16 @@ def test_a_step_out_of_its_roles_declared_order_is_refused(role, steps, gradient
     assert "arrived out of the plan's order" in _refusal(role, steps, gradients=gradients)
 
 
+def test_a_second_gradient_draw_follows_the_first_and_a_third_is_refused():
+    declared = _declared(P.Role.CANDIDATE, 3)
+    grads = declared.index((S.GRADS, 0, OUT))
+    twice = declared[: grads + 1] + [(S.GRADS, 1, OUT)] + declared[grads + 1 :]
+    assert _refusal(P.Role.CANDIDATE, twice) == ""
+    assert "out of the plan's order" in _refusal(P.Role.CANDIDATE, declared[:grads] + [(S.GRADS, 1, OUT)])  # no first
+    assert "out of the plan's order" in _refusal(P.Role.CANDIDATE, twice[: grads + 2] + [(S.GRADS, 2, OUT)])  # a third
+    assert "out of the plan's order" in _refusal(P.Role.CANDIDATE, declared[: grads + 1] + [(S.GRADS, 0, OUT)])  # 0 again
+
+
 def test_a_step_of_no_declared_kind_is_refused():
     assert P.out_of_order(P.Role.CANDIDATE, [], P.Step("bogus"), 3, True) == "unknown step 'bogus'"
 

@@ -85,8 +85,9 @@ class WantKind(Vocabulary):
     NONE = "none"  # nothing
 
 
-# Each role's steps in the order a worker reports them: CALL once per call the role makes, every other
-# kind at most once; SKIPPABLE kinds may be left out (GRADS only when the job does not ask for gradients).
+# Each role's steps in the order a worker reports them: CALL once per call the role makes, GRADS once or, when
+# the judge asks for a second draw (Staged.redraw), twice (index 0, then 1), every other kind at most once;
+# SKIPPABLE kinds may be left out (GRADS only when the job does not ask for gradients).
 STEPS: dict[Role, tuple[StepKind, ...]] = {
     Role.CANDIDATE: (StepKind.SAME_SEED, StepKind.CALL, StepKind.BUFFERS, StepKind.GRADS, StepKind.TIMED),
     Role.BASELINE: (StepKind.CALL, StepKind.STAGE),
@@ -174,6 +175,11 @@ class JudgeJob:
     profile: Optional[CallProfile] = None  # the reference's profiled call, from the reference cache: not profiled again
     source_text: str = ""  # the problem's pinned source, loaded instead of reading `source` ("" = read it)
 
+    @property
+    def regular_trials(self) -> int:
+        """The trials at the problem's own size (the other-size one, when planned, comes after them)."""
+        return len(self.input_seeds) - (self.other_size_trial is not None)
+
 
 @dataclasses.dataclass(frozen=True)
 class Start:
@@ -240,6 +246,8 @@ class Staged:
 
     sets: tuple[tuple[Arg, ...], ...]  # one set for a call; several for timing (rotated over)
     fresh: bool = True  # False: the region already held these values (same trial again), nothing was written
+    # the gradients once more, on these inputs (another trial's): the first draw's did not match the reference's
+    redraw: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -582,7 +590,8 @@ def out_of_order(role: Role, seen: Sequence[str], step: Step, calls: int, gradie
     at = order.index(kind) if kind in order else -1
     last = order.index(StepKind(seen[-1])) if seen else -1
     made = sum(s == StepKind.CALL for s in seen)
-    ok = at >= 0 and (at > last or (at == last and kind is StepKind.CALL))
+    again = kind in (StepKind.CALL, StepKind.GRADS)  # a call per call; a second gradient draw
+    ok = at >= 0 and (at > last or (at == last and again))
     skippable = SKIPPABLE - {StepKind.GRADS} if gradients else SKIPPABLE  # asked for, the gradients must come
     # a required step left out
     ok = ok and not any(k not in skippable and k is not StepKind.CALL for k in order[last + 1 : at])
@@ -590,6 +599,8 @@ def out_of_order(role: Role, seen: Sequence[str], step: Step, calls: int, gradie
         ok = ok and step.index == made < calls
     elif StepKind.CALL in order[:at]:
         ok = ok and made == calls  # every call before what follows them
+    if kind is StepKind.GRADS:  # the first draw is 0, a second 1 (whether the judge asked for it is the judge's to say)
+        ok = ok and step.index == sum(s == StepKind.GRADS for s in seen) < 2
     ok = ok and (kind is not StepKind.GRADS or gradients) and (kind is not StepKind.STAGE or not step.outputs)
     return (
         ""

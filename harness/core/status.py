@@ -76,6 +76,10 @@ class Gradients(Vocabulary):
     FORWARD_ONLY = "forward only"  # no backward: the outputs carry no graph, or backward raised
 
 
+# in the judge's reason for gradients that a second draw, on another trial's inputs, settled (the first did not match)
+SECOND_DRAW = "on a second draw"
+
+
 DESCRIPTIONS: dict[Status, str] = {
     Status.CORRECT: "matched the reference on every check",
     Status.INCORRECT: "ran, but an output differed from the reference (shape, dtype, NaN/Inf or value)",

@@ -13,7 +13,7 @@ import torch
 
 from harness.core.config import DEFAULT_TOLERANCE, Tolerance
 from harness.core.records import CheckResult
-from harness.core.status import Backward, Gradients
+from harness.core.status import SECOND_DRAW, Backward, Gradients
 from harness.device.inputs import chunk
 
 TINY_OUTPUT_RELATIVE = 1e-2  # an output smaller than atol: the error's rms may be at most this fraction of the output's
@@ -312,6 +312,37 @@ def compare_gradients(
             return Gradients.MISMATCH, f"gradient of {result.reason}"
         worst = max(worst, result.max_abs_error or 0.0)
     return Gradients.MATCH, f"{len(wanted)} gradients match; max abs error {worst:.2g}"
+
+
+def precision_figures(
+    got: list[Any], ours: list[Any], wide: list[Any], in_tf32: Optional[list[Any]]
+) -> dict[str, float]:
+    """The candidate's (`got`) and the reference's (`ours`) relative errors against the float64 twin's
+    outputs (`wide`), whether those are float32, and TF32's (the reference on inputs and weights cut to
+    TF32, where it multiplies matrices or convolves); {} when an error is not a number."""
+    candidate, reference = relative_error(got, wide), relative_error(ours, wide)
+    if candidate != candidate or reference != reference:
+        return {}
+    found = {"candidate": candidate, "reference": reference, "float32": float(float32_outputs(ours))}
+    rounded = relative_error(in_tf32, wide) if in_tf32 is not None else float("nan")
+    if rounded == rounded:
+        found["tf32"] = rounded
+    return found
+
+
+def second_draw(first: tuple[str, str], second: tuple[Gradients, str], trial: int) -> tuple[Gradients, str]:
+    """The gradients' verdict from two draws: the first, on trial 1's inputs, did not match; the
+    second, on trial `trial + 1`'s, decides. Where a forward has a kink (a ReLU at zero, a tie in a
+    max), two forwards that round differently can land on its two sides, and the gradients jump
+    there: a mismatch that other inputs do not repeat is that, and a wrong backward repeats."""
+    status, why = second
+    where = f"{SECOND_DRAW} (trial {trial + 1}'s inputs)"
+    if status == Gradients.MATCH:
+        return status, (
+            f"the first draw (trial 1's inputs) did not match ({first[1]}), but {where} every gradient did ({why}): "
+            "a kink of the forward that the two sides' rounding put on its two sides"
+        )
+    return status, f"{first[1]}; and {where}: {why}"
 
 
 def one_sign(values: torch.Tensor) -> bool:

@@ -41,7 +41,7 @@ from harness.core.errors import one_line
 from harness.core.integrity import is_compute
 from harness.core.pairing import device_sync_reason
 from harness.core.records import CallProfile, CheckResult, ForwardOps
-from harness.core.status import Backward, Status
+from harness.core.status import Backward, Gradients, Status
 from harness.device.buildcache import BuildCache
 from harness.device.checks import model_gradients, paired_gradients
 from harness.device.failures import WorkerFailure, classify
@@ -55,7 +55,8 @@ from harness.judge.compare import (
     compare_outputs,
     float32_outputs,
     outputs_counted,
-    relative_error,
+    precision_figures,
+    second_draw,
 )
 from harness.judge.degenerate import NOISE_THEN, InertBuffers, judge_buffers
 from harness.judge.reference import (
@@ -70,6 +71,9 @@ from harness.judge.reference import (
 )
 from harness.judge.roofline import count_work, device_peaks, floor
 from harness.judge.staging import Footprint, SessionState, Stager
+
+# a second gradient draw, when the first did not match, runs on this trial's inputs (trial 2, at the problem's size)
+REDRAW_TRIAL = 1
 
 
 class Checker:
@@ -106,10 +110,17 @@ class Checker:
         if verdict.failure is None and (
             verdict.check is None or verdict.check.passed or step.step == P.StepKind.SAME_SEED
         ):
-            verdict = dataclasses.replace(verdict, staged=self.stager.stage(session, step.want))
+            verdict = dataclasses.replace(verdict, staged=self._stage_next(session, step))
         synchronize(self.device)
         release(self.device)  # what this step held goes back before the worker's next step
         return verdict
+
+    def _stage_next(self, session: SessionState, step: P.Step) -> Optional[P.Staged]:
+        """What the worker asked for, or, after a first gradient draw that did not match, another trial's
+        inputs for a second draw (what it asked for then comes after that draw)."""
+        redraw = step.step == P.StepKind.GRADS and step.index == 0 and session.first_gradients is not None
+        staged = self.stager.stage(session, P.Want(P.WantKind.TRIAL, REDRAW_TRIAL) if redraw else step.want)
+        return dataclasses.replace(staged, redraw=True) if redraw and staged is not None else staged
 
     def _judge_step(self, session: SessionState, step: P.Step) -> P.StepAnswer:
         """The reference's side of one step, and the verdict on the worker's."""
@@ -137,11 +148,18 @@ class Checker:
 
     def _gradients(self, session: SessionState, step: P.Step) -> P.StepAnswer:
         """The worker's gradients against the reference's on the same inputs (no verdict where the
-        reference's own backward fails)."""
+        reference's own backward fails). A first draw (trial 1's inputs) that does not match asks for a
+        second (REDRAW_TRIAL's), which decides (compare.second_draw)."""
+        if step.index and session.first_gradients is None:
+            return P.StepAnswer(
+                failure=P.Failure(Status.FORGED_RESULT, "a second gradient draw the judge did not ask for")
+            )
         if self.reference.gradients_note:
             return P.StepAnswer()
         status, reason, grads = model_gradients(
-            self.reference.model, self.stager.staged_inputs(session, 0), self.job.gradient_seed
+            self.reference.model,
+            self.stager.staged_inputs(session, REDRAW_TRIAL if step.index else 0),
+            self.job.gradient_seed,
         )
         if status is not Backward.RAN or not grads:  # the reference's own backward failed here (memory): no verdict
             return P.StepAnswer()
@@ -157,9 +175,14 @@ class Checker:
             if isinstance(tensor, str):
                 return P.StepAnswer(gradients=("mismatch", tensor))
             actual["tensors"][output.name] = tensor
-        return P.StepAnswer(
-            gradients=compare_gradients({"tensors": grads}, actual, self.tolerances, self.job.gradient_tolerance_factor)
-        )
+        found = compare_gradients({"tensors": grads}, actual, self.tolerances, self.job.gradient_tolerance_factor)
+        if step.index:
+            assert session.first_gradients is not None
+            found = second_draw(session.first_gradients, found, REDRAW_TRIAL)
+        elif found[0] == Gradients.MISMATCH and set(grads) <= set(actual["tensors"]):
+            # values, not a missing gradient (which other inputs do not change): the draw is staged with the answer
+            session.first_gradients = found if self.job.regular_trials > REDRAW_TRIAL else None
+        return P.StepAnswer(gradients=found)
 
     def _same_seed(self, session: SessionState, step: P.Step) -> P.StepAnswer:
         """The worker's model built under the construct seed, in eval mode, against the reference's
@@ -229,16 +252,8 @@ class Checker:
         got = [self._mailbox_tensor(session, step.outputs[i]) for i in kept]
         if any(isinstance(g, str) for g in got):
             return {}
-        wide, ours = [wide[i] for i in kept], [expected["tensors"][i] for i in kept]
-        candidate, reference = relative_error(got, wide), relative_error(ours, wide)
-        if candidate != candidate or reference != reference:
-            return {}
-        found = {"candidate": candidate, "reference": reference, "float32": float(float32_outputs(ours))}
-        if narrow is not None and narrow[1] > 0:
-            rounded = relative_error([narrow[0][i] for i in kept], wide)
-            if rounded == rounded:
-                found["tf32"] = rounded
-        return found
+        in_tf32 = [narrow[0][i] for i in kept] if narrow is not None and narrow[1] > 0 else None
+        return precision_figures(got, [expected["tensors"][i] for i in kept], [wide[i] for i in kept], in_tf32)
 
     def _mailbox_tensor(self, session: SessionState, output: P.Output) -> Any:
         """The tensor an output names in the mailbox, or why it cannot be read (a string)."""

@@ -56,6 +56,8 @@ class SessionState:
         self.timer: Any = None  # the reference's side of this session's paired timing (harness.device.timing.Timer)
         # the worker keeps its same-seed weights: its calls are judged against the initial ones
         self.own_weights = False
+        # the first gradient draw's mismatch, when a second draw was asked for (Checker._gradients)
+        self.first_gradients: Optional[tuple[str, str]] = None
 
     def free(self) -> None:
         """Free both regions."""

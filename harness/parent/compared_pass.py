@@ -285,9 +285,10 @@ class ComparedPass:
             self.found["own_weights"] = True
         if verdict.check is not None and not verdict.check.passed and step.step != P.StepKind.SAME_SEED:
             return Failure(Status.INCORRECT, f"{verdict.check.name}: {verdict.check.reason}")
+        redraw = verdict.staged is not None and verdict.staged.redraw  # timing comes after a second gradient draw
         if step.step == P.StepKind.TIMED:
             self._alone.close()
-        elif step.want.kind == P.WantKind.TIMING and self.pairing is not None:
+        elif step.want.kind == P.WantKind.TIMING and self.pairing is not None and not redraw:
             self._alone.enter_context(self.setting.gpu_alone())  # its warm-up, profile and rounds run on a quiet GPU
         return Reply({"staged": to_dict(verdict.staged)})
 

@@ -32,7 +32,7 @@ from harness.core.records import (
     Timing,
     TimingStats,
 )
-from harness.core.status import Code, Finding, Gradients, Status, Vocabulary
+from harness.core.status import SECOND_DRAW, Code, Finding, Gradients, Status, Vocabulary
 
 __all__ = [
     "PRECISION_FLOOR",
@@ -186,7 +186,8 @@ def checked(case: Case) -> tuple[Status, str]:
 
 def first_warnings(case: Case) -> list[str]:
     """The warnings that need no timing: a tolerated same-seed mismatch, a restarted judge, an
-    other-size trial at the problem's own size, weights paired by position, a failed profile."""
+    other-size trial at the problem's own size, weights paired by position, gradients a second draw
+    settled, a failed profile."""
     same_seed, mapping = case.compared.same_seed, case.reported.mapping
     warnings: list[str] = []
     if same_seed is not None and not same_seed.passed and not case.rules.require_same_seed:
@@ -202,6 +203,9 @@ def first_warnings(case: Case) -> list[str]:
             f", and {len(mapping) - 6} more" if len(mapping) > 6 else ""
         )
         warnings.append(f"weights mapped by {case.reported.mapped_by} (ModelNew renames them): {shown}")
+    gradients = case.compared.gradients
+    if gradients is not None and gradients[0] == Gradients.MATCH and SECOND_DRAW in gradients[1]:
+        warnings.append(f"gradients: {gradients[1]}")
     if case.compared.profile_error:
         warnings.append(f"profiling the candidate failed: {case.compared.profile_error}")
     observed = case.reported.counted.forward_ops if case.reported.counted is not None else None

@@ -47,7 +47,9 @@ class CandidateRun(Worker):
             names=[self.weights.name_of(k) for k, _ in buffers],
         )
         if self.job.gradients:
-            staged = self._gradients(model, staged, own)
+            staged = self._gradients(model, staged, own, 0)
+            if staged is not None and staged.redraw:  # the first draw did not match: the judge asks for another
+                staged = self._gradients(model, staged, own, 1)
         self.end_phase()
         before_timing = dict(cache.calls)
         if timing:
@@ -78,9 +80,10 @@ class CandidateRun(Worker):
             self.load_reference_weights(model, pairs)
         return staged, own
 
-    def _gradients(self, model: Any, staged: Optional[P.Staged], own: bool) -> Optional[P.Staged]:
+    def _gradients(self, model: Any, staged: Optional[P.Staged], own: bool, draw: int) -> Optional[P.Staged]:
         """Training parity: the gradients of a train-mode forward on the judge's trial inputs, named as
-        the reference names its parameters; on its own weights, only those that pair with the reference's."""
+        the reference names its parameters; on its own weights, only those that pair with the reference's.
+        `draw` 1 is a second draw, on other inputs, that the judge asked for."""
         assert staged is not None
         args = self.plane.staged(staged.sets[0], staged.fresh)
         with model_fault("the gradient check"):
@@ -95,7 +98,7 @@ class CandidateRun(Worker):
         ]
         want = P.Want(P.WantKind.TIMING if self.job.timing is not None else P.WantKind.NONE)
         staged = self._step(
-            P.StepKind.GRADS, 0, list(grads.values()), [], want=want, names=names, status=status, reason=reason
+            P.StepKind.GRADS, draw, list(grads.values()), [], want=want, names=names, status=status, reason=reason
         )
         del grads
         if self.device.type == Device.CUDA:
