@@ -1,5 +1,5 @@
-"""Wrong: 32x32 tiled matmul that stores the A and B tiles in shared memory as __nv_bfloat16 (round-to-nearest) and widens them back to float for an fp32 FMA accumulate.
-Expect: incorrect or correct + less-precise
+"""Wrong: 32x32 tiled matmul that stores the A and B tiles in shared memory as __nv_bfloat16 (round-to-nearest) and widens them back to float for an fp32 FMA accumulate. Its failing trial's inputs are non-negative (the redraw keeps get_inputs' sign), where bf16 rounded to nearest has less error than TF32's cut, whose bias adds up over K = 8192 (H200, 2026-11-28: relative error 4.1e-5 against TF32's 7e-4): less precise; on zero-mean inputs its error is 3 times the cut's, and incorrect.
+Expect: incorrect or less precise or correct + less-precise
 KernelBench: correct
 """
 import torch
