@@ -346,14 +346,24 @@ def spawn_pool(workers: int) -> Any:
 
 
 def stop_pool(pool: Any) -> None:
-    """Stop a pool at once: each worker's process group (its compilers), then the pool."""
-    for worker in getattr(pool, "_pool", []):
-        pid = getattr(worker, "pid", None)
-        if pid:
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+    """Stop a pool at once: each worker's process group (its compilers), then the pool. A worker killed while
+    idle dies holding the task queue's lock (it waits for a task with the lock taken), and Pool.terminate then
+    waits on that lock for ever (the 2026-11-28 build phase that ran 120 s past its budget): the lock is
+    given back first."""
+    killed = [w for w in getattr(pool, "_pool", []) if getattr(w, "pid", None)]  # processes; the pool replaces them
+    for worker in killed:
+        try:
+            os.killpg(worker.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    end = time.monotonic() + 5
+    while time.monotonic() < end and any(w.is_alive() for w in killed):
+        time.sleep(0.05)
+    lock = getattr(getattr(pool, "_inqueue", None), "_rlock", None)
+    if lock is not None and not lock.acquire(block=False):  # held by a worker that is dead now
+        lock.release()
+    elif lock is not None:
+        lock.release()
     pool.terminate()
     pool.join()
 

@@ -287,6 +287,29 @@ def test_a_build_past_its_timeout_is_marked_and_the_budget_stops_the_build_phase
     assert stopped and builds == {}
 
 
+def _sleeps(_: int) -> bool:
+    import subprocess
+
+    subprocess.run(["sleep", "60"])  # a compiler, in the worker's process group
+    return True
+
+
+def test_a_pool_stopped_with_a_worker_idle_stops_at_once() -> None:
+    # a worker idle at the stop waits for a task with the task queue's lock taken, and dies holding it; terminate
+    # then waited on that lock for ever (the build phase that ran past its budget on the H200)
+    import multiprocessing
+    import threading
+
+    pool = multiprocessing.get_context("fork").Pool(2, initializer=kbe._own_session)
+    job = pool.apply_async(_sleeps, (0,))
+    time.sleep(1.0)  # one worker in its task, the other idle
+    stopper = threading.Thread(target=kbe.stop_pool, args=(pool,), daemon=True)
+    stopper.start()
+    stopper.join(timeout=30)
+    assert not stopper.is_alive(), "stop_pool hung"
+    assert not job.ready() or not job.successful()
+
+
 def test_stand_ins_replace_the_missing_imports_the_eval_does_not_use(monkeypatch: pytest.MonkeyPatch) -> None:
     real_find_spec = importlib.util.find_spec
     for name in kbe.STAND_IN_MODULES:
