@@ -355,3 +355,18 @@ def test_publishing_installs_a_finished_build_under_its_owner_keeps_an_intact_on
     assert not buildbook.intact(cache, owner, key)
     assert buildbook.publish(staged, cache, owner) == [key]  # replaced by the rebuilt one
     assert (installed / "ext.so").read_bytes() == b"second" and buildbook.intact(cache, owner, key)
+
+def test_builds_ahead_are_sized_by_the_cores_this_run_may_use_not_the_machines(monkeypatch):
+    # a run pinned to 4 of 32 cores (taskset, a container's CPU set, a batch job's allocation) runs two builds of
+    # two jobs each, not sixteen
+    import os
+
+    from harness.parent import prebuild
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 32)
+    monkeypatch.setattr(os, "sysconf", lambda name: 4096 if name == "SC_PAGE_SIZE" else (256 << 30) // 4096)  # 256 GiB
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    assert prebuild.usable_cores() == 4
+    assert prebuild.default_parallelism() == (2, 2)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(32)), raising=False)
+    assert prebuild.default_parallelism() == (16, 2)

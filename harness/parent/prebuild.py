@@ -34,10 +34,20 @@ from harness.core.records import AheadBuild, AheadOutcome
 from harness.parent.quiet import QuietHost
 
 
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity (a taskset, a container's or a batch job's CPU
+    set), not the machine's count, which on a 2-GPU host pinned to 16 of 32 cores ran 16 builds of 2 jobs
+    each on 16 cores."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # no affinity on this platform
+        return os.cpu_count() or 1
+
+
 def default_parallelism() -> tuple[int, int]:
-    """(concurrent builds, ninja jobs per build): about one build per two cores and per 4 GiB of
-    memory (an nvcc build of a torch extension peaks near 2-3 GiB), never oversubscribing."""
-    cores = os.cpu_count() or 1
+    """(concurrent builds, ninja jobs per build): about one build per two usable cores and per 4 GiB
+    of memory (an nvcc build of a torch extension peaks near 2-3 GiB), never oversubscribing."""
+    cores = usable_cores()
     try:
         memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError):
