@@ -24,7 +24,7 @@ def main() -> None:
     building = [line for line in lines if line.get("builds")]
     ahead = [line for line in building if all(cached for _, cached in line["builds"])]
     outcomes = collections.Counter((line.get("ahead") or {}).get("outcome") for line in lines)
-    sanitizer = collections.Counter(f"{tool}:{outcome}" for line in lines for tool, outcome, _ in line.get("sanitizer") or [])
+    sanitizer = collections.Counter(f"{tool}:{outcome}" for line in lines for tool, outcome, *_ in line.get("sanitizer") or [])
     print(f"kernels with a line: {len(lines)}; statuses: {dict(statuses)}")
     share = f"{len(ahead) / len(building):.0%}" if building else "n/a"
     print(f"built an extension: {len(building)}; every build found finished in the lane (built ahead): {len(ahead)} ({share})")
@@ -34,7 +34,7 @@ def main() -> None:
     print(f"build ahead outcomes: {dict(outcomes)}")
     print(f"sanitizer runs: {dict(sanitizer)}")
     for line in lines:
-        for tool, outcome, detail in line.get("sanitizer") or []:
+        for tool, outcome, detail, *_ in line.get("sanitizer") or []:
             if outcome not in ("clean", "errors"):
                 print(f"  {tool} {outcome} on {line['kernel']}: {detail}")
     for line in lines:

@@ -73,6 +73,8 @@ def summary(lines: list[dict[str, Any]]) -> dict[str, Any]:
         "candidate_wall": spread(line.get("wall_s") for line in judged),
         "candidate_builds": spread(line.get("build_s") for line in judged if line.get("build_s")),
         "candidate_phases": phase_rows([line.get("phase_s") or {} for line in judged]),
+        # each sanitizer run's seconds (state lines since 2026-11-28 carry them as the fourth item)
+        "sanitizer": spread(run[3] for line in judged for run in line.get("sanitizer") or [] if len(run) > 3 and run[3]),
     }
 
 
@@ -98,6 +100,7 @@ def render(found: dict[str, Any], profile: str, source: str) -> str:
     row("candidate: cold builds", *found["candidate_builds"])
     for name, *numbers in found["candidate_phases"]:
         row(f"candidate worker: {name}", *numbers)
+    row("**compute-sanitizer runs** (wall, each)", *found["sanitizer"])
     return "\n".join(out) + "\n"
 
 
