@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Ours and KernelBench's own eval on the same corpus draw, side by side on a host with two GPUs: GPU 0 with the first
+# half of the cores runs ours (benchmarks/verdict_rate_gpu.sh, loop profile), GPU 1 with the other half runs
+# KernelBench's (benchmarks/kernelbench_eval_gpu.sh), each pinned with taskset so neither build pool takes the other's
+# cores. Then KernelBench's report against our state: both rates, and the kernels whose verdicts differ.
+#   OUT=DIR [BUDGET=430] [OURS_ARGS="--set sanitizer.prestart=true"] bash benchmarks/side_by_side_gpu.sh [draw args]
+#   draw args: those of both scripts' kernel draw (default: --fraction 0.23 --seed 7)
+# KernelBench's eval needs more than one 10-minute call (its build phase, then 11 to 27 s per kernel). Run this again
+# with the same OUT on the same machine while it is held: both go on where they stopped, and the builds stay in /tmp.
+# Remove /tmp/kbcorpus-builds and /tmp/kernelbench-eval-builds before a cold first call, and when done.
+# Writes $OUT/ours (verdict_rate_gpu.sh's files), $OUT/kb (kernelbench_eval_gpu.sh's), $OUT/report.md (the two side by
+# side) and $OUT/calls.txt (each call's exit codes and seconds).
+set -o pipefail
+HERE=$(cd "$(dirname "$0")/.." && pwd)
+OUT=$(realpath -m "${OUT:?usage: OUT=DIR bash benchmarks/side_by_side_gpu.sh [draw args]}")
+BUDGET=${BUDGET:-430}
+export KBCORPUS=$(realpath -m "${KBCORPUS:-$HERE/.kbcorpus}")
+DRAW=("$@")
+[ ${#DRAW[@]} -eq 0 ] && DRAW=(--fraction 0.23 --seed 7)
+read -r -a EXTRA <<< "${OURS_ARGS:-}"
+CPUS=$(nproc)
+HALF=$((CPUS / 2))
+if [ "$HALF" -lt 1 ] || [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -lt 2 ]; then
+  echo "side_by_side_gpu.sh needs two GPUs and two cores at least" >&2
+  exit 2
+fi
+mkdir -p "$OUT/ours" "$OUT/kb"
+started=$(date +%s)
+(
+  CUDA_VISIBLE_DEVICES=0 OUT="$OUT/ours" BUDGET=$BUDGET taskset -c "0-$((HALF - 1))" \
+    bash "$HERE/benchmarks/verdict_rate_gpu.sh" 1/1 --profiles loop "${DRAW[@]}" "${EXTRA[@]}" > "$OUT/ours/outer.txt" 2>&1
+  echo "ours exit $? after $(( $(date +%s) - started )) s" >> "$OUT/calls.txt"
+) &
+(
+  CUDA_VISIBLE_DEVICES=1 OUT="$OUT/kb" BUDGET=$((BUDGET - 30)) taskset -c "$HALF-$((CPUS - 1))" \
+    bash "$HERE/benchmarks/kernelbench_eval_gpu.sh" "${DRAW[@]}" --workers "$((CPUS - HALF))" > "$OUT/kb/outer.txt" 2>&1
+  echo "kernelbench exit $? after $(( $(date +%s) - started )) s" >> "$OUT/calls.txt"
+) &
+wait
+timeout 60 python3 "$HERE/benchmarks/kernelbench_eval.py" --corpus "$KBCORPUS" --out "$OUT/kb" --results "$OUT/kb/results.jsonl" \
+  --report "$OUT/report.md" --report-only "${DRAW[@]}" --ours "$OUT/ours/state.jsonl" > /dev/null
+code=$?
+echo "report exit $code; $(date -u +%FT%TZ)" >> "$OUT/calls.txt"
+grep -m1 "verdicts per GPU-hour" "$OUT/report.md"
+grep -m1 "verdicts per GPU-hour" "$OUT/ours/rate.md"
+exit "$code"
