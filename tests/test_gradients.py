@@ -184,3 +184,16 @@ def test_a_malformed_tolerance_declaration_is_a_usage_error(tmp_path, value):
     path.write_text(f"HARNESS_TOLERANCES = {value}\n")
     with pytest.raises(UserError, match="HARNESS_TOLERANCES must"):
         declared_settings(path)
+
+
+@pytest.mark.slow
+def test_a_second_gradient_draw_comes_before_the_timing_and_the_candidate_is_timed(make_config, tmp_path):
+    # the worker asks for the timing sets with its first draw; the judge stages the second draw's inputs instead,
+    # and the timing sets come with the second draw
+    records = evaluate(make_config(), tmp_path, ["kink_once", "wrong_backward"])
+    for name in ("kink_once", "wrong_backward"):
+        record = records[name]
+        assert record.decision.status is Status.CORRECT, (name, record.decision.reason)
+        assert record.timing.stats is not None and record.timing.paired is not None, name
+    assert records["kink_once"].checks.gradients == "match"
+    assert records["wrong_backward"].checks.gradients == "mismatch"
