@@ -271,15 +271,23 @@ def tf32(value: torch.Tensor) -> torch.Tensor:
 
 def in_tf32(reference: Reference, args: list[Any]) -> Optional[tuple[list[Any], int]]:
     """The reference's call in float32 on its inputs, weights and buffers cut to TF32 (a copy of
-    the model in its current state), and the matrix-multiply and convolution FLOPs it ran: the error
-    that TF32's rounding gives this problem, against which a failed candidate's error is read
-    (harness.core.integrity). None when it would not fit beside what is held now."""
+    the model in its current state), with TF32 on for its matrix multiplies and convolutions (a CUDA
+    device's: every layer's operands are then TF32, as in a TF32 kernel, not only the first layer's),
+    and the matrix-multiply and convolution FLOPs it ran: the error that TF32 gives this problem,
+    against which a failed candidate's error is read (harness.core.integrity). None when it would not
+    fit beside what is held now."""
     from torch.utils.flop_counter import FlopCounterMode
 
     if twin_bytes(reference.model, args) + reference.output_bytes > free_memory(reference.device):
         return None
-    with FlopCounterMode(display=False) as counter:
-        out = twin_call(reference, args, tf32)
+    matmul, cudnn = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    if reference.device.type == Device.CUDA:  # the CPU has no TF32 (its float32 precision is left alone)
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    try:
+        with FlopCounterMode(display=False) as counter:
+            out = twin_call(reference, args, tf32)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn
     return out, int(counter.get_total_flops())
 
 
