@@ -11,35 +11,11 @@ from tests.evaluations import evaluate_in_mode
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
-PROBLEM = '''import torch
+MODEL = '''import torch
 import torch.nn as nn
 
 
-class Model(nn.Module):
-    def __init__(self, channels, depth):
-        super().__init__()
-        self.convs = nn.ModuleList(nn.Conv2d(channels, channels, 3, padding=1) for _ in range(depth))
-        self.head = nn.Linear(channels, channels)
-
-    def forward(self, x):
-        for conv in self.convs:
-            x = torch.relu(conv(x))
-        return self.head(x.mean(dim=(2, 3)))
-
-
-def get_inputs():
-    return [torch.randn(16, 64, 32, 32)]
-
-
-def get_init_inputs():
-    return [64, 8]
-'''
-
-BODY = '''import torch
-import torch.nn as nn
-
-
-class ModelNew(nn.Module):
+class {name}(nn.Module):
     def __init__(self, channels, depth):
         super().__init__()
         self.convs = nn.ModuleList(nn.Conv2d(channels, channels, 3, padding=1) for _ in range(depth))
@@ -52,14 +28,24 @@ class ModelNew(nn.Module):
         return self.head(x.mean(dim=(2, 3)))
 '''
 
+PROBLEM = MODEL.format(name="Model", before="pass", skip="False") + '''
+
+def get_inputs():
+    return [torch.randn(16, 64, 32, 32)]
+
+
+def get_init_inputs():
+    return [64, 8]
+'''
+
 CANDIDATES = {
-    "float32": BODY.format(before="pass", skip="False"),
+    "float32": MODEL.format(name="ModelNew", before="pass", skip="False"),
     # TF32 for every convolution and matmul of its process, as a constructor that sets the backends' flags does
-    "tf32_layers": BODY.format(
-        before="torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = True", skip="False"
+    "tf32_layers": MODEL.format(
+        name="ModelNew", before="torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = True", skip="False"
     ),
     # a wrong network: the last convolution's ReLU left out
-    "no_last_relu": BODY.format(before="pass", skip="index == len(self.convs) - 1"),
+    "no_last_relu": MODEL.format(name="ModelNew", before="pass", skip="index == len(self.convs) - 1"),
 }
 
 
