@@ -12,7 +12,10 @@ came from. Printed (and written with --out):
 - the reference pass per problem: median and total seconds of each phase (the judge's start-up,
   load, construct, check, time; the baselines and the null candidate when the profile has them);
 - the candidate: median and total of its wall time as the parent saw it, of its builds (cold
-  builds only) and of each worker phase.
+  builds only) and of each worker phase;
+- each compute-sanitizer run's seconds, and (a run with one lane) the lane's idle time between records:
+  the gap less the lane's own work, where it waited for builds ahead (memcheck runs count as idle where
+  the state has no seconds for them, as in states written before 2026-11-28 evening).
 
 Hold a change against it: run the same selection and part before and after, and compare the tables.
 """
@@ -22,6 +25,7 @@ import argparse
 import json
 import statistics
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -55,6 +59,31 @@ def phase_rows(dicts: list[dict[str, float]]) -> list[tuple[str, int, float, flo
     return [(name, *spread(d[name] for d in dicts if name in d)) for name in names]
 
 
+def _moment(stamp: str) -> float:
+    """An ISO time (naive ones are UTC) as seconds."""
+    moment = datetime.fromisoformat(stamp)
+    return (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)).timestamp()
+
+
+def idle_between(judged: list[dict[str, Any]]) -> list[float]:
+    """For a run with one lane: each gap between consecutive records less the lane's own work on the later one (its
+    worker's wall, its memcheck runs, its problem's reference pass when the problem changed). What is left is time
+    the lane had no candidate ready: waiting for its build ahead, mostly."""
+    idle = []
+    by_run: dict[str, list[dict[str, Any]]] = {}
+    for line in judged:
+        if line.get("finished_at") and line.get("wall_s") is not None:
+            by_run.setdefault(line.get("run_id", ""), []).append(line)
+    for lines in by_run.values():
+        lines.sort(key=lambda line: _moment(line["finished_at"]))
+        for before, line in zip(lines, lines[1:]):
+            work = line["wall_s"] + sum(run[3] or 0 for run in line.get("sanitizer") or [] if len(run) > 3)
+            if line.get("problem") != before.get("problem"):
+                work += line.get("reference_wall_s") or 0
+            idle.append(max(0.0, _moment(line["finished_at"]) - _moment(before["finished_at"]) - work))
+    return idle
+
+
 def summary(lines: list[dict[str, Any]]) -> dict[str, Any]:
     judged = [line for line in lines if line.get("status") not in NOT_JUDGED]
     runs = {line["run_id"]: (line.get("run_wall_s"), line.get("run_kernels")) for line in lines if line.get("run_wall_s") is not None}
@@ -75,6 +104,7 @@ def summary(lines: list[dict[str, Any]]) -> dict[str, Any]:
         "candidate_phases": phase_rows([line.get("phase_s") or {} for line in judged]),
         # each sanitizer run's seconds (state lines since 2026-11-28 carry them as the fourth item)
         "sanitizer": spread(run[3] for line in judged for run in line.get("sanitizer") or [] if len(run) > 3 and run[3]),
+        "idle": spread(idle_between(judged)),
     }
 
 
@@ -101,6 +131,7 @@ def render(found: dict[str, Any], profile: str, source: str) -> str:
     for name, *numbers in found["candidate_phases"]:
         row(f"candidate worker: {name}", *numbers)
     row("**compute-sanitizer runs** (wall, each)", *found["sanitizer"])
+    row("**lane idle between records** (one lane: no candidate ready, its build ahead not done)", *found["idle"])
     return "\n".join(out) + "\n"
 
 

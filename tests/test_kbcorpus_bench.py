@@ -335,3 +335,24 @@ def test_verdict_rate_counts_runs_once_references_per_problem_and_leaves_unjudge
     assert ("judge start-up", 2, 3.0, 6.0) in found["reference_phases"]
     text = rate.render(found, "loop", "state.jsonl")
     assert "**90.0 verdicts per GPU-hour**" in text and "| reference: judge start-up | 2 | 3.00 | 6.0 |" in text
+
+
+def test_verdict_rate_shows_memchecks_seconds_and_the_lanes_idle_time_between_records(tmp_path):
+    spec = importlib.util.spec_from_file_location("verdict_rate", ROOT / "benchmarks" / "verdict_rate.py")
+    rate = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rate)
+
+    def line(kernel, problem, at, memcheck):
+        return {"profile": "loop", "kernel": kernel, "problem": problem, "status": "correct", "run_id": "a", "run_wall_s": 60.0,
+                "wall_s": 3.0, "reference_wall_s": 5.0, "finished_at": f"2026-11-28T12:00:{at:02d}+00:00",
+                "sanitizer": [["memcheck", "clean", "0 errors", memcheck]]}
+
+    # 10 s after the first: 3 s of worker and 2 s of memcheck, so 5 s idle; then a new problem: 3 + 2 + 5 s of work in 25 s
+    lines = [line("p1/a", "p1", 0, 2.0), line("p1/b", "p1", 10, 2.0), line("p2/a", "p2", 35, 2.0)]
+    found = rate.summary(lines)
+    assert found["sanitizer"] == (3, 2.0, 6.0)
+    assert found["idle"] == (2, 10.0, 20.0)  # 5 s and 15 s
+    assert found["idle"] == rate.spread(rate.idle_between(lines))
+    text = rate.render(found, "loop", "state.jsonl")
+    assert "| **lane idle between records** (one lane: no candidate ready, its build ahead not done) | 2 | 10.00 | 20.0 |" in text
+    assert "| **compute-sanitizer runs** (wall, each) | 3 | 2.00 | 6.0 |" in text
