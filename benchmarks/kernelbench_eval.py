@@ -360,9 +360,8 @@ def stop_pool(pool: Any) -> None:
     while time.monotonic() < end and any(w.is_alive() for w in killed):
         time.sleep(0.05)
     lock = getattr(getattr(pool, "_inqueue", None), "_rlock", None)
-    if lock is not None and not lock.acquire(block=False):  # held by a worker that is dead now
-        lock.release()
-    elif lock is not None:
+    if lock is not None:  # free now, or held by a worker that is dead: either way it is free after this
+        lock.acquire(block=False)
         lock.release()
     pool.terminate()
     pool.join()

@@ -296,7 +296,7 @@ class StepAnswer:
     failure: Optional[Failure] = None  # when the step fails outright
     # relative errors against float64 on the precision call or a failed value check: candidate, reference, float32
     # (1.0 when the outputs are float32) and, on a failed check, failed (1.0) and, where the reference multiplies
-    # matrices or convolves, tf32 (the reference on TF32-rounded inputs and weights)
+    # matrices or convolves, tf32 (the reference on inputs and weights cut to TF32)
     precision: dict[str, float] = dataclasses.field(default_factory=dict)
     gradients: Optional[tuple[str, str]] = None  # grads: (match | mismatch | forward only, why)
     staged: Optional[Staged] = None  # the inputs the worker asked for, now in its region

@@ -150,7 +150,8 @@ class Checker:
         """The worker's gradients against the reference's on the same inputs (no verdict where the
         reference's own backward fails). A first draw (trial 1's inputs) that does not match asks for a
         second (REDRAW_TRIAL's), which decides (compare.second_draw)."""
-        if step.index and session.first_gradients is None:
+        first = session.first_gradients  # the first draw's mismatch, when a second was asked for
+        if step.index and first is None:
             return P.StepAnswer(
                 failure=P.Failure(Status.FORGED_RESULT, "a second gradient draw the judge did not ask for")
             )
@@ -176,9 +177,8 @@ class Checker:
                 return P.StepAnswer(gradients=("mismatch", tensor))
             actual["tensors"][output.name] = tensor
         found = compare_gradients({"tensors": grads}, actual, self.tolerances, self.job.gradient_tolerance_factor)
-        if step.index:
-            assert session.first_gradients is not None
-            found = second_draw(session.first_gradients, found, REDRAW_TRIAL)
+        if step.index and first is not None:
+            found = second_draw(first, found, REDRAW_TRIAL)
         elif found[0] == Gradients.MISMATCH and set(grads) <= set(actual["tensors"]):
             # values, not a missing gradient (which other inputs do not change): the draw is staged with the answer
             session.first_gradients = found if self.job.regular_trials > REDRAW_TRIAL else None
@@ -245,8 +245,8 @@ class Checker:
         narrow: Optional[tuple[list[Any], int]] = None,
     ) -> dict[str, float]:
         """The worker's and the reference's relative errors against the float64 twin's outputs,
-        those that are rounding noise aside, and (`narrow`: the reference on TF32-rounded inputs
-        and weights, with its matmul and convolution FLOPs) TF32's, when those FLOPs are not 0
+        those that are rounding noise aside, and (`narrow`: the reference on inputs and weights
+        cut to TF32, with its matmul and convolution FLOPs) TF32's, when those FLOPs are not 0
         ({} when the worker's cannot be read, or an error is not a number)."""
         kept = [i for i in range(len(wide)) if i not in (self.reference.noise.levels or {})]
         got = [self._mailbox_tensor(session, step.outputs[i]) for i in kept]
