@@ -44,6 +44,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import fcntl
+import html
 import io
 import json
 import math
@@ -318,11 +319,21 @@ def run_lint(entry: Entry, args: argparse.Namespace, scratch: Path, state: Path,
     return {"lint_verdict": verdict, "lint_reason": reason, "lint_checks": {c: v for c, v, _ in checks}, "lint_exit": done.exit, "lint_wall_s": done.wall_s}
 
 
+CELL_SPLIT = re.compile(r"(?<!\\)\|")  # a cell ends at a pipe the report did not escape
+ESCAPED = re.compile(r"\\(.)")
+
+
+def cell_text(cell: str) -> str:
+    """A report cell as plain text: the report writes names and details as literal markdown
+    (harness.views.text.markdown_text: `\\_`, `\\|`, `&lt;`, `<br>`), which this undoes."""
+    return html.unescape(ESCAPED.sub(r"\1", cell.strip().replace("<br>", "\n")))
+
+
 def parse_lint(markdown: str, name: str) -> list[tuple[str, str, str]]:
     """(check, verdict, detail) for `name` from run.py lint's markdown table."""
     rows = []
     for line in markdown.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        cells = [cell_text(c) for c in CELL_SPLIT.split(line.strip().removeprefix("|").removesuffix("|"))]
         if len(cells) == 4 and cells[0] == name:
             rows.append((cells[1], cells[2].strip("*"), cells[3]))
     return rows

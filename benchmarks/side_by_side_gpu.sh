@@ -7,6 +7,8 @@
 #   draw args: those of both scripts' kernel draw (default: --fraction 0.23 --seed 7)
 # KernelBench's eval needs more than one 10-minute call (its build phase, then 11 to 27 s per kernel). Run this again
 # with the same OUT on the same machine while it is held: both go on where they stopped, and the builds stay in /tmp.
+# Ours runs again the kernels a budget stopped before their record (--retry 'no record'): without it, a call that
+# ends while one slow kernel holds the lane leaves every later kernel of the draw unjudged for good.
 # Remove /tmp/kbcorpus-builds and /tmp/kernelbench-eval-builds before a cold first call, and when done.
 # Writes $OUT/ours (verdict_rate_gpu.sh's files), $OUT/kb (kernelbench_eval_gpu.sh's), $OUT/report.md (the two side by
 # side) and $OUT/calls.txt (each call's exit codes and seconds).
@@ -28,7 +30,7 @@ mkdir -p "$OUT/ours" "$OUT/kb"
 started=$(date +%s)
 (
   CUDA_VISIBLE_DEVICES=0 OUT="$OUT/ours" BUDGET=$BUDGET taskset -c "0-$((HALF - 1))" \
-    bash "$HERE/benchmarks/verdict_rate_gpu.sh" 1/1 --profiles loop "${DRAW[@]}" "${EXTRA[@]}" > "$OUT/ours/outer.txt" 2>&1
+    bash "$HERE/benchmarks/verdict_rate_gpu.sh" 1/1 --profiles loop "${DRAW[@]}" --retry 'no record' "${EXTRA[@]}" > "$OUT/ours/outer.txt" 2>&1
   echo "ours exit $? after $(( $(date +%s) - started )) s" >> "$OUT/calls.txt"
 ) &
 (

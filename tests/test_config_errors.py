@@ -46,3 +46,12 @@ def test_a_flag_over_a_malformed_setting_does_not_hide_it(capsys):
     """`--no-timing` sets timing.enabled itself; a bad value beneath it is still a usage error."""
     assert main(["--problem", "1_Scale", "--set", "timing.enabled=maybe", "--no-timing"]) == ExitCode.USAGE
     assert capsys.readouterr().err == "error: config key 'timing.enabled' must be true or false, got 'maybe'\n"
+
+
+@pytest.mark.parametrize("value", ["seven", "1.5", "true"])
+def test_a_check_seed_that_is_not_an_integer_is_a_one_line_error(tmp_path, value):
+    path = tmp_path / "seed.yaml"
+    path.write_text(f"check:\n  seed: {value}\n")
+    with pytest.raises(UserError) as caught:
+        load_config(path)
+    assert str(caught.value).startswith("config key 'check.seed' must be an integer, got ")

@@ -102,6 +102,27 @@ def test_the_lint_report_is_read_back_into_a_verdict():
     assert kbl.lint_verdict(checks[:1]) == ("pass", "")
 
 
+def test_the_lint_report_of_a_name_and_details_that_markdown_escapes_is_read_back_as_written(tmp_path):
+    # KernelBench's level-1 names end in `_` (1_Square_matrix_multiplication_), which the report escapes; details
+    # may hold pipes and angle brackets. Read back, they are the lint's own words, not a parse failure.
+    from harness.commands.lint import report
+    from harness.judge.lint import LintCheck
+    from harness.sources.problem import Problem
+
+    path = tmp_path / "1_Square_matrix_multiplication_.py"
+    path.write_text("import torch\n")
+    problem = Problem(name=path.stem, level="level1", path=path)
+    checks = [
+        LintCheck("deterministic", "pass", "max |a - b| = 0 over 2 calls"),
+        LintCheck("fits in memory", "fail", "needs <24 GiB & more\nsee the log"),
+    ]
+    markdown = report([(problem, checks)], "cuda")
+    assert kbl.parse_lint(markdown, path.stem) == [
+        ("deterministic", "pass", "max |a - b| = 0 over 2 calls"),
+        ("fits in memory", "fail", "needs <24 GiB & more\nsee the log"),
+    ]
+
+
 def test_a_half_written_line_is_skipped_and_cut_before_the_next_append(tmp_path):
     path = tmp_path / "results.jsonl"
     path.write_text(json.dumps({"problem": "level1/1_A", "wall_s": 1}) + "\n" + '{"problem": "level1/2_B", "wa')

@@ -253,6 +253,21 @@ def test_a_baseline_makes_the_first_trials_calls_once_per_mode(make_config, extr
     assert P.role_calls(P.Role.CANDIDATE, calls) == calls
 
 
+def test_check_seed_fixes_every_draw_of_the_plan_and_zero_leaves_them_secret(make_config):
+    from harness.core.plan import Plan
+
+    def draws(plan):
+        return plan.construct_seed, plan.input_seeds, plan.gradient_seed, plan.rng_seed
+
+    fixed = make_config("check.seed=7")
+    assert draws(Plan.fresh(fixed)) == draws(Plan.fresh(fixed))  # the same draws in every run that sets it
+    assert draws(Plan.fresh(make_config("check.seed=8"))) != draws(Plan.fresh(fixed))
+    secret = make_config()
+    assert secret.check.seed == 0
+    assert draws(Plan.fresh(secret)) != draws(Plan.fresh(secret))
+    assert len(set(Plan.fresh(fixed).input_seeds)) == len(Plan.fresh(fixed).input_seeds)  # each trial its own inputs
+
+
 class _Judge:
     """A judge client that passes every step and records what it was asked."""
 

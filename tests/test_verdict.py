@@ -212,7 +212,12 @@ LOOSE = CheckResult("trial 1 (train)", False, "output: 1% of elements outside", 
     (case(same_seed=SAME_SEED_DIFFERS, failure=P.Failure(Status.INCORRECT, "trial 1 (train): differs"), checks=[LOOSE]),
      ("same-seed construction differs from the reference (output: 40% of elements outside)",)),
     (case(same_seed=SAME_SEED_DIFFERS, own_weights=True, rules=[("weights", "seed")]), ("same-seed construction differs from the reference (output: 40% of elements outside)",)),
-], ids=["none", "restart-note", "other-size-note", "mapping", "profile-error", "log-at-limit", "log-over-limit", "in-order", "wrong-kernel", "own-weights"])
+    # draws fixed by check.seed are known beforehand: every record says so, a correct one as a failed one
+    (case(rules=[("fixed_seed", 7)]), ("the checks' draws were fixed by check.seed=7, not secret: a candidate fitted to them would pass",)),
+    (case(rules=[("fixed_seed", 7)], failure=P.Failure(Status.INCORRECT, "trial 1 (train): differs"), checks=[LOOSE]),
+     ("the checks' draws were fixed by check.seed=7, not secret: a candidate fitted to them would pass",)),
+], ids=["none", "restart-note", "other-size-note", "mapping", "profile-error", "log-at-limit", "log-over-limit", "in-order", "wrong-kernel", "own-weights",
+        "fixed-seed", "fixed-seed-failed"])
 def test_warnings(given, expected):
     assert verdict(given).warnings == expected
 

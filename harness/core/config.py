@@ -187,6 +187,9 @@ class CheckConfig:
     weights: str = WeightSource.TRANSPLANT
     # the candidate's module starts with the problem file's globals (KernelBench's eval shares one namespace)
     problem_globals: bool = False
+    # 0: every run draws its seeds in secret; another integer fixes them (the same draws in every run that sets it:
+    # runs compared like with like; a candidate that knows them could be fitted to them, so each record warns)
+    seed: int = 0
 
     def __post_init__(self) -> None:
         if self.trials < 1:

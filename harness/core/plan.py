@@ -4,6 +4,7 @@ reference and every compared model make alike. Drawn in the parent, never shown 
 from __future__ import annotations
 
 import dataclasses
+import random
 import secrets
 from typing import Optional
 
@@ -48,7 +49,9 @@ class Plan:
         """A plan from a problem's config (`Config.for_problem`: its declarations already applied)."""
         trials = cfg.check.trials + (1 if cfg.check.other_size else 0)
         other = cfg.check.trials if cfg.check.other_size else None
-        seeds = tuple(secrets.randbits(62) for _ in range(trials))
+        # check.seed fixes every draw below (in this order); 0 leaves them secret
+        draw = random.Random(cfg.check.seed).getrandbits if cfg.check.seed else secrets.randbits
+        seeds = tuple(draw(62) for _ in range(trials))
         kinds = cfg.check.input_distributions
         distributions = tuple(kinds[i % len(kinds)] if i != other else "given" for i in range(trials))
         calls = tuple(Call(i, mode, distributions[i]) for i in range(cfg.check.trials) for mode in cfg.check.modes)
@@ -57,12 +60,12 @@ class Plan:
         # Repeats come last: the module's state is final, as it is when the timed calls run.
         calls += tuple(Call(0, "eval", distributions[0], repeat=k) for k in range(1, cfg.check.repeats + 1))
         return cls(
-            construct_seed=secrets.randbits(62),
+            construct_seed=draw(62),
             input_seeds=seeds,
             distributions=distributions,
             calls=calls,
             other_size_trial=other,
             randomize_weights=cfg.check.randomize_weights,
-            gradient_seed=secrets.randbits(62),
-            rng_seed=secrets.randbits(62),
+            gradient_seed=draw(62),
+            rng_seed=draw(62),
         )

@@ -96,6 +96,7 @@ class VerdictRules:
     max_plausible_speedup: float  # check.max_plausible_speedup: a speedup over it is implausible-time
     impossible_below: float  # speed_of_light.impossible_below: a time under this share of the bytes floor is too
     allow_tf32: bool = False  # check.allow_tf32 (or the problem's HARNESS_ALLOW_TF32): lifts the below-float32 rule
+    fixed_seed: int = 0  # check.seed: when not 0, the run's draws were known beforehand (every record warns)
 
     @classmethod
     def of(cls, cfg: Any) -> "VerdictRules":
@@ -115,6 +116,7 @@ class VerdictRules:
             check.max_plausible_speedup,
             cfg.speed_of_light.impossible_below,
             check.allow_tf32,
+            check.seed,
         )
 
 
@@ -193,6 +195,11 @@ def first_warnings(case: Case) -> list[str]:
     if same_seed is not None and not same_seed.passed and not case.rules.require_same_seed:
         warnings.append(
             f"same-seed construction differs from the reference ({same_seed.reason}){_same_seed_cause(case.compared)}"
+        )
+    if case.rules.fixed_seed:
+        warnings.append(
+            f"the checks' draws were fixed by check.seed={case.rules.fixed_seed}, not secret: a candidate fitted to "
+            "them would pass"
         )
     if case.restart_note:
         warnings.append(case.restart_note)
