@@ -3,7 +3,7 @@ run's quiet host and its gate (harness.parent.quiet, `lane_work`, `step`, `hold`
 sleep for durations replayed from a kbcorpus state file (benchmarks/kbcorpus.py's state.jsonl, written by
 benchmarks/verdict_rate_gpu.sh on a GPU machine).
 
-    python3 benchmarks/lanes_sim.py STATE.jsonl [--lanes 1 2 4] [--builds 8] [--build-scale 1.0] [--memcheck-s 6]
+    python3 benchmarks/lanes_sim.py STATE.jsonl [--lanes 1 2 4] [--builds 8] [--build-scale 1.0] [--memcheck-s S]
 
 What is replayed, per judged kernel of the state, in its order:
 - its build ahead's wall seconds (`ahead.seconds`), in a pool of `--builds` slots that starts every build
@@ -11,7 +11,8 @@ What is replayed, per judged kernel of the state, in its order:
 - its reference pass (`reference_wall_s`, once per problem and lane), with the GPU alone;
 - its checks (`phase_s` less `time`), a shared grant, yielded at four step boundaries;
 - its timing (`phase_s.time`), with the GPU alone;
-- memcheck (`--memcheck-s`, not in the state) when it passed, on the shared grant.
+- memcheck when it passed, on the shared grant: the seconds of its compute-sanitizer runs (`sanitizer`, which
+  states since 2026-11-28 keep), else `--memcheck-s` (default 6); `--memcheck-s` given sets every kernel's.
 
 It prints the predicted verdicts per hour and the share of the wall the GPU was held alone, per lane
 count, so a GPU run of the same draw checks the prediction (docs/performance.md). `--build-scale`
@@ -29,6 +30,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -38,6 +40,7 @@ from harness.parent.quiet import QuietHost  # noqa: E402
 
 DRAIN_S = quiet.DRAIN_S  # seconds, on the device
 
+DEFAULT_MEMCHECK_S = 6.0  # a memcheck run's seconds where the state kept none (one lane, H100, 2026-11-28)
 SCALE = 0.01  # one second of the device is 10 ms here
 STEPS = 4  # step boundaries in a candidate's checks (a worker's messages: trials, repeats, gradients, go-ahead)
 
@@ -51,6 +54,7 @@ class Kernel:
     check: float
     time: float
     passed: bool
+    memcheck: Optional[float] = None  # its compute-sanitizer runs' seconds, where the state kept them
 
 
 def replayed(path: Path) -> list[Kernel]:
@@ -71,6 +75,7 @@ def replayed(path: Path) -> list[Kernel]:
                 sum(float(v or 0.0) for v in phases.values()),
                 timed,
                 row.get("status") == "correct",
+                sanitizer_seconds(row),
             )
         )
     if not kernels:
@@ -78,11 +83,19 @@ def replayed(path: Path) -> list[Kernel]:
     return kernels
 
 
+def sanitizer_seconds(row: dict) -> Optional[float]:
+    """The seconds of a state line's compute-sanitizer runs (`[tool, outcome, detail, seconds]` each), None when
+    the line keeps none (an earlier state, or memcheck off)."""
+    runs = [run for run in row.get("sanitizer") or [] if len(run) >= 4 and isinstance(run[3], (int, float))]
+    return sum(float(run[3]) for run in runs) if runs else None
+
+
 def simulate(
-    kernels: list[Kernel], lanes: int, builds: int, build_scale: float, memcheck_s: float
+    kernels: list[Kernel], lanes: int, builds: int, build_scale: float, memcheck_s: Optional[float]
 ) -> tuple[float, float, int]:
     """(verdicts per hour, share of the wall the GPU was held alone, most shared grants at once) for
-    `lanes` lanes on one GPU."""
+    `lanes` lanes on one GPU. `memcheck_s`: every passed kernel's memcheck seconds; None: each kernel's own from
+    the state, else DEFAULT_MEMCHECK_S."""
     quiet.DRAIN_S = DRAIN_S * SCALE  # the gate's drain after an exclusive grant, on the simulated clock
     host = QuietHost("off", lanes, lanes_per_gpu=lanes) if lanes > 1 else None
     pool = ThreadPoolExecutor(max_workers=builds)
@@ -124,7 +137,7 @@ def simulate(
                         host.step(index)
                 if kernel.passed:
                     sleep_alone(index, kernel.time)
-                    time.sleep(memcheck_s * SCALE)
+                    time.sleep(memcheck(kernel, memcheck_s) * SCALE)
 
     started = time.monotonic()
     threads = [threading.Thread(target=lane, args=(i,)) for i in range(lanes)]
@@ -147,6 +160,12 @@ def simulate(
     return len(kernels) / (wall / SCALE) * 3600, alone_s[0] / wall, peak
 
 
+def memcheck(kernel: Kernel, given: Optional[float]) -> float:
+    if given is not None:
+        return given
+    return kernel.memcheck if kernel.memcheck is not None else DEFAULT_MEMCHECK_S
+
+
 class _Nothing:
     def __enter__(self) -> None:
         return None
@@ -155,20 +174,30 @@ class _Nothing:
         return None
 
 
+def memcheck_note(kernels: list[Kernel], given: Optional[float]) -> str:
+    if given is not None:
+        return f"{given:g} s each"
+    kept = sorted(k.memcheck for k in kernels if k.passed and k.memcheck is not None)
+    if not kept:
+        return f"{DEFAULT_MEMCHECK_S:g} s each (the state keeps none)"
+    return f"from the state, median {kept[len(kept) // 2]:.1f} s ({len(kept)} runs; {DEFAULT_MEMCHECK_S:g} s where none)"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("state", type=Path)
     parser.add_argument("--lanes", type=int, nargs="+", default=[1, 2, 4])
     parser.add_argument("--builds", type=int, default=8, help="concurrent builds (16 cores: 8, the pool's default)")
     parser.add_argument("--build-scale", type=float, default=1.0, help="builds this many times as long")
-    parser.add_argument("--memcheck-s", type=float, default=6.0, help="memcheck of a correct candidate, seconds")
+    parser.add_argument("--memcheck-s", type=float, default=None,
+                        help="every correct candidate's memcheck seconds (default: each one's from the state, else 6)")
     args = parser.parse_args()
     kernels = replayed(args.state)
     builds = sorted(k.build for k in kernels)
     print(
         f"{len(kernels)} judged kernels of {len({k.problem for k in kernels})} problems from {args.state}; builds "
         f"median {builds[len(builds) // 2]:.0f} s x {args.build_scale:g}, {args.builds} at once; "
-        f"memcheck {args.memcheck_s:g} s"
+        f"memcheck {memcheck_note(kernels, args.memcheck_s)}"
     )
     print("| lanes | predicted verdicts per hour | GPU held alone |")
     print("|---:|---:|---:|")

@@ -5,7 +5,7 @@
 # TREE: the checkout whose harness runs (default: this one), so a run of an older commit (a `git worktree`)
 # and of this one use the same script. The corpus is at .kbcorpus/ (carry it) or KBCORPUS=DIR.
 # STATE (default $OUT/state.jsonl): carry a state in to go on where a call stopped.
-# Writes $OUT/log.txt, $OUT/state.jsonl, $OUT/report.md (kbcorpus.py), $OUT/rate.md (verdict_rate.py), and
+# Writes (a later call on the same OUT appends its log, busy share and samples) $OUT/log.txt, $OUT/state.jsonl, $OUT/report.md (kbcorpus.py), $OUT/rate.md (verdict_rate.py), and
 # $OUT/nvml.csv with $OUT/busy.txt: utilization.gpu sampled every 200 ms from the run's start to its end (NVML's
 # utilization is the share of its sample period in which a kernel ran, so its mean is the GPU's busy share).
 set -o pipefail
@@ -18,7 +18,7 @@ OUT=$(realpath -m "${OUT:-.cache/rate-out}")
 export KBCORPUS=$(realpath -m "${KBCORPUS:-$HERE/.kbcorpus}")
 STATE=$(realpath -m "${STATE:-$OUT/state.jsonl}")
 mkdir -p "$OUT"
-SAMPLES="$OUT/nvml.csv"
+SAMPLES="$OUT/nvml.call.csv"  # this call's samples, appended to $OUT/nvml.csv at its end
 
 nvidia-smi --query-gpu=timestamp,index,utilization.gpu,memory.used --format=csv,noheader,nounits -lms 200 > "$SAMPLES" 2>/dev/null &
 SAMPLER=$!
@@ -28,15 +28,16 @@ code=$?
 END=$(date +%s.%N)
 kill "$SAMPLER" 2>/dev/null
 wait "$SAMPLER" 2>/dev/null
-cp "$OUT/corpus/log.txt" "$OUT/log.txt" 2>/dev/null
+{ echo "== call of $(date -u +%FT%TZ), exit $code"; cat "$OUT/corpus/log.txt" 2>/dev/null; } >> "$OUT/log.txt"  # a resumed run keeps each call's
 cp "$OUT/corpus/report.md" "$OUT/report.md" 2>/dev/null
 [ -s "$OUT/corpus/state.jsonl" ] && cp "$OUT/corpus/state.jsonl" "$OUT/state.jsonl.tmp" && mv "$OUT/state.jsonl.tmp" "$STATE"
 [ "$STATE" != "$OUT/state.jsonl" ] && cp "$STATE" "$OUT/state.jsonl"
 rm -rf "$OUT/corpus"
 python3 "$HERE/benchmarks/verdict_rate.py" "$OUT/state.jsonl" --profile loop --out "$OUT/rate.md" | tee -a "$OUT/log.txt"
-python3 - "$SAMPLES" "$START" "$END" <<'EOF' | tee "$OUT/busy.txt" | tee -a "$OUT/log.txt"
+python3 - "$SAMPLES" "$START" "$END" <<'EOF' | tee -a "$OUT/busy.txt" | tee -a "$OUT/log.txt"
 import statistics, sys
 path, start, end = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+print(f"call of {end - start:.0f} s:")
 by_gpu = {}
 for line in open(path):
     parts = [p.strip() for p in line.split(",")]
@@ -47,4 +48,5 @@ for gpu, rows in sorted(by_gpu.items()):
     print(f"GPU {gpu}: {len(rows)} samples over {end - start:.0f} s; busy share (mean utilization.gpu) {statistics.mean(util):.1f}%; "
           f"samples with a kernel running {sum(u > 0 for u in util) / len(util):.0%}; peak memory {max(m for _, m in rows) / 1024:.1f} GiB")
 EOF
+cat "$SAMPLES" >> "$OUT/nvml.csv" 2>/dev/null && rm -f "$SAMPLES"
 exit "$code"

@@ -50,3 +50,21 @@ def test_more_lanes_overlap_checks_and_memcheck_and_keep_the_gates_promises(tmp_
     rate, alone, peak = lanes_sim.simulate(kernels, 4, builds=8, build_scale=1.0, memcheck_s=4.0)
     assert peak >= 2  # memcheck and checks of several lanes overlapped; only timings took turns
     assert rate > 0 and 0 < alone < 1
+
+
+def test_each_kernels_memcheck_seconds_come_from_the_state_unless_one_figure_is_given(tmp_path):
+    kept = {**row("a/1", "a"), "sanitizer": [["memcheck", "clean", "0 errors", 3.5], ["racecheck", "clean", "", 1.0]]}
+    old = row("a/2", "a")  # a state line from before the seconds were kept
+    kernels = lanes_sim.replayed(state(tmp_path, [kept, old]))
+    assert [k.memcheck for k in kernels] == [4.5, None]
+    assert [lanes_sim.memcheck(k, None) for k in kernels] == [4.5, lanes_sim.DEFAULT_MEMCHECK_S]
+    assert [lanes_sim.memcheck(k, 2.0) for k in kernels] == [2.0, 2.0]
+
+
+def test_a_state_whose_memcheck_runs_are_shorter_predicts_a_faster_lane(tmp_path):
+    rows = [row(f"p{i % 3}/{i}", f"p{i % 3}", build=0.5, time_s=0.5) for i in range(8)]
+    slow = lanes_sim.replayed(state(tmp_path, [{**r, "sanitizer": [["memcheck", "clean", "", 8.0]]} for r in rows]))
+    fast = lanes_sim.replayed(state(tmp_path, [{**r, "sanitizer": [["memcheck", "clean", "", 1.0]]} for r in rows]))
+    slow_rate, _, _ = lanes_sim.simulate(slow, 1, builds=8, build_scale=1.0, memcheck_s=None)
+    fast_rate, _, _ = lanes_sim.simulate(fast, 1, builds=8, build_scale=1.0, memcheck_s=None)
+    assert fast_rate > 1.5 * slow_rate
