@@ -3,7 +3,7 @@
     python3 benchmarks/kernelbench_levels.py --tree DIR [--fetch-from GIT_DIR]
     python3 benchmarks/kernelbench_levels.py --tree DIR --state STATE [--levels 1 2 3] [--only level1/19_ReLU ...]
                                              [--start N --count M] [--budget-s S] [--timeout S] [--redo]
-                                             [--device auto|cuda|cpu] [--set KEY=VALUE ...] [--no-lint]
+                                             [--device auto|cuda|cpu] [--set KEY=VALUE ...] [--no-lint] [--batch N]
     python3 benchmarks/kernelbench_levels.py --state STATE --summary OUT.md [--tree DIR]
                                              [--kernelbench-baseline FILE_OR_GIT_DIR]
 
@@ -36,6 +36,18 @@ so nothing of a large problem stays on disk. A problem that already has a line i
 --budget-s S stops before starting a problem once the elapsed time plus the median problem wall
 time so far would pass S, and cuts the per-problem limits to what is left: a problem cut short by
 the budget (not by its own --timeout) gets no line, so the next invocation runs it again.
+
+--batch N (N > 1) amortises the start-up of run.py (its judge, the torch.compile baseline's
+workers): the problems still to run go in groups of up to N, each group within one level, and each
+group is ONE `run.py --all` over the group's null candidates (written to a solutions tree in the
+group's scratch, STATE/tmp/<group>/solutions/<problem>/null.py) with --timeout times the group's
+size as its limit (cut to the budget that is left). The lint is skipped, as with --no-lint: it is
+one subprocess per problem. Each problem of the group gets its line from the run folder's records,
+with `batch` (the group's size), `wall_s` and `run_wall_s` the group's wall divided evenly over the
+problems that got a line, and `batch_wall_s` the group's whole wall. A group stopped at its limit
+gives lines only to the problems that have their candidate record; the others run again next
+time (a group of one problem is judged as --batch 1 would judge it). --batch 1 (the default) is
+the problem-by-problem run above.
 
 --summary writes a markdown report from STATE/results.jsonl alone (nothing is run).
 """
@@ -400,6 +412,25 @@ def read_run_folder(folder: Path) -> dict[str, dict[str, Any]]:
     return {kind: upgrade(line) for kind, line in last_lines(folder / "records.jsonl", "kind").items()}
 
 
+def read_run_folder_by_problem(folder: Path) -> dict[str, dict[str, dict[str, Any]]]:
+    """A run folder of several problems (--batch): problem name (`identity.problem`, the file stem) ->
+    the last record of each kind for it, upgraded as read_run_folder's are. Records of no problem (the
+    run's own start and end) and half-written lines are left out."""
+    found: dict[str, dict[str, dict[str, Any]]] = {}
+    for text in read_text(folder / "records.jsonl").splitlines():
+        try:
+            line = json.loads(text)
+        except json.JSONDecodeError:
+            continue
+        if not isinstance(line, dict) or not line.get("kind"):
+            continue
+        line = upgrade(line)
+        problem = (line.get("identity") or {}).get("problem")
+        if problem:
+            found.setdefault(problem, {})[line["kind"]] = line
+    return found
+
+
 def _interval(paired: Optional[dict[str, Any]]) -> tuple[Any, Any, Any]:
     paired = paired or {}
     return paired.get("speedup"), paired.get("low"), paired.get("high")
@@ -470,6 +501,117 @@ def run_one(entry: Entry, args: argparse.Namespace, state: Path, remaining: floa
     return line
 
 
+# ---------------------------------------------------------------- a group of problems in one run.py (--batch)
+
+
+def groups_of(entries: list[Entry], size: int) -> list[list[Entry]]:
+    """`entries` in order, in groups of up to `size`, each within one level (file stems repeat across
+    levels, and one run takes one level's folder as its problem tree)."""
+    groups: list[list[Entry]] = []
+    for entry in entries:
+        if groups and len(groups[-1]) < size and groups[-1][0].level == entry.level:
+            groups[-1].append(entry)
+        else:
+            groups.append([entry])
+    return groups
+
+
+@dataclasses.dataclass
+class GroupDone:
+    lines: list[dict[str, Any]]  # one per problem that got a line, in the group's order
+    run: Finished
+    cut: bool  # the budget (not the group's own limit) stopped the run
+    wall_s: float
+
+
+def run_group(group: list[Entry], args: argparse.Namespace, state: Path, remaining: float) -> GroupDone:
+    """The null candidates of `group` (one level) in one `run.py --all`, each problem's result line
+    from the run folder's records. A run stopped at its limit gives lines only to the problems with
+    a candidate record (a group of one, stopped at its own --timeout, gets its line as run_null
+    gives it); one that ended on its own gives every problem a line."""
+    level, slug = group[0].level, f"{group[0].slug}_batch{len(group)}"
+    scratch, results = state / "tmp" / slug, state / "results"
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
+    shutil.rmtree(results / slug, ignore_errors=True)  # a killed invocation's leftovers
+    started = time.monotonic()
+    own_limit = args.timeout * len(group)
+    limit = min(own_limit, remaining)
+    lines: list[dict[str, Any]] = []
+    try:
+        solutions = scratch / "solutions"
+        for entry in group:
+            (solutions / entry.name).mkdir(parents=True)
+            (solutions / entry.name / "null.py").write_text(null_candidate(entry.path.read_text(encoding="utf-8")), encoding="utf-8")
+        # --all takes every problem of the level's folder that has candidates: the solutions tree holds
+        # only the group's (run.py's --problem does not narrow --all)
+        command = [sys.executable, "run.py", "--all", "--problems-dir", str(args.tree / f"level{level}"),
+                   "--set", f"solutions_dir={json.dumps(str(solutions))}", "--run-id", slug, "--results", str(results),
+                   "--json", "--quiet", "--device", args.device, *harness_sets(args, scratch, state)]
+        done = run_bounded(command, limit, problem_env(scratch), scratch, "run")
+        cut = done.timed_out and limit < own_limit
+        found = read_run_folder_by_problem(results / slug)
+        if args.keep_records and (results / slug / "records.jsonl").is_file():
+            (state / "records").mkdir(exist_ok=True)
+            shutil.copyfile(results / slug / "records.jsonl", state / "records" / f"{slug}.jsonl")
+        for entry in group:
+            records = found.get(entry.name, {})
+            if done.timed_out and records.get("candidate") is None and (len(group) > 1 or cut):
+                continue  # no line: it runs again next time
+            line: dict[str, Any] = {"problem": entry.key, "level": entry.level, "id": entry.number, "name": entry.name}
+            line.update(outcome(records.get("candidate"), records.get("reference"), done))
+            if line["status"] not in (None, "correct"):
+                line["log_tail"] = tail(read_text(results / slug / "logs" / entry.name / "null.log"), 800)
+            lines.append(line)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+        shutil.rmtree(results / slug, ignore_errors=True)
+    wall = time.monotonic() - started
+    share = round(wall / max(len(lines), 1), 2)  # the group's wall, shared evenly by the problems that got a line
+    for line in lines:
+        line.update(run_wall_s=share, wall_s=share, batch=len(group), batch_wall_s=round(wall, 2),
+                    finished_at=time.strftime("%Y-%m-%dT%H:%M:%S"))
+    return GroupDone(lines, done, cut, wall)
+
+
+def progress_text(line: dict[str, Any]) -> str:
+    return f"{line['problem']}: {line.get('status') or line.get('reason')} {fmt_x(line.get('speedup'))} lint {line.get('lint_verdict', '-')} ({line['wall_s']:.0f} s)"
+
+
+def run_batches(pending: list[Entry], args: argparse.Namespace, state: Path, results_path: Path, walls: list[float], started: float) -> int:
+    """run_all's loop for --batch N > 1: the groups of `pending` in turn, under the budget; the
+    number of lines written."""
+    ran = 0
+    for number, group in enumerate(groups_of(pending, args.batch)):
+        elapsed = time.monotonic() - started
+        if should_stop(args.budget_s, elapsed, walls):
+            print(f"budget: stopping after {elapsed:.0f} s; next would be {group[0].key}", file=sys.stderr)
+            break
+        remaining = math.inf if args.budget_s is None else args.budget_s - elapsed
+        names = group[0].name if len(group) == 1 else f"{group[0].name} .. {group[-1].name}"
+        print(f"level{group[0].level}: a batch of {len(group)} ({names}) ...", file=sys.stderr, flush=True)
+        done = run_group(group, args, state, remaining)
+        for line in done.lines:
+            append_line(results_path, line)
+            walls.append(line["wall_s"])
+            ran += 1
+            print(progress_text(line), file=sys.stderr, flush=True)
+        got = {line["problem"] for line in done.lines}
+        missing = [entry for entry in group if entry.key not in got]
+        if missing and done.cut and number == 0 and len(group) == 1:  # it had the whole budget to itself: it would never fit
+            append_line(results_path, {**budget_line(missing[0], args.budget_s, done.wall_s), "batch": 1})
+            ran += 1
+            print(f"budget: {missing[0].key} alone ran past the budget; recorded as timed out", file=sys.stderr)
+        elif missing and done.cut:
+            print(f"budget: the batch was cut short; {len(missing)} problem(s) without a record will run again next time", file=sys.stderr)
+        elif missing:
+            print(f"the batch's run.py ran past its limit ({done.run.limit:.0f} s) before {len(missing)} problem(s) got a record; they run "
+                  f"again next time (one that keeps this up: --batch 1 --only {missing[0].key})", file=sys.stderr)
+        if done.cut:
+            break
+    return ran
+
+
 # ---------------------------------------------------------------- the results file
 
 
@@ -523,6 +665,34 @@ def on_sigterm(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt("terminated")
 
 
+def run_singly(pending: list[Entry], args: argparse.Namespace, state: Path, results_path: Path, walls: list[float], started: float) -> int:
+    """run_all's loop for --batch 1: the problems of `pending` in turn (lint, then the null candidate),
+    under the budget; the number of lines written."""
+    ran = 0
+    for entry in pending:
+        elapsed = time.monotonic() - started
+        if should_stop(args.budget_s, elapsed, walls):
+            print(f"budget: stopping after {elapsed:.0f} s; next would be {entry.key}", file=sys.stderr)
+            break
+        remaining = math.inf if args.budget_s is None else args.budget_s - elapsed
+        print(f"{entry.key} ...", file=sys.stderr, flush=True)
+        try:
+            line = run_one(entry, args, state, remaining)
+        except BudgetCut as cut:
+            if ran == 0:  # it had the whole budget to itself: it would never fit
+                append_line(results_path, {**cut.partial, **budget_line(entry, args.budget_s, time.monotonic() - started - elapsed)})
+                ran += 1
+                print(f"budget: {entry.key} alone ran past the budget; recorded as timed out", file=sys.stderr)
+            else:
+                print(f"budget: {entry.key} was cut short; it will run again next time", file=sys.stderr)
+            break
+        append_line(results_path, line)
+        walls.append(line["wall_s"])
+        ran += 1
+        print(progress_text(line), file=sys.stderr, flush=True)
+    return ran
+
+
 def run_all(args: argparse.Namespace) -> int:
     state = Path(args.state).resolve()
     handle = lock_state(state)
@@ -533,35 +703,18 @@ def run_all(args: argparse.Namespace) -> int:
     done = set() if args.redo else {line["problem"] for line in previous}
     walls = [line["wall_s"] for line in previous if isinstance(line.get("wall_s"), (int, float))]
     started, ran = time.monotonic(), 0
-    signal.signal(signal.SIGTERM, on_sigterm)
+    previous_handler = signal.signal(signal.SIGTERM, on_sigterm)
     try:
-        for entry in todo:
-            if entry.key in done:
-                continue
-            elapsed = time.monotonic() - started
-            if should_stop(args.budget_s, elapsed, walls):
-                print(f"budget: stopping after {elapsed:.0f} s; next would be {entry.key}", file=sys.stderr)
-                break
-            remaining = math.inf if args.budget_s is None else args.budget_s - elapsed
-            print(f"{entry.key} ...", file=sys.stderr, flush=True)
-            try:
-                line = run_one(entry, args, state, remaining)
-            except BudgetCut as cut:
-                if ran == 0:  # it had the whole budget to itself: it would never fit
-                    append_line(results_path, {**cut.partial, **budget_line(entry, args.budget_s, time.monotonic() - started - elapsed)})
-                    ran += 1
-                    print(f"budget: {entry.key} alone ran past the budget; recorded as timed out", file=sys.stderr)
-                else:
-                    print(f"budget: {entry.key} was cut short; it will run again next time", file=sys.stderr)
-                break
-            append_line(results_path, line)
-            walls.append(line["wall_s"])
-            ran += 1
-            print(f"{entry.key}: {line.get('status') or line.get('reason')} {fmt_x(line.get('speedup'))} lint {line.get('lint_verdict', '-')} ({line['wall_s']:.0f} s)", file=sys.stderr, flush=True)
+        pending = [e for e in todo if e.key not in done]
+        if args.batch > 1:  # no lint: it is one subprocess per problem
+            ran = run_batches(pending, args, state, results_path, walls, started)
+        else:
+            ran = run_singly(pending, args, state, results_path, walls, started)
     except KeyboardInterrupt:
-        print("interrupted: the problem in flight gets no line", file=sys.stderr)
+        print(f"interrupted: the {'batch' if args.batch > 1 else 'problem'} in flight gets no line", file=sys.stderr)
         return 130
     finally:
+        signal.signal(signal.SIGTERM, previous_handler)
         handle.close()
     left = sum(1 for e in todo if e.key not in done) - ran
     print(f"ran {ran} problem(s); {left} of this part left; results in {results_path}", file=sys.stderr)
@@ -636,7 +789,11 @@ def fmt_ms(value: Optional[float]) -> str:
 
 
 def wall_section(lines: list[dict[str, Any]]) -> list[str]:
-    out = ["## Wall time per problem (lint + run, s)", "", "| level | problems | median | p90 | max | total |", "|---|---:|---:|---:|---:|---:|"]
+    out = ["## Wall time per problem (lint + run, s)", ""]
+    batched = [line for line in lines if (line.get("batch") or 1) > 1]
+    if batched:
+        out += [f"{len(batched)} problem(s) run in batches (--batch, no lint): wall time per problem is the batch's share.", ""]
+    out += ["| level | problems | median | p90 | max | total |", "|---|---:|---:|---:|---:|---:|"]
     groups = [(f"level{lv}", [line for line in lines if line.get("level") == lv]) for lv in sorted({line.get("level") for line in lines if line.get("level") is not None})]
     for label, group in groups + [("all", lines)]:
         walls = [line["wall_s"] for line in group if isinstance(line.get("wall_s"), (int, float))]
@@ -771,6 +928,9 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser.add_argument("--timeout", type=float, default=600.0, help="wall-clock seconds per problem's run.py (default 600)")
     parser.add_argument("--lint-timeout", type=float, default=300.0, help="the lint's limit per problem (lint.timeout_s; default 300)")
     parser.add_argument("--no-lint", action="store_true")
+    parser.add_argument("--batch", type=int, default=1, metavar="N",
+                        help="run up to N problems of one level in one run.py (default 1: one run.py per problem); "
+                             "N > 1 skips the lint, as --no-lint does (the lint is one subprocess per problem)")
     parser.add_argument("--redo", action="store_true", help="run problems that already have a line again")
     parser.add_argument("--keep-records", action="store_true", help="keep each run's records.jsonl in STATE/records/")
     parser.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
@@ -785,6 +945,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
         parser.error("give --state (to run or, with --summary, to report), or --tree with --fetch-from")
     if args.state and not args.summary and args.tree is None:
         parser.error("running needs --tree")
+    if args.batch < 1:
+        parser.error("--batch: give a group size of 1 or more")
     return args
 
 

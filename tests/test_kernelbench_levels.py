@@ -240,3 +240,176 @@ def test_a_loss_that_fails_only_the_constant_check_is_marked_as_a_one_element_ou
     assert "| level1/94_MSELoss | fail | constant fails: matches 100.00% | constant only" in degenerate
     assert "| level1/95_X | fail | constant fails: x; depends on inputs: y |  |" in degenerate
     assert "level1/51_Argmax" in other and "level1/51_Argmax" not in degenerate
+
+
+# ---------------------------------------------------------------- --batch: a group of problems in one run.py
+
+
+def _tiny_tree(root, problems):
+    """A KernelBench-layout tree of TINY problems: `problems` maps level<L>/<name> to the scale."""
+    for key, scale in problems.items():
+        (root / key).parent.mkdir(parents=True, exist_ok=True)
+        (root / f"{key}.py").write_text(TINY.format(scale=scale))
+    return root
+
+
+def _argument(command, flag):
+    return command[command.index(flag) + 1]
+
+
+def _records(problem, speedup=1.0):
+    """A reference and a null candidate record of `problem` (a file stem), as a run folder holds them."""
+    from harness.core.records import SCHEMA_VERSION
+
+    reference = {"kind": "reference", "identity": {"problem": problem, "device_name": "test device"}, "outcome": {"ok": True, "reason": "ok"},
+                 "timing": {"stats": {"median_ms": 2.0, "timing_mode": "eager"}}, "schema_version": SCHEMA_VERSION}
+    candidate = {"kind": "candidate", "identity": {"problem": problem, "candidate": "null"}, "decision": {"status": "correct", "reason": "matched"},
+                 "timing": {"speedup": speedup, "reference_ms": 2.0, "paired": {"speedup": speedup, "low": speedup - 0.01, "high": speedup + 0.01, "protocol": "eager"}},
+                 "schema_version": SCHEMA_VERSION}
+    return [reference, candidate]
+
+
+class FakeRuns:
+    """Stands in for run_bounded: writes a reference and a candidate record for each problem of the run
+    (or only those in `recorded`) into the run folder, prints the candidates as run.py --json does, and
+    ends as told (timed out: stopped at its limit). Keeps each command and, for a batched run, the
+    null candidates it was given."""
+
+    def __init__(self, recorded=None, timed_out=False, exit=0, stderr=""):
+        self.recorded, self.timed_out, self.exit, self.stderr = recorded, timed_out, exit, stderr
+        self.commands, self.runs, self.given = [], [], []
+
+    def __call__(self, command, limit, env, folder, name):
+        self.commands.append(command)
+        if command[2] == "lint":
+            return kbl.Finished(0, 0.1, "", "", False, limit)
+        self.runs.append(command)
+        if "--all" in command:
+            solutions = Path(json.loads(next(s for s in command if s.startswith("solutions_dir=")).split("=", 1)[1]))
+            problems = sorted(p.name for p in solutions.iterdir())
+            self.given.append({p: (solutions / p / "null.py").read_text() for p in problems})
+        else:
+            problems = [_argument(command, "--problem").split("/")[-1]]
+        run = Path(_argument(command, "--results")) / _argument(command, "--run-id")
+        run.mkdir(parents=True, exist_ok=True)
+        printed = []
+        with open(run / "records.jsonl", "w") as f:
+            for problem in problems:
+                if self.recorded is None or problem in self.recorded:
+                    for record in _records(problem):
+                        f.write(json.dumps(record) + "\n")
+                    printed.append(json.dumps({k: v for k, v in record.items() if k != "kind"}))
+        return kbl.Finished(None if self.timed_out else self.exit, 0.5, "\n".join(printed), self.stderr, self.timed_out, limit)
+
+
+def _main(monkeypatch, runs, tree, state, *extra):
+    monkeypatch.setattr(kbl, "run_bounded", runs)
+    code = kbl.main(["--tree", str(tree), "--state", str(state), "--device", "cpu", *extra])
+    lines = [json.loads(t) for t in (state / "results.jsonl").read_text().splitlines()] if (state / "results.jsonl").is_file() else []
+    return code, lines
+
+
+@pytest.mark.slow
+def test_a_batch_runs_its_problems_null_candidates_in_one_run_and_gives_each_its_line(tmp_path, monkeypatch):
+    tree = _tiny_tree(tmp_path / "KernelBench", {"level1/1_Tiny": 2.0, "level1/2_Tinier": 0.5, "level1/3_Tiniest": 1.5})
+    state, started = tmp_path / "state", []
+    real = kbl.run_bounded
+
+    def counted(command, *rest):
+        started.append(command)
+        return real(command, *rest)
+
+    monkeypatch.setattr(kbl, "run_bounded", counted)
+    quick = ["baselines.compile_modes=[]", "check.trials=1", "timing.budget_s=0.2", "timing.warmup_ms=5", "timing.min_reps=2", "timing.rounds=2"]
+    code = kbl.main(["--tree", str(tree), "--state", str(state), "--device", "cpu", "--batch", "3", *[w for s in quick for w in ("--set", s)]])
+    assert code == 0
+    assert len(started) == 1 and started[0][1:3] == ["run.py", "--all"]  # one run.py for the group, and no lint
+    assert _argument(started[0], "--problems-dir") == str(tree / "level1")
+    lines = [json.loads(t) for t in (state / "results.jsonl").read_text().splitlines()]
+    assert [line["problem"] for line in lines] == ["level1/1_Tiny", "level1/2_Tinier", "level1/3_Tiniest"]
+    for line in lines:
+        assert line["status"] == "correct" and line["speedup"] > 0 and line["low"] <= line["speedup"] <= line["high"], line
+        assert line["batch"] == 3 and line["exit"] == 0 and not line["timed_out"] and line["reference_ok"] and "lint_verdict" not in line
+        assert line["wall_s"] == lines[0]["wall_s"] and abs(3 * line["wall_s"] - line["batch_wall_s"]) < 0.05  # the batch's share each
+    assert not any((state / "tmp").iterdir()) and not any((state / "results").iterdir())  # nothing left behind
+    assert "3 problem(s) run in batches (--batch, no lint): wall time per problem is the batch's share." in kbl.summarize(lines)
+
+
+def test_a_batch_never_holds_problems_of_two_levels(tmp_path, monkeypatch):
+    # the same file stem in two levels: each level is a run of its own, its solutions tree holding its own null candidate
+    tree = _tiny_tree(tmp_path / "KernelBench", {"level1/1_Tiny": 2.0, "level1/2_Tinier": 0.5, "level2/1_Tiny": 3.0})
+    runs = FakeRuns()
+    code, lines = _main(monkeypatch, runs, tree, tmp_path / "state", "--batch", "5")
+    assert code == 0
+    assert [_argument(c, "--problems-dir") for c in runs.runs] == [str(tree / "level1"), str(tree / "level2")]
+    assert [sorted(given) for given in runs.given] == [["1_Tiny", "2_Tinier"], ["1_Tiny"]]
+    assert "return [3.0]" in runs.given[1]["1_Tiny"] and "class ModelNew(nn.Module)" in runs.given[1]["1_Tiny"]
+    assert [(line["problem"], line["batch"], line["status"]) for line in lines] == [
+        ("level1/1_Tiny", 2, "correct"), ("level1/2_Tinier", 2, "correct"), ("level2/1_Tiny", 1, "correct")]
+    assert kbl.groups_of(kbl.problem_list(tree, [1, 2]), 2) == [kbl.problem_list(tree, [1]), kbl.problem_list(tree, [2])]
+
+
+def test_a_batch_stopped_at_its_limit_gives_lines_only_to_problems_with_records_and_the_rest_run_again(tmp_path, monkeypatch, capsys):
+    tree = _tiny_tree(tmp_path / "KernelBench", {"level1/1_A": 2.0, "level1/2_B": 0.5, "level1/3_C": 1.5})
+    state = tmp_path / "state"
+    stopped = FakeRuns(recorded={"1_A"}, timed_out=True)
+    code, lines = _main(monkeypatch, stopped, tree, state, "--batch", "3", "--timeout", "100")
+    assert code == 0 and stopped.runs[0][stopped.runs[0].index("--run-id") + 1].endswith("_batch3")
+    assert [(line["problem"], line["status"], line["batch"]) for line in lines] == [("level1/1_A", "correct", 3)]
+    assert lines[0]["wall_s"] == lines[0]["batch_wall_s"]  # the one line takes the whole wall
+    assert "before 2 problem(s) got a record; they run again next time" in capsys.readouterr().err
+    assert not any((state / "tmp").iterdir()) and not any((state / "results").iterdir())
+
+    again = FakeRuns()
+    code, lines = _main(monkeypatch, again, tree, state, "--batch", "3", "--timeout", "100")
+    assert code == 0 and len(again.runs) == 1 and sorted(again.given[0]) == ["2_B", "3_C"]
+    assert [(line["problem"], line["batch"]) for line in lines] == [("level1/1_A", 3), ("level1/2_B", 2), ("level1/3_C", 2)]
+
+
+def test_a_batch_that_ends_without_some_records_gives_those_problems_a_line_naming_the_exit(tmp_path, monkeypatch):
+    tree = _tiny_tree(tmp_path / "KernelBench", {"level1/1_A": 2.0, "level1/2_B": 0.5})
+    code, lines = _main(monkeypatch, FakeRuns(recorded={"1_A"}, exit=1, stderr="Traceback\nRuntimeError: boom"), tree, tmp_path / "state", "--batch", "2")
+    assert code == 0 and [line["problem"] for line in lines] == ["level1/1_A", "level1/2_B"]
+    assert lines[0]["status"] == "correct" and lines[1]["status"] is None
+    assert lines[1]["reason"] == "no candidate record; run.py exit 1: Traceback | RuntimeError: boom" and lines[1]["stderr_tail"]
+
+
+def test_a_lone_problem_that_runs_past_the_whole_budget_in_a_batch_is_recorded_as_timed_out(tmp_path, monkeypatch):
+    tree = _tiny_tree(tmp_path / "KernelBench", {"level1/1_A": 2.0})
+    runs = FakeRuns(recorded=set(), timed_out=True)
+    code, lines = _main(monkeypatch, runs, tree, tmp_path / "state", "--batch", "4", "--budget-s", "30", "--timeout", "100")
+    assert code == 0 and len(runs.runs) == 1
+    assert [(line["problem"], line["status"], line["timed_out"], line["batch"]) for line in lines] == [("level1/1_A", None, True, 1)]
+    assert "ran past the invocation's whole budget (30 s)" in lines[0]["reason"]
+
+
+def test_an_interrupted_batch_gets_no_lines_and_leaves_no_scratch(tmp_path, monkeypatch):
+    tree = _tiny_tree(tmp_path / "KernelBench", {"level1/1_A": 2.0, "level1/2_B": 0.5})
+    state = tmp_path / "state"
+
+    def interrupted(command, limit, env, folder, name):
+        run = Path(_argument(command, "--results")) / _argument(command, "--run-id")
+        run.mkdir(parents=True)
+        (run / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in _records("1_A")))
+        raise KeyboardInterrupt("terminated")
+
+    code, lines = _main(monkeypatch, interrupted, tree, state, "--batch", "2")
+    assert code == 130 and lines == []
+    assert not any((state / "tmp").iterdir()) and not any((state / "results").iterdir())
+
+
+def test_batch_1_is_the_problem_by_problem_run_with_the_same_line_fields(tmp_path, monkeypatch):
+    tree = _tiny_tree(tmp_path / "KernelBench", {"level1/1_A": 2.0, "level1/2_B": 0.5})
+    by_default, batch_1 = FakeRuns(), FakeRuns()
+    _, default_lines = _main(monkeypatch, by_default, tree, tmp_path / "default")
+    code, lines = _main(monkeypatch, batch_1, tree, tmp_path / "batch1", "--batch", "1")
+    assert code == 0 and len(lines) == 2
+    assert [c[2] for c in batch_1.commands] == ["lint", "--problems-dir", "lint", "--problems-dir"]  # a lint and a run per problem
+    assert all("--solution" in c and "--all" not in c for c in batch_1.runs)
+    times = ("wall_s", "finished_at")
+    assert [{k: v for k, v in line.items() if k not in times} for line in lines] == [{k: v for k, v in line.items() if k not in times} for line in default_lines]
+    assert set(lines[0]) == {
+        "problem", "level", "id", "name", "lint_verdict", "lint_reason", "lint_checks", "lint_exit", "lint_wall_s", "exit", "timed_out", "run_wall_s",
+        "status", "reason", "speedup", "low", "high", "protocol", "reference_ms", "candidate_ms", "sol_fraction", "flags", "warnings", "candidate_wall_s",
+        "reference_ok", "reference_reason", "reference_wall_s", "reference_eager_ms", "reference_mode", "device_name", "peak_bytes", "sol_floor_ms",
+        "sol_bound", "wall_s", "finished_at"}
