@@ -1,6 +1,8 @@
 """compute-sanitizer runs: the report is read into a verdict, the tool's time limit holds, and a
 missing tool is a note, not a failure. (The real tool on a real kernel: tests/test_gpu_integrity.py.)"""
+import dataclasses
 import importlib.util
+import json
 import os
 import stat
 import time
@@ -141,3 +143,78 @@ def test_a_lane_keeps_one_run_started_ahead_and_ends_it_when_it_closes(tmp_path,
     without = LaneSanitizer(cfg, "cuda", {}, prestart=False, scratch=own)
     without.prestart()
     assert without._spare is None
+
+
+def test_the_run_started_after_one_problems_memcheck_serves_the_lanes_next_problem(tmp_path, make_config):
+    # a lane's problems share its launcher's slot: the run that readies after problem A's candidate is the one
+    # problem B's candidate gets, and A's end (its last candidate done) does not end it
+    from harness.parent.sanitize import LaneSanitizer
+    from harness.parent.spares import SpareSlot
+
+    tool = _stdin_tool(tmp_path)
+    cfg = make_config(f"sanitizer.path={tool}", "sanitizer.enabled=on")
+    own, slot = RunScratch.create(tmp_path), SpareSlot()
+    first = LaneSanitizer(cfg, "cuda", {"CUDA_VISIBLE_DEVICES": "0"}, prestart=True, scratch=own, spares=slot)
+    job = P.SanitizeJob(str(tmp_path / "x.py"), str(tmp_path / "problem.py"), "", "ModelNew", {}, 1, str(tmp_path), False)
+    first.run(job, "a", "a")
+    ahead = slot.spare
+    assert ahead is not None and ahead.proc.poll() is None
+    first.close()
+    assert slot.spare is ahead and ahead.proc.poll() is None  # kept for the lane's next problem
+    second = LaneSanitizer(cfg, "cuda", {"CUDA_VISIBLE_DEVICES": "0"}, prestart=True, scratch=own, spares=slot)
+    second.prestart()  # its candidate starts: the waiting run is the one it will use, no second start
+    assert slot.spare is ahead
+    runs, _ = second.run(dataclasses.replace(job, seed=2), "b", "b")
+    assert [r.outcome for r in runs] == ["clean"] and ahead.proc.poll() is not None and not ahead.scratch.exists()
+    assert json.loads((tmp_path / "job.json").read_text())["seed"] == 2  # B's job went to the run started after A's
+    following = slot.spare
+    assert following is not None and following is not ahead and following.proc.poll() is None
+    deadline = time.monotonic() + 10
+    while _started(tmp_path) != (1, 2) and time.monotonic() < deadline:  # each start notes itself when it runs
+        time.sleep(0.05)
+    assert _started(tmp_path) == (1, 2)  # A's run, then two started ahead: the one B used and the lane's next
+    slot.discard()  # the lane ends
+    assert slot.spare is None
+
+
+def _started(tmp_path):
+    """(fresh runs, runs started ahead) the stand-in tool has noted so far."""
+    lines = [line.split() for line in (tmp_path / "args").read_text().splitlines()]
+    ahead = sum(1 for line in lines if line and line[-1] == "-")
+    return len(lines) - ahead, ahead
+
+
+def test_a_run_started_ahead_for_another_lanes_environment_or_tool_is_not_used(tmp_path, make_config):
+    from harness.parent.sanitize import LaneSanitizer
+    from harness.parent.spares import SpareSlot
+
+    tool = _stdin_tool(tmp_path)
+    cfg = make_config(f"sanitizer.path={tool}", "sanitizer.enabled=on")
+    own, slot = RunScratch.create(tmp_path), SpareSlot()
+    LaneSanitizer(cfg, "cuda", {"CUDA_VISIBLE_DEVICES": "0"}, prestart=True, scratch=own, spares=slot).prestart()
+    stale = slot.spare
+    assert stale is not None
+    other = LaneSanitizer(cfg, "cuda", {"CUDA_VISIBLE_DEVICES": "1"}, prestart=True, scratch=own, spares=slot)
+    other.prestart()
+    assert slot.spare is not stale and stale.proc.poll() is not None and not stale.scratch.exists()
+    racecheck = make_config(f"sanitizer.path={tool}", "sanitizer.enabled=on", "sanitizer.tools=[racecheck]")
+    fresh = slot.spare
+    assert slot.take(("another-tool", "racecheck", ())) is None  # taken for another key: discarded, not handed over
+    assert fresh is not None and fresh.proc.poll() is not None
+    LaneSanitizer(racecheck, "cuda", {}, prestart=False, scratch=own, spares=slot).prestart()
+    assert slot.spare is None  # without prestart nothing is started
+    other.kill()  # a stopped run ends the lane's slot too
+
+
+def test_a_lanes_launcher_ends_the_sanitizer_run_it_kept_when_it_closes_or_is_killed(tmp_path):
+    from harness.parent.sanitize import Prestarted
+    from harness.parent.supervise import Launcher
+
+    tool = _stdin_tool(tmp_path)
+    for end in ("close", "kill_all"):
+        launcher = Launcher()
+        launcher.sanitizer_spares.fill(("k",), lambda: Prestarted.start(tool, "memcheck", {}, RunScratch.create(tmp_path)))
+        spare = launcher.sanitizer_spares.spare
+        assert spare is not None and spare.proc.poll() is None
+        getattr(launcher, end)()
+        assert launcher.sanitizer_spares.spare is None and spare.proc.poll() is not None and not spare.scratch.exists()

@@ -88,6 +88,7 @@ class ProblemEvaluation:
             self.lane.launcher.prestart and self.cfg.sanitizer.prestart,
             scratch=self.resources.scratch,
             quiet=self.resources.quiet,
+            spares=self.lane.launcher.sanitizer_spares,  # the lane's: a run started ahead serves its next problem too
         )
 
     def screen(self) -> tuple[list[CandidateRecord], list[Candidate]]:

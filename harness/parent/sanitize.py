@@ -30,6 +30,7 @@ from harness.core.records import SanitizerOutcome, SanitizerResult, to_dict
 from harness.core.status import Code, Finding
 from harness.parent.quiet import QuietHost
 from harness.parent.scratch import RunScratch
+from harness.parent.spares import SpareSlot
 
 ROOT = Path(__file__).resolve().parents[2]  # the folder the harness package sits in (on the child's PYTHONPATH)
 ERRORS_EXIT = 86  # the tool's exit code when it found errors (--error-exitcode)
@@ -292,7 +293,8 @@ class LaneSanitizer:
     """compute-sanitizer for one problem on one lane: one eval forward of a candidate under each
     tool, at the other-size trial's sizes; a source run again on the same inputs (a resubmission)
     gets the earlier runs, since the tools would say the same. Its runs work in folders of the
-    run's `scratch`; a run started ahead is background work for the run's quiet host `quiet`."""
+    run's `scratch`; a run started ahead is background work for the run's quiet host `quiet`, kept in
+    `spares`: the lane's slot (its launcher's), which outlives this problem, else one of its own."""
 
     def __init__(
         self,
@@ -303,6 +305,7 @@ class LaneSanitizer:
         *,
         scratch: RunScratch,
         quiet: Optional[QuietHost] = None,
+        spares: Optional[SpareSlot[Prestarted]] = None,
     ) -> None:
         # cfg: the problem's harness.core.config.Config
         self.cfg, self.device, self.env = cfg, device, env
@@ -310,35 +313,39 @@ class LaneSanitizer:
         # a source's sanitizer runs, for a resubmission
         self.runs: dict[tuple[Any, ...], tuple[tuple[SanitizerResult, ...], list[Finding]]] = {}
         self.prestart_runs = prestart  # keep the first tool's next run started ahead (workers.prestart)
-        self._spare: Optional[Prestarted] = None
+        self._own_slot = spares is None  # a slot of its own ends with it; the lane's outlives it
+        self.slot: SpareSlot[Prestarted] = spares if spares is not None else SpareSlot()
         self.runner = ToolRunner()  # its runs, which a stopped run kills
+
+    @property
+    def _spare(self) -> Optional[Prestarted]:
+        return self.slot.spare
+
+    def _spare_key(self, tool: str) -> tuple[Any, ...]:
+        """What a run started ahead must have been started for to serve this lane's next candidate."""
+        return (tool, self.cfg.sanitizer.tools[0], tuple(sorted(self.env.items())))
 
     def prestart(self) -> None:
         """Start the first tool's next run ahead, when prestarting and none is waiting (a CUDA lane
         with the sanitizer on and the tool found)."""
         cfg = self.cfg.sanitizer
-        if (
-            not self.prestart_runs
-            or self._spare is not None
-            or self.device != Device.CUDA
-            or not self.wanted()
-            or not cfg.tools
-        ):
+        if not self.prestart_runs or self.device != Device.CUDA or not self.wanted() or not cfg.tools:
             return
         tool = find_tool(cfg.path)
         if tool is not None:
-            self._spare = Prestarted.start(tool, cfg.tools[0], self.env, self.scratch, self.quiet)
+            name, env, scratch, quiet = cfg.tools[0], self.env, self.scratch, self.quiet
+            self.slot.fill(self._spare_key(tool), lambda: Prestarted.start(tool, name, env, scratch, quiet))
 
     def close(self) -> None:
-        """End a run started ahead and never used."""
-        spare, self._spare = self._spare, None
-        if spare is not None:
-            spare.discard()
+        """End a run started ahead and never used, when the slot is this problem's own (the lane's
+        serves the lane's next problem)."""
+        if self._own_slot:
+            self.slot.discard()
 
     def kill(self) -> None:
         """End every run of this lane now, the one started ahead too (a stopped run)."""
         self.runner.kill()
-        self.close()
+        self.slot.discard()
 
     def wanted(self) -> bool:
         setting = self.cfg.sanitizer.enabled
@@ -361,9 +368,10 @@ class LaneSanitizer:
                 for r in runs
             ), found
         cwd = self.scratch.make(f"sanitize-{name[:20]}-")
-        spare, self._spare = self._spare, None
+        tool = find_tool(cfg.path)
+        spare = self.slot.take(self._spare_key(tool)) if tool is not None and cfg.tools else None
         try:
-            result = sanitize(find_tool(cfg.path), cfg.tools, cfg.timeout, job, self.env, cwd, spare, self.runner)
+            result = sanitize(tool, cfg.tools, cfg.timeout, job, self.env, cwd, spare, self.runner)
         finally:
             shutil.rmtree(cwd, ignore_errors=True)
             if spare is not None:

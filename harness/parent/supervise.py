@@ -28,6 +28,7 @@ from harness.core.protocol import Failure, WorkerOutcome
 from harness.core.records import to_dict
 from harness.core.status import Status
 from harness.parent.quiet import QuietHost
+from harness.parent.spares import SpareSlot
 
 POLL_SECONDS = 0.2
 
@@ -149,6 +150,8 @@ class Launcher:
         self.active: set[subprocess.Popen[bytes]] = set()  # handed out, not yet ended
         self._spares: list[Started] = []  # oldest (most likely ready) first
         self._judge_spare: Optional[tuple[JudgeClient, Path]] = None  # a prestarted judge and its working folder
+        # compute-sanitizer's next run started ahead (sanitizer.prestart), kept across the lane's problems
+        self.sanitizer_spares: SpareSlot[Any] = SpareSlot()
         self._judges_started = 0
         self._closed = False
         self._lock = threading.Lock()
@@ -236,6 +239,7 @@ class Launcher:
             active = list(self.active)
         self._discard()
         self._discard_judge()
+        self.sanitizer_spares.discard()
         for proc in active:
             _kill_group(proc)
             self.quiet.unregister(proc)
@@ -244,6 +248,7 @@ class Launcher:
         self._closed = True
         self._discard()
         self._discard_judge()
+        self.sanitizer_spares.discard()
 
     def _discard_judge(self, spare: Optional[tuple[JudgeClient, Path]] = None) -> None:
         """End a prestarted judge (the lane's, when none is named) and remove its folder and log."""
