@@ -9,6 +9,8 @@
 # smoke.json, and prints the table last; exits 1 on any miss, 2 without a GPU. SMOKE_LIMIT (seconds, default 295)
 # bounds the whole script, builds included (on an H100, 2026-11-27: 135 s the first pass, cold builds, 110 s the second).
 # SMOKE_LANES (default 1) is workers.lanes_per_gpu for both passes: lanes sharing the GPU through its gate.
+# SMOKE_SETS (space-separated KEY=VALUE) adds config overrides to both passes, after the smoke's own, e.g.
+#   SMOKE_SETS="sanitizer.prestart=true" OUT=DIR bash benchmarks/gpu_smoke.sh
 # Both passes share one build cache, as a user's runs do: the first pass (the boundary) builds cold, in the build
 # pool, and the second finds the builds finished. Builds, caches, results and scratch go to a folder removed at the end.
 set -u
@@ -60,6 +62,8 @@ SETTINGS=(
   --set timeouts.construct=90 --set timeouts.check=90 --set timeouts.time=90 --set workers.spares=2
   --set "workers.lanes_per_gpu=${SMOKE_LANES:-1}"
 )
+read -r -a EXTRA_SETS <<< "${SMOKE_SETS:-}"
+for setting in "${EXTRA_SETS[@]}"; do SETTINGS+=(--set "$setting"); done
 
 RECORDS=()
 CODES=()
