@@ -218,3 +218,6 @@ def test_a_lanes_launcher_ends_the_sanitizer_run_it_kept_when_it_closes_or_is_ki
         assert spare is not None and spare.proc.poll() is None
         getattr(launcher, end)()
         assert launcher.sanitizer_spares.spare is None and spare.proc.poll() is not None and not spare.scratch.exists()
+        # a lane's memcheck that ends after its launcher closed (a stopped run) starts no run that nothing would end
+        launcher.sanitizer_spares.fill(("k",), lambda: Prestarted.start(tool, "memcheck", {}, RunScratch.create(tmp_path)))
+        assert launcher.sanitizer_spares.spare is None

@@ -25,11 +25,12 @@ SpareT = TypeVar("SpareT", bound=Spare)
 class SpareSlot(Generic[SpareT]):
     """At most one process started ahead, with the `key` it was started for: `take(key)` hands it
     over when it is still alive and was started for that key, and discards it otherwise. Thread-safe;
-    its owner discards it when it ends."""
+    its owner closes it when it ends, and a closed slot starts nothing more."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._held: Optional[tuple[tuple[Any, ...], SpareT]] = None
+        self._closed = False
 
     @property
     def spare(self) -> Optional[SpareT]:
@@ -49,18 +50,21 @@ class SpareSlot(Generic[SpareT]):
         return None
 
     def fill(self, key: tuple[Any, ...], start: Callable[[], SpareT]) -> None:
-        """Start one ahead for `key` (`start()`) unless a live one for it is waiting."""
+        """Start one ahead for `key` (`start()`) unless a live one for it is waiting or the slot is closed."""
         with self._lock:
             held = self._held
-            if held is not None and held[0] == key and held[1].proc.poll() is None:
+            if self._closed or (held is not None and held[0] == key and held[1].proc.poll() is None):
                 return
             self._held = None
         if held is not None:
             held[1].discard()
         started = start()
         with self._lock:
-            held, self._held = self._held, (key, started)
-        if held is not None:  # another thread filled it meanwhile
+            if self._closed:  # closed while it started: nothing would end it
+                held = (key, started)
+            else:
+                held, self._held = self._held, (key, started)
+        if held is not None:  # another thread filled it meanwhile, or the slot closed
             held[1].discard()
 
     def discard(self) -> None:
@@ -68,3 +72,9 @@ class SpareSlot(Generic[SpareT]):
             held, self._held = self._held, None
         if held is not None:
             held[1].discard()
+
+    def close(self) -> None:
+        """Discard what it holds, and start nothing more (its owner ended: a stopped or finished lane)."""
+        with self._lock:
+            self._closed = True
+        self.discard()

@@ -239,7 +239,7 @@ class Launcher:
             active = list(self.active)
         self._discard()
         self._discard_judge()
-        self.sanitizer_spares.discard()
+        self.sanitizer_spares.close()
         for proc in active:
             _kill_group(proc)
             self.quiet.unregister(proc)
@@ -248,7 +248,7 @@ class Launcher:
         self._closed = True
         self._discard()
         self._discard_judge()
-        self.sanitizer_spares.discard()
+        self.sanitizer_spares.close()
 
     def _discard_judge(self, spare: Optional[tuple[JudgeClient, Path]] = None) -> None:
         """End a prestarted judge (the lane's, when none is named) and remove its folder and log."""
