@@ -9,6 +9,8 @@ came from. Printed (and written with --out):
 
 - verdicts per GPU-hour: kernels with a verdict over the runs' summed wall time (a run is one
   run.py process on one GPU, start-up and reference passes included);
+- the rate after each run's first record: the records after the first over the time from the first
+  to the last (the cold start, the first builds above all, left out: what a warm loop would see);
 - the reference pass per problem: median and total seconds of each phase (the judge's start-up,
   load, construct, check, time; the baselines and the null candidate when the profile has them);
 - the candidate: median and total of its wall time as the parent saw it, of its builds (cold
@@ -84,6 +86,16 @@ def idle_between(judged: list[dict[str, Any]]) -> list[float]:
     return idle
 
 
+def after_first(judged: list[dict[str, Any]]) -> tuple[int, float]:
+    """(records after each run's first, seconds from each run's first record to its last), summed over runs."""
+    by_run: dict[str, list[float]] = {}
+    for line in judged:
+        if line.get("finished_at"):
+            by_run.setdefault(line.get("run_id", ""), []).append(_moment(line["finished_at"]))
+    records = sum(len(times) - 1 for times in by_run.values())
+    return records, sum(max(times) - min(times) for times in by_run.values())
+
+
 def summary(lines: list[dict[str, Any]]) -> dict[str, Any]:
     judged = [line for line in lines if line.get("status") not in NOT_JUDGED]
     runs = {line["run_id"]: (line.get("run_wall_s"), line.get("run_kernels")) for line in lines if line.get("run_wall_s") is not None}
@@ -105,6 +117,7 @@ def summary(lines: list[dict[str, Any]]) -> dict[str, Any]:
         # each sanitizer run's seconds (state lines since 2026-11-28 carry them as the fourth item)
         "sanitizer": spread(run[3] for line in judged for run in line.get("sanitizer") or [] if len(run) > 3 and run[3]),
         "idle": spread(idle_between(judged)),
+        "after_first": after_first(judged),
     }
 
 
@@ -116,6 +129,15 @@ def render(found: dict[str, Any], profile: str, source: str) -> str:
         f"{found['judged']} of {found['kernels']} kernels judged in {found['runs']} run(s) of {found['run_wall_s']} s in all: "
         + (f"**{rate} verdicts per GPU-hour**." if rate is not None else "no run wall time recorded."),
         "",
+    ]
+    records, seconds = found["after_first"]
+    if records and seconds > 0:
+        out += [
+            f"After each run's first record: {records} records in {seconds:.0f} s, **{records / seconds * 3600:.1f} per "
+            "hour** (the cold start left out).",
+            "",
+        ]
+    out += [
         "| part | n | median s | total s |",
         "|---|---:|---:|---:|",
     ]

@@ -356,3 +356,7 @@ def test_verdict_rate_shows_memchecks_seconds_and_the_lanes_idle_time_between_re
     text = rate.render(found, "loop", "state.jsonl")
     assert "| **lane idle between records** (one lane: no candidate ready, its build ahead not done) | 2 | 10.00 | 20.0 |" in text
     assert "| **compute-sanitizer runs** (wall, each) | 3 | 2.00 | 6.0 |" in text
+    # after the first record: 2 records in 35 s
+    assert found["after_first"] == (2, 35.0)
+    assert "After each run's first record: 2 records in 35 s, **205.7 per hour** (the cold start left out)." in text
+    assert rate.after_first([{**lines[0], "run_id": "b"}, *lines[1:]]) == (1, 25.0)  # counted per run
