@@ -361,9 +361,7 @@ def lint_verdict(checks: list[tuple[str, str, str]]) -> tuple[str, str]:
 
 
 def run_null(entry: Entry, args: argparse.Namespace, scratch: Path, state: Path, limit: float) -> dict[str, Any]:
-    candidate = scratch / "null" / "null.py"
-    candidate.parent.mkdir(parents=True, exist_ok=True)
-    candidate.write_text(null_candidate(entry.path.read_text(encoding="utf-8")), encoding="utf-8")
+    candidate = write_null(entry, scratch / "null" / "null.py")
     results = state / "results"
     shutil.rmtree(results / entry.slug, ignore_errors=True)  # a killed invocation's leftovers
     command = [sys.executable, "run.py", "--problems-dir", str(args.tree), "--problem", entry.key, "--solution", str(candidate),
@@ -375,15 +373,31 @@ def run_null(entry: Entry, args: argparse.Namespace, scratch: Path, state: Path,
         records = read_run_folder(results / entry.slug)
         printed = next((json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")), None)  # run.py --json: the record without its kind
         candidate_record = upgrade({"kind": "candidate", **printed}) if printed else records.get("candidate")
-        line = outcome(candidate_record, records.get("reference"), done)
-        if args.keep_records and (results / entry.slug / "records.jsonl").is_file():
-            (state / "records").mkdir(exist_ok=True)
-            shutil.copyfile(results / entry.slug / "records.jsonl", state / "records" / f"{entry.slug}.jsonl")
-        if line["status"] not in (None, "correct"):
-            line["log_tail"] = tail(read_text(results / entry.slug / "logs" / entry.name / "null.log"), 800)
-        return line
+        keep_records(args, state, results / entry.slug)
+        return with_log_tail(outcome(candidate_record, records.get("reference"), done), results / entry.slug, entry)
     finally:
         shutil.rmtree(results / entry.slug, ignore_errors=True)
+
+
+def write_null(entry: Entry, path: Path) -> Path:
+    """The problem's null candidate (the file with Model renamed ModelNew) at `path`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(null_candidate(entry.path.read_text(encoding="utf-8")), encoding="utf-8")
+    return path
+
+
+def keep_records(args: argparse.Namespace, state: Path, folder: Path) -> None:
+    """With --keep-records: the run folder's records.jsonl into STATE/records/, named after the run."""
+    if args.keep_records and (folder / "records.jsonl").is_file():
+        (state / "records").mkdir(exist_ok=True)
+        shutil.copyfile(folder / "records.jsonl", state / "records" / f"{folder.name}.jsonl")
+
+
+def with_log_tail(line: dict[str, Any], folder: Path, entry: Entry) -> dict[str, Any]:
+    """`line`, with the end of the null candidate's log from the run `folder` when it is not correct."""
+    if line["status"] not in (None, "correct"):
+        line["log_tail"] = tail(read_text(folder / "logs" / entry.name / "null.log"), 800)
+    return line
 
 
 def read_text(path: Path) -> str:
@@ -541,8 +555,7 @@ def run_group(group: list[Entry], args: argparse.Namespace, state: Path, remaini
     try:
         solutions = scratch / "solutions"
         for entry in group:
-            (solutions / entry.name).mkdir(parents=True)
-            (solutions / entry.name / "null.py").write_text(null_candidate(entry.path.read_text(encoding="utf-8")), encoding="utf-8")
+            write_null(entry, solutions / entry.name / "null.py")
         # --all takes every problem of the level's folder that has candidates: the solutions tree holds
         # only the group's (run.py's --problem does not narrow --all)
         command = [sys.executable, "run.py", "--all", "--problems-dir", str(args.tree / f"level{level}"),
@@ -551,18 +564,14 @@ def run_group(group: list[Entry], args: argparse.Namespace, state: Path, remaini
         done = run_bounded(command, limit, problem_env(scratch), scratch, "run")
         cut = done.timed_out and limit < own_limit
         found = read_run_folder_by_problem(results / slug)
-        if args.keep_records and (results / slug / "records.jsonl").is_file():
-            (state / "records").mkdir(exist_ok=True)
-            shutil.copyfile(results / slug / "records.jsonl", state / "records" / f"{slug}.jsonl")
+        keep_records(args, state, results / slug)
         for entry in group:
             records = found.get(entry.name, {})
             if done.timed_out and records.get("candidate") is None and (len(group) > 1 or cut):
                 continue  # no line: it runs again next time
             line: dict[str, Any] = {"problem": entry.key, "level": entry.level, "id": entry.number, "name": entry.name}
             line.update(outcome(records.get("candidate"), records.get("reference"), done))
-            if line["status"] not in (None, "correct"):
-                line["log_tail"] = tail(read_text(results / slug / "logs" / entry.name / "null.log"), 800)
-            lines.append(line)
+            lines.append(with_log_tail(line, results / slug, entry))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
         shutil.rmtree(results / slug, ignore_errors=True)

@@ -38,6 +38,9 @@ from harness.parent import quiet  # noqa: E402
 from harness.parent.gpugate import EXCLUSIVE, violations  # noqa: E402
 from harness.parent.quiet import QuietHost  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from verdict_rate import sanitizer_seconds  # noqa: E402
+
 DRAIN_S = quiet.DRAIN_S  # seconds, on the device
 
 DEFAULT_MEMCHECK_S = 6.0  # a memcheck run's seconds where the state kept none (one lane, H100, 2026-11-28)
@@ -66,6 +69,7 @@ def replayed(path: Path) -> list[Kernel]:
             continue
         phases = dict(row.get("phase_s") or {})
         timed = float(phases.pop("time", 0.0) or 0.0)
+        sanitized = sanitizer_seconds(row)  # none kept: the default's seconds
         kernels.append(
             Kernel(
                 row["kernel"],
@@ -75,19 +79,12 @@ def replayed(path: Path) -> list[Kernel]:
                 sum(float(v or 0.0) for v in phases.values()),
                 timed,
                 row.get("status") == "correct",
-                sanitizer_seconds(row),
+                sum(sanitized) if sanitized else None,
             )
         )
     if not kernels:
         raise SystemExit(f"no judged kernel in {path}")
     return kernels
-
-
-def sanitizer_seconds(row: dict) -> Optional[float]:
-    """The seconds of a state line's compute-sanitizer runs (`[tool, outcome, detail, seconds]` each), None when
-    the line keeps none (an earlier state, or memcheck off)."""
-    runs = [run for run in row.get("sanitizer") or [] if len(run) >= 4 and isinstance(run[3], (int, float))]
-    return sum(float(run[3]) for run in runs) if runs else None
 
 
 def simulate(

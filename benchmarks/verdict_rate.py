@@ -67,19 +67,29 @@ def _moment(stamp: str) -> float:
     return (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)).timestamp()
 
 
+def sanitizer_seconds(line: dict[str, Any]) -> list[float]:
+    """The seconds of a state line's compute-sanitizer runs (`[tool, outcome, detail, seconds]` each; lines written
+    before 2026-11-28 evening have none)."""
+    return [float(run[3]) for run in line.get("sanitizer") or [] if len(run) > 3 and isinstance(run[3], (int, float))]
+
+
+def records_by_run(judged: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """The judged lines that say when they finished, per run, in the order they finished."""
+    by_run: dict[str, list[dict[str, Any]]] = {}
+    for line in judged:
+        if line.get("finished_at"):
+            by_run.setdefault(line.get("run_id", ""), []).append(line)
+    return [sorted(lines, key=lambda line: _moment(line["finished_at"])) for lines in by_run.values()]
+
+
 def idle_between(judged: list[dict[str, Any]]) -> list[float]:
     """For a run with one lane: each gap between consecutive records less the lane's own work on the later one (its
     worker's wall, its memcheck runs, its problem's reference pass when the problem changed). What is left is time
     the lane had no candidate ready: waiting for its build ahead, mostly."""
     idle = []
-    by_run: dict[str, list[dict[str, Any]]] = {}
-    for line in judged:
-        if line.get("finished_at") and line.get("wall_s") is not None:
-            by_run.setdefault(line.get("run_id", ""), []).append(line)
-    for lines in by_run.values():
-        lines.sort(key=lambda line: _moment(line["finished_at"]))
+    for lines in records_by_run([line for line in judged if line.get("wall_s") is not None]):
         for before, line in zip(lines, lines[1:]):
-            work = line["wall_s"] + sum(run[3] or 0 for run in line.get("sanitizer") or [] if len(run) > 3)
+            work = line["wall_s"] + sum(sanitizer_seconds(line))
             if line.get("problem") != before.get("problem"):
                 work += line.get("reference_wall_s") or 0
             idle.append(max(0.0, _moment(line["finished_at"]) - _moment(before["finished_at"]) - work))
@@ -88,12 +98,9 @@ def idle_between(judged: list[dict[str, Any]]) -> list[float]:
 
 def after_first(judged: list[dict[str, Any]]) -> tuple[int, float]:
     """(records after each run's first, seconds from each run's first record to its last), summed over runs."""
-    by_run: dict[str, list[float]] = {}
-    for line in judged:
-        if line.get("finished_at"):
-            by_run.setdefault(line.get("run_id", ""), []).append(_moment(line["finished_at"]))
-    records = sum(len(times) - 1 for times in by_run.values())
-    return records, sum(max(times) - min(times) for times in by_run.values())
+    runs = records_by_run(judged)
+    seconds = sum(_moment(lines[-1]["finished_at"]) - _moment(lines[0]["finished_at"]) for lines in runs)
+    return sum(len(lines) - 1 for lines in runs), seconds
 
 
 def summary(lines: list[dict[str, Any]]) -> dict[str, Any]:
@@ -115,7 +122,7 @@ def summary(lines: list[dict[str, Any]]) -> dict[str, Any]:
         "candidate_builds": spread(line.get("build_s") for line in judged if line.get("build_s")),
         "candidate_phases": phase_rows([line.get("phase_s") or {} for line in judged]),
         # each sanitizer run's seconds (state lines since 2026-11-28 carry them as the fourth item)
-        "sanitizer": spread(run[3] for line in judged for run in line.get("sanitizer") or [] if len(run) > 3 and run[3]),
+        "sanitizer": spread(seconds for line in judged for seconds in sanitizer_seconds(line) if seconds),
         "idle": spread(idle_between(judged)),
         "after_first": after_first(judged),
     }

@@ -130,19 +130,19 @@ def test_a_lane_keeps_one_run_started_ahead_and_ends_it_when_it_closes(tmp_path,
     own = RunScratch.create(tmp_path)
     lane = LaneSanitizer(cfg, "cuda", {}, prestart=True, scratch=own)
     lane.prestart()
-    spare = lane._spare
+    spare = lane.slot.spare
     lane.prestart()  # one at a time
-    assert spare is not None and lane._spare is spare and spare.proc.poll() is None
+    assert spare is not None and lane.slot.spare is spare and spare.proc.poll() is None
     job = P.SanitizeJob(str(tmp_path / "x.py"), str(tmp_path / "problem.py"), "", "ModelNew", {}, 1, str(tmp_path), False)
     runs, _ = lane.run(job, "hash", "x")
     assert [r.outcome for r in runs] == ["clean"] and spare.proc.poll() is not None
-    following = lane._spare
+    following = lane.slot.spare
     assert following is not None and following is not spare  # the next candidate's, started ahead
     lane.close()
-    assert lane._spare is None and following.proc.poll() is not None and not following.scratch.exists()
+    assert lane.slot.spare is None and following.proc.poll() is not None and not following.scratch.exists()
     without = LaneSanitizer(cfg, "cuda", {}, prestart=False, scratch=own)
     without.prestart()
-    assert without._spare is None
+    assert without.slot.spare is None
 
 
 def test_the_run_started_after_one_problems_memcheck_serves_the_lanes_next_problem(tmp_path, make_config):

@@ -317,10 +317,6 @@ class LaneSanitizer:
         self.slot: SpareSlot[Prestarted] = spares if spares is not None else SpareSlot()
         self.runner = ToolRunner()  # its runs, which a stopped run kills
 
-    @property
-    def _spare(self) -> Optional[Prestarted]:
-        return self.slot.spare
-
     def _spare_key(self, tool: str) -> tuple[Any, ...]:
         """What a run started ahead must have been started for to serve this lane's next candidate."""
         return (tool, self.cfg.sanitizer.tools[0], tuple(sorted(self.env.items())))
