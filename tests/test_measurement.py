@@ -12,7 +12,7 @@ from harness.core.records import Baseline, CallProfile, ReferenceRecord, SpeedOf
 from harness.core.status import Status
 from harness.core.store import RunStore, read_records
 from harness.device.profile import AFTER_RANGE, CALL_RANGE, RETURN_RANGE, summarize_trace
-from harness.device.timing import time_forward
+from harness.device.timing import BATCH, batch_size, time_forward
 from harness.judge.roofline import Peaks, Work, count_work, device_peaks, floor
 from harness.parent.verdict import VerdictRules, compare_times, timing_warnings
 from harness.sources.candidate import Candidate
@@ -57,6 +57,24 @@ def test_sampling_stops_at_max_reps_or_budget_with_the_reason_recorded():
     assert time_forward(lambda: None, [[]], CPU, timing_cfg(max_reps=5)).stopped_by == "max_reps"
     slow = time_forward(lambda: __import__("time").sleep(0.02), [[]], CPU, timing_cfg(max_reps=10_000, budget_s=0.1))
     assert slow.stopped_by == "budget" and 1 <= slow.n < 10_000
+
+
+def test_a_batch_of_a_slow_call_holds_only_what_fits_in_the_budget_left():
+    assert batch_size(727.0, 0.5, 2000) == 1  # a 727 ms call in a 0.5 s round: one region, not 7.3 s of them
+    assert batch_size(727.0, 1.5, 2000) == 2
+    assert batch_size(727.0, -0.2, 2000) == 1  # past the budget with nothing sampled yet: still one
+    assert batch_size(0.01, 0.5, 2000) == BATCH  # a fast call keeps the whole batch
+    assert batch_size(0.0, 0.5, 2000) == BATCH  # time per call not known yet
+    assert batch_size(5.0, 10.0, 3) == 3  # never past max_reps
+
+
+@pytest.mark.gpu
+def test_a_slow_cuda_call_is_sampled_in_batches_that_fit_its_budget():
+    """A call of about 100 ms under a 0.3 s budget: three regions or so, where a batch of BATCH
+    would take 1 s and ten samples."""
+    device = torch.device("cuda")
+    slow = time_forward(lambda: torch.cuda._sleep(200_000_000), [[]], device, timing_cfg(max_reps=2000, budget_s=0.3))
+    assert slow.stopped_by == "budget" and 1 <= slow.n < BATCH
 
 
 def test_overhead_is_measured_and_subtracted_from_statistics_not_from_raw_samples():

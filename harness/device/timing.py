@@ -7,7 +7,8 @@ call (or a CUDA-graph replay of it), an optional device-wide synchronise (so wor
 is inside), and an end event. Regions are queued in batches of BATCH with no host wait between
 them, so the GPU stays busy (an idle GPU between samples lowers its clocks and puts the host's
 launch latency inside the next region); the events are read and the stopping rule checked after
-each batch. The calls rotate over distinct input
+each batch. A batch holds fewer regions when BATCH calls would run past the sampling's budget (a
+slow call: `batch_size`, sized by the latest warm-up's or the samples' time per call). The calls rotate over distinct input
 sets. Warm-up is by time; sampling stops when the relative standard error of the median reaches
 the target, the budget is spent or max_reps is reached. Each batch ends with one empty region
 timed the same way; their median (the fixed cost of a timed region) is, by default, subtracted
@@ -33,7 +34,7 @@ from harness.device.graphs import GraphCaptureError, capture_graphs, replay_mism
 
 OVERHEAD_REPS = 100  # CPU: empty regions timed to estimate the fixed cost of one timed region
 BATCH = 10  # CUDA regions queued back to back between two reads of the events (the GPU never idles
-# between them; the stopping rule is checked once per batch)
+# between them; the stopping rule is checked once per batch); fewer for a slow call (`batch_size`)
 
 
 NO_GRAPHS_ON_CPU = "CUDA graphs need a CUDA device; timed eagerly"
@@ -112,6 +113,7 @@ class Timer:
         self.graphs: Optional[list[Callable[[], Any]]] = None
         self._graph_first: Any = None  # the first set's graph's static outputs (each replay rewrites them)
         self.warmup_calls = 0
+        self.call_ms: dict[str, float] = {}  # each mode's wall ms per call in its latest warm-up (sizes a batch)
         self.last_mode: str = TimingMode.EAGER  # the mode of the latest sampling: whose output is the latest timed one
         self.flush = flush_buffer(device) if device.type == Device.CUDA and cfg.flush_l2 else None
 
@@ -138,7 +140,7 @@ class Timer:
         """Warm up for `cfg.warmup_ms`; with `graph` on CUDA, capture one graph per input set and
         keep them only if each replay gives its set's eager output (harness.device.graphs). Returns why
         graphs are not used ("" when they are, or were not asked for)."""
-        self.warmup_calls = _warm_up(self.eager, self.cfg.warmup_ms, self._sync)
+        self.warmup_calls, self.call_ms[TimingMode.EAGER] = _warm_up(self.eager, self.cfg.warmup_ms, self._sync)
         if not graph:
             return ""
         if self.device.type != Device.CUDA:
@@ -151,7 +153,7 @@ class Timer:
         if why:
             return why
         self.graphs, self._graph_first = [replay for replay, _ in captured], captured[0][1]
-        _warm_up(self.graphs, self.cfg.warmup_ms, self._sync)
+        _, self.call_ms[TimingMode.GRAPH] = _warm_up(self.graphs, self.cfg.warmup_ms, self._sync)
         return ""
 
     def drop_graphs(self) -> None:
@@ -176,9 +178,12 @@ class Timer:
         if calls is None:
             raise ValueError("graph mode needs graphs captured by prepare(graph=True)")
         self.last_mode = timing_mode
-        warmup = _warm_up(calls, cfg.warmup_ms, self._sync) if warm else 0
+        warmup = 0
+        if warm:
+            warmup, self.call_ms[timing_mode] = _warm_up(calls, cfg.warmup_ms, self._sync)
         if self.device.type == Device.CUDA:
-            stats = _sample_cuda(calls, self.device, cfg, sync, self.flush, clocks, min_s)
+            call_ms = self.call_ms.get(timing_mode, 0.0)
+            stats = _sample_cuda(calls, self.device, cfg, sync, self.flush, clocks, min_s, call_ms)
         else:
             stats = _sample_cpu(calls, cfg, min_s)
         return dataclasses.replace(stats, warmup_calls=warmup, timing_mode=timing_mode, input_sets=self.input_sets)
@@ -210,14 +215,27 @@ def flush_buffer(device: torch.device) -> torch.Tensor:
     return torch.empty(max(2 * l2_bytes, 1 << 20) // 4, dtype=torch.int32, device=device)
 
 
-def _warm_up(calls: Sequence[Callable[[], Any]], warmup_ms: float, sync: Callable[[], None]) -> int:
+def batch_size(call_ms: float, left_s: float, cap: int) -> int:
+    """How many timed regions the next batch queues: BATCH (at most `cap`, the reps left), fewer when
+    that many calls of `call_ms` each would run past the `left_s` seconds left of the sampling's budget,
+    and at least one. Ten calls of 727 ms are 7.3 s: without this a 1.5 s budget's rounds each ran 10 s
+    at least. `call_ms` 0 (not known) keeps BATCH."""
+    most = max(1, min(BATCH, cap))
+    if call_ms <= 0:
+        return most
+    return max(1, min(most, int(max(left_s, 0.0) * 1e3 // call_ms)))
+
+
+def _warm_up(calls: Sequence[Callable[[], Any]], warmup_ms: float, sync: Callable[[], None]) -> tuple[int, float]:
+    """Untimed calls (each synchronised) until `warmup_ms` has passed, at least one: how many, and
+    the wall milliseconds per call (an upper bound of its GPU time)."""
     count = 0
     started = time.perf_counter()
     while count == 0 or (time.perf_counter() - started) * 1e3 < warmup_ms:
         calls[count % len(calls)]()
         sync()
         count += 1
-    return count
+    return count, (time.perf_counter() - started) * 1e3 / count
 
 
 def _sample_cuda(
@@ -228,7 +246,10 @@ def _sample_cuda(
     flush: Optional[torch.Tensor],
     clocks: bool = True,
     min_s: float = 0.0,
+    call_ms: float = 0.0,
 ) -> TimingStats:
+    """`call_ms`: the latest warm-up's time per call, which sizes the first batch (`batch_size`); the
+    samples' median sizes the later ones."""
     device_sync = lambda: torch.cuda.synchronize(device)  # noqa: E731
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(BATCH + 1)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(BATCH + 1)]
@@ -262,7 +283,8 @@ def _sample_cuda(
     started = time.perf_counter()
     while (reason := _stop_reason(samples, started, cfg, statistics.median(empty) if empty else 0.0, min_s)) is None:
         n = len(samples)
-        count = min(BATCH, cfg.max_reps - n)
+        per_call = statistics.median(samples) if samples else call_ms
+        count = batch_size(per_call, cfg.budget_s - (time.perf_counter() - started), cfg.max_reps - n)
         *timed, nothing = batch([calls[(n + j) % len(calls)] for j in range(count)] + [_nothing])
         samples.extend(timed)
         empty.append(nothing)
