@@ -10,9 +10,9 @@ launch latency inside the next region); the events are read and the stopping rul
 each batch. A batch holds fewer regions when BATCH calls would run past the sampling's budget (a
 slow call: `batch_size`, sized by the latest warm-up's or the samples' time per call). The calls
 rotate over distinct input sets. Warm-up is by time; sampling stops when the relative standard
-error of the median reaches the target, the budget is spent or max_reps is reached. Each batch ends with one empty region
-timed the same way; their median (the fixed cost of a timed region) is, by default, subtracted
-from every sample (the raw samples stay in the record).
+error of the median reaches the target, the budget is spent or max_reps is reached. Each batch
+ends with one empty region timed the same way; their median (the fixed cost of a timed region)
+is, by default, subtracted from every sample (the raw samples stay in the record).
 
 CPU: `time.perf_counter_ns` around each call, same rotation and stopping rule; the overhead is
 the median of OVERHEAD_REPS empty regions.
