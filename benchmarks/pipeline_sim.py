@@ -12,10 +12,17 @@ against sleeps scaled by SCALE.
 
     python3 benchmarks/pipeline_sim.py [--candidates N] [--slots K] [--seed S]
     python3 benchmarks/pipeline_sim.py --records RUN/records.jsonl ... [--slots K]
+    python3 benchmarks/pipeline_sim.py --state STATE.jsonl [--slots K] [--candidates N]
 
 With --records, the durations are replayed from real candidate records instead (records of schema 7:
 the build ahead's seconds, the worker's phase seconds, the sanitizer's seconds), cycled to N
 candidates per GPU; each candidate's shared stages hold 2 GB.
+
+With --state, they are replayed from a kbcorpus state file, the same durations benchmarks/lanes_sim.py
+replays through today's lane (which runs memcheck in line): each judged kernel once, in its order (or
+cycled to --candidates N). A problem's reference pass is added to its first kernel's exclusive time, and
+a kernel's memcheck seconds are its own from the state (6 s where none were kept). So the two
+simulators on one state say what the staged pipeline would gain over the lane on that draw.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import random
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -34,6 +42,7 @@ from harness.parent.stages import Durations, InFlight, Pipeline, simulated_calls
 SCALE = 0.002  # one second of the device is 2 ms here
 BUILD_CPU_S, SHARED_S, EXCLUSIVE_S = 45.0, 9.0, 1.65
 GIB = 1 << 30
+DEFAULT_CANDIDATES = 200  # per GPU, drawn or cycled from records
 
 
 def draw(count: int, jobs: int, rng: random.Random) -> dict[str, Durations]:
@@ -82,11 +91,44 @@ def replayed(paths: list[Path], count: int, jobs: int) -> dict[str, Durations]:
     return {f"k{i:03d}": found[i % len(found)] for i in range(count)}
 
 
-def one_gpu(count: int, cores: int, slots: int, seed: int, records: list[Path]) -> tuple[float, float]:
+def from_state(path: Path, count: Optional[int]) -> dict[str, Durations]:
+    """Stage durations of a kbcorpus state's judged kernels (benchmarks/lanes_sim.py's reading of it),
+    each once in its order, or cycled to `count`; a problem's reference pass is exclusive time of its
+    first kernel."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import lanes_sim
+
+    kernels = lanes_sim.replayed(path)
+    found, seen = [], set()
+    for kernel in kernels:
+        reference = 0.0 if kernel.problem in seen else kernel.reference
+        seen.add(kernel.problem)
+        found.append(
+            Durations(
+                build=kernel.build,
+                check=kernel.check,
+                time=(kernel.time if kernel.passed else 0.0) + reference,
+                sanitize=lanes_sim.memcheck(kernel, None) if kernel.passed else 0.0,
+                passes=kernel.passed,
+            )
+        )
+    total = count or len(found)
+    return {f"k{i:03d}": found[i % len(found)] for i in range(total)}
+
+
+def one_gpu(
+    count: int, cores: int, slots: int, seed: int, records: list[Path], state: Optional[Path] = None
+) -> tuple[float, float]:
     """(verdicts per hour, exclusive share of the wall) of one GPU's pipeline with `cores` cores."""
     builds = max(1, min(cores // 2, 16))
     jobs = max(1, cores // builds)
-    durations = replayed(records, count, jobs) if records else draw(count, jobs, random.Random(seed))
+    if state is not None:
+        durations = from_state(state, count)
+    elif records:
+        durations = replayed(records, count or DEFAULT_CANDIDATES, jobs)
+    else:
+        durations = draw(count or DEFAULT_CANDIDATES, jobs, random.Random(seed))
+    count = len(durations)
     gate = GpuGate(slots, 80 * GIB)
     rng = random.Random(seed + 1)
     works = [InFlight(name, rng.choice([1, 2, 4, 8]) * GIB) for name in durations]
@@ -101,18 +143,26 @@ def one_gpu(count: int, cores: int, slots: int, seed: int, records: list[Path]) 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--candidates", type=int, default=200)
+    parser.add_argument("--candidates", type=int, default=None,
+                        help=f"per GPU (default {DEFAULT_CANDIDATES}; with --state, each judged kernel once)")
     parser.add_argument("--slots", type=int, default=3)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--records", type=Path, nargs="*", default=[])
+    parser.add_argument("--state", type=Path, default=None,
+                        help="a kbcorpus state file (benchmarks/lanes_sim.py's input)")
     args = parser.parse_args()
-    source = (f"replayed from {len(args.records)} records file(s)" if args.records else
-              f"around {BUILD_CPU_S:g} CPU-s, {SHARED_S:g} shared s, {EXCLUSIVE_S:g} exclusive s per verdict")
-    print(f"{args.candidates} candidates per GPU, {args.slots} shared slots, 80 GB; durations {source}")
+    if args.state is not None:
+        source = f"replayed from the state {args.state}"
+    elif args.records:
+        source = f"replayed from {len(args.records)} records file(s)"
+    else:
+        source = f"around {BUILD_CPU_S:g} CPU-s, {SHARED_S:g} shared s, {EXCLUSIVE_S:g} exclusive s per verdict"
+    many = args.candidates or ("each judged kernel once" if args.state is not None else DEFAULT_CANDIDATES)
+    print(f"candidates per GPU: {many}; {args.slots} shared slots, 80 GB; durations {source}")
     print("| machine | verdicts per hour | per GPU-hour | exclusive share |")
     print("|---|---:|---:|---:|")
     for gpus, cores in ((1, 16), (4, 64)):
-        rate, share = one_gpu(args.candidates, cores // gpus, args.slots, args.seed, args.records)
+        rate, share = one_gpu(args.candidates, cores // gpus, args.slots, args.seed, args.records, args.state)
         print(f"| {gpus} GPU, {cores} cores | {rate * gpus:,.0f} | {rate:,.0f} | {share:.0%} |")
 
 

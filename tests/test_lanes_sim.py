@@ -68,3 +68,21 @@ def test_a_state_whose_memcheck_runs_are_shorter_predicts_a_faster_lane(tmp_path
     slow_rate, _, _ = lanes_sim.simulate(slow, 1, builds=8, build_scale=1.0, memcheck_s=None)
     fast_rate, _, _ = lanes_sim.simulate(fast, 1, builds=8, build_scale=1.0, memcheck_s=None)
     assert fast_rate > 1.5 * slow_rate
+
+
+def test_the_staged_pipeline_replays_a_state_with_each_problems_reference_pass_once(tmp_path):
+    import pipeline_sim
+
+    rows = [
+        {**row("a/1", "a"), "sanitizer": [["memcheck", "clean", "", 3.0]]},
+        row("a/2", "a", status="incorrect"),
+        {**row("b/1", "b", time_s=2.0), "sanitizer": [["memcheck", "clean", "", 1.5]]},
+    ]
+    durations = pipeline_sim.from_state(state(tmp_path, rows), None)
+    first, failed, other = durations.values()
+    assert first.time == 2.0 and first.sanitize == 3.0 and first.check == 0.6 and first.passes  # its timing + a's reference
+    assert failed.time == 0.0 and failed.sanitize == 0.0 and not failed.passes  # a's reference already paid
+    assert other.time == 3.0 and other.sanitize == 1.5  # b's reference with b's first kernel
+    assert len(pipeline_sim.from_state(state(tmp_path, rows), 7)) == 7  # cycled to a count
+    rate, exclusive = pipeline_sim.one_gpu(None, 16, 3, 7, [], state(tmp_path, rows))
+    assert rate > 0 and 0 < exclusive < 1
