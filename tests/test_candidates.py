@@ -100,7 +100,7 @@ def verdicts(tmp_path_factory, build_cache):
         "timing.min_reps=3",
         "timeouts.load=60",
         "timeouts.construct=30",
-        "timeouts.check=8",
+        "timeouts.check=15",  # the hog must reach the memory limit first, also beside the other test worker's builds
         "timeouts.time=20",
         "limits.memory_mb=1500",
         "limits.log_kib=64",
