@@ -39,6 +39,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from harness.parent.gpugate import EXCLUSIVE, GpuGate, violations  # noqa: E402
 from harness.parent.stages import Durations, InFlight, Pipeline, simulated_calls  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import lanes_sim  # noqa: E402  (its reading of a kbcorpus state, and each kernel's memcheck seconds)
+
 SCALE = 0.002  # one second of the device is 2 ms here
 BUILD_CPU_S, SHARED_S, EXCLUSIVE_S = 45.0, 9.0, 1.65
 GIB = 1 << 30
@@ -95,9 +98,6 @@ def from_state(path: Path, count: Optional[int]) -> dict[str, Durations]:
     """Stage durations of a kbcorpus state's judged kernels (benchmarks/lanes_sim.py's reading of it),
     each once in its order, or cycled to `count`; a problem's reference pass is exclusive time of its
     first kernel."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import lanes_sim
-
     kernels = lanes_sim.replayed(path)
     found, seen = [], set()
     for kernel in kernels:
@@ -117,7 +117,7 @@ def from_state(path: Path, count: Optional[int]) -> dict[str, Durations]:
 
 
 def one_gpu(
-    count: int, cores: int, slots: int, seed: int, records: list[Path], state: Optional[Path] = None
+    count: Optional[int], cores: int, slots: int, seed: int, records: list[Path], state: Optional[Path] = None
 ) -> tuple[float, float]:
     """(verdicts per hour, exclusive share of the wall) of one GPU's pipeline with `cores` cores."""
     builds = max(1, min(cores // 2, 16))
