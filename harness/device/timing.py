@@ -8,7 +8,7 @@ is inside), and an end event. Regions are queued in batches of BATCH with no hos
 them, so the GPU stays busy (an idle GPU between samples lowers its clocks and puts the host's
 launch latency inside the next region); the events are read and the stopping rule checked after
 each batch. A batch holds fewer regions when BATCH calls would run past the sampling's budget (a
-slow call: `batch_size`, sized by the latest warm-up's or the samples' time per call). The calls
+slow call: `batch_size`, sized by the latest warm-up's or the latest batch's time per call). The calls
 rotate over distinct input sets. Warm-up is by time; sampling stops when the relative standard
 error of the median reaches the target, the budget is spent or max_reps is reached. Each batch
 ends with one empty region timed the same way; their median (the fixed cost of a timed region)
@@ -248,8 +248,8 @@ def _sample_cuda(
     min_s: float = 0.0,
     call_ms: float = 0.0,
 ) -> TimingStats:
-    """`call_ms`: the latest warm-up's time per call, which sizes the first batch (`batch_size`); the
-    samples' median sizes the later ones."""
+    """`call_ms`: the latest warm-up's time per call, which sizes the first batch (`batch_size`); each
+    batch's median sizes the next (ten samples at most: no sort of every sample between batches)."""
     device_sync = lambda: torch.cuda.synchronize(device)  # noqa: E731
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(BATCH + 1)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(BATCH + 1)]
@@ -281,13 +281,14 @@ def _sample_cuda(
     empty: list[float] = []
     samples: list[float] = []
     started = time.perf_counter()
+    per_call = call_ms  # sizes the next batch: the warm-up's time per call, then the latest batch's median
     while (reason := _stop_reason(samples, started, cfg, statistics.median(empty) if empty else 0.0, min_s)) is None:
         n = len(samples)
-        per_call = statistics.median(samples) if samples else call_ms
         count = batch_size(per_call, cfg.budget_s - (time.perf_counter() - started), cfg.max_reps - n)
         *timed, nothing = batch([calls[(n + j) % len(calls)] for j in range(count)] + [_nothing])
         samples.extend(timed)
         empty.append(nothing)
+        per_call = statistics.median(timed)
     overhead = statistics.median(empty)
     device_sync()
     from harness.device.environment import gpu_state
