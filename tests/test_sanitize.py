@@ -221,3 +221,68 @@ def test_a_lanes_launcher_ends_the_sanitizer_run_it_kept_when_it_closes_or_is_ki
         # a lane's memcheck that ends after its launcher closed (a stopped run) starts no run that nothing would end
         launcher.sanitizer_spares.fill(("k",), lambda: Prestarted.start(tool, "memcheck", {}, RunScratch.create(tmp_path)))
         assert launcher.sanitizer_spares.spare is None
+
+
+def test_a_slow_call_cuts_the_batch_of_the_forward_under_the_tool_and_says_so():
+    from harness.parent.sanitize import SLOWDOWN, bounded
+
+    slow = bounded({"batch_size": 57}, 726.0, 20.0)  # l1_p34's call: about 218 s expected under memcheck
+    assert slow.cut and slow.sizes == {"batch_size": int(57 * 20.0 / (SLOWDOWN * 0.726))}
+    assert slow.note.startswith(f"at batch_size={slow.sizes['batch_size']}, cut from 57") and "max_forward_s=20" in slow.note
+    assert bounded({"batch_size": 57, "dim": 3}, 1e5, 20.0).sizes == {"batch_size": 1, "dim": 3}  # never below one
+    for fast in (bounded({"batch_size": 57}, 10.0, 20.0), bounded({"batch_size": 57}, 726.0, 0.0), bounded({"batch_size": 57}, 0.0, 20.0)):
+        assert fast == bounded({"batch_size": 57}, 0.0, 0.0) and not fast.cut and fast.note == ""  # nothing expected slow, or never cut
+    for uncuttable in ({}, {"batch_size": 1}, {"batch_size": True}, {"size": 4096}):
+        kept = bounded(uncuttable, 726.0, 20.0)
+        assert kept.sizes == uncuttable and not kept.cut and kept.note.startswith("not cut:")
+
+
+def _sized_tool(tmp_path, fails_unless=""):
+    """A stand-in for compute-sanitizer run on a job file: notes each job's sizes in sizes.jsonl, then reports a
+    clean forward, or (with `fails_unless`) a forward that failed unless the job holds that text."""
+    check = f'if ! grep -q \'{fails_unless}\' "$last"; then echo "RuntimeError: shape mismatch"; exit 1; fi\n' if fails_unless else ""
+    clean = CLEAN.replace("\n", "\\n")
+    return _fake_tool(tmp_path, f"""for last; do :; done
+python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))["sizes"]))' "$last" >> {tmp_path}/sizes.jsonl
+{check}printf '{clean}'
+""")
+
+
+def _sizes_run(tmp_path):
+    return [json.loads(line) for line in (tmp_path / "sizes.jsonl").read_text().splitlines()]
+
+
+def test_a_lane_runs_a_slow_candidates_forward_at_the_cut_batch_and_notes_it(tmp_path, make_config):
+    from harness.parent.sanitize import LaneSanitizer
+
+    cfg = make_config(f"sanitizer.path={_sized_tool(tmp_path)}", "sanitizer.enabled=on", "sanitizer.max_forward_s=20")
+    lane = LaneSanitizer(cfg, "cuda", {}, scratch=RunScratch.create(tmp_path))
+    job = dataclasses.replace(JOB, sizes={"batch_size": 57})
+    runs, found = lane.run(job, "slow", "slow", call_ms=726.0)
+    assert [r.outcome for r in runs] == ["clean"] and found == [] and "cut from 57" in runs[0].detail
+    fast, _ = lane.run(job, "fast", "fast", call_ms=1.0)
+    assert [r.outcome for r in fast] == ["clean"] and "cut" not in fast[0].detail
+    assert _sizes_run(tmp_path) == [{"batch_size": 5}, {"batch_size": 57}]  # 57 x 20 / (726 ms x 300), then as given
+
+
+def test_a_cut_forward_that_fails_runs_again_at_the_trials_own_sizes(tmp_path, make_config):
+    from harness.parent.sanitize import LaneSanitizer
+
+    tool = _sized_tool(tmp_path, fails_unless='"batch_size": 57')  # a model that runs at its trial's batch only
+    cfg = make_config(f"sanitizer.path={tool}", "sanitizer.enabled=on")
+    lane = LaneSanitizer(cfg, "cuda", {}, scratch=RunScratch.create(tmp_path))
+    runs, found = lane.run(dataclasses.replace(JOB, sizes={"batch_size": 57}), "h", "x", call_ms=726.0)
+    assert [r.outcome for r in runs] == ["clean"] and found == []
+    assert "failed (exit code 1: RuntimeError: shape mismatch); run again uncut" in runs[0].detail
+    assert _sizes_run(tmp_path) == [{"batch_size": 5}, {"batch_size": 57}]
+
+
+def test_errors_found_at_the_cut_batch_are_unsafe_memory(tmp_path, make_config):
+    from harness.parent.sanitize import LaneSanitizer
+
+    tool = _fake_tool(tmp_path, f"cat <<'EOF'\n{MEMCHECK_ERRORS}EOF\nexit {ERRORS_EXIT}\n")
+    cfg = make_config(f"sanitizer.path={tool}", "sanitizer.enabled=on")
+    lane = LaneSanitizer(cfg, "cuda", {}, scratch=RunScratch.create(tmp_path))
+    runs, found = lane.run(dataclasses.replace(JOB, sizes={"batch_size": 57}), "h", "x", call_ms=726.0)
+    assert [r.outcome for r in runs] == ["errors"] and "cut from 57" in runs[0].detail
+    assert [code.value for code, _ in found] == ["unsafe-memory"]

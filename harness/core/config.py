@@ -265,6 +265,9 @@ class SanitizerConfig:
     path: str  # the compute-sanitizer executable; "" = PATH, then $CUDA_HOME/bin, then /usr/local/cuda/bin
     timeout: float  # seconds for each tool's run (start-up under the tool is slow)
     prestart: bool  # with workers.prestart: the first tool's next run is started while a candidate is checked
+    # seconds the forward under a tool may be expected to take (its timed call x sanitize.SLOWDOWN); past it the
+    # run's batch_size is cut to fit, and the result says so. 0: never cut
+    max_forward_s: float = 20.0
 
     def __post_init__(self) -> None:
         if self.enabled not in Switch.words():
@@ -276,6 +279,8 @@ class SanitizerConfig:
             )
         if self.timeout <= 0:
             raise ValueError("sanitizer.timeout must be positive")
+        if self.max_forward_s < 0:
+            raise ValueError("sanitizer.max_forward_s must be 0 (never cut) or positive")
 
 
 @dataclasses.dataclass(frozen=True)

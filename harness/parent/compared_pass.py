@@ -101,7 +101,8 @@ def judge_candidate(
     unsafe: list[Finding] = []
     if first.status is Status.CORRECT and sanitizer.wanted():
         job = setting.sanitize_job(candidate.path, plan.construct_seed, reference.outcome.other_size)
-        sanitized, unsafe = sanitizer.run(job, candidate.hash, candidate.name)
+        call_ms = compared.timing.median_ms if compared.timing is not None else 0.0
+        sanitized, unsafe = sanitizer.run(job, candidate.hash, candidate.name, call_ms)
     return decided_parts(compared, case, verdict.settle(case, first, unsafe), sanitized)
 
 

@@ -37,6 +37,36 @@ ERRORS_EXIT = 86  # the tool's exit code when it found errors (--error-exitcode)
 PADDING = 1 << 20  # bytes memcheck leaves unallocated after every allocation
 _SUMMARY = re.compile(r"(?:ERROR|RACECHECK) SUMMARY:.*?(\d+) errors?")
 _PREFIX = "========= "
+# How many times slower a forward runs under memcheck than its timed call, at most, as measured on an H200
+# (docs/measurements.md): 130x to 360x over the corpus's slow kernels (l1_p34: a 370 ms forward in 134 s)
+SLOWDOWN = 300
+
+
+@dataclasses.dataclass(frozen=True)
+class Cut:
+    """The sizes a tool's forward runs at, when the candidate's timed call says the other-size trial's would be slow."""
+
+    sizes: dict[str, Any]  # the module constants for the forward under the tool
+    note: str = ""  # what was cut and why, or why nothing could be ("" when nothing was expected to be slow)
+    cut: bool = False  # batch_size was cut
+
+
+def bounded(sizes: dict[str, Any], call_ms: float, max_forward_s: float) -> Cut:
+    """The other-size trial's `sizes`, with batch_size cut in proportion when the candidate's timed call
+    (`call_ms`, at the problem's own size) times SLOWDOWN would pass `max_forward_s` under the tool; a
+    note says so, or says why nothing could be cut. 0 for either: the sizes as they are."""
+    expected_s = SLOWDOWN * call_ms / 1e3
+    if max_forward_s <= 0 or call_ms <= 0 or expected_s <= max_forward_s:
+        return Cut(dict(sizes))
+    why = (
+        f"its {call_ms:.3g} ms timed call x {SLOWDOWN} would take about {expected_s:.0f} s under the tool "
+        f"(sanitizer.max_forward_s={max_forward_s:g})"
+    )
+    batch = sizes.get("batch_size")
+    if not isinstance(batch, int) or isinstance(batch, bool) or batch <= 1:
+        return Cut(dict(sizes), f"not cut: {why}, and the trial's sizes have no batch_size above 1 to cut")
+    smaller = max(1, int(batch * max_forward_s / expected_s))
+    return Cut({**sizes, "batch_size": smaller}, f"at batch_size={smaller}, cut from {batch}: {why}", cut=True)
 
 
 def find_tool(path: str) -> Optional[str]:
@@ -347,15 +377,33 @@ class LaneSanitizer:
         setting = self.cfg.sanitizer.enabled
         return setting == Switch.ON or (setting == Switch.AUTO and self.device == Device.CUDA)
 
-    def run(self, job: P.SanitizeJob, source_hash: str, name: str) -> tuple[tuple[SanitizerResult, ...], list[Finding]]:
+    def run(
+        self, job: P.SanitizeJob, source_hash: str, name: str, call_ms: float = 0.0
+    ) -> tuple[tuple[SanitizerResult, ...], list[Finding]]:
         """The runs over candidate `name` (the forward `job` describes, harness.parent.setting) and
-        their unsafe-memory findings."""
+        their unsafe-memory findings. `call_ms`: the candidate's timed call, which may cut the forward's
+        batch_size (`bounded`); a cut forward that fails to run is run again at the job's own sizes."""
         cfg = self.cfg.sanitizer
         if self.device != Device.CUDA:
             return tuple(
                 SanitizerResult(t, SanitizerOutcome.SKIPPED, "compute-sanitizer checks CUDA runs only")
                 for t in cfg.tools
             ), []
+        cut = bounded(job.sizes, call_ms, cfg.max_forward_s)
+        if not cut.note:
+            return self._run(job, source_hash, name)
+        runs, found = self._run(dataclasses.replace(job, sizes=cut.sizes), source_hash, name)
+        if cut.cut and any(r.outcome is SanitizerOutcome.FAILED for r in runs):
+            failed = next(r for r in runs if r.outcome is SanitizerOutcome.FAILED)
+            runs, found = self._run(job, source_hash, name)
+            return _noted(runs, f"the forward {cut.note} failed ({failed.detail[:120]}); run again uncut"), found
+        return _noted(runs, cut.note), found
+
+    def _run(
+        self, job: P.SanitizeJob, source_hash: str, name: str
+    ) -> tuple[tuple[SanitizerResult, ...], list[Finding]]:
+        """`run` at the job's sizes."""
+        cfg = self.cfg.sanitizer
         key = (source_hash, json.dumps(job.sizes, sort_keys=True), job.seed, tuple(cfg.tools))
         if key in self.runs:  # the same source, on the same inputs: the tools would say the same
             runs, found = self.runs[key]
@@ -377,3 +425,8 @@ class LaneSanitizer:
         if all(r.outcome in (SanitizerOutcome.CLEAN, SanitizerOutcome.ERRORS) for r in result[0]):
             self.runs[key] = result
         return result
+
+
+def _noted(runs: tuple[SanitizerResult, ...], note: str) -> tuple[SanitizerResult, ...]:
+    """`runs`, each detail followed by `note` (at which sizes the forward ran, and why)."""
+    return tuple(dataclasses.replace(r, detail=f"{r.detail}; {note}") for r in runs)
