@@ -59,7 +59,7 @@ def bounded(sizes: dict[str, Any], call_ms: float, max_forward_s: float) -> Cut:
     if max_forward_s <= 0 or call_ms <= 0 or expected_s <= max_forward_s:
         return Cut(dict(sizes))
     why = (
-        f"its {call_ms:.3g} ms timed call x {SLOWDOWN} would take about {expected_s:.0f} s under the tool "
+        f"its {call_ms:.3g} ms timed call x {SLOWDOWN} would take about {expected_s:.3g} s under the tool "
         f"(sanitizer.max_forward_s={max_forward_s:g})"
     )
     batch = sizes.get("batch_size")
