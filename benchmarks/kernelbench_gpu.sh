@@ -14,7 +14,7 @@ BUDGET=${2:?usage: bash benchmarks/kernelbench_gpu.sh STATE_DIR BUDGET_S [extra 
 shift 2
 mkdir -p "$STATE"
 export PYTHONUNBUFFERED=1
-TREE=benchmarks/kernelbench
+TREE=${TREE:-benchmarks/kernelbench}  # KernelBench's problem folder
 
 clean() {
   # What a killed invocation leaves: each problem's scratch (TMPDIR, build and torch.compile caches)

@@ -4,7 +4,8 @@
     python3 benchmarks/kernelbench_levels.py --tree DIR --state STATE [--levels 1 2 3] [--only level1/19_ReLU ...]
                                              [--start N --count M] [--budget-s S] [--timeout S] [--redo]
                                              [--device auto|cuda|cpu] [--set KEY=VALUE ...] [--no-lint] [--batch N]
-    python3 benchmarks/kernelbench_levels.py --state STATE --summary OUT.md [--tree DIR]
+                                             [--queue FILE]
+    python3 benchmarks/kernelbench_levels.py --state STATE [--merge-from DIR ...] [--summary OUT.md] [--tree DIR]
                                              [--kernelbench-baseline FILE_OR_GIT_DIR]
 
 --tree is KernelBench's problem folder (the one holding level1/ level2/ level3/). --fetch-from
@@ -48,6 +49,15 @@ problems that got a line, and `batch_wall_s` the group's whole wall. A group sto
 gives lines only to the problems that have their candidate record; the others run again next
 time (a group of one problem is judged as --batch 1 would judge it). --batch 1 (the default) is
 the problem-by-problem run above.
+
+--queue FILE shares one sitting's problems among several invocations, one per GPU, each with a state
+of its own (benchmarks/kernelbench_gpus.sh starts them): each group (or problem, with --batch 1) is
+claimed in FILE, under a lock, just before it runs, so a GPU that finishes early takes the next one
+and no problem runs twice. A claimed problem that the budget cut short gets no line; a later sitting
+with a fresh FILE runs it.
+
+--merge-from DIR ... writes STATE/results.jsonl from those states' lines (per problem the line that
+finished last); with --summary, the report follows.
 
 --summary writes a markdown report from STATE/results.jsonl alone (nothing is run).
 """
@@ -530,6 +540,39 @@ def groups_of(entries: list[Entry], size: int) -> list[list[Entry]]:
     return groups
 
 
+class Claims:
+    """A queue of problems shared by the invocations of one sitting (one per GPU, each with its own --state): a
+    file of claimed problem keys, one per line. Each group is claimed under an exclusive lock on the file just
+    before it runs, so no problem runs twice and a GPU that finishes early takes the next group."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def claim(self, pending: list[Entry], size: int) -> list[Entry]:
+        """The next group of `pending` (up to `size`, one level) that nobody claimed, claimed now; [] when none is left."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a+", encoding="utf-8") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            f.seek(0)
+            taken = set(f.read().split())
+            left = [entry for entry in pending if entry.key not in taken]
+            group = groups_of(left, size)[0] if left else []
+            f.write("".join(entry.key + "\n" for entry in group))
+            f.flush()
+            os.fsync(f.fileno())
+        return group
+
+
+def next_groups(pending: list[Entry], size: int, claims: Optional[Claims]) -> Iterable[list[Entry]]:
+    """The groups an invocation runs in turn: `pending` in groups of `size`, or, with a shared queue, each next
+    group claimed from it only when it is asked for (after the budget check)."""
+    if claims is None:
+        yield from groups_of(pending, size)
+        return
+    while group := claims.claim(pending, size):
+        yield group
+
+
 @dataclasses.dataclass
 class GroupDone:
     lines: list[dict[str, Any]]  # one per problem that got a line, in the group's order
@@ -590,11 +633,14 @@ def progress_text(line: dict[str, Any]) -> str:
 def run_batches(pending: list[Entry], args: argparse.Namespace, state: Path, results_path: Path, walls: list[float], started: float) -> int:
     """run_all's loop for --batch N > 1: the groups of `pending` in turn, under the budget; the
     number of lines written."""
-    ran = 0
-    for number, group in enumerate(groups_of(pending, args.batch)):
+    ran, groups = 0, iter(next_groups(pending, args.batch, queue_of(args)))
+    for number in range(len(pending)):
         elapsed = time.monotonic() - started
         if should_stop(args.budget_s, elapsed, walls):
-            print(f"budget: stopping after {elapsed:.0f} s; next would be {group[0].key}", file=sys.stderr)
+            print(f"budget: stopping after {elapsed:.0f} s", file=sys.stderr)
+            break
+        group = next(groups, None)
+        if group is None:
             break
         remaining = math.inf if args.budget_s is None else args.budget_s - elapsed
         names = group[0].name if len(group) == 1 else f"{group[0].name} .. {group[-1].name}"
@@ -622,6 +668,21 @@ def run_batches(pending: list[Entry], args: argparse.Namespace, state: Path, res
 
 
 # ---------------------------------------------------------------- the results file
+
+
+def merge_states(folders: list[Path], into: Path) -> int:
+    """The lines of several states (one per GPU of a sitting) as one results file in `into`: per problem the line
+    that finished last, in (level, id) order; the number of problems."""
+    latest: dict[str, dict[str, Any]] = {}
+    for folder in folders:
+        for line in read_results(folder / "results.jsonl"):
+            kept = latest.get(line["problem"])
+            if kept is None or str(line.get("finished_at", "")) >= str(kept.get("finished_at", "")):
+                latest[line["problem"]] = line
+    into.mkdir(parents=True, exist_ok=True)
+    ordered = sorted(latest.values(), key=lambda line: (line.get("level", 0), line.get("id", 0), line["problem"]))
+    (into / "results.jsonl").write_text("".join(json.dumps(line) + "\n" for line in ordered))
+    return len(ordered)
 
 
 def read_results(path: Path) -> list[dict[str, Any]]:
@@ -674,15 +735,23 @@ def on_sigterm(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt("terminated")
 
 
+def queue_of(args: argparse.Namespace) -> Optional[Claims]:
+    return Claims(Path(args.queue)) if args.queue else None
+
+
 def run_singly(pending: list[Entry], args: argparse.Namespace, state: Path, results_path: Path, walls: list[float], started: float) -> int:
     """run_all's loop for --batch 1: the problems of `pending` in turn (lint, then the null candidate),
     under the budget; the number of lines written."""
-    ran = 0
-    for entry in pending:
+    ran, groups = 0, iter(next_groups(pending, 1, queue_of(args)))
+    for _ in range(len(pending)):
         elapsed = time.monotonic() - started
         if should_stop(args.budget_s, elapsed, walls):
-            print(f"budget: stopping after {elapsed:.0f} s; next would be {entry.key}", file=sys.stderr)
+            print(f"budget: stopping after {elapsed:.0f} s", file=sys.stderr)
             break
+        claimed = next(groups, None)
+        if claimed is None:
+            break
+        entry = claimed[0]
         remaining = math.inf if args.budget_s is None else args.budget_s - elapsed
         print(f"{entry.key} ...", file=sys.stderr, flush=True)
         try:
@@ -725,6 +794,9 @@ def run_all(args: argparse.Namespace) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous_handler)
         handle.close()
+    if args.queue:
+        print(f"ran {ran} problem(s) from the queue {args.queue}; results in {results_path}", file=sys.stderr)
+        return 0
     left = sum(1 for e in todo if e.key not in done) - ran
     print(f"ran {ran} problem(s); {left} of this part left; results in {results_path}", file=sys.stderr)
     return 0
@@ -941,9 +1013,14 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
                         help="run up to N problems of one level in one run.py (default 1: one run.py per problem); "
                              "N > 1 skips the lint, as --no-lint does (the lint is one subprocess per problem)")
     parser.add_argument("--redo", action="store_true", help="run problems that already have a line again")
+    parser.add_argument("--queue", metavar="FILE",
+                        help="a problem queue shared with other invocations of this sitting (one per GPU, each its own "
+                             "--state): each group is claimed in FILE before it runs (benchmarks/kernelbench_gpus.sh)")
     parser.add_argument("--keep-records", action="store_true", help="keep each run's records.jsonl in STATE/records/")
     parser.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="passed on to run.py and run.py lint")
+    parser.add_argument("--merge-from", nargs="+", default=[], metavar="DIR",
+                        help="first write STATE/results.jsonl from these states' lines (per problem the one that finished last)")
     parser.add_argument("--summary", metavar="OUT.md", help="write the report from STATE/results.jsonl (runs nothing)")
     parser.add_argument("--kernelbench-baseline", metavar="FILE", help="KernelBench's baseline_time_torch.json (or a KernelBench git dir)")
     parser.add_argument("--null-band", type=float, default=0.02, help="a null speedup within 1 +/- this counts as 1.00x (default 0.02)")
@@ -952,7 +1029,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
         args.tree = args.tree.resolve()
     if not args.state and not (args.fetch_from and args.tree):
         parser.error("give --state (to run or, with --summary, to report), or --tree with --fetch-from")
-    if args.state and not args.summary and args.tree is None:
+    if args.state and not args.summary and not args.merge_from and args.tree is None:
         parser.error("running needs --tree")
     if args.batch < 1:
         parser.error("--batch: give a group size of 1 or more")
@@ -964,6 +1041,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.fetch_from:
         written = fetch_tree(Path(args.fetch_from), args.tree)
         print(f"wrote {written} KernelBench file(s) into {args.tree} (files already there kept)", file=sys.stderr)
+    if args.merge_from:
+        count = merge_states([Path(d) for d in args.merge_from], Path(args.state))
+        print(f"merged {count} problem(s) from {len(args.merge_from)} state(s) into {args.state}/results.jsonl", file=sys.stderr)
+        if not args.summary:
+            return 0
     if args.summary:
         return write_summary(args)
     if not args.state:

@@ -413,3 +413,48 @@ def test_batch_1_is_the_problem_by_problem_run_with_the_same_line_fields(tmp_pat
         "status", "reason", "speedup", "low", "high", "protocol", "reference_ms", "candidate_ms", "sol_fraction", "flags", "warnings", "candidate_wall_s",
         "reference_ok", "reference_reason", "reference_wall_s", "reference_eager_ms", "reference_mode", "device_name", "peak_bytes", "sol_floor_ms",
         "sol_bound", "wall_s", "finished_at"}
+
+
+def test_invocations_sharing_a_queue_run_only_what_nobody_claimed_and_merge_into_one_table(tmp_path, monkeypatch):
+    tree = _tiny_tree(tmp_path / "KernelBench", {"level1/1_A": 2.0, "level1/2_B": 0.5, "level1/3_C": 1.5, "level2/1_A": 3.0})
+    queue = tmp_path / "queue.txt"
+    queue.write_text("level1/1_A\n")  # another GPU's invocation claimed it first
+    first, second = FakeRuns(), FakeRuns()
+    code, lines = _main(monkeypatch, first, tree, tmp_path / "gpu0", "--batch", "2", "--queue", str(queue))
+    assert code == 0 and [sorted(given) for given in first.given] == [["2_B", "3_C"], ["1_A"]]  # one level per group
+    assert [line["problem"] for line in lines] == ["level1/2_B", "level1/3_C", "level2/1_A"]
+    code, lines = _main(monkeypatch, second, tree, tmp_path / "gpu1", "--batch", "2", "--queue", str(queue))
+    assert code == 0 and second.runs == [] and lines == []  # all claimed: nothing runs twice
+    assert queue.read_text().split() == ["level1/1_A", "level1/2_B", "level1/3_C", "level2/1_A"]
+
+    (tmp_path / "gpu1" / "results.jsonl").write_text(
+        json.dumps({"problem": "level1/1_A", "level": 1, "id": 1, "status": "correct", "finished_at": "2026-11-28T20:00:00"}) + "\n"
+        + json.dumps({"problem": "level1/2_B", "level": 1, "id": 2, "status": None, "finished_at": "2000-01-01T00:00:00"}) + "\n")
+    assert kbl.main(["--state", str(tmp_path / "all"), "--merge-from", str(tmp_path / "gpu0"), str(tmp_path / "gpu1")]) == 0
+    merged = [json.loads(t) for t in (tmp_path / "all" / "results.jsonl").read_text().splitlines()]
+    assert [(line["problem"], line["status"]) for line in merged] == [
+        ("level1/1_A", "correct"), ("level1/2_B", "correct"), ("level1/3_C", "correct"), ("level2/1_A", "correct")]  # the later line wins
+
+
+def _claimer(path, keys, out):
+    entries = [kbl.Entry(1, n, key.split("/")[1], Path(key)) for n, key in enumerate(keys, 1)]
+    claims, got = kbl.Claims(Path(path)), []
+    while group := claims.claim(entries, 1):
+        got += [entry.key for entry in group]
+    out.put(got)
+
+
+def test_concurrent_claims_on_one_queue_are_disjoint_and_cover_every_problem(tmp_path):
+    import multiprocessing
+
+    keys = [f"level1/{n}_P" for n in range(1, 41)]
+    context = multiprocessing.get_context("fork")
+    out = context.Queue()
+    workers = [context.Process(target=_claimer, args=(str(tmp_path / "queue.txt"), keys, out)) for _ in range(4)]
+    for worker in workers:
+        worker.start()
+    got = [out.get(timeout=60) for _ in workers]
+    for worker in workers:
+        worker.join(timeout=60)
+    claimed = [key for each in got for key in each]
+    assert sorted(claimed) == sorted(keys) and len(claimed) == len(set(claimed))
