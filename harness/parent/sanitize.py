@@ -37,7 +37,7 @@ ERRORS_EXIT = 86  # the tool's exit code when it found errors (--error-exitcode)
 PADDING = 1 << 20  # bytes memcheck leaves unallocated after every allocation
 _SUMMARY = re.compile(r"(?:ERROR|RACECHECK) SUMMARY:.*?(\d+) errors?")
 _PREFIX = "========= "
-# How many times slower a forward runs under memcheck than its timed call, at most, as measured on an H200
+# About how many times slower a forward runs under memcheck than its timed call, as measured on an H200
 # (docs/measurements.md): 130x to 360x over the corpus's slow kernels (l1_p34: a 370 ms forward in 134 s)
 SLOWDOWN = 300
 
