@@ -2,14 +2,16 @@
 # KernelBench levels 1-3 on every GPU of one host at once, from one shared queue (benchmarks/kernelbench_levels.py
 # --queue): one benchmarks/kernelbench_gpu.sh per GPU, each with its own state STATE_DIR/gpuK and the cores
 # `nproc / GPUS` pinned to it (taskset), claiming groups of --batch problems as it frees up. Then the states are
-# merged into STATE_DIR/results.jsonl (per problem the line that finished last) and STATE_DIR/summary.md.
+# merged with STATE_DIR's own lines into STATE_DIR/results.jsonl (per problem the line that finished last) and
+# STATE_DIR/summary.md.
 #   bash benchmarks/kernelbench_gpus.sh STATE_DIR BUDGET_S [extra args for kernelbench_levels.py]
 # e.g. bash benchmarks/kernelbench_gpus.sh .cache/kb 440 --batch 4 --set 'baselines.compile_modes=[]'
-# The queue (STATE_DIR/queue.txt) starts, each call, with the problems that already have a line in a state of
-# STATE_DIR, so a later call (a fresh machine: carry STATE_DIR) goes on with the rest. Give --batch (default 4
-# here): small groups balance the GPUs; each group is one run.py. GPUS (default: all that nvidia-smi lists) limits
-# the GPUs used; TREE (default benchmarks/kernelbench) is KernelBench's problem folder. When $OUT is set, the merged
-# results.jsonl, summary.md and each GPU's log.txt are copied to $OUT/kernelbench/.
+# The queue (STATE_DIR/queue.txt) starts, each call, with the problems that already have a line in STATE_DIR
+# (seeded by hand, or merged by an earlier call) or in a GPU's state, so a later call (a fresh machine: carry
+# STATE_DIR) goes on with the rest. Give --batch (default 4 here): small groups balance the GPUs; each group is one
+# run.py. GPUS (default: all that nvidia-smi lists) limits the GPUs used; TREE (default benchmarks/kernelbench) is
+# KernelBench's problem folder. When $OUT is set, the merged results.jsonl, summary.md and each GPU's log.txt are
+# copied to $OUT/kernelbench/.
 # Exit: 0, or the first non-zero exit of a GPU's invocation; 2 on bad usage or no GPU.
 set -o pipefail
 usage="usage: bash benchmarks/kernelbench_gpus.sh STATE_DIR BUDGET_S [extra args for kernelbench_levels.py]"
@@ -31,22 +33,11 @@ PER=$((CORES / GPUS > 0 ? CORES / GPUS : 1))
 mkdir -p "$STATE"
 cd "$HERE" || exit 2
 
-# the queue of this call: what no state of STATE_DIR has a line for yet
-python3 - "$STATE" <<'PY'
-import json, sys
-from pathlib import Path
-state = Path(sys.argv[1])
-done = set()
-for results in [state / "results.jsonl", *sorted(state.glob("gpu*/results.jsonl"))]:
-    if results.is_file():
-        for text in results.read_text().splitlines():
-            try:
-                done.add(json.loads(text)["problem"])
-            except (ValueError, KeyError):
-                pass  # a half-written line: that problem runs again
-(state / "queue.txt").write_text("".join(f"{key}\n" for key in sorted(done)))
-print(f"kernelbench_gpus.sh: {len(done)} problem(s) already have a line in {state}", file=sys.stderr)
-PY
+shopt -s nullglob
+# the queue of this call: the lines so far (STATE_DIR's own, seeded by hand or merged before, and each GPU's)
+# merged into STATE_DIR/results.jsonl, and counted as claimed
+python3 benchmarks/kernelbench_levels.py --state "$STATE" --merge-from "$STATE" "$STATE"/gpu*/ \
+  --queue "$STATE/queue.txt" || exit 2
 
 pids=()
 for ((k = 0; k < GPUS; k++)); do
@@ -62,8 +53,8 @@ for pid in "${pids[@]}"; do
   rc=$?
   if [ "$rc" -ne 0 ] && [ "$code" -eq 0 ]; then code=$rc; fi
 done
-states=("$STATE"/gpu*/)
-python3 benchmarks/kernelbench_levels.py --state "$STATE" --merge-from "${states[@]}" --summary "$STATE/summary.md" --tree "${TREE:-benchmarks/kernelbench}"
+python3 benchmarks/kernelbench_levels.py --state "$STATE" --merge-from "$STATE" "$STATE"/gpu*/ \
+  --summary "$STATE/summary.md" --tree "${TREE:-benchmarks/kernelbench}"
 if [ -n "${OUT:-}" ]; then
   mkdir -p "$OUT/kernelbench"
   cp "$STATE/results.jsonl" "$STATE/summary.md" "$OUT/kernelbench/" 2>/dev/null

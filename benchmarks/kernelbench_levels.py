@@ -57,7 +57,8 @@ and no problem runs twice. A claimed problem that the budget cut short gets no l
 with a fresh FILE runs it.
 
 --merge-from DIR ... writes STATE/results.jsonl from those states' lines (per problem the line that
-finished last); with --summary, the report follows.
+finished last; STATE itself may be among them); with --queue FILE, FILE starts afresh with the merged
+problems as claimed; with --summary, the report follows.
 
 --summary writes a markdown report from STATE/results.jsonl alone (nothing is run).
 """
@@ -548,6 +549,11 @@ class Claims:
     def __init__(self, path: Path) -> None:
         self.path = path
 
+    def start(self, done: Iterable[str]) -> None:
+        """A fresh queue for a sitting: the problems in `done` (those that already have a line) count as claimed."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text("".join(f"{key}\n" for key in done), encoding="utf-8")
+
     def claim(self, pending: list[Entry], size: int) -> list[Entry]:
         """The next group of `pending` (up to `size`, one level) that nobody claimed, claimed now; [] when none is left."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -670,9 +676,9 @@ def run_batches(pending: list[Entry], args: argparse.Namespace, state: Path, res
 # ---------------------------------------------------------------- the results file
 
 
-def merge_states(folders: list[Path], into: Path) -> int:
-    """The lines of several states (one per GPU of a sitting) as one results file in `into`: per problem the line
-    that finished last, in (level, id) order; the number of problems."""
+def merge_states(folders: list[Path], into: Path) -> list[str]:
+    """The lines of several states (one per GPU of a sitting; `into` may be among them) as one results file in
+    `into`: per problem the line that finished last, in (level, id) order; the problems, in that order."""
     latest: dict[str, dict[str, Any]] = {}
     for folder in folders:
         for line in read_results(folder / "results.jsonl"):
@@ -682,7 +688,7 @@ def merge_states(folders: list[Path], into: Path) -> int:
     into.mkdir(parents=True, exist_ok=True)
     ordered = sorted(latest.values(), key=lambda line: (line.get("level", 0), line.get("id", 0), line["problem"]))
     (into / "results.jsonl").write_text("".join(json.dumps(line) + "\n" for line in ordered))
-    return len(ordered)
+    return [line["problem"] for line in ordered]
 
 
 def read_results(path: Path) -> list[dict[str, Any]]:
@@ -1042,8 +1048,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         written = fetch_tree(Path(args.fetch_from), args.tree)
         print(f"wrote {written} KernelBench file(s) into {args.tree} (files already there kept)", file=sys.stderr)
     if args.merge_from:
-        count = merge_states([Path(d) for d in args.merge_from], Path(args.state))
-        print(f"merged {count} problem(s) from {len(args.merge_from)} state(s) into {args.state}/results.jsonl", file=sys.stderr)
+        merged = merge_states([Path(d) for d in args.merge_from], Path(args.state))
+        print(f"merged {len(merged)} problem(s) from {len(args.merge_from)} state(s) into {args.state}/results.jsonl", file=sys.stderr)
+        if args.queue:  # a sitting's fresh queue: what has a line counts as claimed
+            Claims(Path(args.queue)).start(merged)
         if not args.summary:
             return 0
     if args.summary:

@@ -458,3 +458,15 @@ def test_concurrent_claims_on_one_queue_are_disjoint_and_cover_every_problem(tmp
         worker.join(timeout=60)
     claimed = [key for each in got for key in each]
     assert sorted(claimed) == sorted(keys) and len(claimed) == len(set(claimed))
+
+
+def test_a_sittings_queue_starts_with_every_problem_that_has_a_line_its_own_state_included(tmp_path):
+    state, gpu = tmp_path / "state", tmp_path / "state" / "gpu0"
+    gpu.mkdir(parents=True)
+    (state / "results.jsonl").write_text(json.dumps({"problem": "level1/1_A", "level": 1, "id": 1, "status": "correct"}) + "\n")  # seeded by hand
+    (gpu / "results.jsonl").write_text(json.dumps({"problem": "level2/3_C", "level": 2, "id": 3, "status": None}) + "\n")
+    queue = tmp_path / "queue.txt"
+    queue.write_text("level1/9_Z\n")  # a past sitting's claims: not this one's
+    assert kbl.main(["--state", str(state), "--merge-from", str(state), str(gpu), "--queue", str(queue)]) == 0
+    assert queue.read_text().split() == ["level1/1_A", "level2/3_C"]
+    assert [json.loads(t)["problem"] for t in (state / "results.jsonl").read_text().splitlines()] == ["level1/1_A", "level2/3_C"]

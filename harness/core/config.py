@@ -267,7 +267,7 @@ class SanitizerConfig:
     prestart: bool  # with workers.prestart: the first tool's next run is started while a candidate is checked
     # seconds the forward under a tool may be expected to take (its timed call x sanitize.SLOWDOWN); past it the
     # run's batch_size is cut to fit, and the result says so. 0: never cut
-    max_forward_s: float = 20.0
+    max_forward_s: float
 
     def __post_init__(self) -> None:
         if self.enabled not in Switch.words():
