@@ -1,4 +1,5 @@
 """Measurement: the timer's protocol, the profile parser, speed-of-light, baselines and their reuse."""
+import time
 import types
 
 import pytest
@@ -12,7 +13,7 @@ from harness.core.records import Baseline, CallProfile, ReferenceRecord, SpeedOf
 from harness.core.status import Status
 from harness.core.store import RunStore, read_records
 from harness.device.profile import AFTER_RANGE, CALL_RANGE, RETURN_RANGE, summarize_trace
-from harness.device.timing import BATCH, batch_size, time_forward
+from harness.device.timing import BATCH, HOLD_CYCLES, HOLD_MAX_CYCLES, Hold, _sample_cuda, batch_size, time_forward
 from harness.judge.roofline import Peaks, Work, count_work, device_peaks, floor
 from harness.parent.verdict import VerdictRules, compare_times, timing_warnings
 from harness.sources.candidate import Candidate
@@ -75,6 +76,75 @@ def test_a_slow_cuda_call_is_sampled_in_batches_that_fit_its_budget():
     device = torch.device("cuda")
     slow = time_forward(lambda: torch.cuda._sleep(200_000_000), [[]], device, timing_cfg(max_reps=2000, budget_s=0.3))
     assert slow.stopped_by == "budget" and 1 <= slow.n < BATCH
+
+
+class FakeEvent:
+    """A CUDA event's host side: `fired` is what a query finds."""
+
+    def __init__(self, enable_timing=False, fired=False):
+        self.fired = fired
+
+    def record(self):
+        pass
+
+    def query(self):
+        return self.fired
+
+    def elapsed_time(self, other):
+        return 0.5
+
+
+def test_a_held_region_the_gpu_reached_before_its_call_was_queued_is_dropped_and_the_next_hold_is_longer():
+    spun = []
+    hold = Hold(event=FakeEvent, spin=spun.append)
+    hold.begin()
+    hold.start()
+    late = [hold.late(FakeEvent()), hold.late(FakeEvent(fired=True))]  # queued in time; the GPU got there first
+    hold.done()
+    assert late == [False, True] and hold.keep([0.01, 0.31], late) == [0.01] and hold.waits == 1
+    assert hold.cycles == 2 * HOLD_CYCLES and hold.longest_ms == 0.5
+    hold.start()
+    on_time = [hold.late(FakeEvent())]
+    hold.done()
+    assert hold.keep([0.01], on_time) == [0.01] and hold.cycles == 2 * HOLD_CYCLES  # none late: the hold stays
+    assert spun == [HOLD_CYCLES, 2 * HOLD_CYCLES]
+    hold.begin()
+    assert hold.waits == 0 and hold.cycles == 2 * HOLD_CYCLES  # a new round counts afresh from the hold it reached
+
+
+def test_a_batch_late_behind_the_longest_hold_is_kept_and_ends_the_holding():
+    """A call that waits for the GPU inside (`.item()`) is late behind any hold: after the longest, its batches are
+    kept and no longer queued behind a spin that only costs GPU time."""
+    spun = []
+    hold = Hold(event=FakeEvent, spin=spun.append)
+    hold.cycles = HOLD_MAX_CYCLES
+    hold.start()
+    late = [hold.late(FakeEvent(fired=True))]
+    hold.done()
+    assert hold.keep([0.31], late) == [0.31] and hold.waits == 0 and hold.cycles == 0
+    hold.start()
+    late = [hold.late(FakeEvent(fired=True))]
+    hold.done()
+    assert hold.keep([0.32], late) == [0.32] and hold.waits == 0 and spun == [HOLD_MAX_CYCLES]  # unheld from now on
+
+
+@pytest.mark.gpu
+def test_a_held_timing_leaves_out_the_host_being_late_and_an_unheld_one_does_not():
+    """Each call makes the host 300 us late, then launches a microsecond of GPU work: unheld, every
+    region times the host's 300 us; held, the regions the host was late for are dropped, the hold
+    grows until the batch is queued behind it, and the regions time the GPU's work."""
+    device = torch.device("cuda")
+    x = torch.zeros(1024, device=device)
+
+    def late_call():
+        time.sleep(0.0003)
+        x.add_(1.0)
+
+    cfg = timing_cfg(max_reps=300, budget_s=1.0, target_rse=1e-9)
+    unheld = _sample_cuda([late_call], device, cfg, "stream", None, clocks=False)
+    held = _sample_cuda([late_call], device, cfg, "stream", None, clocks=False, hold=Hold())
+    assert unheld.median_ms > 0.25 and unheld.host_waits == 0 and unheld.held_ms == 0.0
+    assert held.median_ms < 0.05 and held.host_waits > 0 and held.held_ms > 3.0
 
 
 def test_overhead_is_measured_and_subtracted_from_statistics_not_from_raw_samples():

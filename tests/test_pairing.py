@@ -79,13 +79,31 @@ def test_graph_mode_only_when_both_sides_were_captured():
 
 def test_auto_mode_times_a_launch_bound_reference_in_graphs_for_both_sides():
     gappy = CallProfile(kernel_ms=0.02, span_ms=0.05, launches=4, streams=1, after_return=0)  # the GPU waits on the host
-    mode, why = resolve_timing_mode("auto", gappy)
+    mode, why, not_launch_bound = resolve_timing_mode("auto", gappy)
     assert mode == "graph" and "busy for 40% of its profiled call's 50 us span in 4 launches (launch-bound" in why
-    assert resolve_timing_mode("eager", gappy) == ("eager", "")
+    assert not not_launch_bound and resolve_timing_mode("eager", gappy) == ("eager", "", False)
     chosen = choose_protocol(mode, "auto", P.Ready(), P.Ready(), timing_mode_reason=why)
     assert chosen.timing_mode == "graph" and "CUDA graphs for both sides because the reference's kernels keep the GPU busy for 40%" in chosen.reason
     # a side that cannot be captured takes both back to eager, and says so
     assert choose_protocol(mode, "auto", P.Ready(), P.Ready(graph_error="x"), timing_mode_reason=why).timing_mode == "eager"
+
+
+def test_graph_replays_and_eager_calls_of_a_reference_measured_not_launch_bound_are_held_and_nothing_else():
+    """The hold keeps the host's launch latency out of a timed region: right where the host's launch is not what is
+    timed, wrong for an eager call the host keeps waiting (its launches are what it costs) and useless under device sync."""
+    assert ProblemTiming("graph").holdable() and ProblemTiming("eager", not_launch_bound=True).holdable()
+    assert not ProblemTiming("eager").holdable()  # timing.mode eager, or auto with no profile: host cost may be the call's
+    assert choose_protocol("graph", "auto", P.Ready(), P.Ready(), hold=True).hold
+    busy = CallProfile(kernel_ms=0.03, span_ms=0.031, launches=2, streams=1, after_return=0)
+    gappy = CallProfile(kernel_ms=0.02, span_ms=0.05, launches=4, streams=1, after_return=0)
+    assert choose_protocol("eager", "auto", P.Ready(), P.Ready(profile=busy), hold=True).hold
+    # a launch-bound candidate beside a GPU-bound reference pays for its launches: neither side is held
+    assert not choose_protocol("eager", "auto", P.Ready(), P.Ready(profile=gappy), hold=True).hold
+    assert not choose_protocol("eager", "auto", P.Ready(), P.Ready(), hold=True).hold  # the compared model not profiled
+    assert not choose_protocol("graph", "auto", P.Ready(), P.Ready(), hold=False).hold  # timing.hold off
+    assert not choose_protocol("eager", "auto", P.Ready(needs_device="x"), P.Ready(), hold=True).hold  # device sync
+    # a graph that could not be captured falls back to eager: a launch-bound call, so not held
+    assert not choose_protocol("graph", "auto", P.Ready(), P.Ready(graph_error="x"), hold=True).hold
 
 
 @pytest.mark.parametrize("profile", [
@@ -94,9 +112,10 @@ def test_auto_mode_times_a_launch_bound_reference_in_graphs_for_both_sides():
     CallProfile(kernel_ms=5.0, span_ms=5.1, launches=4, streams=1, after_return=0),  # long kernels back to back
 ], ids=["short-gemm", "one-tiny-kernel", "busy-gpu"])
 def test_auto_mode_times_eagerly_where_the_gpu_never_waits_for_the_host_and_says_what_it_measured(profile):
-    mode, why = resolve_timing_mode("auto", profile)
-    assert mode == "eager" and why.endswith("(not launch-bound)") and f"in {profile.launches} launches" in why
-    assert resolve_timing_mode("auto", None) == ("eager", "") and resolve_timing_mode("graph", profile) == ("graph", "")
+    mode, why, not_launch_bound = resolve_timing_mode("auto", profile)
+    assert mode == "eager" and why.endswith("(not launch-bound)") and f"in {profile.launches} launches" in why and not_launch_bound
+    assert resolve_timing_mode("auto", None) == ("eager", "", False)  # not measured: not known to be held safely
+    assert resolve_timing_mode("graph", profile) == ("graph", "", False)
 
 
 def test_a_failed_graph_check_times_both_sides_eagerly_and_says_why():
@@ -178,7 +197,7 @@ class FakeJudge:
         return P.RoundTimed(message.round, stats([2.0] * 4))
 
 
-TIMING = types.SimpleNamespace(rounds=4, max_rounds=4, interval=0.02, mode="eager", sync="auto")
+TIMING = types.SimpleNamespace(rounds=4, max_rounds=4, interval=0.02, mode="eager", sync="auto", hold=True)
 
 
 def _drive(pairing, worker_ready=P.Ready(), candidate_ms=1.0):
@@ -216,7 +235,7 @@ class NoisyJudge(FakeJudge):
 
 
 def test_noisy_rounds_get_more_rounds_two_at_a_time_up_to_the_limit():
-    timing = types.SimpleNamespace(rounds=4, max_rounds=8, interval=0.02, mode="eager", sync="auto")
+    timing = types.SimpleNamespace(rounds=4, max_rounds=8, interval=0.02, mode="eager", sync="auto", hold=True)
     judge = NoisyJudge()
     pairing = Pairing(judge, 1, timing, 30.0)
     played = _drive(pairing)
@@ -225,7 +244,7 @@ def test_noisy_rounds_get_more_rounds_two_at_a_time_up_to_the_limit():
 
 
 def test_steady_rounds_stop_at_the_configured_count():
-    timing = types.SimpleNamespace(rounds=4, max_rounds=16, interval=0.02, mode="eager", sync="auto")
+    timing = types.SimpleNamespace(rounds=4, max_rounds=16, interval=0.02, mode="eager", sync="auto", hold=True)
     pairing = Pairing(FakeJudge(), 1, timing, 30.0)
     assert len(_drive(pairing)) == 4 and pairing.result()[1].rounds == 4
 
@@ -241,7 +260,7 @@ def _drive_timed(pairing, times):
     return played
 
 
-GRAPH_TIMING = types.SimpleNamespace(rounds=2, max_rounds=2, interval=0.02, mode="graph", sync="auto")
+GRAPH_TIMING = types.SimpleNamespace(rounds=2, max_rounds=2, interval=0.02, mode="graph", sync="auto", hold=True)
 
 
 def test_a_time_below_the_bytes_floor_is_re_timed_once_eagerly_on_both_sides():
@@ -256,7 +275,7 @@ def test_a_time_below_the_bytes_floor_is_re_timed_once_eagerly_on_both_sides():
 
 
 def test_an_eager_time_below_the_bytes_floor_is_re_timed_with_device_sync():
-    eager = types.SimpleNamespace(rounds=2, max_rounds=2, interval=0.02, mode="eager", sync="auto")
+    eager = types.SimpleNamespace(rounds=2, max_rounds=2, interval=0.02, mode="eager", sync="auto", hold=True)
     pairing = Pairing(FakeJudge(), 1, eager, 30.0, problem_timing=ProblemTiming("eager", floor_ms=0.5))
     played = _drive_timed(pairing, {("eager", "stream"): 0.001, ("eager", "device"): 1.0})  # work that escaped the calling stream
     assert [p[1:] for p in played] == [("eager", "stream")] * 2 + [("eager", "device")] * 2

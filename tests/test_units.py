@@ -258,7 +258,7 @@ def test_the_gates_protocol_keys_are_config_fields():
     from harness.views.gate import PROTOCOL_KEYS
 
     assert set(TIMING_PROTOCOL_FIELDS) <= {f.name for f in dataclasses.fields(TimingConfig)} and "allow_tf32" in {f.name for f in dataclasses.fields(CheckConfig)}
-    assert PROTOCOL_KEYS == ("timing.mode", "timing.sync", "timing.flush_l2", "timing.subtract_overhead", "timing.cpu_threads", "check.allow_tf32")
+    assert PROTOCOL_KEYS == ("timing.mode", "timing.sync", "timing.flush_l2", "timing.subtract_overhead", "timing.hold", "timing.cpu_threads", "check.allow_tf32")
 
 
 def test_the_latest_record_per_candidate_wins_in_the_place_first_seen():

@@ -338,6 +338,7 @@ class TimingConfig(TimerSettings):
     null_candidate: str  # auto | on | off: time the reference through the candidate path (the run's fairness floor)
     quiet: str  # pause | pin | both | off: keep builds and prestarts off the timing processes' CPUs
     null_tolerance: float  # a null floor further than this from 1.00 is a run warning, and the gate's "not comparable"
+    hold: bool  # queue batches of timed regions behind a GPU spin where the host's launch is not what is timed
 
     def __post_init__(self) -> None:
         if self.rounds < 2:
@@ -368,7 +369,7 @@ class TimingConfig(TimerSettings):
 # taken under other values are not comparable. (Budgets and repetition counts change only how sure a
 # median is.) With TF32 on or off the same kernels compute other things, so the protocol also holds
 # check.allow_tf32. In the order the gate names the first that differs.
-TIMING_PROTOCOL_FIELDS = ("mode", "sync", "flush_l2", "subtract_overhead", "cpu_threads")
+TIMING_PROTOCOL_FIELDS = ("mode", "sync", "flush_l2", "subtract_overhead", "hold", "cpu_threads")
 # dotted config keys, as in a run header's config
 PROTOCOL_SETTINGS = (*(f"timing.{name}" for name in TIMING_PROTOCOL_FIELDS), "check.allow_tf32")
 

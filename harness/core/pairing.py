@@ -64,15 +64,25 @@ class ProblemTiming:
     timing_mode: str  # eager or graph (timing.mode resolved: `resolve_timing_mode`)
     reason: str = ""  # the measurement that chose it under timing.mode auto
     floor_ms: float = 0.0  # the hard floor: a median below it is re-timed eagerly with device sync (0: none known)
+    # eager because timing.mode auto found the reference not launch-bound: its host launch cost is not what is timed
+    not_launch_bound: bool = False
+
+    def holdable(self) -> bool:
+        """Whether this problem's timed regions may be held (`TimingProtocol.hold`): graph replays, and eager
+        calls of a reference measured not launch-bound."""
+        return self.timing_mode == TimingMode.GRAPH or self.not_launch_bound
 
 
-def resolve_timing_mode(timing_mode: str, reference_profile: Optional[CallProfile]) -> tuple[str, str]:
+def resolve_timing_mode(timing_mode: str, reference_profile: Optional[CallProfile]) -> tuple[str, str, bool]:
     """The timing mode for a problem from timing.mode: eager, graph, or auto (graph when the
-    reference is launch-bound, `CallProfile.launch_bound`, else eager); and, for auto, the measurement that chose it."""
+    reference is launch-bound, `CallProfile.launch_bound`, else eager); for auto, the measurement that chose it;
+    and whether eager was chosen because that measurement found the reference not launch-bound."""
     if timing_mode != TimingMode.AUTO:
-        return timing_mode, ""
-    bound, why = reference_profile.launch_bound() if reference_profile is not None else (False, "")
-    return (TimingMode.GRAPH if bound else TimingMode.EAGER), why
+        return timing_mode, "", False
+    if reference_profile is None:
+        return TimingMode.EAGER, "", False
+    bound, why = reference_profile.launch_bound()
+    return (TimingMode.GRAPH if bound else TimingMode.EAGER), why, not bound
 
 
 def choose_protocol(
@@ -82,10 +92,15 @@ def choose_protocol(
     compared: P.Ready,
     compared_name: str = "the candidate",
     timing_mode_reason: str = "",
+    hold: bool = False,
 ) -> P.TimingProtocol:
     """One protocol for both sides: whichever side needs the stricter one, both get it.
     `timing_mode` is the problem's resolved timing mode (eager or graph, `resolve_timing_mode`), `sync` the
-    configured timing.sync; `timing_mode_reason` says why graph was chosen, when it was chosen for the problem."""
+    configured timing.sync; `timing_mode_reason` says why graph was chosen, when it was chosen for the problem.
+    `hold`: the problem's regions may be held (`ProblemTiming.holdable` under timing.hold); they are, unless the
+    protocol is device sync, or eager in place of the problem's graph mode (a capture failed), or eager with a
+    compared model not measured to be GPU-bound (a held eager call would not pay for its host launches, so a
+    launch-bound candidate, or one not profiled, is timed unheld, and so is the reference beside it)."""
     sides = (("the reference", reference), (compared_name, compared))
     chosen_sync, sync_reason = (SyncMode.DEVICE if sync == SyncMode.DEVICE else SyncMode.STREAM), ""
     needs = [f"{name}: {ready.needs_device}" for name, ready in sides if ready.needs_device]
@@ -101,7 +116,10 @@ def choose_protocol(
                 TimingMode.GRAPH,
                 f"CUDA graphs for both sides because {timing_mode_reason}" if timing_mode_reason else "",
             )
-    return P.TimingProtocol(chosen_mode, chosen_sync, sync_reason, why_mode)
+    gpu_bound = compared.profile is not None and not compared.profile.launch_bound()[0]
+    held = hold and chosen_sync == SyncMode.STREAM and chosen_mode == timing_mode
+    held = held and (chosen_mode == TimingMode.GRAPH or gpu_bound)
+    return P.TimingProtocol(chosen_mode, chosen_sync, sync_reason, why_mode, held)
 
 
 def graph_failure(failed: list[str]) -> str:
@@ -173,4 +191,6 @@ def pooled(rounds: list[TimingStats], protocol: P.TimingProtocol, overhead: Opti
         clock_event_reasons=last.clock_event_reasons,
         l2_reset=last.l2_reset,
         l2_persisting_found=max(r.l2_persisting_found for r in rounds),
+        held_ms=max(r.held_ms for r in rounds),
+        host_waits=sum(r.host_waits for r in rounds),
     )

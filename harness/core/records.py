@@ -23,8 +23,9 @@ OUTSIDE_CAPTURE = "launches outside the capturing stream: timed eagerly"
 
 # 2: timing protocol fields, profiles, baselines, speed-of-light, run end; 3: paired rounds, null floor; 4: flags,
 # sanitizer runs; 5: a candidate in parts; 6: a reference in parts, a timing's mode named timing_mode; 7: a
-# candidate's build ahead (provenance.ahead), a build found changed (builds[].tampered)
-SCHEMA_VERSION = 7
+# candidate's build ahead (provenance.ahead), a build found changed (builds[].tampered); 8: the hold graph
+# replays are timed behind (held_ms, host_waits)
+SCHEMA_VERSION = 8
 
 
 def to_dict(obj: Any) -> Any:
@@ -111,6 +112,8 @@ class TimingStats:
     l2_reset: bool = False  # CUDA: the persisting-L2 limit was reset to 0 (and read back as 0) before every timed call
     # the largest persisting-L2 limit (bytes) set during the sampling, found before a timed call and reset
     l2_persisting_found: int = 0
+    held_ms: float = 0.0  # the longest spin a batch of timed regions was queued behind (0: not held)
+    host_waits: int = 0  # held regions dropped: the GPU had reached their start before the host queued their call
 
     def __post_init__(self) -> None:
         if not self.samples_ms:

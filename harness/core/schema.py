@@ -282,6 +282,26 @@ def _to_7(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+def _v7_timings(data: dict[str, Any]) -> Iterator[Any]:
+    """Every timing (TimingStats) a version 6 or 7 line holds, in its timing part: the stats, the paired
+    rounds' reference side, and a reference's baselines and null floor."""
+    part: dict[str, Any] = data.get("timing") or {}
+    yield part.get("stats")
+    pairs: list[Any] = [part.get("paired"), (part.get("null_floor") or {}).get("paired")]
+    for baseline in part.get("baselines") or ():
+        yield baseline.get("timing")
+        pairs.append(baseline.get("paired"))
+    yield from ((pair or {}).get("reference") for pair in pairs)
+
+
+def _to_8(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 8 recorded the hold that CUDA graph replays are timed behind (held_ms, host_waits); an
+    older line's timings were not held."""
+    for timing in _v7_timings(data):
+        _fill(timing, {"held_ms": 0.0, "host_waits": 0})
+    return data
+
+
 # version -> the step to the next
 STEPS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
     1: _to_2,
@@ -290,4 +310,5 @@ STEPS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
     4: _to_5,
     5: _to_6,
     6: _to_7,
+    7: _to_8,
 }

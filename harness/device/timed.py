@@ -78,7 +78,11 @@ def time_round(timer: Timer, ask: P.TimeRound) -> Any:
     try:
         with torch.no_grad():
             stats = timer.round(
-                ask.protocol.timing_mode, ask.protocol.sync, ask.rounds, last=ask.round == ask.rounds - 1
+                ask.protocol.timing_mode,
+                ask.protocol.sync,
+                ask.rounds,
+                last=ask.round == ask.rounds - 1,
+                hold=ask.protocol.hold,
             )
             synchronize(timer.device)
     except BaseException as exc:

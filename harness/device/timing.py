@@ -14,6 +14,15 @@ error of the median reaches the target, the budget is spent or max_reps is reach
 ends with one empty region timed the same way; their median (the fixed cost of a timed region)
 is, by default, subtracted from every sample (the raw samples stay in the record).
 
+A held sampling (`hold`, the protocol's: graph replays, and eager calls of a reference measured not
+launch-bound, with stream sync) queues each batch while the GPU runs a spin kernel, so no region
+can start before the host has queued its call. Without it, a call of a few microseconds of work
+times the host's launch latency too: the start event fires when the flush ends, and the kernels
+follow only when the host's launch arrives (on a host busy with builds, tens of microseconds,
+whole rounds 3x apart). A region whose start event had already fired when its call was queued is
+dropped and counted (`host_waits`), and the next hold is twice as long. A launch-bound eager call
+is not held: its host launch cost is part of what it costs.
+
 CPU: `time.perf_counter_ns` around each call, same rotation and stopping rule; the overhead is
 the median of OVERHEAD_REPS empty regions.
 """
@@ -38,6 +47,10 @@ BATCH = 10  # CUDA regions queued back to back between two reads of the events (
 
 
 NO_GRAPHS_ON_CPU = "CUDA graphs need a CUDA device; timed eagerly"
+
+HOLD_CYCLES = 1_000_000  # the first hold's spin (GPU clock cycles: about 0.5 ms at 2 GHz), doubled after a host wait
+HOLD_MAX_CYCLES = 64_000_000  # the longest hold (about 32 ms); a batch late behind it ends the holding (a call that
+# waits for the GPU inside, e.g. `.item()`, is late behind any hold): its regions, and all after it, are kept unheld
 
 
 def _nothing() -> None:
@@ -116,6 +129,7 @@ class Timer:
         self.call_ms: dict[str, float] = {}  # each mode's wall ms per call in its latest warm-up (sizes a batch)
         self.last_mode: str = TimingMode.EAGER  # the mode of the latest sampling: whose output is the latest timed one
         self.flush = flush_buffer(device) if device.type == Device.CUDA and cfg.flush_l2 else None
+        self._hold = Hold() if device.type == Device.CUDA else None  # what a held sampling is queued behind
 
     def _keeping(self, fn: Callable[..., Any], args: Sequence[Any]) -> Callable[[], Any]:
         def call() -> Any:
@@ -160,20 +174,28 @@ class Timer:
         """Time eagerly from now on (the graphs were shown to leave out work)."""
         self.graphs, self._graph_first = None, None
 
-    def round(self, timing_mode: str, sync: str, rounds: int, last: bool = False) -> TimingStats:
+    def round(self, timing_mode: str, sync: str, rounds: int, last: bool = False, hold: bool = False) -> TimingStats:
         """One of `rounds` rounds: a short warm-up (the other side ran in between), then sampling
         under the config's stopping rule with a `rounds`-th of its budget, for at least a quarter
         of that (max_reps still caps each round). The GPU's clocks are read (nvidia-smi, a
-        process of its own) only after the `last` one."""
+        process of its own) only after the `last` one. `hold`: the protocol's (`TimingProtocol.hold`)."""
         cfg = self.cfg
         budget = cfg.budget_s / rounds
         share = dataclasses.replace(cfg, budget_s=budget, warmup_ms=cfg.warmup_ms / ROUND_WARMUP_SHARE)
-        return self.sample(timing_mode, sync, share, warm=True, clocks=last, min_s=budget * ROUND_MIN_SHARE)
+        return self.sample(timing_mode, sync, share, warm=True, clocks=last, min_s=budget * ROUND_MIN_SHARE, hold=hold)
 
     def sample(
-        self, timing_mode: str, sync: str, cfg: Any, warm: bool = False, clocks: bool = True, min_s: float = 0.0
+        self,
+        timing_mode: str,
+        sync: str,
+        cfg: Any,
+        warm: bool = False,
+        clocks: bool = True,
+        min_s: float = 0.0,
+        hold: bool = False,
     ) -> TimingStats:
-        """Sample `timing_mode` calls under `cfg`'s stopping rule, for at least `min_s` seconds."""
+        """Sample `timing_mode` calls under `cfg`'s stopping rule, for at least `min_s` seconds; on CUDA with
+        stream sync and `hold`, each batch queued behind the timer's hold."""
         calls = self.graphs if timing_mode == TimingMode.GRAPH else self.eager
         if calls is None:
             raise ValueError("graph mode needs graphs captured by prepare(graph=True)")
@@ -183,7 +205,8 @@ class Timer:
             warmup, self.call_ms[timing_mode] = _warm_up(calls, cfg.warmup_ms, self._sync)
         if self.device.type == Device.CUDA:
             call_ms = self.call_ms.get(timing_mode, 0.0)
-            stats = _sample_cuda(calls, self.device, cfg, sync, self.flush, clocks, min_s, call_ms)
+            held = self._hold if hold and sync == SyncMode.STREAM else None
+            stats = _sample_cuda(calls, self.device, cfg, sync, self.flush, clocks, min_s, call_ms, held)
         else:
             stats = _sample_cpu(calls, cfg, min_s)
         return dataclasses.replace(stats, warmup_calls=warmup, timing_mode=timing_mode, input_sets=self.input_sets)
@@ -238,6 +261,56 @@ def _warm_up(calls: Sequence[Callable[[], Any]], warmup_ms: float, sync: Callabl
     return count, (time.perf_counter() - started) * 1e3 / count
 
 
+class Hold:
+    """The spin a batch of graph replays is queued behind (see the module's doc): started before the
+    batch, and asked after each region's call is queued whether the GPU had already reached it."""
+
+    def __init__(self, event: Callable[..., Any] = torch.cuda.Event, spin: Callable[[int], None] = torch.cuda._sleep):
+        self.cycles = HOLD_CYCLES  # the next batch's spin; a timer keeps its hold from one round to the next
+        self.waits = 0  # regions dropped this sampling: the GPU reached their start before the host queued their call
+        self.longest_ms = 0.0  # the longest hold a batch of this sampling was queued behind
+        self._held = 0  # the current batch's spin
+        self._late = False  # a region of the current batch was late
+        self._events = (event(enable_timing=True), event(enable_timing=True))
+        self._spin = spin
+
+    def begin(self) -> None:
+        """A new sampling: its counts start at zero, its first hold is the last one's."""
+        self.waits, self.longest_ms = 0, 0.0
+
+    def start(self) -> None:
+        self._late, self._held = False, self.cycles
+        if not self.cycles:
+            return
+        self._events[0].record()
+        self._spin(self.cycles)
+        self._events[1].record()
+
+    def late(self, start: torch.cuda.Event) -> bool:
+        """Whether the region that `start` opened may hold a wait for the host (its start event had
+        fired by the time its call was queued); the next batch's hold is then twice as long."""
+        if not start.query():
+            return False
+        self._late = True
+        return True
+
+    def done(self) -> None:
+        """After the batch was read: note the hold's length, and after a late region lengthen the next one, or
+        end the holding when this one was the longest."""
+        if not self._held:
+            return
+        self.longest_ms = max(self.longest_ms, self._events[0].elapsed_time(self._events[1]))
+        if self._late:
+            self.cycles = 2 * self.cycles if self.cycles < HOLD_MAX_CYCLES else 0
+
+    def keep(self, timed: list[float], late: list[bool]) -> list[float]:
+        """The batch's samples less the late regions' (all of them when unheld, or behind the longest hold)."""
+        if not self._held or self._held >= HOLD_MAX_CYCLES:
+            return timed
+        self.waits += sum(late)
+        return [t for t, was_late in zip(timed, late) if not was_late]
+
+
 def _sample_cuda(
     calls: Sequence[Callable[[], Any]],
     device: torch.device,
@@ -247,22 +320,30 @@ def _sample_cuda(
     clocks: bool = True,
     min_s: float = 0.0,
     call_ms: float = 0.0,
+    hold: Optional[Hold] = None,
 ) -> TimingStats:
     """`call_ms`: the latest warm-up's time per call, which sizes the first batch (`batch_size`); each
-    batch's median sizes the next (ten samples at most: no sort of every sample between batches)."""
+    batch's median sizes the next (ten samples at most: no sort of every sample between batches).
+    `hold`: queue each batch behind a spin, and drop the regions the host was late for."""
     device_sync = lambda: torch.cuda.synchronize(device)  # noqa: E731
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(BATCH + 1)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(BATCH + 1)]
 
     l2_reset = flush is not None and persisting_l2() >= 0  # -1: a GPU without persisting L2 (before Ampere)
+    if hold is not None:
+        hold.begin()
     found = [0]  # limits above the context's own, found before sampling or before a timed call
     if l2_reset:
         initial = reset_persisting_l2()
         if _L2_DEFAULT is not None and initial > _L2_DEFAULT:  # the context's own (9.4 MiB on an H100) is not a finding
             found.append(initial)
 
-    def batch(chosen: Sequence[Callable[[], Any]]) -> list[float]:
-        """Queue len(chosen) timed regions back to back, then wait once and read them all."""
+    def batch(chosen: Sequence[Callable[[], Any]]) -> tuple[list[float], list[bool]]:
+        """Queue len(chosen) timed regions back to back (behind the hold, if any), then wait once and
+        read them all: each region's time, and whether the host was late for it."""
+        late: list[bool] = []
+        if hold is not None:
+            hold.start()
         for call, start, end in zip(chosen, starts, ends):
             if flush is not None:
                 if l2_reset and persisting_l2() > 0:  # a call set aside L2 that the flush would not evict
@@ -270,11 +351,14 @@ def _sample_cuda(
                 flush.zero_()  # outside the events
             start.record()
             call()
+            late.append(hold is not None and call is not _nothing and hold.late(start))
             if sync == SyncMode.DEVICE:
                 torch.cuda.synchronize(device)
             end.record()
         ends[len(chosen) - 1].synchronize()
-        return [start.elapsed_time(end) for start, end in zip(starts[: len(chosen)], ends)]
+        if hold is not None:
+            hold.done()
+        return [start.elapsed_time(end) for start, end in zip(starts[: len(chosen)], ends)], late
 
     # Every batch ends with one empty region, so the overhead is estimated under the same clocks
     # and queue conditions as the samples around it (not once, on a GPU that may still be idling).
@@ -285,10 +369,10 @@ def _sample_cuda(
     while (reason := _stop_reason(samples, started, cfg, statistics.median(empty) if empty else 0.0, min_s)) is None:
         n = len(samples)
         count = batch_size(per_call, cfg.budget_s - (time.perf_counter() - started), cfg.max_reps - n)
-        *timed, nothing = batch([calls[(n + j) % len(calls)] for j in range(count)] + [_nothing])
-        samples.extend(timed)
-        empty.append(nothing)
+        (*timed, nothing), late = batch([calls[(n + j) % len(calls)] for j in range(count)] + [_nothing])
         per_call = statistics.median(timed)
+        samples.extend(timed if hold is None else hold.keep(timed, late))
+        empty.append(nothing)
     overhead = statistics.median(empty)
     device_sync()
     from harness.device.environment import gpu_state
@@ -307,6 +391,8 @@ def _sample_cuda(
         clock_event_reasons=str(state.get("clock_event_reasons", "")),
         l2_reset=l2_reset,
         l2_persisting_found=max(found),
+        held_ms=hold.longest_ms if hold is not None else 0.0,
+        host_waits=hold.waits if hold is not None else 0,
     )
 
 

@@ -408,6 +408,7 @@ class Pairing:
             ready,
             self.compared_name,
             self.problem_timing.reason,
+            hold=self.timing.hold and self.problem_timing.holdable(),
         )
         if self.quiet is not None:
             self._held.enter_context(self.quiet.hold())
