@@ -143,6 +143,8 @@ def test_an_edited_candidate_that_is_now_incorrect_fails_with_the_default_rules(
     ({"device": "cpu"}, PROTOCOL, "NVIDIA H100 80GB HBM3", "device cuda then, cpu now"),
     ({}, PROTOCOL, "NVIDIA H200", "NVIDIA H100 80GB HBM3 then, NVIDIA H200 now"),
     ({}, {**PROTOCOL, "timing": {**PROTOCOL["timing"], "mode": "graph"}}, "NVIDIA H100 80GB HBM3", "timing.mode was 'eager', is 'graph'"),
+    # a baseline from before timing.hold existed was timed unheld
+    ({}, {**PROTOCOL, "timing": {**PROTOCOL["timing"], "hold": True}}, "NVIDIA H100 80GB HBM3", "timing.hold was False, is True"),
     ({"candidate_hash": "edited", "problem_hash": "changed"}, PROTOCOL, "NVIDIA H100 80GB HBM3", "the problem file changed; the candidate file changed"),
 ])
 def test_a_kernel_that_broke_fails_whatever_changed_between_the_runs(tmp_path, change, protocol, device_name, why):

@@ -311,6 +311,27 @@ class Hold:
         return [t for t, was_late in zip(timed, late) if not was_late]
 
 
+class _Unheld:
+    """What an unheld sampling's batches are queued behind: nothing (Hold's interface)."""
+
+    waits, longest_ms = 0, 0.0
+
+    def begin(self) -> None:
+        return None
+
+    def start(self) -> None:
+        return None
+
+    def late(self, start: Any) -> bool:
+        return False
+
+    def done(self) -> None:
+        return None
+
+    def keep(self, timed: list[float], late: list[bool]) -> list[float]:
+        return timed
+
+
 def _sample_cuda(
     calls: Sequence[Callable[[], Any]],
     device: torch.device,
@@ -325,13 +346,12 @@ def _sample_cuda(
     """`call_ms`: the latest warm-up's time per call, which sizes the first batch (`batch_size`); each
     batch's median sizes the next (ten samples at most: no sort of every sample between batches).
     `hold`: queue each batch behind a spin, and drop the regions the host was late for."""
-    device_sync = lambda: torch.cuda.synchronize(device)  # noqa: E731
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(BATCH + 1)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(BATCH + 1)]
 
     l2_reset = flush is not None and persisting_l2() >= 0  # -1: a GPU without persisting L2 (before Ampere)
-    if hold is not None:
-        hold.begin()
+    held = hold if hold is not None else _Unheld()
+    held.begin()
     found = [0]  # limits above the context's own, found before sampling or before a timed call
     if l2_reset:
         initial = reset_persisting_l2()
@@ -342,8 +362,7 @@ def _sample_cuda(
         """Queue len(chosen) timed regions back to back (behind the hold, if any), then wait once and
         read them all: each region's time, and whether the host was late for it."""
         late: list[bool] = []
-        if hold is not None:
-            hold.start()
+        held.start()
         for call, start, end in zip(chosen, starts, ends):
             if flush is not None:
                 if l2_reset and persisting_l2() > 0:  # a call set aside L2 that the flush would not evict
@@ -351,13 +370,12 @@ def _sample_cuda(
                 flush.zero_()  # outside the events
             start.record()
             call()
-            late.append(hold is not None and call is not _nothing and hold.late(start))
+            late.append(call is not _nothing and held.late(start))
             if sync == SyncMode.DEVICE:
                 torch.cuda.synchronize(device)
             end.record()
         ends[len(chosen) - 1].synchronize()
-        if hold is not None:
-            hold.done()
+        held.done()
         return [start.elapsed_time(end) for start, end in zip(starts[: len(chosen)], ends)], late
 
     # Every batch ends with one empty region, so the overhead is estimated under the same clocks
@@ -371,10 +389,10 @@ def _sample_cuda(
         count = batch_size(per_call, cfg.budget_s - (time.perf_counter() - started), cfg.max_reps - n)
         (*timed, nothing), late = batch([calls[(n + j) % len(calls)] for j in range(count)] + [_nothing])
         per_call = statistics.median(timed)
-        samples.extend(timed if hold is None else hold.keep(timed, late))
+        samples.extend(held.keep(timed, late))
         empty.append(nothing)
     overhead = statistics.median(empty)
-    device_sync()
+    torch.cuda.synchronize(device)
     from harness.device.environment import gpu_state
 
     state = gpu_state(device) if clocks else {}
@@ -391,8 +409,8 @@ def _sample_cuda(
         clock_event_reasons=str(state.get("clock_event_reasons", "")),
         l2_reset=l2_reset,
         l2_persisting_found=max(found),
-        held_ms=hold.longest_ms if hold is not None else 0.0,
-        host_waits=hold.waits if hold is not None else 0,
+        held_ms=held.longest_ms,
+        host_waits=held.waits,
     )
 
 

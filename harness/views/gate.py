@@ -36,6 +36,8 @@ from harness.views.text import markdown_code, markdown_text, terminal_text
 # Settings of the timing protocol that change what a median means; a baseline taken under other
 # values is not comparable (harness.core.config.PROTOCOL_SETTINGS).
 PROTOCOL_KEYS = PROTOCOL_SETTINGS
+# a protocol setting that a run's config lacks, read at the value every run before the setting existed had
+BEFORE_SETTING: dict[str, Any] = {"timing.hold": False}
 
 
 class GateOutcome(Vocabulary):
@@ -205,10 +207,13 @@ def load_side(where: str, results_dir: Path) -> Side:
 
 
 def _setting(header: Optional[RunHeader], dotted: str) -> Any:
-    value: Any = header.config if header is not None else {}
+    """A setting of a run's config (None without a header); one the config lacks is read as BEFORE_SETTING says."""
+    if header is None:
+        return None
+    value: Any = header.config
     for part in dotted.split("."):
         value = value.get(part) if isinstance(value, dict) else None
-    return value
+    return BEFORE_SETTING.get(dotted) if value is None else value
 
 
 def mann_whitney_p(a: list[float], b: list[float]) -> float:
