@@ -14,14 +14,14 @@ error of the median reaches the target, the budget is spent or max_reps is reach
 ends with one empty region timed the same way; their median (the fixed cost of a timed region)
 is, by default, subtracted from every sample (the raw samples stay in the record).
 
-A held sampling (`hold`, the protocol's: graph replays, and eager calls of a reference measured not
-launch-bound, with stream sync) queues each batch while the GPU runs a spin kernel, so no region
-can start before the host has queued its call. Without it, a call of a few microseconds of work
-times the host's launch latency too: the start event fires when the flush ends, and the kernels
-follow only when the host's launch arrives (on a host busy with builds, tens of microseconds,
-whole rounds 3x apart). A region whose start event had already fired when its call was queued is
-dropped and counted (`host_waits`), and the next hold is twice as long. A launch-bound eager call
-is not held: its host launch cost is part of what it costs.
+A held sampling (`hold`, the protocol's: graph replays, and eager calls where the reference and the
+compared model were both measured not launch-bound; stream sync only) queues each batch while the
+GPU runs a spin kernel, so no region can start before the host has queued its call. Without it, a
+call of a few microseconds of work times the host's launch latency too: the start event fires
+when the flush ends, and the kernels follow only when the host's launch arrives (on a host busy
+with builds, tens of microseconds, whole rounds 3x apart). A region whose start event had already
+fired when its call was queued is dropped and counted (`host_waits`), and the next hold is twice
+as long. A launch-bound eager call is not held: its host launch cost is part of what it costs.
 
 CPU: `time.perf_counter_ns` around each call, same rotation and stopping rule; the overhead is
 the median of OVERHEAD_REPS empty regions.
@@ -262,8 +262,8 @@ def _warm_up(calls: Sequence[Callable[[], Any]], warmup_ms: float, sync: Callabl
 
 
 class Hold:
-    """The spin a batch of graph replays is queued behind (see the module's doc): started before the
-    batch, and asked after each region's call is queued whether the GPU had already reached it."""
+    """The spin a held batch is queued behind (see the module's doc): started before the batch, and
+    asked after each region's call is queued whether the GPU had already reached it."""
 
     def __init__(self, event: Callable[..., Any] = torch.cuda.Event, spin: Callable[[int], None] = torch.cuda._sleep):
         self.cycles = HOLD_CYCLES  # the next batch's spin; a timer keeps its hold from one round to the next
