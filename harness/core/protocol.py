@@ -355,9 +355,9 @@ class TimingProtocol:
     sync: str  # "stream": end event on the calling stream; "device": a device-wide synchronise first
     sync_reason: str = ""  # why device sync (which side needed it)
     timing_mode_reason: str = ""  # why graphs were chosen for the problem, or (eager) whose capture failed
-    # each batch of timed regions queued behind a GPU spin (harness.device.timing): graph replays, and eager calls of a
-    # problem whose reference is not launch-bound; never with device sync, nor for a launch-bound eager call (whose
-    # host launch cost is part of what it costs)
+    # each batch of timed regions queued behind a GPU spin (harness.device.timing): graph replays, and eager calls
+    # where the reference and the compared model were both measured not launch-bound; never with device sync, nor for
+    # a launch-bound eager call (whose host launch cost is part of what it costs): pairing.choose_protocol
     hold: bool = False
 
     @property
