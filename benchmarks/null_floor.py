@@ -28,6 +28,7 @@ from typing import Any, Optional
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
+from harness.core.records import CandidateRecord, ReferenceRecord  # noqa: E402
 from harness.core.store import read_records  # noqa: E402
 from harness.sources.problem import resolve_problem  # noqa: E402
 from kernelbench_levels import null_candidate  # noqa: E402
@@ -94,14 +95,10 @@ def rows(records_file: Path, hold: bool, load: int, repeat: int, code: int) -> l
     if not records_file.exists():
         return []
     records = read_records(records_file)
-    floors = {
-        r.identity.problem: r.timing.null_floor
-        for r in records
-        if hasattr(r, "outcome") and r.timing.null_floor is not None
-    }
+    floors = {r.identity.problem: r.timing.null_floor for r in records if isinstance(r, ReferenceRecord)}
     found = []
     for record in records:
-        if not hasattr(record, "decision"):
+        if not isinstance(record, CandidateRecord):
             continue
         stats: Optional[Any] = record.timing.stats
         floor = floors.get(record.identity.problem)

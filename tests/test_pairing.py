@@ -79,9 +79,9 @@ def test_graph_mode_only_when_both_sides_were_captured():
 
 def test_auto_mode_times_a_launch_bound_reference_in_graphs_for_both_sides():
     gappy = CallProfile(kernel_ms=0.02, span_ms=0.05, launches=4, streams=1, after_return=0)  # the GPU waits on the host
-    mode, why, not_launch_bound = resolve_timing_mode("auto", gappy)
+    mode, why = resolve_timing_mode("auto", gappy)
     assert mode == "graph" and "busy for 40% of its profiled call's 50 us span in 4 launches (launch-bound" in why
-    assert not not_launch_bound and resolve_timing_mode("eager", gappy) == ("eager", "", False)
+    assert resolve_timing_mode("eager", gappy) == ("eager", "")
     chosen = choose_protocol(mode, "auto", P.Ready(), P.Ready(), timing_mode_reason=why)
     assert chosen.timing_mode == "graph" and "CUDA graphs for both sides because the reference's kernels keep the GPU busy for 40%" in chosen.reason
     # a side that cannot be captured takes both back to eager, and says so
@@ -91,17 +91,18 @@ def test_auto_mode_times_a_launch_bound_reference_in_graphs_for_both_sides():
 def test_graph_replays_and_eager_calls_of_a_reference_measured_not_launch_bound_are_held_and_nothing_else():
     """The hold keeps the host's launch latency out of a timed region: right where the host's launch is not what is
     timed, wrong for an eager call the host keeps waiting (its launches are what it costs) and useless under device sync."""
-    assert ProblemTiming("graph").holdable() and ProblemTiming("eager", not_launch_bound=True).holdable()
-    assert not ProblemTiming("eager").holdable()  # timing.mode eager, or auto with no profile: host cost may be the call's
-    assert choose_protocol("graph", "auto", P.Ready(), P.Ready(), hold=True).hold
     busy = CallProfile(kernel_ms=0.03, span_ms=0.031, launches=2, streams=1, after_return=0)
     gappy = CallProfile(kernel_ms=0.02, span_ms=0.05, launches=4, streams=1, after_return=0)
-    assert choose_protocol("eager", "auto", P.Ready(), P.Ready(profile=busy), hold=True).hold
+    mode, measured = resolve_timing_mode("auto", busy)  # eager: the reference was measured not launch-bound
+    assert choose_protocol("graph", "auto", P.Ready(), P.Ready(), hold=True).hold
+    assert choose_protocol(mode, "auto", P.Ready(), P.Ready(profile=busy), timing_mode_reason=measured, hold=True).hold
+    # timing.mode eager, or auto with no profile: no measurement chose eager, and host cost may be the call's
+    assert not choose_protocol("eager", "auto", P.Ready(), P.Ready(profile=busy), hold=True).hold
     # a launch-bound candidate beside a GPU-bound reference pays for its launches: neither side is held
-    assert not choose_protocol("eager", "auto", P.Ready(), P.Ready(profile=gappy), hold=True).hold
-    assert not choose_protocol("eager", "auto", P.Ready(), P.Ready(), hold=True).hold  # the compared model not profiled
+    assert not choose_protocol(mode, "auto", P.Ready(), P.Ready(profile=gappy), timing_mode_reason=measured, hold=True).hold
+    assert not choose_protocol(mode, "auto", P.Ready(), P.Ready(), timing_mode_reason=measured, hold=True).hold  # not profiled
     assert not choose_protocol("graph", "auto", P.Ready(), P.Ready(), hold=False).hold  # timing.hold off
-    assert not choose_protocol("eager", "auto", P.Ready(needs_device="x"), P.Ready(), hold=True).hold  # device sync
+    assert not choose_protocol(mode, "auto", P.Ready(needs_device="x"), P.Ready(profile=busy), timing_mode_reason=measured, hold=True).hold  # device sync
     # a graph that could not be captured falls back to eager: a launch-bound call, so not held
     assert not choose_protocol("graph", "auto", P.Ready(), P.Ready(graph_error="x"), hold=True).hold
 
@@ -112,10 +113,9 @@ def test_graph_replays_and_eager_calls_of_a_reference_measured_not_launch_bound_
     CallProfile(kernel_ms=5.0, span_ms=5.1, launches=4, streams=1, after_return=0),  # long kernels back to back
 ], ids=["short-gemm", "one-tiny-kernel", "busy-gpu"])
 def test_auto_mode_times_eagerly_where_the_gpu_never_waits_for_the_host_and_says_what_it_measured(profile):
-    mode, why, not_launch_bound = resolve_timing_mode("auto", profile)
-    assert mode == "eager" and why.endswith("(not launch-bound)") and f"in {profile.launches} launches" in why and not_launch_bound
-    assert resolve_timing_mode("auto", None) == ("eager", "", False)  # not measured: not known to be held safely
-    assert resolve_timing_mode("graph", profile) == ("graph", "", False)
+    mode, why = resolve_timing_mode("auto", profile)
+    assert mode == "eager" and why.endswith("(not launch-bound)") and f"in {profile.launches} launches" in why
+    assert resolve_timing_mode("auto", None) == ("eager", "") and resolve_timing_mode("graph", profile) == ("graph", "")
 
 
 def test_a_failed_graph_check_times_both_sides_eagerly_and_says_why():

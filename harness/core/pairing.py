@@ -64,25 +64,15 @@ class ProblemTiming:
     timing_mode: str  # eager or graph (timing.mode resolved: `resolve_timing_mode`)
     reason: str = ""  # the measurement that chose it under timing.mode auto
     floor_ms: float = 0.0  # the hard floor: a median below it is re-timed eagerly with device sync (0: none known)
-    # eager because timing.mode auto found the reference not launch-bound: its host launch cost is not what is timed
-    not_launch_bound: bool = False
-
-    def holdable(self) -> bool:
-        """Whether this problem's timed regions may be held (`TimingProtocol.hold`): graph replays, and eager
-        calls of a reference measured not launch-bound."""
-        return self.timing_mode == TimingMode.GRAPH or self.not_launch_bound
 
 
-def resolve_timing_mode(timing_mode: str, reference_profile: Optional[CallProfile]) -> tuple[str, str, bool]:
+def resolve_timing_mode(timing_mode: str, reference_profile: Optional[CallProfile]) -> tuple[str, str]:
     """The timing mode for a problem from timing.mode: eager, graph, or auto (graph when the
-    reference is launch-bound, `CallProfile.launch_bound`, else eager); for auto, the measurement that chose it;
-    and whether eager was chosen because that measurement found the reference not launch-bound."""
+    reference is launch-bound, `CallProfile.launch_bound`, else eager); and, for auto, the measurement that chose it."""
     if timing_mode != TimingMode.AUTO:
-        return timing_mode, "", False
-    if reference_profile is None:
-        return TimingMode.EAGER, "", False
-    bound, why = reference_profile.launch_bound()
-    return (TimingMode.GRAPH if bound else TimingMode.EAGER), why, not bound
+        return timing_mode, ""
+    bound, why = reference_profile.launch_bound() if reference_profile is not None else (False, "")
+    return (TimingMode.GRAPH if bound else TimingMode.EAGER), why
 
 
 def choose_protocol(
@@ -96,11 +86,12 @@ def choose_protocol(
 ) -> P.TimingProtocol:
     """One protocol for both sides: whichever side needs the stricter one, both get it.
     `timing_mode` is the problem's resolved timing mode (eager or graph, `resolve_timing_mode`), `sync` the
-    configured timing.sync; `timing_mode_reason` says why graph was chosen, when it was chosen for the problem.
-    `hold`: the problem's regions may be held (`ProblemTiming.holdable` under timing.hold); they are, unless the
-    protocol is device sync, or eager in place of the problem's graph mode (a capture failed), or eager with a
-    compared model not measured to be GPU-bound (a held eager call would not pay for its host launches, so a
-    launch-bound candidate, or one not profiled, is timed unheld, and so is the reference beside it)."""
+    configured timing.sync; `timing_mode_reason` is the measurement that chose it, when one did (timing.mode auto).
+    `hold` (timing.hold): hold the regions (`TimingProtocol.hold`) of graph replays, and of eager calls when a
+    measurement chose eager (the reference is not launch-bound) and the compared model's profile is not launch-bound
+    either; never under device sync, nor eager in place of the problem's graph mode (a capture failed). A held eager
+    call would not pay for its host launches, so a launch-bound candidate, or one not profiled, is timed unheld, and
+    so is the reference beside it."""
     sides = (("the reference", reference), (compared_name, compared))
     chosen_sync, sync_reason = (SyncMode.DEVICE if sync == SyncMode.DEVICE else SyncMode.STREAM), ""
     needs = [f"{name}: {ready.needs_device}" for name, ready in sides if ready.needs_device]
@@ -116,7 +107,7 @@ def choose_protocol(
                 TimingMode.GRAPH,
                 f"CUDA graphs for both sides because {timing_mode_reason}" if timing_mode_reason else "",
             )
-    gpu_bound = compared.profile is not None and not compared.profile.launch_bound()[0]
+    gpu_bound = bool(timing_mode_reason) and compared.profile is not None and not compared.profile.launch_bound()[0]
     held = hold and chosen_sync == SyncMode.STREAM and chosen_mode == timing_mode
     held = held and (chosen_mode == TimingMode.GRAPH or gpu_bound)
     return P.TimingProtocol(chosen_mode, chosen_sync, sync_reason, why_mode, held)

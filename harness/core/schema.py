@@ -295,8 +295,8 @@ def _v7_timings(data: dict[str, Any]) -> Iterator[Any]:
 
 
 def _to_8(data: dict[str, Any]) -> dict[str, Any]:
-    """Version 8 recorded the hold that CUDA graph replays are timed behind (held_ms, host_waits); an
-    older line's timings were not held."""
+    """Version 8 recorded the hold that timed regions are queued behind (held_ms, host_waits); an older
+    line's timings were not held."""
     for timing in _v7_timings(data):
         _fill(timing, {"held_ms": 0.0, "host_waits": 0})
     return data

@@ -288,8 +288,9 @@ class Hold:
 
     def late(self, start: torch.cuda.Event) -> bool:
         """Whether the region that `start` opened may hold a wait for the host (its start event had
-        fired by the time its call was queued); the next batch's hold is then twice as long."""
-        if not start.query():
+        fired by the time its call was queued); the next batch's hold is then twice as long. Not asked once the
+        holding ended: the query would stand between the call and its end event."""
+        if not self._held or not start.query():
             return False
         self._late = True
         return True

@@ -408,7 +408,7 @@ class Pairing:
             ready,
             self.compared_name,
             self.problem_timing.reason,
-            hold=self.timing.hold and self.problem_timing.holdable(),
+            hold=self.timing.hold,
         )
         if self.quiet is not None:
             self._held.enter_context(self.quiet.hold())

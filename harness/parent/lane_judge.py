@@ -170,14 +170,11 @@ class ReferencePass:
         setting.gpu_step()
         # One timing mode for the problem (timing.mode auto: graph when the reference is launch-bound)
         sol = known_sol or report.speed_of_light
-        mode, why, not_launch_bound = resolve_timing_mode(cfg.timing.mode, report.profile)
         self.problem_timing = ProblemTiming(
-            mode,
-            why,
+            *resolve_timing_mode(cfg.timing.mode, report.profile),
             floor_ms=integrity.hard_floor_ms(sol, setting.device) * cfg.speed_of_light.impossible_below
             if sol is not None
             else 0.0,
-            not_launch_bound=not_launch_bound,
         )
         record = self.record(report, round((datetime.datetime.now() - started).total_seconds(), 3))
         profile, times = record.profile, ReferenceTimes()
