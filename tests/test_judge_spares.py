@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from harness.core import protocol as P
+from harness.core.errors import UserError
 from harness.parent.supervise import JudgeFailed, Launcher
 
 pytestmark = pytest.mark.slow  # real judge processes (each imports torch)
@@ -21,19 +22,19 @@ def test_the_next_problem_gets_the_prestarted_judge_under_its_own_log(tmp_path):
     launcher = Launcher(prestart=True, judges=True)
     logs = tmp_path / "logs"
     first, first_dir = launcher.take_judge(logs / "p1" / "_reference.log", folders(tmp_path))
-    spare, spare_dir = launcher._judge_spare
+    [(spare, spare_dir)] = launcher._judge_spares
     assert spare.running() and spare.log_path.parent == logs and spare.log_path.name.startswith(".judge-spare-")
     second, second_dir = launcher.take_judge(logs / "p2" / "_reference.log", folders(tmp_path))
     assert second is spare and second_dir == spare_dir and second.running()
     assert second.log_path == logs / "p2" / "_reference.log" and second.log_path.exists()
-    assert [p for p in logs.iterdir() if p.name.startswith(".judge-spare-")] == [launcher._judge_spare[0].log_path]  # only the next spare's
+    assert [p for p in logs.iterdir() if p.name.startswith(".judge-spare-")] == [launcher._judge_spares[0][0].log_path]  # only the next spare's
     with pytest.raises(JudgeFailed, match="before Start"):  # it has run no problem code: it is a judge not started yet
         second.request(P.Open(P.Role.CANDIDATE), 60)
     for client, folder in ((first, first_dir), (second, second_dir)):  # as the problem's LaneJudge ends them
         client.close()
         shutil.rmtree(folder)
     launcher.close()
-    assert launcher._judge_spare is None
+    assert launcher._judge_spares == []
     assert not [p for p in logs.iterdir() if p.name.startswith(".judge-spare-")]  # the last spare's log is gone
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("judge-spare-")]  # and its folder
 
@@ -43,11 +44,11 @@ def test_a_restarted_judge_or_a_dead_spare_gets_a_fresh_judge(tmp_path):
     log = tmp_path / "logs" / "p1" / "_reference.log"
     first, _ = launcher.take_judge(log, folders(tmp_path))
     first.close()
-    spare, _ = launcher._judge_spare
+    [(spare, _)] = launcher._judge_spares
     again, _ = launcher.take_judge(log, folders(tmp_path))  # the problem's log exists: a restart appends to it
-    assert again is not spare and not spare.running()
+    assert again is not spare and spare.running() and launcher._judge_spares[0][0] is spare  # it waits for the next problem
     again.close()
-    dead = launcher._judge_spare[0]
+    dead = launcher._judge_spares[0][0]
     dead.kill()  # a spare that died while it waited
     dead.proc.wait()
     fresh, _ = launcher.take_judge(tmp_path / "logs" / "p2" / "_reference.log", folders(tmp_path))
@@ -58,11 +59,32 @@ def test_a_restarted_judge_or_a_dead_spare_gets_a_fresh_judge(tmp_path):
 
 @pytest.mark.parametrize("prestart, judges", [(False, True), (True, False)])
 def test_without_prestart_or_with_judges_off_no_judge_waits(tmp_path, prestart, judges):
-    launcher = Launcher(prestart=prestart, judges=judges)
+    launcher = Launcher(prestart=prestart, judges=judges, judges_ahead=2)
     client, _ = launcher.take_judge(tmp_path / "logs" / "p1" / "_reference.log", folders(tmp_path))
-    assert launcher._judge_spare is None
+    assert launcher._judge_spares == []
     client.close()
     launcher.close()
+
+
+def test_judges_ahead_keeps_that_many_started_and_each_problem_gets_the_oldest(tmp_path):
+    launcher = Launcher(prestart=True, judges=True, judges_ahead=2)
+    logs = tmp_path / "logs"
+    first, first_dir = launcher.take_judge(logs / "p1" / "_reference.log", folders(tmp_path))
+    ahead = [client for client, _ in launcher._judge_spares]
+    assert len(ahead) == 2 and all(client.running() for client in ahead)
+    second, second_dir = launcher.take_judge(logs / "p2" / "_reference.log", folders(tmp_path))
+    assert second is ahead[0] and second.log_path == logs / "p2" / "_reference.log"  # the oldest: the most nearly ready
+    now = [client for client, _ in launcher._judge_spares]
+    assert len(now) == 2 and now[0] is ahead[1] and now[1] not in ahead  # one started to take its place
+    with pytest.raises(JudgeFailed, match="before Start"):  # a judge started ahead has run no problem code
+        second.request(P.Open(P.Role.CANDIDATE), 60)
+    for client, folder in ((first, first_dir), (second, second_dir)):  # as the problem's LaneJudge ends them
+        client.close()
+        shutil.rmtree(folder)
+    launcher.close()
+    assert all(not client.running() for client in now) and launcher._judge_spares == []
+    assert not [p for p in logs.iterdir() if p.name.startswith(".judge-spare-")]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("judge-spare-")]
 
 
 def test_the_config_turns_judge_prestart_on_for_a_lane(make_config):
@@ -72,3 +94,7 @@ def test_the_config_turns_judge_prestart_on_for_a_lane(make_config):
     assert not Lane.single(make_config("workers.prestart=always", "workers.prestart_judge=false"), "cpu").launcher.judges
     lane = Lane.single(make_config("workers.prestart=always", "workers.prestart_judge=true"), "cpu")
     assert lane.launcher.prestart and lane.launcher.judges
+    assert lane.launcher.judges_ahead == 2  # a judge readies in 8 to 12 s beside a run; problems came 4 to 8 s apart
+    assert Lane.single(make_config("workers.judges_ahead=1"), "cpu").launcher.judges_ahead == 1
+    with pytest.raises(UserError, match="workers.judges_ahead must be 1 or more"):
+        make_config("workers.judges_ahead=0")

@@ -421,6 +421,7 @@ class WorkersConfig:
     warm_problems: int  # problems whose judge each lane keeps running between candidates (a session serving several)
     spares: int  # prestarted workers each lane keeps ready (more when candidates come faster than one readies)
     prestart_judge: bool  # with prestart: the next problem's judge is started while this problem runs
+    judges_ahead: int  # with prestart_judge: judges each lane keeps started ahead (more when problems come fast)
     lanes_per_gpu: int  # CUDA runs: lanes sharing each GPU; their checks overlap, their timings take turns alone on it
 
     def __post_init__(self) -> None:
@@ -428,10 +429,10 @@ class WorkersConfig:
             raise ValueError(f"workers.lanes_per_gpu must be 1 or more, got {self.lanes_per_gpu}")
         if self.prestart not in Ahead.words():
             raise ValueError(f"workers.prestart must be auto, always or never, got {self.prestart!r}")
-        if self.warm_problems < 1 or self.spares < 1:
+        if self.warm_problems < 1 or self.spares < 1 or self.judges_ahead < 1:
             raise ValueError(
-                f"workers.warm_problems and workers.spares must be 1 or more, got {self.warm_problems} and "
-                f"{self.spares}"
+                "workers.warm_problems, workers.spares and workers.judges_ahead must be 1 or more, got "
+                f"{self.warm_problems}, {self.spares} and {self.judges_ahead}"
             )
         if any(g < 0 for g in self.gpus) or len(set(self.gpus)) != len(self.gpus):
             raise ValueError(f"workers.gpus must list distinct GPU indices (0 or more), got {list(self.gpus)}")

@@ -137,19 +137,21 @@ class Launcher:
         judges: bool = False,
         quiet: Optional[QuietHost] = None,
         worker_env: Optional[Mapping[str, str]] = None,
+        judges_ahead: int = 1,
     ) -> None:
         self.quiet = quiet if quiet is not None else QuietHost()
         # the run's boundary (harness.parent.boundary): workers only, not judges
         self.worker_env = dict(worker_env or {})
         self.prestart = prestart
-        self.judges = judges  # with prestart: also the next problem's judge (take_judge)
+        self.judges = judges  # with prestart: also the next problems' judges (take_judge)
+        self.judges_ahead = max(1, judges_ahead)  # judges kept started ahead: more when problems come fast
         self.prewarm = prewarm  # "cuda": the spare readies the CUDA context and the profiler while it waits
         self.spares = max(1, spares)  # workers kept ready: more than one when jobs come faster than a worker readies
         self.env = dict(env or {})
         self.lane_index = lane_index
         self.active: set[subprocess.Popen[bytes]] = set()  # handed out, not yet ended
         self._spares: list[Started] = []  # oldest (most likely ready) first
-        self._judge_spare: Optional[tuple[JudgeClient, Path]] = None  # a prestarted judge and its working folder
+        self._judge_spares: list[tuple[JudgeClient, Path]] = []  # prestarted judges and their folders, oldest first
         # compute-sanitizer's next run started ahead (sanitizer.prestart), kept across the lane's problems
         self.sanitizer_spares: SpareSlot[Any] = SpareSlot()
         self._judges_started = 0
@@ -184,49 +186,59 @@ class Launcher:
 
     def take_judge(self, log_path: Path, make_dir: Callable[[str], Path]) -> tuple[JudgeClient, Path]:
         """A judge for the next problem of this lane, and its working folder (`make_dir(prefix)`
-        makes one in the run's scratch). With `prestart` and `judges`, the judge prestarted after the last one
-        was taken, when it is still alive: its interpreter, torch and (prewarm "cuda") its CUDA
-        context and CUPTI are ready, so a problem's reference pass no longer waits for them. It
-        has run no problem code: every problem still gets a judge process of its own. Then the
-        next one is prestarted, with a log beside `log_path`'s folder that it is renamed from. Refused
-        (`LauncherClosed`) once the launcher was closed or killed, as `take` is: a lane that restarts its
-        judge after Ctrl-C must not start one that runs a whole reference pass for nothing."""
+        makes one in the run's scratch). With `prestart` and `judges`, the oldest judge prestarted ahead that
+        is still alive: its interpreter, torch and (prewarm "cuda") its CUDA context and CUPTI are ready, or
+        nearly, so a problem's reference pass no longer waits for them. It has run no problem code: every
+        problem still gets a judge process of its own. Then judges are prestarted until `judges_ahead` wait,
+        each with a log beside `log_path`'s folder that it is renamed from. Refused (`LauncherClosed`) once
+        the launcher was closed or killed, as `take` is: a lane that restarts its judge after Ctrl-C must not
+        start one that runs a whole reference pass for nothing."""
         with self._lock:
             if self._closed:
                 raise LauncherClosed("the run was stopped: no new judge")
-        spare, self._judge_spare = self._judge_spare, None
         taken: Optional[tuple[JudgeClient, Path]] = None
-        if spare is not None and spare[0].running() and not log_path.exists():
+        # a restart (the problem's log exists) appends to its log: a fresh judge, and the spares wait on
+        while taken is None and self._judge_spares and not log_path.exists():
+            spare = self._judge_spares.pop(0)
             try:
-                spare[0].adopt(log_path, self.lane_index)
-                taken = spare
+                if spare[0].running():
+                    spare[0].adopt(log_path, self.lane_index)
+                    taken = spare
             except OSError:
                 pass
-        if taken is None:
-            if spare is not None:
+            if taken is None:  # died while it waited
                 self._discard_judge(spare)
+        if taken is None:
             folder = make_dir("judge-")
             taken = (
                 JudgeClient(log_path=log_path, cwd=folder, env=self.env, lane_index=self.lane_index, quiet=self.quiet),
                 folder,
             )
-        if self.prestart and self.judges and not self._closed:
-            self._judges_started += 1
-            # not *.log: no worker's log until adopted
-            spare_log = log_path.parent.parent / f".judge-spare-{self.lane_index}-{self._judges_started}.out"
-            folder = make_dir("judge-spare-")
-            self._judge_spare = (
-                JudgeClient(
-                    log_path=spare_log,
-                    cwd=folder,
-                    env=self._spare_env(),
-                    lane_index=self.lane_index,
-                    spare=True,
-                    quiet=self.quiet,
-                ),
-                folder,
-            )
+        while self.prestart and self.judges and not self._closed and len(self._judge_spares) < self.judges_ahead:
+            started = self._start_judge_spare(log_path, make_dir)
+            with self._lock:  # against kill_all from another thread: nothing started after it is left running
+                closed = self._closed
+                if not closed:
+                    self._judge_spares.append(started)
+            if closed:
+                self._discard_judge(started)
         return taken
+
+    def _start_judge_spare(self, log_path: Path, make_dir: Callable[[str], Path]) -> tuple[JudgeClient, Path]:
+        """A judge started ahead, as background work, logging beside `log_path`'s folder until adopted
+        (not *.log: no worker's log until then)."""
+        self._judges_started += 1
+        spare_log = log_path.parent.parent / f".judge-spare-{self.lane_index}-{self._judges_started}.out"
+        folder = make_dir("judge-spare-")
+        client = JudgeClient(
+            log_path=spare_log,
+            cwd=folder,
+            env=self._spare_env(),
+            lane_index=self.lane_index,
+            spare=True,
+            quiet=self.quiet,
+        )
+        return client, folder
 
     def _spare_env(self) -> dict[str, str]:
         """A prestarted process's environment: the lane's, and what it readies while it waits."""
@@ -251,16 +263,17 @@ class Launcher:
         self.sanitizer_spares.close()
 
     def _discard_judge(self, spare: Optional[tuple[JudgeClient, Path]] = None) -> None:
-        """End a prestarted judge (the lane's, when none is named) and remove its folder and log."""
+        """End a prestarted judge (every one of the lane's, when none is named) and remove its folder and log."""
         if spare is None:
-            spare, self._judge_spare = self._judge_spare, None
-        if spare is None:
-            return
-        client, folder = spare
-        client.kill()
-        client.close()
-        shutil.rmtree(folder, ignore_errors=True)
-        client.log_path.unlink(missing_ok=True)
+            with self._lock:
+                spares, self._judge_spares = self._judge_spares, []
+        else:
+            spares = [spare]
+        for client, folder in spares:
+            client.kill()
+            client.close()
+            shutil.rmtree(folder, ignore_errors=True)
+            client.log_path.unlink(missing_ok=True)
 
     def _discard(self) -> None:
         while self._spares:
@@ -729,6 +742,7 @@ class Lane:
             cfg.workers.prestart_judge,
             quiet,
             worker_env,
+            cfg.workers.judges_ahead,
         )
         return cls(label, gpu, launcher)
 
