@@ -1,6 +1,7 @@
-"""A lane prestarts the next problem's judge (harness.parent.supervise.Launcher.take_judge): the judge a
+"""A lane prestarts the next problems' judges (harness.parent.supervise.Launcher.take_judge): the judge a
 problem gets has its interpreter and torch ready, still has run no problem code, and logs where
-that problem's judge logs; nothing of a spare is left when the lane closes."""
+that problem's judge logs; the lane's first worker readies beside its first judge; nothing of a spare is left
+when the lane closes."""
 import shutil
 import tempfile
 from pathlib import Path
@@ -85,6 +86,32 @@ def test_judges_ahead_keeps_that_many_started_and_each_problem_gets_the_oldest(t
     assert all(not client.running() for client in now) and launcher._judge_spares == []
     assert not [p for p in logs.iterdir() if p.name.startswith(".judge-spare-")]
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("judge-spare-")]
+
+
+@pytest.mark.parametrize("judges", [True, False])
+def test_a_lanes_first_worker_readies_while_its_first_reference_pass_runs(tmp_path, judges):
+    launcher = Launcher(prestart=True, judges=judges)
+    assert launcher._spares == []  # nothing started before the lane has work
+    judge, folder = launcher.take_judge(tmp_path / "logs" / "p1" / "_reference.log", folders(tmp_path))
+    [waiting] = launcher._spares  # started with the first judge, not at the first candidate's take()
+    assert waiting.proc.poll() is None
+    worker = launcher.take()
+    assert worker is waiting and waiting.proc in launcher.active
+    [next_spare] = launcher._spares  # and the next one started as it was handed out
+    assert next_spare is not waiting
+    judge.close()
+    shutil.rmtree(folder)
+    launcher.kill_all()
+    assert waiting.proc.wait(timeout=30) is not None and next_spare.proc.poll() is not None and launcher._spares == []
+
+
+def test_without_prestart_the_first_judge_starts_no_worker(tmp_path):
+    launcher = Launcher(prestart=False, judges=True)
+    judge, folder = launcher.take_judge(tmp_path / "logs" / "p1" / "_reference.log", folders(tmp_path))
+    assert launcher._spares == [] and launcher._judge_spares == []
+    judge.close()
+    shutil.rmtree(folder)
+    launcher.close()
 
 
 def test_the_config_turns_judge_prestart_on_for_a_lane(make_config):

@@ -174,11 +174,20 @@ class Launcher:
             started = self._spares.pop(0) if self._spares else start_worker({**self.env, **self.worker_env})
             self.active.add(started.proc)
         host.register_timing(started.proc, self.lane_index)  # pinned to the lane, then continued if stopped
+        self._fill_workers()
+        return started
+
+    def _fill_workers(self) -> None:
+        """With `prestart`, start workers until `spares` wait (background work for the quiet host)."""
         while self.prestart and not self._closed and len(self._spares) < self.spares:
             spare = start_worker({**self._spare_env(), **self.worker_env})
-            host.register_background(spare.proc)
-            self._spares.append(spare)
-        return started
+            with self._lock:  # against kill_all from another thread: nothing started after it is left running
+                closed = self._closed
+                if not closed:
+                    self.quiet.register_background(spare.proc)
+                    self._spares.append(spare)
+            if closed:
+                self._discard_one(spare)
 
     def release(self, proc: subprocess.Popen[bytes]) -> None:
         self.active.discard(proc)
@@ -222,6 +231,7 @@ class Launcher:
                     self._judge_spares.append(started)
             if closed:
                 self._discard_judge(started)
+        self._fill_workers()  # the lane's first worker, too, readies while its first reference pass runs
         return taken
 
     def _start_judge_spare(self, log_path: Path, make_dir: Callable[[str], Path]) -> tuple[JudgeClient, Path]:
