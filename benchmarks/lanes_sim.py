@@ -4,6 +4,7 @@ sleep for durations replayed from a kbcorpus state file (benchmarks/kbcorpus.py'
 benchmarks/verdict_rate_gpu.sh on a GPU machine).
 
     python3 benchmarks/lanes_sim.py STATE.jsonl [--lanes 1 2 4] [--builds 8] [--build-scale 1.0] [--memcheck-s S]
+        [--judges-ahead N [--judge-ready-s 10]]
 
 What is replayed, per judged kernel of the state, in its order:
 - its build ahead's wall seconds (`ahead.seconds`), in a pool of `--builds` slots that starts every build
@@ -13,6 +14,11 @@ What is replayed, per judged kernel of the state, in its order:
 - its timing (`phase_s.time`), with the GPU alone;
 - memcheck when it passed, on the shared grant: the seconds of its compute-sanitizer runs (`sanitizer`, which
   states since 2026-11-28 keep), else `--memcheck-s` (default 6); `--memcheck-s` given sets every kernel's.
+
+With `--judges-ahead N`, a new problem's reference pass no longer replays the seconds its judge's start-up took
+(`reference_phase_s`, "judge start-up") but waits for a judge started ahead: each lane keeps N started, the oldest
+serves the next problem, and it waits until `--judge-ready-s` (default 10) after that judge's start. The lane's first
+problem keeps its recorded start-up (its judge starts cold).
 
 It prints the predicted verdicts per hour and the share of the wall the GPU was held alone, per lane
 count, so a GPU run of the same draw checks the prediction (docs/performance.md). `--build-scale`
@@ -58,6 +64,7 @@ class Kernel:
     time: float
     passed: bool
     memcheck: Optional[float] = None  # its compute-sanitizer runs' seconds, where the state kept them
+    judge_startup: float = 0.0  # of `reference`: the seconds its pass waited for its judge to start
 
 
 def replayed(path: Path) -> list[Kernel]:
@@ -80,6 +87,7 @@ def replayed(path: Path) -> list[Kernel]:
                 timed,
                 row.get("status") == "correct",
                 sum(sanitized) if sanitized else None,
+                float((row.get("reference_phase_s") or {}).get("judge start-up") or 0.0),
             )
         )
     if not kernels:
@@ -87,12 +95,46 @@ def replayed(path: Path) -> list[Kernel]:
     return kernels
 
 
+@dataclass(frozen=True)
+class Judges:
+    """Judges started ahead: `ahead` per lane (0: replay the recorded start-up), each ready `ready_s` after its start."""
+
+    ahead: int = 0
+    ready_s: float = 10.0
+
+
+class JudgeQueue:
+    """One lane's judges started ahead, on the simulated clock: `reference_s` is a new problem's reference pass."""
+
+    def __init__(self, judges: Judges) -> None:
+        self.judges = judges
+        self.started: list[float] = []  # start times (device seconds) of the judges waiting, oldest first
+        self.first = True
+
+    def reference_s(self, kernel: Kernel, now: float) -> float:
+        if self.judges.ahead == 0:
+            return kernel.reference
+        seconds = kernel.reference
+        if not self.first:  # the first problem's judge starts cold: its recorded start-up stands
+            started = self.started.pop(0)
+            seconds += max(0.0, self.judges.ready_s - (now - started)) - kernel.judge_startup
+        self.first = False
+        while len(self.started) < self.judges.ahead:
+            self.started.append(now)
+        return max(0.0, seconds)
+
+
 def simulate(
-    kernels: list[Kernel], lanes: int, builds: int, build_scale: float, memcheck_s: Optional[float]
+    kernels: list[Kernel],
+    lanes: int,
+    builds: int,
+    build_scale: float,
+    memcheck_s: Optional[float],
+    judges: Judges = Judges(),
 ) -> tuple[float, float, int]:
     """(verdicts per hour, share of the wall the GPU was held alone, most shared grants at once) for
     `lanes` lanes on one GPU. `memcheck_s`: every passed kernel's memcheck seconds; None: each kernel's own from
-    the state, else DEFAULT_MEMCHECK_S."""
+    the state, else DEFAULT_MEMCHECK_S. `judges`: judges started ahead (default: the recorded start-ups)."""
     quiet.DRAIN_S = DRAIN_S * SCALE  # the gate's drain after an exclusive grant, on the simulated clock
     host = QuietHost("off", lanes, lanes_per_gpu=lanes) if lanes > 1 else None
     pool = ThreadPoolExecutor(max_workers=builds)
@@ -118,6 +160,7 @@ def simulate(
 
     def lane(index: int) -> None:
         problem = None
+        ahead = JudgeQueue(judges)
         while True:
             try:
                 kernel = jobs.get_nowait()
@@ -126,7 +169,7 @@ def simulate(
             built[kernel.name].result()
             with work(index):
                 if kernel.problem != problem:
-                    sleep_alone(index, kernel.reference)
+                    sleep_alone(index, ahead.reference_s(kernel, (time.monotonic() - started) / SCALE))
                     problem = kernel.problem
                 for _ in range(STEPS):
                     time.sleep(kernel.check / STEPS * SCALE)
@@ -188,18 +231,23 @@ def main() -> None:
     parser.add_argument("--build-scale", type=float, default=1.0, help="builds this many times as long")
     parser.add_argument("--memcheck-s", type=float, default=None,
                         help="every correct candidate's memcheck seconds (default: each one's from the state, else 6)")
+    parser.add_argument("--judges-ahead", type=int, default=0,
+                        help="judges each lane keeps started ahead (default 0: replay each judge's recorded start-up)")
+    parser.add_argument("--judge-ready-s", type=float, default=10.0, help="seconds a judge started ahead takes to ready")
     args = parser.parse_args()
+    judges = Judges(args.judges_ahead, args.judge_ready_s)
     kernels = replayed(args.state)
     builds = sorted(k.build for k in kernels)
     print(
         f"{len(kernels)} judged kernels of {len({k.problem for k in kernels})} problems from {args.state}; builds "
         f"median {builds[len(builds) // 2]:.0f} s x {args.build_scale:g}, {args.builds} at once; "
-        f"memcheck {memcheck_note(kernels, args.memcheck_s)}"
+        f"memcheck {memcheck_note(kernels, args.memcheck_s)}; judges "
+        + (f"{judges.ahead} ahead, each ready {judges.ready_s:g} s after its start" if judges.ahead else "as recorded")
     )
     print("| lanes | predicted verdicts per hour | GPU held alone |")
     print("|---:|---:|---:|")
     for lanes in args.lanes:
-        rate, share, _ = simulate(kernels, lanes, args.builds, args.build_scale, args.memcheck_s)
+        rate, share, _ = simulate(kernels, lanes, args.builds, args.build_scale, args.memcheck_s, judges)
         print(f"| {lanes} | {rate:,.0f} | {share:.0%} |")
 
 

@@ -70,6 +70,30 @@ def test_a_state_whose_memcheck_runs_are_shorter_predicts_a_faster_lane(tmp_path
     assert fast_rate > 1.5 * slow_rate
 
 
+def test_a_judge_started_ahead_is_waited_for_only_until_it_is_ready(tmp_path):
+    waited = {**row("a/1", "a"), "reference_wall_s": 5.0, "reference_phase_s": {"judge start-up": 4.0}}
+    (kernel,) = lanes_sim.replayed(state(tmp_path, [waited]))
+    assert kernel.judge_startup == 4.0
+    recorded = lanes_sim.JudgeQueue(lanes_sim.Judges())
+    assert [recorded.reference_s(kernel, t) for t in (0.0, 3.0)] == [5.0, 5.0]  # no judges modelled: as recorded
+    two = lanes_sim.JudgeQueue(lanes_sim.Judges(ahead=2, ready_s=10.0))
+    assert two.reference_s(kernel, 0.0) == 5.0  # the lane's first judge starts cold: its recorded start-up stands
+    assert two.reference_s(kernel, 4.0) == 1.0 + 6.0  # started at 0, ready at 10: 6 s of waiting, not 4 recorded
+    assert two.reference_s(kernel, 12.0) == 1.0  # the other started at 0 too: ready by 12
+    assert two.reference_s(kernel, 13.0) == 1.0 + 1.0  # the one started at 4 is ready at 14: 1 s of waiting
+    one = lanes_sim.JudgeQueue(lanes_sim.Judges(ahead=1, ready_s=10.0))
+    assert [one.reference_s(kernel, t) for t in (0.0, 4.0, 12.0)] == [5.0, 7.0, 3.0]  # one ahead: started at 4, ready at 14
+
+
+def test_two_judges_ahead_predict_a_faster_lane_when_problems_come_faster_than_one_readies(tmp_path):
+    rows = [{**row(f"p{i}/1", f"p{i}", build=0.1), "reference_wall_s": 4.0, "reference_phase_s": {"judge start-up": 3.0}}
+            for i in range(8)]
+    kernels = lanes_sim.replayed(state(tmp_path, rows))
+    one, _, _ = lanes_sim.simulate(kernels, 1, 8, 1.0, 0.5, lanes_sim.Judges(ahead=1, ready_s=8.0))
+    two, _, _ = lanes_sim.simulate(kernels, 1, 8, 1.0, 0.5, lanes_sim.Judges(ahead=2, ready_s=8.0))
+    assert two > 1.2 * one
+
+
 def test_the_staged_pipeline_replays_a_state_with_each_problems_reference_pass_once(tmp_path):
     import pipeline_sim
 
