@@ -102,7 +102,7 @@ def test_a_held_region_the_gpu_reached_before_its_call_was_queued_is_dropped_and
     late = [hold.late(FakeEvent()), hold.late(FakeEvent(fired=True))]  # queued in time; the GPU got there first
     hold.done()
     assert late == [False, True] and hold.keep([0.01, 0.31], late) == [0.01] and hold.waits == 1
-    assert hold.cycles == 2 * HOLD_CYCLES and hold.longest_ms == 0.5
+    assert hold.cycles == 2 * HOLD_CYCLES and hold.longest_ms == 0.5 and not hold.ended  # longer, not ended
     hold.start()
     on_time = [hold.late(FakeEvent())]
     hold.done()
@@ -121,7 +121,7 @@ def test_a_batch_late_behind_the_longest_hold_is_kept_and_ends_the_holding():
     hold.start()
     late = [hold.late(FakeEvent(fired=True))]
     hold.done()
-    assert hold.keep([0.31], late) == [0.31] and hold.waits == 0 and hold.cycles == 0
+    assert hold.keep([0.31], late) == [0.31] and hold.waits == 0 and hold.cycles == 0 and hold.ended
     hold.start()
     late = [hold.late(FakeEvent(fired=True))]
     hold.done()
@@ -183,6 +183,25 @@ def test_time_below_the_calls_own_profiled_gpu_time_is_suspect_time():
     (found,) = implausible_time(stats([1.0] * 5), 2.0, 2.0, profile, None, 50, 0.95)
     assert found[0].value == "suspect-time" and "below the GPU time of its own profiled call" in found[1]
     assert implausible_time(stats([2.05] * 5), 1.0, 2.0, profile, None, 50, 0.95) == []
+
+
+def test_a_hold_that_ended_warns_and_one_that_held_throughout_does_not(make_config):
+    from harness.core.pairing import pooled
+
+    cfg = types.SimpleNamespace(target_rse=1.0, unstable_iqr=1.0)
+    held = stats([1.0] * 5, held_ms=32.1, host_waits=3)
+    ended = stats([1.0] * 5, held_ms=32.1, host_waits=3, hold_ended=True)
+    assert timing_warnings(held, cfg) == []
+    (warning,) = timing_warnings(ended, cfg)
+    assert "the hold ended" in warning and "32.1 ms" in warning and "unheld" in warning
+    after = stats([1.0] * 5, hold_ended=True)  # a later round: unheld from its start
+    protocol = TimingProtocol("eager", "stream", hold=True)
+    assert pooled([held, after], protocol).hold_ended and not pooled([held, held], protocol).hold_ended
+    ratio = paired_speedup([ended] * 3, [held] * 3, protocol)  # the reference's hold ended, the candidate's did not
+    _, _, notes, _ = compare_times(held, ratio, None, _reference(), VerdictRules.of(make_config()))
+    assert [w for w in notes if "hold ended" in w][0].startswith("the reference's hold ended")
+    _, _, notes, _ = compare_times(held, paired_speedup([held] * 3, [held] * 3, protocol), None, _reference(), VerdictRules.of(make_config()))
+    assert not [w for w in notes if "hold ended" in w]
 
 
 def test_launch_bound_call_suggests_graph_mode():

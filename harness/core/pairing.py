@@ -184,4 +184,5 @@ def pooled(rounds: list[TimingStats], protocol: P.TimingProtocol, overhead: Opti
         l2_persisting_found=max(r.l2_persisting_found for r in rounds),
         held_ms=max(r.held_ms for r in rounds),
         host_waits=sum(r.host_waits for r in rounds),
+        hold_ended=any(r.hold_ended for r in rounds),
     )

@@ -24,8 +24,8 @@ OUTSIDE_CAPTURE = "launches outside the capturing stream: timed eagerly"
 # 2: timing protocol fields, profiles, baselines, speed-of-light, run end; 3: paired rounds, null floor; 4: flags,
 # sanitizer runs; 5: a candidate in parts; 6: a reference in parts, a timing's mode named timing_mode; 7: a
 # candidate's build ahead (provenance.ahead), a build found changed (builds[].tampered); 8: the hold graph
-# replays are timed behind (held_ms, host_waits)
-SCHEMA_VERSION = 8
+# replays are timed behind (held_ms, host_waits); 9: a hold that ended (hold_ended)
+SCHEMA_VERSION = 9
 
 
 def to_dict(obj: Any) -> Any:
@@ -114,6 +114,7 @@ class TimingStats:
     l2_persisting_found: int = 0
     held_ms: float = 0.0  # the longest spin a batch of timed regions was queued behind (0: not held)
     host_waits: int = 0  # held regions dropped: the GPU had reached their start before the host queued their call
+    hold_ended: bool = False  # a batch was late behind the longest spin: the regions after it were timed unheld
 
     def __post_init__(self) -> None:
         if not self.samples_ms:

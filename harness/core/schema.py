@@ -283,7 +283,7 @@ def _to_7(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def _v7_timings(data: dict[str, Any]) -> Iterator[Any]:
-    """Every timing (TimingStats) a version 6 or 7 line holds, in its timing part: the stats, the paired
+    """Every timing (TimingStats) a version 6, 7 or 8 line holds, in its timing part: the stats, the paired
     rounds' reference side, and a reference's baselines and null floor."""
     part: dict[str, Any] = data.get("timing") or {}
     yield part.get("stats")
@@ -302,6 +302,13 @@ def _to_8(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+def _to_9(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 9 says when the holding ended (hold_ended); an older line's hold is not known to have ended."""
+    for timing in _v7_timings(data):
+        _fill(timing, {"hold_ended": False})
+    return data
+
+
 # version -> the step to the next
 STEPS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
     1: _to_2,
@@ -311,4 +318,5 @@ STEPS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
     5: _to_6,
     6: _to_7,
     7: _to_8,
+    8: _to_9,
 }

@@ -278,6 +278,11 @@ class Hold:
         """A new sampling: its counts start at zero, its first hold is the last one's."""
         self.waits, self.longest_ms = 0, 0.0
 
+    @property
+    def ended(self) -> bool:
+        """Whether the holding ended: a batch was late behind the longest spin, and later batches are unheld."""
+        return self.cycles == 0
+
     def start(self) -> None:
         self._late, self._held = False, self.cycles
         if not self.cycles:
@@ -315,7 +320,7 @@ class Hold:
 class _Unheld:
     """What an unheld sampling's batches are queued behind: nothing (Hold's interface)."""
 
-    waits, longest_ms = 0, 0.0
+    waits, longest_ms, ended = 0, 0.0, False
 
     def begin(self) -> None:
         return None
@@ -412,6 +417,7 @@ def _sample_cuda(
         l2_persisting_found=max(found),
         held_ms=held.longest_ms,
         host_waits=held.waits,
+        hold_ended=held.ended,
     )
 
 

@@ -389,6 +389,8 @@ def compare_times(
     median = timing.median_ms
     reference_ms = paired.reference.median_ms
     warnings = timing_warnings(timing, rules, profile)
+    if paired.reference.hold_ended and not timing.hold_ended:
+        warnings.append(hold_ended_warning(paired.reference, "the reference's"))
     usable = [
         (b.name, b.timing, b.paired)
         for b in reference.timing.baselines
@@ -475,6 +477,14 @@ def slowdown_reasons(reasons: str) -> list[str]:
     return [name for bit, name in SLOWDOWN_BITS.items() if bits & bit]
 
 
+def hold_ended_warning(timing: TimingStats, whose: str) -> str:
+    return (
+        f"{whose} hold ended: a batch of timed regions was still late behind the longest spin ({timing.held_ms:.1f} "
+        "ms), so the regions after it were timed unheld and may include waits for the host's launches; quiet the "
+        "host (builds, other runs) and compare only runs without this warning"
+    )
+
+
 def timing_warnings(timing: TimingStats, rules: VerdictRules, profile: Optional[CallProfile] = None) -> list[str]:
     """What a reader must know about one timing, each with what to do about it."""
     warnings = []
@@ -497,6 +507,8 @@ def timing_warnings(timing: TimingStats, rules: VerdictRules, profile: Optional[
             f"the GPU was slowing its clocks when timing ended ({', '.join(slowed)}): timings vary with power and "
             "temperature; compare only runs taken under the same conditions, and repeat to see the spread"
         )
+    if timing.hold_ended:
+        warnings.append(hold_ended_warning(timing, "the"))
     if timing.fallback:
         warnings.append(timing.fallback)
     if timing.sync_reason:
