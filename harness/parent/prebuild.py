@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -32,6 +31,7 @@ from harness.core import buildbook
 from harness.core.config import ROOT, Device
 from harness.core.records import AheadBuild, AheadOutcome
 from harness.parent.quiet import QuietHost
+from harness.parent.sessions import end_session
 
 
 def usable_cores() -> int:
@@ -226,11 +226,8 @@ def ahead_outcome(stdout: str, stderr: str, returncode: int, seconds: float) -> 
 
 
 def _end_group(proc: subprocess.Popen) -> None:
-    """Kill a build's process group (the build and its compilers) and reap it."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+    """Kill a build's session (the build, ninja, and the compilers ninja put in groups of their own) and reap it."""
+    end_session(proc.pid)
     try:
         proc.communicate(timeout=10)
     except (subprocess.TimeoutExpired, ValueError, OSError):  # a child outside the group holds the pipes

@@ -16,7 +16,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -30,6 +29,7 @@ from harness.core.records import SanitizerOutcome, SanitizerResult, to_dict
 from harness.core.status import Code, Finding
 from harness.parent.quiet import QuietHost
 from harness.parent.scratch import RunScratch
+from harness.parent.sessions import end_session
 from harness.parent.spares import SpareSlot
 
 ROOT = Path(__file__).resolve().parents[2]  # the folder the harness package sits in (on the child's PYTHONPATH)
@@ -312,10 +312,7 @@ def first_error(text: str) -> str:
 
 
 def _kill(proc: subprocess.Popen[bytes]) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+    end_session(proc.pid)
     proc.wait()
 
 

@@ -28,6 +28,7 @@ from harness.core.protocol import Failure, WorkerOutcome
 from harness.core.records import to_dict
 from harness.core.status import Status
 from harness.parent.quiet import QuietHost
+from harness.parent.sessions import end_session
 from harness.parent.spares import SpareSlot
 
 POLL_SECONDS = 0.2
@@ -550,10 +551,8 @@ def _ending_without_report(returncode: int, phase: str) -> Failure:
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+    """Kill the process's session: it, and whatever it started, in its group or in groups of their own."""
+    end_session(proc.pid)
 
 
 class JudgeFailed(Exception):
