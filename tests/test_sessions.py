@@ -1,6 +1,7 @@
 """A process started in a session of its own is ended with everything it started, whatever process group each
 is in (harness.parent.sessions): ninja puts every compiler in a group of its own, so a build that runs past its limit
 must not leave its compilers running."""
+import contextlib
 import os
 import subprocess
 import sys
@@ -62,12 +63,9 @@ def test_a_build_past_its_limit_leaves_no_compiler_running(tmp_path):
         f"open({str(said)!r}, 'w').write(str(compiler.pid))\n"
         "time.sleep(120)\n"
     )
-    pool = BuildAhead(tmp_path / "cache", "cpu", builds=1, jobs_per_build=1, timeout=15)
-    try:
+    with contextlib.closing(BuildAhead(tmp_path / "cache", "cpu", builds=1, jobs_per_build=1, timeout=15)) as pool:
         pool.submit(candidate)
         outcome = pool.wait(candidate)
-    finally:
-        pool.close()
     assert outcome.outcome == AheadOutcome.TIMEOUT, outcome
     assert said.is_file(), "the build never reached its compiler"
     assert gone(int(said.read_text())), "the build's compiler outlived the build"
