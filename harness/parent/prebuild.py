@@ -230,7 +230,7 @@ def _end_group(proc: subprocess.Popen) -> None:
     end_session(proc.pid)
     try:
         proc.communicate(timeout=10)
-    except (subprocess.TimeoutExpired, ValueError, OSError):  # a child outside the group holds the pipes
+    except (subprocess.TimeoutExpired, ValueError, OSError):  # a child outside the session (setsid) holds the pipes
         for stream in (proc.stdout, proc.stderr):
             if stream is not None:
                 stream.close()
