@@ -36,6 +36,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import kbcorpus  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from harness.parent.sessions import end_session  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -82,16 +85,10 @@ GROUPS: set[int] = set()  # the process groups of the builds in flight
 
 
 def kill_group(pid: int) -> None:
-    """End a build's process and every process of its session (ninja starts each compiler in a process group of
-    its own, so the build's group alone would leave them running)."""
+    """End a build's process and every process of its session (harness.parent.sessions: ninja starts each compiler
+    in a process group of its own, so the build's group alone would leave them running)."""
     GROUPS.discard(pid)
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            if int(fields[3]) == pid:  # the session id (stat's sixth field)
-                os.kill(int(stat.parent.name), signal.SIGKILL)
-        except (OSError, IndexError, ValueError):
-            continue
+    end_session(pid)
 
 
 def on_sigterm(signum: int, frame: Any) -> None:

@@ -173,11 +173,11 @@ class BuildAhead:
                 except subprocess.TimeoutExpired:
                     if left() > 0:
                         continue  # it was paused meanwhile
-                    _end_group(proc)
+                    _end_session(proc)
                     shutil.rmtree(own, ignore_errors=True)
                     return AheadBuild(AheadOutcome.TIMEOUT, f"ended after {self.timeout:g} s", round(self.timeout, 3))
         except BaseException:
-            _end_group(proc)
+            _end_session(proc)
             shutil.rmtree(own, ignore_errors=True)
             raise
         finally:
@@ -225,7 +225,7 @@ def ahead_outcome(stdout: str, stderr: str, returncode: int, seconds: float) -> 
     return AheadBuild(AheadOutcome.FAILED, f"the build process exited {returncode}: {why}"[:300], seconds)
 
 
-def _end_group(proc: subprocess.Popen) -> None:
+def _end_session(proc: subprocess.Popen) -> None:
     """Kill a build's session (the build, ninja, and the compilers ninja put in groups of their own) and reap it."""
     end_session(proc.pid)
     try:

@@ -180,15 +180,34 @@ class Launcher:
 
     def _fill_workers(self) -> None:
         """With `prestart`, start workers until `spares` wait (background work for the quiet host)."""
-        while self.prestart and not self._closed and len(self._spares) < self.spares:
-            spare = start_worker({**self._spare_env(), **self.worker_env})
-            with self._lock:  # against kill_all from another thread: nothing started after it is left running
+        if self.prestart:
+            self._fill(
+                lambda: self._spares,
+                self.spares,
+                lambda: start_worker({**self._spare_env(), **self.worker_env}),
+                lambda spare: self.quiet.register_background(spare.proc),
+                self._discard_one,
+            )
+
+    def _fill(
+        self,
+        waiting: Callable[[], list[Any]],
+        count: int,
+        start: Callable[[], Any],
+        keep: Callable[[Any], None],
+        discard: Callable[[Any], None],
+    ) -> None:
+        """Start processes (`start`) until `count` wait in `waiting()`, each `keep`-ed as it joins; one started as
+        kill_all closed the launcher from another thread is `discard`-ed: nothing started after it is left running."""
+        while not self._closed and len(waiting()) < count:
+            started = start()
+            with self._lock:
                 closed = self._closed
                 if not closed:
-                    self.quiet.register_background(spare.proc)
-                    self._spares.append(spare)
+                    keep(started)
+                    waiting().append(started)
             if closed:
-                self._discard_one(spare)
+                discard(started)
 
     def release(self, proc: subprocess.Popen[bytes]) -> None:
         self.active.discard(proc)
@@ -224,14 +243,14 @@ class Launcher:
                 JudgeClient(log_path=log_path, cwd=folder, env=self.env, lane_index=self.lane_index, quiet=self.quiet),
                 folder,
             )
-        while self.prestart and self.judges and not self._closed and len(self._judge_spares) < self.judges_ahead:
-            started = self._start_judge_spare(log_path, make_dir)
-            with self._lock:  # against kill_all from another thread: nothing started after it is left running
-                closed = self._closed
-                if not closed:
-                    self._judge_spares.append(started)
-            if closed:
-                self._discard_judge(started)
+        if self.prestart and self.judges:
+            self._fill(
+                lambda: self._judge_spares,
+                self.judges_ahead,
+                lambda: self._start_judge_spare(log_path, make_dir),
+                lambda judge: None,
+                self._discard_judge,
+            )
         self._fill_workers()  # the lane's first worker, too, readies while its first reference pass runs
         return taken
 
@@ -264,7 +283,7 @@ class Launcher:
         self._discard_judge()
         self.sanitizer_spares.close()
         for proc in active:
-            _kill_group(proc)
+            _kill_session(proc)
             self.quiet.unregister(proc)
 
     def close(self) -> None:
@@ -291,7 +310,7 @@ class Launcher:
             self._discard_one(self._spares.pop())
 
     def _discard_one(self, spare: Started) -> None:
-        _kill_group(spare.proc)
+        _kill_session(spare.proc)
         spare.proc.wait()
         self.quiet.unregister(spare.proc)
         for stream in (spare.proc.stdin, spare.proc.stdout):
@@ -353,7 +372,7 @@ class WorkerRun:
 
     def __exit__(self, kind: Any, value: Any, traceback: Any) -> None:
         if kind is not None:  # the worker's process group must not outlive us
-            _kill_group(self.watch.proc)
+            _kill_session(self.watch.proc)
 
     def messages(self) -> Iterator[Any]:
         """The worker's messages that need an answer, until it ends; then `outcome` is set."""
@@ -422,7 +441,7 @@ class _Watch:
 
     def stop(self, status: Status, reason: str) -> None:
         self.failure = Failure(status, reason)
-        _kill_group(self.proc)
+        _kill_session(self.proc)
 
     def run(self) -> Iterator[Any]:
         """The messages that need an answer, until the worker ends or is stopped."""
@@ -504,9 +523,9 @@ class _Watch:
         try:
             returncode = proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
-            _kill_group(proc)
+            _kill_session(proc)
             returncode = proc.wait()
-        _kill_group(proc)  # children the model left behind
+        _kill_session(proc)  # children the model left behind
         if launcher is not None:
             launcher.release(proc)
         for fd in self.open_fds:
@@ -550,7 +569,7 @@ def _ending_without_report(returncode: int, phase: str) -> Failure:
     return Failure(Status.CRASHED, f"worker exited with code {returncode} in phase {phase} without reporting a result")
 
 
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+def _kill_session(proc: subprocess.Popen[bytes]) -> None:
     """Kill the process's session: it, and whatever it started, in its group or in groups of their own."""
     end_session(proc.pid)
 
@@ -666,7 +685,7 @@ class JudgeClient:
         """End the judge's process group now, from any thread; a request waiting on it raises
         JudgeFailed within a second."""
         if self.alive:
-            _kill_group(self.proc)
+            _kill_session(self.proc)
 
     def describe_exit(self) -> str:
         return _describe_exit(self.proc.poll())
@@ -685,7 +704,7 @@ class JudgeClient:
         if not self.alive:
             return
         self.alive = False
-        _kill_group(self.proc)
+        _kill_session(self.proc)
         self.proc.wait()
         self.quiet.unregister(self.proc)
         self._close_requests()
