@@ -3,7 +3,7 @@ run's quiet host and its gate (harness.parent.quiet, `lane_work`, `step`, `hold`
 sleep for durations replayed from a kbcorpus state file (benchmarks/kbcorpus.py's state.jsonl, written by
 benchmarks/verdict_rate_gpu.sh on a GPU machine).
 
-    python3 benchmarks/lanes_sim.py STATE.jsonl [--lanes 1 2 4] [--builds 8] [--build-scale 1.0] [--memcheck-s S]
+    python3 benchmarks/lanes_sim.py STATE.jsonl [--lanes 1 2 4] [--builds 12] [--build-scale 1.0] [--memcheck-s S]
         [--judges-ahead N [--judge-ready-s 10]]
 
 What is replayed, per judged kernel of the state, in its order:
@@ -42,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.parent import quiet  # noqa: E402
 from harness.parent.gpugate import EXCLUSIVE, violations  # noqa: E402
+from harness.parent.prebuild import parallelism_for  # noqa: E402
 from harness.parent.quiet import QuietHost  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -227,7 +228,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("state", type=Path)
     parser.add_argument("--lanes", type=int, nargs="+", default=[1, 2, 4])
-    parser.add_argument("--builds", type=int, default=8, help="concurrent builds (16 cores: 8, the pool's default)")
+    parser.add_argument("--builds", type=int, default=parallelism_for(16, 128 << 30)[0],
+                        help="concurrent builds (default: the pool's default on 16 cores, 12)")
     parser.add_argument("--build-scale", type=float, default=1.0, help="builds this many times as long")
     parser.add_argument("--memcheck-s", type=float, default=None,
                         help="every correct candidate's memcheck seconds (default: each one's from the state, else 6)")

@@ -6,8 +6,9 @@ Each candidate's stage durations are drawn around the per-verdict costs measured
 fresh held-out kernels (main ad42b26, 2026-11-26): about 45 CPU-seconds of builds and processes,
 9 slot-seconds of shared GPU work (checks, memcheck, late JIT) and 1.65 s of exclusive GPU time
 (the paired rounds, the profiled call, the reference's timing share); one in five fails its checks
-and is neither timed nor sanitized. Builds run `cores / builds` compiler jobs each, as the build
-pool's default does; the memcheck share is a third of the shared work. The real scheduler runs
+and is neither timed nor sanitized. As many builds run at once as the build pool's default
+(harness.parent.prebuild.parallelism_for), each keeping 1.25 cores busy, as measured on an H200 host;
+the memcheck share is a third of the shared work. The real scheduler runs
 against sleeps scaled by SCALE.
 
     python3 benchmarks/pipeline_sim.py [--candidates N] [--slots K] [--seed S]
@@ -37,6 +38,7 @@ from typing import Optional
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.parent.gpugate import EXCLUSIVE, GpuGate, violations  # noqa: E402
+from harness.parent.prebuild import parallelism_for  # noqa: E402
 from harness.parent.stages import Durations, InFlight, Pipeline, simulated_calls  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -44,11 +46,12 @@ import lanes_sim  # noqa: E402  (its reading of a kbcorpus state, and each kerne
 
 SCALE = 0.002  # one second of the device is 2 ms here
 BUILD_CPU_S, SHARED_S, EXCLUSIVE_S = 45.0, 9.0, 1.65
+BUILD_CORES = 1.25  # cores a cold build keeps busy, whatever its MAX_JOBS: nvcc's steps are serial (H200, 2026-11-29)
 GIB = 1 << 30
 DEFAULT_CANDIDATES = 200  # per GPU, drawn or cycled from records
 
 
-def draw(count: int, jobs: int, rng: random.Random) -> dict[str, Durations]:
+def draw(count: int, rng: random.Random) -> dict[str, Durations]:
     """Durations around the measured means (a spread of about a factor of two either way)."""
 
     def around(mean: float) -> float:
@@ -56,7 +59,7 @@ def draw(count: int, jobs: int, rng: random.Random) -> dict[str, Durations]:
 
     return {
         f"k{i:03d}": Durations(
-            build=around(BUILD_CPU_S) / jobs,
+            build=around(BUILD_CPU_S) / BUILD_CORES,
             check=around(SHARED_S * 2 / 3),
             time=around(EXCLUSIVE_S),
             sanitize=around(SHARED_S / 3),
@@ -66,9 +69,9 @@ def draw(count: int, jobs: int, rng: random.Random) -> dict[str, Durations]:
     }
 
 
-def replayed(paths: list[Path], count: int, jobs: int) -> dict[str, Durations]:
+def replayed(paths: list[Path], count: int) -> dict[str, Durations]:
     """Stage durations read from candidate records, cycled to `count` candidates; a build's seconds
-    were measured with its own compiler jobs, so they are kept as they are (`jobs` is not applied)."""
+    are its measured wall, kept as they are."""
     from harness.core.records import CandidateRecord
     from harness.core.store import read_records
 
@@ -120,14 +123,13 @@ def one_gpu(
     count: Optional[int], cores: int, slots: int, seed: int, records: list[Path], state: Optional[Path] = None
 ) -> tuple[float, float]:
     """(verdicts per hour, exclusive share of the wall) of one GPU's pipeline with `cores` cores."""
-    builds = max(1, min(cores // 2, 16))
-    jobs = max(1, cores // builds)
+    builds, _ = parallelism_for(cores, 8 * cores * GIB)  # the build pool's default on that many cores
     if state is not None:
         durations = from_state(state, count)
     elif records:
-        durations = replayed(records, count or DEFAULT_CANDIDATES, jobs)
+        durations = replayed(records, count or DEFAULT_CANDIDATES)
     else:
-        durations = draw(count or DEFAULT_CANDIDATES, jobs, random.Random(seed))
+        durations = draw(count or DEFAULT_CANDIDATES, random.Random(seed))
     count = len(durations)
     gate = GpuGate(slots, 80 * GIB)
     rng = random.Random(seed + 1)

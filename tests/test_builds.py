@@ -357,8 +357,8 @@ def test_publishing_installs_a_finished_build_under_its_owner_keeps_an_intact_on
     assert (installed / "ext.so").read_bytes() == b"second" and buildbook.intact(cache, owner, key)
 
 def test_builds_ahead_are_sized_by_the_cores_this_run_may_use_not_the_machines(monkeypatch):
-    # a run pinned to 4 of 32 cores (taskset, a container's CPU set, a batch job's allocation) runs two builds of
-    # two jobs each, not sixteen
+    # a run pinned to 4 of 32 cores (taskset, a container's CPU set, a batch job's allocation) runs three builds of
+    # two jobs each (a build keeps about 1.25 cores busy), not twenty-four
     import os
 
     from harness.parent import prebuild
@@ -367,6 +367,11 @@ def test_builds_ahead_are_sized_by_the_cores_this_run_may_use_not_the_machines(m
     monkeypatch.setattr(os, "sysconf", lambda name: 4096 if name == "SC_PAGE_SIZE" else (256 << 30) // 4096)  # 256 GiB
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
     assert prebuild.usable_cores() == 4
-    assert prebuild.default_parallelism() == (2, 2)
+    assert prebuild.default_parallelism() == (3, 2)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(32)), raising=False)
-    assert prebuild.default_parallelism() == (16, 2)
+    assert prebuild.default_parallelism() == (24, 2)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)  # CI's two cores: one build
+    assert prebuild.default_parallelism() == (1, 2)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(128)), raising=False)
+    monkeypatch.setattr(os, "sysconf", lambda name: 4096 if name == "SC_PAGE_SIZE" else (64 << 30) // 4096)  # 64 GiB
+    assert prebuild.default_parallelism() == (16, 2)  # memory bounds it before the cores do

@@ -400,8 +400,8 @@ class SpeedOfLightConfig:
 class BuildsConfig:
     # auto | always | never: build candidates' extensions in a CPU pool ahead of evaluation (auto: on CUDA runs)
     ahead: str
-    parallel: int  # concurrent builds (0: one per two cores and per 4 GiB of memory)
-    jobs_per_build: int  # MAX_JOBS for each build's ninja (0: cores / parallel builds)
+    parallel: int  # concurrent builds (0: three per four cores, one per 4 GiB of memory, at most 32)
+    jobs_per_build: int  # MAX_JOBS for each build's ninja (0: 2, or 1 on one core)
     # a build also constructs a candidate that builds in its constructor (from its problem's init inputs)
     construct: bool
 

@@ -45,15 +45,23 @@ def usable_cores() -> int:
 
 
 def default_parallelism() -> tuple[int, int]:
-    """(concurrent builds, ninja jobs per build): about one build per two usable cores and per 4 GiB
-    of memory (an nvcc build of a torch extension peaks near 2-3 GiB), never oversubscribing."""
-    cores = usable_cores()
+    """(concurrent builds, ninja jobs per build) for this process's usable cores and the machine's memory
+    (`parallelism_for`)."""
     try:
         memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError):
         memory = 8 << 30
-    builds = max(1, min(cores // 2, memory // (4 << 30), 16))
-    return builds, max(1, cores // builds)
+    return parallelism_for(usable_cores(), memory)
+
+
+def parallelism_for(cores: int, memory: int) -> tuple[int, int]:
+    """(concurrent builds, ninja jobs per build): three builds per four cores and one per 4 GiB of `memory`
+    (an nvcc build of a torch extension peaks near 2-3 GiB), at most 32, each with MAX_JOBS=2 (main.cpp
+    compiles beside the .cu). A build's wall is mostly nvcc's serial chain (cudafe++, cicc, the host
+    compiler): on an H200 host a cold build took about 72 CPU-s over 57 to 65 s of wall, about 1.25 cores, so
+    three per four cores keep the host busy without oversubscribing it (docs/measurements.md); one per two
+    cores left about a third of them idle while the lane waited for builds."""
+    return max(1, min(cores * 3 // 4, memory // (4 << 30), 32)), max(1, min(2, cores))
 
 
 def gpu_arch() -> str:
