@@ -11,6 +11,9 @@ came from. Printed (and written with --out):
   run.py process on one GPU, start-up and reference passes included);
 - the rate after each run's first record: the records after the first over the time from the first
   to the last (the cold start, the first builds above all, left out: what a warm loop would see);
+- the gaps between consecutive records: their median, and the longest with the kernel it ended on (on a
+  small draw one slow kernel, such as a 700 ms forward under memcheck, can move the rates above by a
+  fifth; the median gap is what two runs of the same draw compare by);
 - the reference pass per problem: median and total seconds of each phase (the judge's start-up,
   load, construct, check, time; the baselines and the null candidate when the profile has them);
 - the candidate: median and total of its wall time as the parent saw it, of its builds (cold
@@ -96,6 +99,15 @@ def idle_between(judged: list[dict[str, Any]]) -> list[float]:
     return idle
 
 
+def gaps(judged: list[dict[str, Any]]) -> list[tuple[float, str]]:
+    """(seconds, kernel) for each record after each run's first: the time since the run's previous record."""
+    return [
+        (_moment(line["finished_at"]) - _moment(before["finished_at"]), line.get("kernel", ""))
+        for lines in records_by_run(judged)
+        for before, line in zip(lines, lines[1:])
+    ]
+
+
 def after_first(judged: list[dict[str, Any]]) -> tuple[int, float]:
     """(records after each run's first, seconds from each run's first record to its last), summed over runs."""
     runs = records_by_run(judged)
@@ -125,6 +137,7 @@ def summary(lines: list[dict[str, Any]]) -> dict[str, Any]:
         "sanitizer": spread(seconds for line in judged for seconds in sanitizer_seconds(line) if seconds),
         "idle": spread(idle_between(judged)),
         "after_first": after_first(judged),
+        "gaps": gaps(judged),
     }
 
 
@@ -142,6 +155,14 @@ def render(found: dict[str, Any], profile: str, source: str) -> str:
         out += [
             f"After each run's first record: {records} records in {seconds:.0f} s, **{records / seconds * 3600:.1f} per "
             "hour** (the cold start left out).",
+            "",
+        ]
+    between = found.get("gaps") or []
+    if between:
+        longest = max(between)
+        out += [
+            f"Between consecutive records: median **{statistics.median(s for s, _ in between):.1f} s** ({len(between)} "
+            f"gaps); the longest {longest[0]:.1f} s, ending with {longest[1]}.",
             "",
         ]
     out += [

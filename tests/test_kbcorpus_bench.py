@@ -360,3 +360,6 @@ def test_verdict_rate_shows_memchecks_seconds_and_the_lanes_idle_time_between_re
     assert found["after_first"] == (2, 35.0)
     assert "After each run's first record: 2 records in 35 s, **205.7 per hour** (the cold start left out)." in text
     assert rate.after_first([{**lines[0], "run_id": "b"}, *lines[1:]]) == (1, 25.0)  # counted per run
+    # the gaps: 10 s, then 25 s ending with p2/a; their median is what a slow kernel moves least
+    assert found["gaps"] == [(10.0, "p1/b"), (25.0, "p2/a")]
+    assert "Between consecutive records: median **17.5 s** (2 gaps); the longest 25.0 s, ending with p2/a." in text
