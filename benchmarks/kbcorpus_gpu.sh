@@ -12,7 +12,8 @@
 # and $OUT/report.md. Run folders, link trees and caches live in a scratch folder removed at the end; builds live in
 # BUILDS (default /tmp/kbcorpus-builds), kept for the next call on the same machine (remove it when done).
 # Exit: kbcorpus.py's (0; 1: an unexplained disagreement, or a timing-mode profile changed a status; 130:
-# interrupted), 124 when its timeout stopped it.
+# interrupted), 124 when its timeout stopped it. Stopped (INT, TERM: Ctrl-C, an outer `timeout`), it stops the run in
+# flight, whose finished records go into the state, and returns once nothing of it runs (benchmarks/stoppable.sh).
 set -o pipefail
 usage="usage: OUT=DIR bash benchmarks/kbcorpus_gpu.sh STATE_FILE PART [extra args for benchmarks/kbcorpus.py]"
 STATE=$(realpath -m "${1:?$usage}")
@@ -26,21 +27,23 @@ mkdir -p "$OUT" "$(dirname "$STATE")"
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/kbcorpus.XXXXXX")
 BUILDS=${BUILDS:-${TMPDIR:-/tmp}/kbcorpus-builds}  # kept between calls on one machine: a later part or profile reuses the builds
 export PYTHONUNBUFFERED=1
+. "$(pwd)/benchmarks/stoppable.sh"
+trap 'stopped=1' INT TERM  # a stop (INT, TERM) ends kbcorpus.py's run, which keeps its records; then the state is copied
 
 {
   timeout 60 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   timeout 120 python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
   echo "corpus $CORPUS: $(find "$CORPUS/solutions" -name '*.py' 2>/dev/null | wc -l) kernels; state $STATE: $(cat "$STATE" 2>/dev/null | wc -l) lines; part $PART; budget $BUDGET s"
   df -h "$WORK" | tail -n +2
-  timeout -k 30 $((BUDGET + 100)) python3 benchmarks/kbcorpus.py --corpus "$CORPUS" --out "$WORK" --state "$STATE" --report "$WORK/report.md" \
-    --part "$PART" --budget-s "$BUDGET" --set "build_cache_dir=$BUILDS" "$@"
+  stoppable timeout -k 30 $((BUDGET + 100)) python3 benchmarks/kbcorpus.py --corpus "$CORPUS" --out "$WORK" --state "$STATE" \
+    --report "$WORK/report.md" --part "$PART" --budget-s "$BUDGET" --set "build_cache_dir=$BUILDS" "$@"
   code=$?
   if [ "$code" -ge 124 ] || [ ! -s "$WORK/report.md" ]; then  # stopped before it wrote the report: write it from the state
     timeout 120 python3 benchmarks/kbcorpus.py --corpus "$CORPUS" --state "$STATE" --report "$WORK/report.md" --report-only > /dev/null
   fi
   echo "state $STATE: $(cat "$STATE" 2>/dev/null | wc -l) lines; exit $code"
   exit "$code"
-} 2>&1 | tee "$OUT/log.txt"
+} 2>&1 | keep_log "$OUT/log.txt"
 code=$?
 
 cp "$STATE" "$OUT/state.jsonl" 2>/dev/null

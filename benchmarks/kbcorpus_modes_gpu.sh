@@ -13,10 +13,11 @@ if [ -n "${NULLS:-}" ]; then
   timeout 150 python3 benchmarks/fairness.py --repeats 1 --variants 0 --set 'baselines.compile_modes=[]' --set sanitizer.enabled=off --out "$OUT/fair" $NULLS 2>&1 | tee "$OUT/fair.txt"
 fi
 C="--fraction ${FRACTION:-0.5} --seed ${SEED:-1} --set check.seed=${CHECK_SEED:-20261128} --set baselines.compile_modes=[] --set timing.null_candidate=off --set timing.budget_s=1.5 --set timing.rounds=3 --set timing.max_rounds=6 --set timing.warmup_ms=10"
+trap 'stopped=1' INT TERM  # stopped: each profile's run keeps what it finished, and the states are still gathered
 for p in default graph eager; do
   OUT=$OUT/$p BUDGET=${BUDGET:-300} bash benchmarks/kbcorpus_gpu.sh ".cache/kb/$p.jsonl" "$PART" --profiles $p $C "$@" > /dev/null 2>&1 &
 done
-wait
+while [ -n "$(jobs -pr)" ]; do wait; done  # a stop interrupts `wait`; the runs still finish keeping what they have
 cat "$OUT"/default/state.jsonl "$OUT"/graph/state.jsonl "$OUT"/eager/state.jsonl > "$OUT/states.jsonl" 2>/dev/null
 tar czf "$OUT/logs.tgz" -C "$OUT" default graph eager 2>/dev/null
 rm -rf "$OUT/default" "$OUT/graph" "$OUT/eager"

@@ -26,12 +26,14 @@ SAMPLES="$OUT/nvml.csv"
 
 nvidia-smi --query-gpu=timestamp,index,utilization.gpu,memory.used --format=csv,noheader,nounits -lms 200 > "$SAMPLES" 2>/dev/null &
 SAMPLER=$!
+. "$HERE/benchmarks/stoppable.sh"
+trap 'stopped=1' INT TERM  # a stop ends kernelbench_eval.py, which keeps its results; then the report is written
 {
   timeout 60 nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader
   timeout 120 python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
   echo "KernelBench: $(head -1 "$HERE/benchmarks/kernelbench/eval_src/COMMIT" 2>/dev/null || echo 'missing: run benchmarks/kernelbench_fetch.sh')"
   echo "corpus $KBCORPUS; results $RESULTS: $(cat "$RESULTS" 2>/dev/null | wc -l) lines; builds $BUILDS; budget $BUDGET s; $(nproc) CPUs"
-  timeout -k 30 $((BUDGET + 120)) python3 "$HERE/benchmarks/kernelbench_eval.py" --corpus "$KBCORPUS" --out "$OUT" \
+  stoppable timeout -k 30 $((BUDGET + 120)) python3 "$HERE/benchmarks/kernelbench_eval.py" --corpus "$KBCORPUS" --out "$OUT" \
     --results "$RESULTS" --report "$OUT/report.md" --builds "$BUILDS" --budget-s "$BUDGET" "$@"
   code=$?
   if [ "$code" -ge 124 ] && [ "$code" -ne 130 ]; then  # stopped before it wrote the report: write it from the results
@@ -40,7 +42,7 @@ SAMPLER=$!
   fi
   echo "results $RESULTS: $(cat "$RESULTS" 2>/dev/null | wc -l) lines; exit $code"
   exit "$code"
-} 2>&1 | tee "$OUT/log.txt"
+} 2>&1 | keep_log "$OUT/log.txt"
 code=$?
 kill "$SAMPLER" 2>/dev/null
 wait "$SAMPLER" 2>/dev/null

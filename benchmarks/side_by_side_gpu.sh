@@ -34,6 +34,8 @@ if [ "$GPUS" -lt 1 ]; then
 fi
 mkdir -p "$OUT/ours" "$OUT/kb"
 started=$(date +%s)
+stopped=""
+trap 'stopped=1' INT TERM  # stopped: each side keeps what it finished, a side not started is not started, the report is written
 if [ "$GPUS" -lt 2 ] || [ "$HALF" -lt 1 ] || [ -n "${SEQUENTIAL:-}" ]; then
   # one after the other on GPU 0, each with every core; a first call starts each side cold
   [ -s "$OUT/ours/state.jsonl" ] || rm -rf "${TMPDIR:-/tmp}/kbcorpus-builds"
@@ -42,21 +44,27 @@ if [ "$GPUS" -lt 2 ] || [ "$HALF" -lt 1 ] || [ -n "${SEQUENTIAL:-}" ]; then
   CUDA_VISIBLE_DEVICES=0 OUT="$OUT/ours" BUDGET=$BUDGET \
     bash "$HERE/benchmarks/verdict_rate_gpu.sh" 1/1 --profiles loop "${DRAW[@]}" --retry 'no record' "${EXTRA[@]}" > "$OUT/ours/outer.txt" 2>&1
   echo "ours exit $? after $(( $(date +%s) - started )) s" >> "$OUT/calls.txt"
-  CUDA_VISIBLE_DEVICES=0 OUT="$OUT/kb" BUDGET=$KB_BUDGET \
-    bash "$HERE/benchmarks/kernelbench_eval_gpu.sh" "${DRAW[@]}" --workers "$CPUS" > "$OUT/kb/outer.txt" 2>&1
-  echo "kernelbench exit $? after $(( $(date +%s) - started )) s" >> "$OUT/calls.txt"
+  if [ -z "$stopped" ]; then
+    CUDA_VISIBLE_DEVICES=0 OUT="$OUT/kb" BUDGET=$KB_BUDGET \
+      bash "$HERE/benchmarks/kernelbench_eval_gpu.sh" "${DRAW[@]}" --workers "$CPUS" > "$OUT/kb/outer.txt" 2>&1
+    echo "kernelbench exit $? after $(( $(date +%s) - started )) s" >> "$OUT/calls.txt"
+  else
+    echo "kernelbench not started: the call was stopped" >> "$OUT/calls.txt"
+  fi
 else
 (
+  trap 'true' INT TERM  # a stop: wait for this side to keep what it finished
   CUDA_VISIBLE_DEVICES=0 OUT="$OUT/ours" BUDGET=$BUDGET taskset -c "0-$((HALF - 1))" \
     bash "$HERE/benchmarks/verdict_rate_gpu.sh" 1/1 --profiles loop "${DRAW[@]}" --retry 'no record' "${EXTRA[@]}" > "$OUT/ours/outer.txt" 2>&1
   echo "ours exit $? after $(( $(date +%s) - started )) s" >> "$OUT/calls.txt"
 ) &
 (
+  trap 'true' INT TERM
   CUDA_VISIBLE_DEVICES=1 OUT="$OUT/kb" BUDGET=$((BUDGET - 30)) taskset -c "$HALF-$((CPUS - 1))" \
     bash "$HERE/benchmarks/kernelbench_eval_gpu.sh" "${DRAW[@]}" --workers "$((CPUS - HALF))" > "$OUT/kb/outer.txt" 2>&1
   echo "kernelbench exit $? after $(( $(date +%s) - started )) s" >> "$OUT/calls.txt"
 ) &
-wait
+while [ -n "$(jobs -pr)" ]; do wait; done  # a stop interrupts `wait`; both sides still finish keeping what they have
 fi
 timeout 60 python3 "$HERE/benchmarks/kernelbench_eval.py" --corpus "$KBCORPUS" --out "$OUT/kb" --results "$OUT/kb/results.jsonl" \
   --report "$OUT/report.md" --report-only "${DRAW[@]}" --ours "$OUT/ours/state.jsonl" > /dev/null

@@ -23,6 +23,7 @@ SAMPLES="$OUT/nvml.call.csv"  # this call's samples, appended to $OUT/nvml.csv a
 nvidia-smi --query-gpu=timestamp,index,utilization.gpu,memory.used --format=csv,noheader,nounits -lms 200 > "$SAMPLES" 2>/dev/null &
 SAMPLER=$!
 START=$(date +%s.%N)
+trap 'stopped=1' INT TERM  # stopped: kbcorpus_gpu.sh keeps what finished, and this call still copies and rates it
 OUT="$OUT/corpus" bash "$TREE/benchmarks/kbcorpus_gpu.sh" "$STATE" "$PART" "$@"
 code=$?
 END=$(date +%s.%N)
