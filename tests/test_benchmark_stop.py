@@ -88,7 +88,7 @@ def test_a_stopped_benchmark_call_stops_its_run_keeps_what_it_finished_and_leave
 
 
 def test_stoppable_forwards_a_stop_to_its_step_then_gives_the_script_its_own_traps_back(tmp_path):
-    # gpu_smoke.sh's shape: its own `exit 130` trap, a step under `timeout` (a process group of its own), and a check of
+    # a script with its own `exit 130` trap, a step under `timeout` (a process group of its own), and a check of
     # `stopped` after the step; the step writes what it finished when stopped
     kept, after = tmp_path / "kept", tmp_path / "after"
     script = tmp_path / "script.sh"
