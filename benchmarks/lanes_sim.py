@@ -4,7 +4,7 @@ sleep for durations replayed from a kbcorpus state file (benchmarks/kbcorpus.py'
 benchmarks/verdict_rate_gpu.sh on a GPU machine).
 
     python3 benchmarks/lanes_sim.py STATE.jsonl [--lanes 1 2 4] [--builds 12] [--build-scale 1.0] [--memcheck-s S]
-        [--judges-ahead N [--judge-ready-s 10]]
+        [--judges-ahead N [--judge-ready-s 10]] [--memcheck-beside]
 
 What is replayed, per judged kernel of the state, in its order:
 - its build ahead's wall seconds (`ahead.seconds`), in a pool of `--builds` slots that starts every build
@@ -19,6 +19,11 @@ With `--judges-ahead N`, a new problem's reference pass no longer replays the se
 (`reference_phase_s`, "judge start-up") but waits for a judge started ahead: each lane keeps N started, the oldest
 serves the next problem, and it waits until `--judge-ready-s` (default 10) after that judge's start. The lane's first
 problem keeps its recorded start-up (its judge starts cold).
+
+With `--memcheck-beside`, a kernel's memcheck no longer holds its lane: it runs beside the lane's next kernel (its
+build wait, its checks), and the lane's next time alone (a reference pass, a timing) waits until it has ended, as the
+gate makes a timing wait for shared work in flight; the run ends when the last memcheck has. (Another lane's time
+alone does not wait for it here: with more than one lane, the prediction is a bound.)
 
 It prints the predicted verdicts per hour and the share of the wall the GPU was held alone, per lane
 count, so a GPU run of the same draw checks the prediction (docs/performance.md). `--build-scale`
@@ -66,6 +71,7 @@ class Kernel:
     passed: bool
     memcheck: Optional[float] = None  # its compute-sanitizer runs' seconds, where the state kept them
     judge_startup: float = 0.0  # of `reference`: the seconds its pass waited for its judge to start
+    reference_time: float = 0.0  # of `reference`: the judge's timing of the reference (its profile and rounds)
 
 
 def replayed(path: Path) -> list[Kernel]:
@@ -89,6 +95,7 @@ def replayed(path: Path) -> list[Kernel]:
                 row.get("status") == "correct",
                 sum(sanitized) if sanitized else None,
                 float((row.get("reference_phase_s") or {}).get("judge start-up") or 0.0),
+                float((row.get("reference_phase_s") or {}).get("judge time") or 0.0),
             )
         )
     if not kernels:
@@ -132,10 +139,12 @@ def simulate(
     build_scale: float,
     memcheck_s: Optional[float],
     judges: Judges = Judges(),
+    beside: bool = False,
 ) -> tuple[float, float, int]:
     """(verdicts per hour, share of the wall the GPU was held alone, most shared grants at once) for
     `lanes` lanes on one GPU. `memcheck_s`: every passed kernel's memcheck seconds; None: each kernel's own from
-    the state, else DEFAULT_MEMCHECK_S. `judges`: judges started ahead (default: the recorded start-ups)."""
+    the state, else DEFAULT_MEMCHECK_S. `judges`: judges started ahead (default: the recorded start-ups). `beside`:
+    memcheck runs beside the lane's next kernel, and the lane's next time alone waits for it."""
     quiet.DRAIN_S = DRAIN_S * SCALE  # the gate's drain after an exclusive grant, on the simulated clock
     host = QuietHost("off", lanes, lanes_per_gpu=lanes) if lanes > 1 else None
     pool = ThreadPoolExecutor(max_workers=builds)
@@ -162,23 +171,36 @@ def simulate(
     def lane(index: int) -> None:
         problem = None
         ahead = JudgeQueue(judges)
+        beside_done = threading.Event()  # the lane's memcheck running beside it, ended (none yet: ended)
+        beside_done.set()
         while True:
             try:
                 kernel = jobs.get_nowait()
             except queue.Empty:
+                beside_done.wait()
                 return
             built[kernel.name].result()
             with work(index):
                 if kernel.problem != problem:
-                    sleep_alone(index, ahead.reference_s(kernel, (time.monotonic() - started) / SCALE))
+                    seconds = ahead.reference_s(kernel, (time.monotonic() - started) / SCALE)
+                    if beside:  # the judge's start, load, construct and checks beside the memcheck; its timing after
+                        time.sleep(max(0.0, seconds - kernel.reference_time) * SCALE)
+                        seconds = min(seconds, kernel.reference_time)
+                    beside_done.wait()
+                    sleep_alone(index, seconds)
                     problem = kernel.problem
                 for _ in range(STEPS):
                     time.sleep(kernel.check / STEPS * SCALE)
                     if host is not None:
                         host.step(index)
                 if kernel.passed:
+                    beside_done.wait()
                     sleep_alone(index, kernel.time)
-                    time.sleep(memcheck(kernel, memcheck_s) * SCALE)
+                    seconds = memcheck(kernel, memcheck_s) * SCALE
+                    if beside:
+                        beside_done = _running(seconds)
+                    else:
+                        time.sleep(seconds)
 
     started = time.monotonic()
     threads = [threading.Thread(target=lane, args=(i,)) for i in range(lanes)]
@@ -199,6 +221,13 @@ def simulate(
         peak = max((sum(o.start <= i.start < o.end for o in shared) for i in shared), default=0)
         host.close()
     return len(kernels) / (wall / SCALE) * 3600, alone_s[0] / wall, peak
+
+
+def _running(seconds: float) -> threading.Event:
+    """An event set `seconds` from now, by a thread of its own: a memcheck run beside the lane."""
+    ended = threading.Event()
+    threading.Timer(seconds, ended.set).start()
+    return ended
 
 
 def memcheck(kernel: Kernel, given: Optional[float]) -> float:
@@ -236,6 +265,8 @@ def main() -> None:
     parser.add_argument("--judges-ahead", type=int, default=0,
                         help="judges each lane keeps started ahead (default 0: replay each judge's recorded start-up)")
     parser.add_argument("--judge-ready-s", type=float, default=10.0, help="seconds a judge started ahead takes to ready")
+    parser.add_argument("--memcheck-beside", action="store_true",
+                        help="memcheck beside the lane's next kernel; the lane's next time alone waits for it")
     args = parser.parse_args()
     judges = Judges(args.judges_ahead, args.judge_ready_s)
     kernels = replayed(args.state)
@@ -245,11 +276,12 @@ def main() -> None:
         f"median {builds[len(builds) // 2]:.0f} s x {args.build_scale:g}, {args.builds} at once; "
         f"memcheck {memcheck_note(kernels, args.memcheck_s)}; judges "
         + (f"{judges.ahead} ahead, each ready {judges.ready_s:g} s after its start" if judges.ahead else "as recorded")
+        + ("; memcheck beside the lane's next kernel" if args.memcheck_beside else "")
     )
     print("| lanes | predicted verdicts per hour | GPU held alone |")
     print("|---:|---:|---:|")
     for lanes in args.lanes:
-        rate, share, _ = simulate(kernels, lanes, args.builds, args.build_scale, args.memcheck_s, judges)
+        rate, share, _ = simulate(kernels, lanes, args.builds, args.build_scale, args.memcheck_s, judges, args.memcheck_beside)
         print(f"| {lanes} | {rate:,.0f} | {share:.0%} |")
 
 

@@ -94,6 +94,24 @@ def test_two_judges_ahead_predict_a_faster_lane_when_problems_come_faster_than_o
     assert two > 1.2 * one
 
 
+def test_memcheck_beside_the_next_kernel_hides_behind_its_checks_and_never_beside_a_timing(tmp_path):
+    # one problem, 10 kernels: checks 2 s, timing 0.5 s, memcheck 1.5 s. In line, 4 s a kernel; beside the next
+    # kernel's checks, 2.5 s (and the last memcheck at the end: 1.49x in all); the timing still waits for it, so never
+    # faster than with no memcheck at all
+    rows = [{**row(f"a/{i}", "a", build=0.0, time_s=0.5), "phase_s": {"check": 2.0, "time": 0.5},
+             "sanitizer": [["memcheck", "clean", "", 1.5]]} for i in range(10)]
+    kernels = lanes_sim.replayed(state(tmp_path, rows))
+    inline, _, _ = lanes_sim.simulate(kernels, 1, 8, 1.0, None)
+    beside, _, _ = lanes_sim.simulate(kernels, 1, 8, 1.0, None, beside=True)
+    without, _, _ = lanes_sim.simulate(kernels, 1, 8, 1.0, 0.0)
+    assert beside > 1.2 * inline  # 1.36 to 1.39 read on a loaded 2-core machine (threads' own overheads)
+    assert beside <= 1.05 * without
+    # a memcheck longer than the next kernel's checks holds that kernel's timing until it ends
+    slow = lanes_sim.replayed(state(tmp_path, [{**r, "sanitizer": [["memcheck", "clean", "", 6.0]]} for r in rows]))
+    slow_beside, _, _ = lanes_sim.simulate(slow, 1, 8, 1.0, None, beside=True)
+    assert slow_beside < 0.7 * beside
+
+
 def test_the_staged_pipeline_replays_a_state_with_each_problems_reference_pass_once(tmp_path):
     import pipeline_sim
 
