@@ -58,7 +58,7 @@ def parallelism_for(cores: int, memory: int) -> tuple[int, int]:
     """(concurrent builds, ninja jobs per build): three builds per four cores and one per 4 GiB of `memory`
     (an nvcc build of a torch extension peaks near 2-3 GiB), at most 32, each with MAX_JOBS=2 (main.cpp
     compiles beside the .cu). A build's wall is mostly nvcc's serial chain (cudafe++, cicc, the host
-    compiler): on an H200 host a cold build took about 72 CPU-s over 57 to 65 s of wall, about 1.25 cores, so
+    compiler): on an H200 host a cold build took about 72 CPU-s over 57 to 61 s of wall, about 1.25 cores, so
     three per four cores keep the host busy without oversubscribing it (docs/measurements.md); one per two
     cores left about a third of them idle while the lane waited for builds."""
     return max(1, min(cores * 3 // 4, memory // (4 << 30), 32)), max(1, min(2, cores))
