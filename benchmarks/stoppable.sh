@@ -10,15 +10,18 @@
 # A script that should collect its results after a stop sets `trap 'stopped=1' INT TERM`: bash runs that trap once
 # the command it waits for has ended, and the script goes on (and can skip what it has not started yet).
 stoppable() {
-  local child="" status saved
+  local child="" status saved interrupted=""
   saved=$(trap -p INT TERM)
-  trap 'stopped=1; [ -n "$child" ] && kill -TERM "$child" 2>/dev/null' INT TERM
+  trap 'stopped=1; interrupted=1; [ -n "$child" ] && kill -TERM "$child" 2>/dev/null' INT TERM
   "$@" &
   child=$!
   [ -n "${stopped:-}" ] && kill -TERM "$child" 2>/dev/null
   wait "$child"
   status=$?
-  while kill -0 "$child" 2>/dev/null; do
+  # a signal the trap took ends `wait` early with 128 + its number: wait again, for the step's own status (bash keeps
+  # it for a child that has already ended), and again for each signal meanwhile
+  while [ -n "$interrupted" ]; do
+    interrupted=""
     wait "$child"
     status=$?
   done

@@ -115,3 +115,18 @@ exit 0
     finally:
         if call.poll() is None:
             os.killpg(call.pid, signal.SIGKILL)
+
+
+def test_stoppable_returns_the_steps_own_status_when_the_step_ends_at_once_on_the_stop():
+    # a stop interrupts bash's `wait` with 143; a step that ends at once may be gone before `stoppable` looks again,
+    # and its own status (130 here) must still be what comes back: 30 stops in a row, every one 130
+    script = f""". {ROOT / "benchmarks" / "stoppable.sh"}
+for i in $(seq 30); do
+  stopped=""
+  ( sleep 0.05; kill -TERM $$ ) &
+  stoppable bash -c 'sleep 100 & nap=$!; trap "kill $nap; exit 130" TERM; wait'
+  echo -n "$? "
+done
+"""
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.stdout.split() == ["130"] * 30
