@@ -109,10 +109,10 @@ def gaps(judged: list[dict[str, Any]]) -> list[tuple[float, str]]:
 
 
 def after_first(judged: list[dict[str, Any]]) -> tuple[int, float]:
-    """(records after each run's first, seconds from each run's first record to its last), summed over runs."""
-    runs = records_by_run(judged)
-    seconds = sum(_moment(lines[-1]["finished_at"]) - _moment(lines[0]["finished_at"]) for lines in runs)
-    return sum(len(lines) - 1 for lines in runs), seconds
+    """(records after each run's first, seconds from each run's first record to its last), summed over runs: the
+    count and the sum of the gaps."""
+    between = gaps(judged)
+    return len(between), sum(seconds for seconds, _ in between)
 
 
 def summary(lines: list[dict[str, Any]]) -> dict[str, Any]:
@@ -157,7 +157,7 @@ def render(found: dict[str, Any], profile: str, source: str) -> str:
             "hour** (the cold start left out).",
             "",
         ]
-    between = found.get("gaps") or []
+    between = found["gaps"]
     if between:
         longest = max(between)
         out += [
