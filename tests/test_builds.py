@@ -375,3 +375,35 @@ def test_builds_ahead_are_sized_by_the_cores_this_run_may_use_not_the_machines(m
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(128)), raising=False)
     monkeypatch.setattr(os, "sysconf", lambda name: 4096 if name == "SC_PAGE_SIZE" else (64 << 30) // 4096)  # 64 GiB
     assert prebuild.default_parallelism() == (16, 2)  # memory bounds it before the cores do
+
+
+def test_a_build_process_and_its_compilers_run_below_the_runs_cpu_priority(tmp_path):
+    # builds ahead are throughput work: when the CPUs are short, the lane's judge, workers and memcheck (at the run's
+    # priority) must get them first. The candidate's import reports its own niceness and a child's (ninja and the
+    # compilers are its children) by failing with them.
+    import os
+
+    from harness.parent.prebuild import BuildAhead
+
+    path = tmp_path / "reports_priority.py"
+    path.write_text(
+        "import os, subprocess\n"
+        "child = subprocess.run(['nice'], capture_output=True, text=True).stdout.strip()\n"
+        "raise RuntimeError(f'niceness {os.nice(0)} child {child}')\n"
+    )
+    run = os.nice(0)
+    for nice, expected in ((7, min(19, run + 7)), (0, run)):
+        pool = BuildAhead(tmp_path / f"cache{nice}", "cpu", builds=1, jobs_per_build=1, timeout=120, nice=nice)
+        try:
+            pool.submit(path)
+            outcome = pool.wait(path)
+        finally:
+            pool.close()
+        assert outcome.outcome == "failed" and f"niceness {expected} child {expected}" in outcome.detail, outcome
+
+
+def test_a_build_priority_outside_the_nice_range_is_refused(make_config):
+    from harness.core.errors import UserError
+
+    with pytest.raises(UserError, match="builds.nice must be 0 to 19, got 20"):
+        make_config("builds.nice=20")

@@ -404,8 +404,12 @@ class BuildsConfig:
     jobs_per_build: int  # MAX_JOBS for each build's ninja (0: 2, or 1 on one core)
     # a build also constructs a candidate that builds in its constructor (from its problem's init inputs)
     construct: bool
+    # nice levels a build process lowers its CPU priority by (0-19): the lane's work gets the CPUs first
+    nice: int
 
     def __post_init__(self) -> None:
+        if not 0 <= self.nice <= 19:
+            raise ValueError(f"builds.nice must be 0 to 19, got {self.nice}")
         if self.ahead not in Ahead.words():
             raise ValueError(f"builds.ahead must be auto, always or never, got {self.ahead!r}")
         if self.parallel < 0 or self.jobs_per_build < 0:

@@ -85,8 +85,10 @@ class BuildAhead:
         timeout: float,
         quiet: Optional[QuietHost] = None,
         env: Optional[Mapping[str, str]] = None,
+        nice: int = 0,
     ) -> None:
         self.cache_dir = cache_dir
+        self.nice = nice  # nice levels each build process lowers its CPU priority by (build_command)
         self.env = dict(env or {})  # the run's boundary (harness.parent.boundary), for every build process
         self.quiet = quiet if quiet is not None else QuietHost()
         self.arch = arch
@@ -148,18 +150,7 @@ class BuildAhead:
         own = Path(tempfile.mkdtemp(prefix="build-", dir=env.get("TMPDIR") or None))
         keys = own / "keys.json"
         proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "harness.worker.build",
-                str(path),
-                str(self.cache_dir),
-                self.arch,
-                str(keys),
-                *(["--problem", str(problem)] if problem is not None else []),
-                "--own",
-                str(own),
-            ],
+            build_command(path, self.cache_dir, self.arch, keys, own, problem, self.nice),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -208,6 +199,28 @@ def publish_own(own: Path, cache: Path, source: Path) -> list[str]:
         return []
     finally:
         shutil.rmtree(own, ignore_errors=True)
+
+
+def build_command(
+    path: Path, cache: Path, arch: str, keys: Path, own: Path, problem: Optional[Path] = None, nice: int = 0
+) -> list[str]:
+    """The command line of a build process (harness.worker.build) for candidate `path`. With `nice`, the
+    process lowers its own CPU priority by that many levels before it does anything else, so ninja and
+    the compilers inherit it: when the CPUs are short, the lane's judge, workers and memcheck (at the
+    run's priority) get them first, and the builds take what is left."""
+    return [
+        sys.executable,
+        "-m",
+        "harness.worker.build",
+        str(path),
+        str(cache),
+        arch,
+        str(keys),
+        *(["--problem", str(problem)] if problem is not None else []),
+        "--own",
+        str(own),
+        *(["--nice", str(nice)] if nice else []),
+    ]
 
 
 def build_env(boundary_env: Mapping[str, str], arch: str, jobs: int) -> dict[str, str]:

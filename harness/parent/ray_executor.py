@@ -24,7 +24,6 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 import tarfile
 import tempfile
 from pathlib import Path
@@ -41,7 +40,7 @@ from harness.core.store import RunStore
 from harness.parent.boundary import open_boundary
 from harness.parent.evaluate import ProblemEvaluation
 from harness.parent.executor import Job, QueuedExecutor
-from harness.parent.prebuild import build_env
+from harness.parent.prebuild import build_command, build_env
 from harness.parent.resources import RunResources
 from harness.parent.scratch import RunScratch, end_processes_in
 from harness.parent.supervise import Lane
@@ -154,17 +153,7 @@ def build_remote(cfg_data: dict[str, Any], file_name: str, source: str, arch: st
         owner = buildbook.owner_of(path.read_text(encoding="utf-8", errors="replace"))
         try:
             subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "harness.worker.build",
-                    str(path),
-                    str(cache),
-                    arch,
-                    str(keys_file),
-                    "--own",
-                    str(own),
-                ],
+                build_command(path, cache, arch, keys_file, own, nice=cfg.builds.nice),
                 capture_output=True,
                 cwd=ROOT,
                 env=env,

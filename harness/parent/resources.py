@@ -201,4 +201,5 @@ def start_builds(
         timeout=cfg.timeouts.load,
         quiet=quiet,
         env=env,
+        nice=cfg.builds.nice,
     )

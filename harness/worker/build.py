@@ -9,11 +9,12 @@ context could not be created in anyway. It runs the candidate's
 code, so it is untrusted like the worker; the parent's build pool (`harness.parent.prebuild`, and
 the Ray executor's build task) starts it and reads its one line.
 
-    python -m harness.worker.build FILE CACHE_DIR ARCH [KEYS_FILE] [--problem PROBLEM_FILE] [--own FOLDER]
+    python -m harness.worker.build FILE CACHE_DIR ARCH [KEYS_FILE] [--problem PROBLEM_FILE] [--own FOLDER] [--nice N]
         prints `ok [(extension, cached|built), ...]` or `STATUS REASON`;
         KEYS_FILE gets the JSON list of the cache keys the candidate used; with --own, FOLDER is its
         own (its temporary files and caches) and it compiles into FOLDER/builds, which the parent
-        publishes into CACHE_DIR once it has ended (harness.core.buildbook.publish)
+        publishes into CACHE_DIR once it has ended (harness.core.buildbook.publish); with --nice, it
+        first lowers its CPU priority by N levels
 """
 
 from __future__ import annotations
@@ -54,7 +55,19 @@ def construct(module: Any, problem: Path) -> None:
     module.ModelNew(*init_inputs)
 
 
+def lower_priority(argv: list[str]) -> None:
+    """Apply `--nice N` from `argv` at once: before the boundary (which may refuse the call) and before any
+    child, so ninja and the compilers inherit the lower CPU priority."""
+    for flag, value in zip(argv, argv[1:]):
+        if flag == "--nice" and value.isdigit() and int(value) > 0:
+            try:
+                os.nice(int(value))
+            except OSError:  # a priority is a preference: the build runs on at the one it has
+                pass
+
+
 def main() -> None:
+    lower_priority(sys.argv)
     sandbox.enter_from_environment()  # before torch and the candidate: the run's boundary
     parser = argparse.ArgumentParser()
     parser.add_argument("path", type=Path)
@@ -63,6 +76,7 @@ def main() -> None:
     parser.add_argument("keys_file", type=Path, nargs="?")
     parser.add_argument("--problem", type=Path)
     parser.add_argument("--own", type=Path)
+    parser.add_argument("--nice", type=int, default=0)  # applied already (lower_priority)
     args = parser.parse_args()
     if args.own is not None:
         sandbox.take_own(str(args.own))
