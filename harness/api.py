@@ -112,6 +112,7 @@ class Session:
         self._names: dict[tuple[str, str], str] = {}  # (problem, candidate name) -> source hash
         self._problems: dict[str, Problem] = {}
         self._closed = False
+        self._sealed = False  # seal(): nothing more will be submitted
         self._summary: RunSummary  # what the run wrote, set by the first close()
         resources: Optional[RunResources] = None
         try:
@@ -169,18 +170,22 @@ class Session:
         return self.submit_all([(problem, candidate)])[0]
 
     def submit_all(
-        self, jobs: Sequence[tuple[Problem, Candidate]]
+        self, jobs: Sequence[tuple[Problem, Candidate]], last: bool = False
     ) -> "list[concurrent.futures.Future[CandidateRecord]]":
         """Queue candidate files together (the command line's whole run): on Ray, a problem's
-        candidates then share one batch and one reference."""
+        candidates then share one batch and one reference. `last`: these are the last, and the session is sealed
+        in the same step (`seal`)."""
         if self._closed:
             raise UserError("the session is closed")
+        if self._sealed:
+            raise UserError("the session was sealed: it takes no more submissions")
         if self.builds is not None:
             for problem, candidate in jobs:
                 if candidate.extraction_failure is None:
                     # building while the lanes are busy
                     self.builds.submit(candidate.path, problem.path if self.cfg.builds.construct else None)
-        return self.executor.submit_all(jobs)
+        self._sealed = self._sealed or last
+        return self.executor.submit_all(jobs, last)
 
     def evaluate(
         self, problem: str | Path | Problem, source: str, *, name: Optional[str] = None, timeout: Optional[float] = None
@@ -191,6 +196,13 @@ class Session:
     def pending(self) -> int:
         """Candidates queued and not yet started."""
         return self.executor.pending()
+
+    def seal(self) -> None:
+        """Nothing more will be submitted: what is queued runs on, and the lanes start no judge or worker ahead for
+        work that will not come (a one-problem run prestarts no judge for a second problem). A submission after it
+        raises UserError."""
+        self._sealed = True
+        self.executor.seal()
 
     def stop(self) -> None:
         """End running evaluations (their processes) and cancel queued ones: Ctrl-C's path."""

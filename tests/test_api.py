@@ -117,6 +117,48 @@ def test_warm_problems_keep_each_problems_judge_between_alternating_submissions(
     assert counts == {1: 4, 2: 2}  # one judge per lane and problem while both stay warm
 
 
+def test_a_run_queued_as_the_last_starts_no_judge_ahead_for_a_problem_that_will_not_come(make_config, tmp_path):
+    # two candidates of one problem: when the lane starts the problem's judge, the second is still queued, but its
+    # problem is warm on the lane, so no problem is left to come and no judge is started ahead; an open session
+    # (more may be submitted) starts one
+    from harness.sources.candidate import Candidate
+
+    candidates = []
+    for tag in (0, 1):
+        path = tmp_path / f"c{tag}.py"
+        path.write_text(source(tag=tag))
+        candidates.append(Candidate(f"c{tag}", path))
+    started = {}
+    for last in (False, True):
+        with api.Session(make_config("timing.enabled=false", "workers.prestart=always")) as session:
+            futures = session.submit_all([(session.problem(PROBLEM), c) for c in candidates], last=last)
+            assert [f.result(300).decision.status for f in futures] == [Status.CORRECT] * 2
+            [lane] = session.executor.lanes
+            started[last] = lane.launcher._judges_started
+            if last:
+                with pytest.raises(UserError, match="sealed"):
+                    session.submit(PROBLEM, source(tag=2))
+    assert started == {False: 1, True: 0}
+
+
+def test_a_sealed_queue_says_what_is_to_come_and_takes_nothing_more():
+    from harness.parent.executor import JobQueue
+    from harness.sources.candidate import Candidate
+    from harness.sources.problem import resolve_problem
+    from harness.core.config import ROOT
+
+    problem = resolve_problem(PROBLEM, ROOT / "problems")
+    queue = JobQueue(lambda: None)
+    queue.put([(problem, Candidate("a", ROOT / "a.py"))])
+    assert queue.to_come() is None  # open: more may come
+    queue.put([(problem, Candidate("b", ROOT / "b.py"))], last=True)
+    assert queue.to_come() == [(str(problem.path), problem.hash)] * 2
+    with pytest.raises(RuntimeError, match="sealed"):
+        queue.put([(problem, Candidate("c", ROOT / "c.py"))])
+    queue.take(lambda jobs: jobs[:1])
+    assert len(queue.to_come()) == 1
+
+
 def request(url, body=None, token=None):
     data = json.dumps(body).encode() if body is not None and not isinstance(body, bytes) else body
     req = urllib.request.Request(url, data=data, method="POST" if data is not None else "GET")

@@ -10,7 +10,7 @@ import pytest
 
 from harness.core import protocol as P
 from harness.core.errors import UserError
-from harness.parent.supervise import JudgeFailed, Launcher
+from harness.parent.supervise import Backlog, JudgeFailed, Launcher
 
 pytestmark = pytest.mark.slow  # real judge processes (each imports torch)
 
@@ -86,6 +86,47 @@ def test_judges_ahead_keeps_that_many_started_and_each_problem_gets_the_oldest(t
     assert all(not client.running() for client in now) and launcher._judge_spares == []
     assert not [p for p in logs.iterdir() if p.name.startswith(".judge-spare-")]
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("judge-spare-")]
+
+
+def test_a_lane_starts_no_judge_or_worker_ahead_for_work_that_will_not_come(tmp_path):
+    # once the run is sealed, the launcher asks what is still to come: one more problem with one job wants one judge
+    # ahead (not judges_ahead's two) and a worker for the lane's job; then nothing more is started
+    launcher = Launcher(prestart=True, judges=True, judges_ahead=2)
+    to_come = [Backlog(problems=1, jobs=1)]
+    launcher.backlog = lambda: to_come[0]
+    logs = tmp_path / "logs"
+    first, first_dir = launcher.take_judge(logs / "p1" / "_reference.log", folders(tmp_path))
+    [(ahead, _)] = launcher._judge_spares
+    assert len(launcher._spares) == 1  # p1's job's worker readies beside its reference pass
+    launcher.release(launcher.take().proc)
+    assert len(launcher._spares) == 1  # for p2's job, still queued
+    to_come[0] = Backlog(problems=0, jobs=0)  # the lane takes p2's job: nothing is left in the queue
+    second, second_dir = launcher.take_judge(logs / "p2" / "_reference.log", folders(tmp_path))
+    assert second is ahead and launcher._judge_spares == []
+    worker = launcher.take()
+    assert launcher._spares == []  # the last job's worker was the spare; none started after it
+    launcher.release(worker.proc)
+    for client, folder in ((first, first_dir), (second, second_dir)):
+        client.close()
+        shutil.rmtree(folder)
+    launcher.kill_all()
+
+
+def test_judges_started_ahead_for_problems_that_will_not_come_are_ended(tmp_path):
+    launcher = Launcher(prestart=True, judges=True, judges_ahead=2)  # an open session: more may come
+    logs = tmp_path / "logs"
+    first, first_dir = launcher.take_judge(logs / "p1" / "_reference.log", folders(tmp_path))
+    older, newer = [client for client, _ in launcher._judge_spares]
+    launcher.backlog = lambda: Backlog(problems=0, jobs=1)  # sealed: p2 is the last problem
+    second, second_dir = launcher.take_judge(logs / "p2" / "_reference.log", folders(tmp_path))
+    assert second is older and launcher._judge_spares == []  # the oldest serves p2, the other is ended now
+    assert not newer.running()
+    assert [p.name for p in logs.iterdir() if p.name.startswith(".judge-spare-")] == []  # its log is gone
+    assert [p for p in tmp_path.iterdir() if p.name.startswith("judge-spare-")] == [second_dir]  # and its folder
+    for client, folder in ((first, first_dir), (second, second_dir)):
+        client.close()
+        shutil.rmtree(folder)
+    launcher.kill_all()
 
 
 @pytest.mark.parametrize("judges", [True, False])

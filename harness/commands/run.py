@@ -375,8 +375,9 @@ def _evaluate(
     futures: list[Any] = []
     interrupted = False
     try:
+        # the whole run, sealed: no judge or worker is started ahead for work that will not come
         futures = session.submit_all(
-            [(problem, candidate) for problem, candidates in targets for candidate in candidates]
+            [(problem, candidate) for problem, candidates in targets for candidate in candidates], last=True
         )
         records = gather(futures)
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (Terminated)

@@ -35,11 +35,17 @@ class Executor(Protocol):
     def submit(self, problem: Problem, candidate: Candidate) -> "Future[CandidateRecord]":
         """Queue one candidate; its record arrives in the future (a harness bug as its exception)."""
 
-    def submit_all(self, jobs: Sequence[tuple[Problem, Candidate]]) -> "list[Future[CandidateRecord]]":
-        """Queue several candidates at once."""
+    def submit_all(
+        self, jobs: Sequence[tuple[Problem, Candidate]], last: bool = False
+    ) -> "list[Future[CandidateRecord]]":
+        """Queue several candidates at once; `last`: and seal (nothing more will be submitted), in the same step."""
 
     def pending(self) -> int:
         """Candidates queued and not yet taken."""
+
+    def seal(self) -> None:
+        """Nothing more will be submitted: what is queued runs on, and no process is started ahead for work that
+        will not come."""
 
     def run_problem(self, problem: Problem, candidates: list[Candidate]) -> list[CandidateRecord]:
         """Every candidate of `problem`; the records in candidate order."""
@@ -88,15 +94,20 @@ class JobQueue:
         self._jobs: list[Job] = []
         self._on_first: Optional[Callable[[], None]] = on_first
         self.stopping = self.closing = False
+        self.sealed = False  # nothing more will be submitted (seal)
 
-    def put(self, jobs: Sequence[tuple[Problem, Candidate]]) -> "list[Future[CandidateRecord]]":
-        """Queue several candidates at once (no thread takes one before all are in)."""
+    def put(self, jobs: Sequence[tuple[Problem, Candidate]], last: bool = False) -> "list[Future[CandidateRecord]]":
+        """Queue several candidates at once (no thread takes one before all are in); `last`: and seal the queue
+        in the same step, so no thread ever sees it open."""
         futures: list[Future[CandidateRecord]] = [concurrent.futures.Future() for _ in jobs]
         with self._changed:
             if self.stopping or self.closing:
                 raise RuntimeError("the executor is closed")
+            if self.sealed:
+                raise RuntimeError("the executor was sealed: it takes no more submissions")
             now = time.monotonic()
             self._jobs += [Job(problem, candidate, future, now) for (problem, candidate), future in zip(jobs, futures)]
+            self.sealed = self.sealed or last
             if self._on_first is not None:
                 self._on_first()
                 self._on_first = None
@@ -119,6 +130,19 @@ class JobQueue:
     def __len__(self) -> int:
         with self._changed:
             return len(self._jobs)
+
+    def seal(self) -> None:
+        """Nothing more will be put; what is queued is taken as before."""
+        with self._changed:
+            self.sealed = True
+
+    def to_come(self) -> Optional[list[tuple[str, str]]]:
+        """The problem keys of the queued jobs, one per job, once nothing more can be put (sealed, closing or
+        stopping); None while more may come."""
+        with self._changed:
+            if not (self.sealed or self.closing or self.stopping):
+                return None
+            return [job.key for job in self._jobs]
 
     def stop(self) -> None:
         """Take nothing more; the queued jobs' futures are cancelled."""
@@ -168,12 +192,18 @@ class QueuedExecutor:
         """Queue one candidate; its record arrives in the future (a harness bug as its exception)."""
         return self.submit_all([(problem, candidate)])[0]
 
-    def submit_all(self, jobs: Sequence[tuple[Problem, Candidate]]) -> "list[Future[CandidateRecord]]":
-        """Queue several candidates at once (no thread takes one before all are in)."""
-        return self.queue.put(jobs)
+    def submit_all(
+        self, jobs: Sequence[tuple[Problem, Candidate]], last: bool = False
+    ) -> "list[Future[CandidateRecord]]":
+        """Queue several candidates at once (no thread takes one before all are in); `last`: and seal."""
+        return self.queue.put(jobs, last)
 
     def pending(self) -> int:
         return len(self.queue)
+
+    def seal(self) -> None:
+        """Nothing more will be submitted (the command line's run, once it has queued everything)."""
+        self.queue.seal()
 
     def run_problem(self, problem: Problem, candidates: list[Candidate]) -> list[CandidateRecord]:
         """Every candidate of `problem`; the records in candidate order."""

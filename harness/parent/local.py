@@ -29,7 +29,7 @@ from harness.parent.evaluate import ProblemEvaluation
 from harness.parent.executor import Job, QueuedExecutor, problem_key
 from harness.parent.quiet import QuietHost
 from harness.parent.resources import RunResources, lane_count, visible_gpus
-from harness.parent.supervise import Lane
+from harness.parent.supervise import Backlog, Lane
 from harness.sources.problem import Problem
 
 __all__ = ["FAIR_WAIT_S", "LocalExecutor", "choose_job", "lane_count", "local_lanes", "visible_gpus"]
@@ -98,6 +98,8 @@ class LocalExecutor(QueuedExecutor):
         self._warm: dict[int, collections.OrderedDict[tuple[str, str], ProblemEvaluation]] = {}
         # the warm evaluations (a lane changes its own; stop() reads them all) and the plans
         self._state = threading.Lock()
+        for lane in self.lanes:  # once sealed, no lane starts a judge or a worker for work that will not come
+            lane.launcher.backlog = self._backlog
 
     def describe(self) -> str:
         if len(self.lanes) == 1:
@@ -135,6 +137,16 @@ class LocalExecutor(QueuedExecutor):
     def _release(self) -> None:
         for lane in self.lanes:
             lane.launcher.close()
+
+    def _backlog(self) -> Optional[Backlog]:
+        """What the lanes may still be given, once the executor was sealed: the queued jobs, and the problems among
+        them no lane has warm (each needs a judge); None while more may be submitted."""
+        keys = self.queue.to_come()
+        if keys is None:
+            return None
+        with self._state:
+            warm = {key for lane_warm in self._warm.values() for key in lane_warm}
+        return Backlog(problems=len(set(keys) - warm), jobs=len(keys))
 
     # -- a lane's thread -------------------------------------------------------------------------
 

@@ -112,6 +112,21 @@ def start_worker(env_overrides: Optional[dict[str, str]] = None) -> Started:
     return Started(proc, read_fd, write_fd)
 
 
+@dataclasses.dataclass(frozen=True)
+class Backlog:
+    """What a lane may still be given, once nothing more can be submitted: problems it has no judge for yet,
+    and jobs not yet taken. A launcher starts no more processes ahead than these (a judge or a worker started
+    for work that never comes takes CPU, and a CUDA context, beside the timings)."""
+
+    problems: int
+    jobs: int
+
+
+def unknown_backlog() -> Optional[Backlog]:
+    """More may be submitted at any time (an open session): every spare is kept."""
+    return None
+
+
 class LauncherClosed(RuntimeError):
     """A worker was asked of a launcher the run had already closed or killed (an interrupted run)."""
 
@@ -156,6 +171,8 @@ class Launcher:
         # compute-sanitizer's next run started ahead (sanitizer.prestart), kept across the lane's problems
         self.sanitizer_spares: SpareSlot[Any] = SpareSlot()
         self._judges_started = 0
+        # what the lane may still be given (the executor's, once it was sealed); None: more may come
+        self.backlog: Callable[[], Optional[Backlog]] = unknown_backlog
         self._closed = False
         self._lock = threading.Lock()
 
@@ -178,12 +195,14 @@ class Launcher:
         self._fill_workers()
         return started
 
-    def _fill_workers(self) -> None:
-        """With `prestart`, start workers until `spares` wait (background work for the quiet host)."""
+    def _fill_workers(self, current: int = 0) -> None:
+        """With `prestart`, start workers until `spares` wait (background work for the quiet host), never more
+        than the jobs still to come (`backlog`) and the `current` one the lane took but has no worker for yet."""
         if self.prestart:
+            backlog = self.backlog()
             self._fill(
                 lambda: self._spares,
-                self.spares,
+                self.spares if backlog is None else min(self.spares, backlog.jobs + current),
                 lambda: start_worker({**self._spare_env(), **self.worker_env}),
                 lambda spare: self.quiet.register_background(spare.proc),
                 self._discard_one,
@@ -219,7 +238,8 @@ class Launcher:
         is still alive: its interpreter, torch and (prewarm "cuda") its CUDA context and CUPTI are ready, or
         nearly, so a problem's reference pass no longer waits for them. It has run no problem code: every
         problem still gets a judge process of its own. Then judges are prestarted until `judges_ahead` wait,
-        each with a log beside `log_path`'s folder that it is renamed from. Refused (`LauncherClosed`) once
+        or as many as problems are still to come (`backlog`; those waiting beyond that are ended), each with a
+        log beside `log_path`'s folder that it is renamed from. Refused (`LauncherClosed`) once
         the launcher was closed or killed, as `take` is: a lane that restarts its judge after Ctrl-C must not
         start one that runs a whole reference pass for nothing."""
         with self._lock:
@@ -244,14 +264,20 @@ class Launcher:
                 folder,
             )
         if self.prestart and self.judges:
+            backlog = self.backlog()
+            wanted = self.judges_ahead if backlog is None else min(self.judges_ahead, backlog.problems)
+            with self._lock:  # a judge started ahead for a problem that will not come is ended now
+                surplus, self._judge_spares = self._judge_spares[wanted:], self._judge_spares[:wanted]
+            for spare in reversed(surplus):
+                self._discard_judge(spare)
             self._fill(
                 lambda: self._judge_spares,
-                self.judges_ahead,
+                wanted,
                 lambda: self._start_judge_spare(log_path, make_dir),
                 lambda judge: None,
                 self._discard_judge,
             )
-        self._fill_workers()  # the lane's first worker, too, readies while its first reference pass runs
+        self._fill_workers(current=1)  # the lane's first worker, too, readies while its first reference pass runs
         return taken
 
     def _start_judge_spare(self, log_path: Path, make_dir: Callable[[str], Path]) -> tuple[JudgeClient, Path]:
