@@ -162,7 +162,7 @@ def test_the_config_turns_judge_prestart_on_for_a_lane(make_config):
     assert not Lane.single(make_config("workers.prestart=always", "workers.prestart_judge=false"), "cpu").launcher.judges
     lane = Lane.single(make_config("workers.prestart=always", "workers.prestart_judge=true"), "cpu")
     assert lane.launcher.prestart and lane.launcher.judges
-    assert lane.launcher.judges_ahead == 1  # one ahead; two end the waits for it, opt-in until the smoke reads clean
+    assert lane.launcher.judges_ahead == 1  # one ahead; two end the waits for it, opt-in: a launch-bound null spread wider
     assert Lane.single(make_config("workers.judges_ahead=2"), "cpu").launcher.judges_ahead == 2
     with pytest.raises(UserError, match="workers.judges_ahead must be 1 or more"):
         make_config("workers.judges_ahead=0")
