@@ -266,7 +266,7 @@ def test_both_executors_are_executors_and_evaluate_imports_neither():
     from harness.parent.executor import Executor
     from harness.parent.ray_executor import RayExecutor
 
-    members = ("describe", "submit", "submit_all", "pending", "run_problem", "stop", "close")
+    members = ("describe", "submit", "submit_all", "pending", "seal", "run_problem", "stop", "close")
     assert all(callable(getattr(cls, name, None)) for cls in (LocalExecutor, RayExecutor) for name in members)
     assert issubclass(LocalExecutor, Executor) and issubclass(RayExecutor, Executor)
     assert "harness.parent.local" not in inspect.getsource(evaluate) and "harness.parent.ray_executor" not in inspect.getsource(evaluate)
