@@ -4,7 +4,7 @@ sleep for durations replayed from a kbcorpus state file (benchmarks/kbcorpus.py'
 benchmarks/verdict_rate_gpu.sh on a GPU machine).
 
     python3 benchmarks/lanes_sim.py STATE.jsonl [--lanes 1 2 4] [--builds 12] [--build-scale 1.0] [--memcheck-s S]
-        [--judges-ahead N [--judge-ready-s 10]] [--memcheck-beside]
+        [--judges-ahead N [--judge-ready-s 10]] [--memcheck-beside] [--in-order] [--warm 4]
 
 What is replayed, per judged kernel of the state, in its order:
 - its build ahead's wall seconds (`ahead.seconds`), in a pool of `--builds` slots that starts every build
@@ -25,6 +25,11 @@ build wait, its checks), and the lane's next time alone (a reference pass, a tim
 gate makes a timing wait for shared work in flight; the run ends when the last memcheck has. (Another lane's time
 alone does not wait for it here: with more than one lane, the prediction is a bound.)
 
+A lane takes its next kernel as the product's lanes do (harness.parent.local.choose_job): one whose build has
+ended before one whose build still runs, then one of a problem it has warm (its last `--warm` problems, the loop
+profile's 4: no reference pass again). `--in-order` replays the lanes before that choice: each kernel in the state's
+order, waiting for its build.
+
 It prints the predicted verdicts per hour and the share of the wall the GPU was held alone, per lane
 count, so a GPU run of the same draw checks the prediction (docs/performance.md). `--build-scale`
 asks what cheaper builds would give. The gate's promises are asserted on every run.
@@ -34,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import queue
 import sys
 import threading
 import time
@@ -46,6 +50,7 @@ from typing import Optional
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.parent import quiet  # noqa: E402
+from harness.parent.local import choose_job  # noqa: E402
 from harness.parent.gpugate import EXCLUSIVE, violations  # noqa: E402
 from harness.parent.prebuild import parallelism_for  # noqa: E402
 from harness.parent.quiet import QuietHost  # noqa: E402
@@ -132,6 +137,18 @@ class JudgeQueue:
         return max(0.0, seconds)
 
 
+@dataclass(frozen=True)
+class Queued:
+    """A kernel waiting for a lane, as harness.parent.local.choose_job sees a job."""
+
+    kernel: Kernel
+    queued_at: float = 0.0
+
+    @property
+    def key(self) -> str:
+        return self.kernel.problem
+
+
 def simulate(
     kernels: list[Kernel],
     lanes: int,
@@ -140,18 +157,33 @@ def simulate(
     memcheck_s: Optional[float],
     judges: Judges = Judges(),
     beside: bool = False,
+    in_order: bool = False,
+    warm: int = 4,
 ) -> tuple[float, float, int]:
     """(verdicts per hour, share of the wall the GPU was held alone, most shared grants at once) for
     `lanes` lanes on one GPU. `memcheck_s`: every passed kernel's memcheck seconds; None: each kernel's own from
     the state, else DEFAULT_MEMCHECK_S. `judges`: judges started ahead (default: the recorded start-ups). `beside`:
-    memcheck runs beside the lane's next kernel, and the lane's next time alone waits for it."""
+    memcheck runs beside the lane's next kernel, and the lane's next time alone waits for it. `in_order`: each lane
+    takes the oldest kernel and waits for its build; else the product's choice, with `warm` problems kept per lane."""
     quiet.DRAIN_S = DRAIN_S * SCALE  # the gate's drain after an exclusive grant, on the simulated clock
     host = QuietHost("off", lanes, lanes_per_gpu=lanes) if lanes > 1 else None
     pool = ThreadPoolExecutor(max_workers=builds)
     built: dict[str, Future[None]] = {k.name: pool.submit(time.sleep, k.build * build_scale * SCALE) for k in kernels}
-    jobs: "queue.Queue[Kernel]" = queue.Queue()
-    for kernel in kernels:
-        jobs.put(kernel)
+    waiting = [Queued(kernel) for kernel in kernels]
+    held: dict[int, list[str]] = {i: [] for i in range(lanes)}  # each lane's warm problems, oldest first
+
+    def take(index: int) -> Optional[Kernel]:
+        with lock:
+            if not waiting:
+                return None
+            if in_order:
+                chosen = waiting[0]
+            else:
+                elsewhere = {p for other, problems in held.items() if other != index for p in problems}
+                now = (time.monotonic() - started) / SCALE
+                chosen = choose_job(waiting, set(held[index]), elsewhere, now, lambda q: built[q.kernel.name].done())  # type: ignore[arg-type]
+            waiting.remove(chosen)
+            return chosen.kernel
     alone_s = [0.0]
     lock = threading.Lock()
 
@@ -169,26 +201,29 @@ def simulate(
                 alone_s[0] += time.monotonic() - started
 
     def lane(index: int) -> None:
-        problem = None
+        mine = held[index]
         ahead = JudgeQueue(judges)
         beside_done = threading.Event()  # the lane's memcheck running beside it, ended (none yet: ended)
         beside_done.set()
         while True:
-            try:
-                kernel = jobs.get_nowait()
-            except queue.Empty:
+            kernel = take(index)
+            if kernel is None:
                 beside_done.wait()
                 return
             built[kernel.name].result()
             with work(index):
-                if kernel.problem != problem:
+                if kernel.problem not in mine:  # a reference pass; else its judge is still warm
                     seconds = ahead.reference_s(kernel, (time.monotonic() - started) / SCALE)
                     if beside:  # the judge's start, load, construct and checks beside the memcheck; its timing after
                         time.sleep(max(0.0, seconds - kernel.reference_time) * SCALE)
                         seconds = min(seconds, kernel.reference_time)
                     beside_done.wait()
                     sleep_alone(index, seconds)
-                    problem = kernel.problem
+                with lock:
+                    if kernel.problem in mine:
+                        mine.remove(kernel.problem)
+                    mine.append(kernel.problem)
+                    del mine[: max(0, len(mine) - warm)]
                 for _ in range(STEPS):
                     time.sleep(kernel.check / STEPS * SCALE)
                     if host is not None:
@@ -267,6 +302,9 @@ def main() -> None:
     parser.add_argument("--judge-ready-s", type=float, default=10.0, help="seconds a judge started ahead takes to ready")
     parser.add_argument("--memcheck-beside", action="store_true",
                         help="memcheck beside the lane's next kernel; the lane's next time alone waits for it")
+    parser.add_argument("--in-order", action="store_true",
+                        help="each lane takes the oldest kernel and waits for its build (the lanes before 2026-11-29)")
+    parser.add_argument("--warm", type=int, default=4, help="problems each lane keeps warm (the loop profile's 4)")
     args = parser.parse_args()
     judges = Judges(args.judges_ahead, args.judge_ready_s)
     kernels = replayed(args.state)
@@ -277,11 +315,15 @@ def main() -> None:
         f"memcheck {memcheck_note(kernels, args.memcheck_s)}; judges "
         + (f"{judges.ahead} ahead, each ready {judges.ready_s:g} s after its start" if judges.ahead else "as recorded")
         + ("; memcheck beside the lane's next kernel" if args.memcheck_beside else "")
+        + ("; kernels in order" if args.in_order else f"; built kernels first, {args.warm} problems warm per lane")
     )
     print("| lanes | predicted verdicts per hour | GPU held alone |")
     print("|---:|---:|---:|")
     for lanes in args.lanes:
-        rate, share, _ = simulate(kernels, lanes, args.builds, args.build_scale, args.memcheck_s, judges, args.memcheck_beside)
+        rate, share, _ = simulate(
+            kernels, lanes, args.builds, args.build_scale, args.memcheck_s, judges, args.memcheck_beside, args.in_order,
+            args.warm,
+        )
         print(f"| {lanes} | {rate:,.0f} | {share:.0%} |")
 
 

@@ -407,3 +407,72 @@ def test_a_build_priority_outside_the_nice_range_is_refused(make_config):
 
     with pytest.raises(UserError, match="builds.nice must be 0 to 19, got 20"):
         make_config("builds.nice=20")
+
+
+PLAIN_MODEL = """
+
+class ModelNew(torch.nn.Module):
+    def __init__(self, features, scale):
+        super().__init__()
+        self.scale = scale
+        self.bias = torch.nn.Parameter(torch.randn(features))
+
+    def forward(self, x):
+        return torch.relu(x * self.scale + self.bias)
+"""
+BUILD_HELD = """
+import os
+import time
+import torch
+if os.environ.get("CUDA_VISIBLE_DEVICES") == "":  # the build process: it ends when the test lets it (or after 90 s)
+    deadline = time.monotonic() + 90
+    while not os.path.exists({release!r}) and time.monotonic() < deadline:
+        time.sleep(0.1)
+"""
+
+
+@pytest.mark.slow
+def test_a_slow_build_ahead_holds_back_only_its_own_candidate(make_config, tmp_path):
+    # one lane, three candidates queued a, b, c: b's build ahead ends only once c has its record. The lane takes c,
+    # whose build has ended, before b, whose build still runs; taking b first would wait out b's 90 s and fail here
+    import threading
+    import time
+
+    from harness.commands.run import run, select_targets
+    from harness.core.records import CandidateRecord
+    from harness.core.store import read_records
+
+    release = tmp_path / "release"
+    folder = tmp_path / "solutions" / "1_Scale_Bias_ReLU"
+    folder.mkdir(parents=True)
+    (folder / "a_first.py").write_text("import torch\n" + PLAIN_MODEL)
+    (folder / "b_built_slowly.py").write_text(BUILD_HELD.format(release=str(release)) + PLAIN_MODEL)
+    (folder / "c_built_at_once.py").write_text("import torch\n" + PLAIN_MODEL)
+    cfg = make_config("builds.ahead=always", "builds.parallel=3", "timing.enabled=false", f"solutions_dir={tmp_path / 'solutions'}")
+    targets = select_targets(cfg, problem="1_Scale_Bias_ReLU", solution=None, everything=False)
+    results = cfg.path(cfg.results_dir) / "order"
+
+    def finished() -> list[str]:
+        try:
+            return [r.identity.candidate for r in read_records(results) if isinstance(r, CandidateRecord)]
+        except Exception:  # a line being written
+            return []
+
+    done = threading.Event()
+
+    def release_b_after_c() -> None:
+        while not done.is_set():
+            if "c_built_at_once" in finished():
+                release.touch()
+                return
+            time.sleep(0.2)
+
+    watcher = threading.Thread(target=release_b_after_c, daemon=True)
+    watcher.start()
+    try:
+        run(cfg, targets, run_id="order", quiet=True, argv=())
+    finally:
+        done.set()
+        watcher.join(5)
+    assert finished() == ["a_first", "c_built_at_once", "b_built_slowly"]
+    assert release.exists()  # b's build was let end only after c's record was written

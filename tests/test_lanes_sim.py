@@ -128,3 +128,13 @@ def test_the_staged_pipeline_replays_a_state_with_each_problems_reference_pass_o
     assert len(pipeline_sim.from_state(state(tmp_path, rows), 7)) == 7  # cycled to a count
     rate, exclusive = pipeline_sim.one_gpu(None, 16, 3, 7, [], state(tmp_path, rows))
     assert rate > 0 and 0 < exclusive < 1
+
+
+def test_a_lane_that_takes_built_kernels_first_is_not_held_by_one_slow_build(tmp_path):
+    # 6 kernels of 6 problems, 1 s each on the lane; the second's build takes 8 s, the rest 0.5 s. In order, the lane
+    # waits about 7 s for it; taking the built ones first, it judges the other four meanwhile
+    rows = [row(f"p{i}/1", f"p{i}", build=8.0 if i == 1 else 0.5, time_s=0.5) for i in range(6)]
+    kernels = lanes_sim.replayed(state(tmp_path, rows))
+    in_order, _, _ = lanes_sim.simulate(kernels, 1, 8, 1.0, 0.0, in_order=True)
+    built_first, _, _ = lanes_sim.simulate(kernels, 1, 8, 1.0, 0.0)
+    assert built_first > 1.1 * in_order

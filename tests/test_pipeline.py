@@ -56,3 +56,22 @@ def test_a_lane_takes_its_warm_problem_first_then_one_no_other_lane_has_then_the
     assert choose_job([a1, b1, a2, c1], mine=set(), elsewhere={("a", "a"), ("b", "b")}, now=now) is c1  # spread over problems
     assert choose_job([a1, a2], mine=set(), elsewhere={("a", "a")}, now=now) is a1  # nothing else: share the problem
     assert choose_job([a1, b1], mine={("b", "b")}, elsewhere=set(), now=100.0) is a1  # the oldest waited too long
+
+
+def test_a_lane_takes_a_job_whose_build_has_ended_before_one_whose_build_still_runs():
+    a1, a2, b1, c1 = job("a", 1), job("a", 2), job("b", 3), job("c", 4)
+    building = {id(a1), id(a2)}
+
+    def ready(j):
+        return id(j) not in building
+
+    now = 10.0
+    # its warm problem's next job is still building: another problem's built job goes first
+    assert choose_job([a1, a2, b1, c1], mine={("a", "a")}, elsewhere=set(), now=now, ready=ready) is b1
+    # among the ready ones the usual order holds: warm first, then a problem no other lane has
+    assert choose_job([a1, b1, c1], mine={("c", "c")}, elsewhere=set(), now=now, ready=ready) is c1
+    assert choose_job([a1, b1, c1], mine=set(), elsewhere={("b", "b")}, now=now, ready=ready) is c1
+    # the oldest that waited too long goes first only among the ready: a build that has not ended cannot start
+    assert choose_job([a1, b1, c1], mine={("c", "c")}, elsewhere=set(), now=100.0, ready=ready) is b1
+    # nothing ready: the lane takes what it would have taken, and waits for that build
+    assert choose_job([a1, a2], mine=set(), elsewhere=set(), now=now, ready=lambda j: False) is a1

@@ -7,9 +7,10 @@ CPU would disturb each other.
 
 Each lane runs the problem's reference itself, with the run's plan (same secret seeds), and
 compares its candidates to that reference: a speedup is always candidate and reference timed on
-the same GPU. Candidates wait in one queue and go to whichever lane is free next; a lane prefers a candidate
-whose problem it has warm (its judge running, the reference's work done), so a long-lived session
-pays for a problem's reference once per lane, not once per candidate. The queue, the futures
+the same GPU. Candidates wait in one queue and go to whichever lane is free next. A lane takes a candidate
+whose build ahead has ended before one whose build still runs (a slow build holds back only itself), then
+prefers a candidate whose problem it has warm (its judge running, the reference's work done), so a long-lived
+session pays for a problem's reference once per lane, not once per candidate. The queue, the futures
 and the announcements are the dispatch both executors share (harness.parent.executor).
 """
 
@@ -68,15 +69,23 @@ def local_lanes(
 FAIR_WAIT_S = 30.0  # a candidate queued this long goes next, warm problem or not
 
 
-def choose_job(jobs: list[Job], mine: set[tuple[str, str]], elsewhere: set[tuple[str, str]], now: float) -> Job:
-    """A lane's next job of `jobs` (oldest first): the oldest of a problem it has warm (`mine`),
-    else the oldest of a problem no other lane has warm (`elsewhere`: lanes spread over problems
-    before they share one, each sharing lane paying a reference pass), else the oldest; the oldest
-    whenever it has waited FAIR_WAIT_S by `now`."""
-    if now - jobs[0].queued_at >= FAIR_WAIT_S:
-        return jobs[0]
-    return next((job for job in jobs if job.key in mine), None) or next(
-        (job for job in jobs if job.key not in elsewhere), jobs[0]
+def choose_job(
+    jobs: list[Job],
+    mine: set[tuple[str, str]],
+    elsewhere: set[tuple[str, str]],
+    now: float,
+    ready: Callable[[Job], bool] = lambda job: True,
+) -> Job:
+    """A lane's next job of `jobs` (oldest first). Jobs that are `ready` (their build ahead ended, or they have
+    none) go before those whose build still runs: a lane waits for a build only when no other job can start.
+    Among them: the oldest of a problem it has warm (`mine`), else the oldest of a problem no other lane has warm
+    (`elsewhere`: lanes spread over problems before they share one, each sharing lane paying a reference pass),
+    else the oldest; the oldest whenever it has waited FAIR_WAIT_S by `now`."""
+    pool = [job for job in jobs if ready(job)] or jobs
+    if now - pool[0].queued_at >= FAIR_WAIT_S:
+        return pool[0]
+    return next((job for job in pool if job.key in mine), None) or next(
+        (job for job in pool if job.key not in elsewhere), pool[0]
     )
 
 
@@ -169,16 +178,21 @@ class LocalExecutor(QueuedExecutor):
             for evaluation in ending:
                 evaluation.close()
 
+    def _ready(self, job: Job) -> bool:
+        """Whether `job` can start without waiting for its build ahead (it ended, or there is none)."""
+        builds = self.resources.builds
+        return builds is None or builds.done(job.candidate.path)
+
     def _next_job(self, warm: "collections.OrderedDict[tuple[str, str], ProblemEvaluation]") -> Optional[Job]:
-        """The oldest job of a problem this lane has warm, else the oldest of a problem no other
-        lane has warm (lanes spread over problems before they share one: a reference pass per
-        lane and problem), else the oldest job; the oldest when it has waited FAIR_WAIT_S. None
-        once the executor stops, or closes with nothing queued."""
+        """The job `choose_job` picks: one whose build ahead has ended before one whose build still runs; then the
+        oldest of a problem this lane has warm, else the oldest of a problem no other lane has warm (lanes spread
+        over problems before they share one: a reference pass per lane and problem), else the oldest job; the
+        oldest when it has waited FAIR_WAIT_S. None once the executor stops, or closes with nothing queued."""
 
         def choose(jobs: list[Job]) -> list[Job]:
             with self._state:
                 elsewhere = {key for other in self._warm.values() if other is not warm for key in other}
-            return [choose_job(jobs, set(warm), elsewhere, time.monotonic())]
+            return [choose_job(jobs, set(warm), elsewhere, time.monotonic(), self._ready)]
 
         taken = self.queue.take(choose)
         return taken[0] if taken else None

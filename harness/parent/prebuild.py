@@ -128,6 +128,12 @@ class BuildAhead:
         except Exception as exc:  # a build process that could not run at all: the worker builds and reports
             return AheadBuild(AheadOutcome.FAILED, f"the build process could not run: {type(exc).__name__}: {exc}")
 
+    def done(self, path: Path) -> bool:
+        """Whether `wait(path)` would return at once: its build has ended, or it was never submitted."""
+        with self._lock:
+            future = self.futures.get(path)
+        return future is None or future.done()
+
     def counts(self) -> tuple[int, int]:
         """(finished builds, submitted builds)."""
         with self._lock:
