@@ -55,20 +55,17 @@ def construct(module: Any, problem: Path) -> None:
     module.ModelNew(*init_inputs)
 
 
-def lower_priority(argv: list[str]) -> None:
-    """Apply `--nice N` from `argv` at once: before the boundary (which may refuse the call) and before any
-    child, so ninja and the compilers inherit the lower CPU priority."""
-    for flag, value in zip(argv, argv[1:]):
-        if flag == "--nice" and value.isdigit() and int(value) > 0:
-            try:
-                os.nice(int(value))
-            except OSError:  # a priority is a preference: the build runs on at the one it has
-                pass
+def lower_priority(levels: int) -> None:
+    """Lower this process's CPU priority by `levels` (`--nice`): before the boundary (which may refuse the call) and
+    before any child, so ninja and the compilers inherit it."""
+    if levels > 0:
+        try:
+            os.nice(levels)
+        except OSError:  # a priority is a preference: the build runs on at the one it has
+            pass
 
 
-def main() -> None:
-    lower_priority(sys.argv)
-    sandbox.enter_from_environment()  # before torch and the candidate: the run's boundary
+def arguments() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser()
     parser.add_argument("path", type=Path)
     parser.add_argument("cache_dir", type=Path)
@@ -76,8 +73,14 @@ def main() -> None:
     parser.add_argument("keys_file", type=Path, nargs="?")
     parser.add_argument("--problem", type=Path)
     parser.add_argument("--own", type=Path)
-    parser.add_argument("--nice", type=int, default=0)  # applied already (lower_priority)
-    args = parser.parse_args()
+    parser.add_argument("--nice", type=int, default=0)
+    return parser
+
+
+def main() -> None:
+    args = arguments().parse_args()  # reads nothing: the boundary, entered next, is still to come
+    lower_priority(args.nice)
+    sandbox.enter_from_environment()  # before torch and the candidate: the run's boundary
     if args.own is not None:
         sandbox.take_own(str(args.own))
     owner = buildbook.owner_of(args.path.read_text(encoding="utf-8", errors="replace"))
