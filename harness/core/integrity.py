@@ -327,9 +327,11 @@ def tolerance_below_float32(
     not allow TF32, a value mismatch (not a shape, a NaN or a count) whose relative error against
     float64 is over `precision_ratio` times the float32 reference's own, and within
     REDUCED_PRECISION_REACH times what cutting the reference's inputs and weights to TF32 gives (where
-    it multiplies matrices or convolves), is the error of TF32 arithmetic: the candidate is less
-    precise, whether or not the tolerance's norm term covers that error at this size. It is not
-    timed, so its speed is no evidence either way."""
+    it multiplies matrices or convolves), is an error of TF32's size: the candidate is less precise,
+    whether or not the tolerance's norm term covers that error at this size. By size alone the rule
+    cannot tell TF32 from another approximation as coarse (a tanh GELU where the problem computes the
+    erf one), so the reason names the size, not the cause. It is not timed, so its speed is no evidence
+    either way."""
     if failed is None or failed.passed or not failed.mismatch_fraction:
         return []
     if allow_tf32 or not precision.get("failed") or not precision.get("float32") or "tf32" not in precision:
@@ -346,7 +348,8 @@ def tolerance_below_float32(
                 f"{failed.name}: {failed.reason}; its relative error against float64, {candidate:.2g}, is {times} the "
                 f"float32 reference's {reference:.2g} (over check.precision_ratio={precision_ratio:g}), and within "
                 f"{REDUCED_PRECISION_REACH:g} times the {precision['tf32']:.2g} that TF32's cut of the reference's "
-                "inputs and weights gives: TF32 arithmetic on a float32 problem; a problem that allows TF32 declares "
+                "inputs and weights gives: an error of TF32's size on a float32 problem (TF32 arithmetic, or an "
+                "approximation as coarse, e.g. of an activation); a problem that allows TF32 declares "
                 "HARNESS_ALLOW_TF32 = True"
             ),
         )
