@@ -222,6 +222,17 @@ def test_a_ray_lane_that_dies_gives_a_harness_error_record_not_a_crash(tmp_path)
 
 
 @pytest.mark.slow
+def test_a_ray_lane_takes_a_candidate_whose_build_has_ended_before_one_whose_build_still_runs():
+    from harness.parent.ray_executor import take_built_first
+
+    a, b, c = (Candidate(name, ROOT / f"{name}.py") for name in "abc")
+    queue = [c, b, a]  # its end is its oldest
+    assert take_built_first(queue, lambda candidate: candidate is not a) is b  # a still builds: b goes first
+    assert queue == [c, a]
+    assert take_built_first(queue, lambda candidate: False) is a  # nothing built: the oldest, and the lane waits for it
+    assert take_built_first(queue, lambda candidate: True) is c and queue == []
+
+
 def test_a_stopped_ray_run_records_no_harness_error_for_the_lane_its_stop_ended(tmp_path):
     """SIGTERM while a candidate runs on a Ray lane: the stop kills the lane's actor, and that death is the
     stop's, not a failed lane's: the candidate gets no record (its future is cancelled; --resume redoes it)."""

@@ -132,6 +132,15 @@ def unpack_builds(blob: bytes, cache_dir: Path) -> list[str]:
     return added
 
 
+def take_built_first(queue: list[Candidate], built: Callable[[Candidate], bool]) -> Candidate:
+    """Take from `queue` (its end is its oldest) the oldest candidate whose build has ended, else the oldest: a
+    lane waits for a build (Ray hands the actor the build's result) only when no other candidate can start."""
+    for index in range(len(queue) - 1, -1, -1):
+        if built(queue[index]):
+            return queue.pop(index)
+    return queue.pop()
+
+
 def build_remote(cfg_data: dict[str, Any], file_name: str, source: str, arch: str, jobs: int, timeout: float) -> bytes:
     """A CPU task: build one candidate's inline extensions into this node's content-addressed
     cache (a build already there is reused) and return the builds it uses as a tarball. The build
@@ -355,7 +364,8 @@ class RayExecutor(QueuedExecutor):
             lane.launcher.close()
 
     def _to_lanes(self, problem: Problem, screen: ProblemEvaluation) -> list[CandidateRecord]:
-        """The screened candidates of `screen` to the lanes, each to the next free one."""
+        """The screened candidates of `screen` to the lanes, each to the next free one: a candidate whose build has
+        ended before one whose build still runs (take_built_first)."""
         records, runnable = screen.screen()
         if not runnable:
             return records
@@ -374,6 +384,10 @@ class RayExecutor(QueuedExecutor):
         pending: dict[Any, tuple[Any, Candidate]] = {}
         finished: dict[str, CandidateRecord] = {}
 
+        def take() -> Candidate:
+            ended = set(self.ray.wait([builds[c.path] for c in queue], num_returns=len(queue), timeout=0)[0])
+            return take_built_first(queue, lambda candidate: builds[candidate.path] in ended)
+
         def failed(candidate: Candidate, why: str) -> None:
             if self.queue.stopping:  # its lane ended with the run: no record (cancelled; --resume redoes it)
                 return
@@ -381,7 +395,7 @@ class RayExecutor(QueuedExecutor):
 
         while queue or pending:
             while queue and idle:
-                actor, candidate = idle.pop(), queue.pop()
+                actor, candidate = idle.pop(), take()
                 self.on_start(candidate)
                 ref = actor.evaluate.remote(
                     problem.path.name,
