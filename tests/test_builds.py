@@ -242,12 +242,7 @@ def test_a_build_process_is_told_its_target_and_never_asks_the_device(tmp_path, 
         cpp_extension.load_inline = original
 
 
-REPORTS_ITS_DEVICE = """
-import os
-import torch
-if os.environ.get("CUDA_VISIBLE_DEVICES") == "":  # the build process: no GPU, the target given
-    raise RuntimeError(f"build role: TORCH_CUDA_ARCH_LIST={os.environ.get('TORCH_CUDA_ARCH_LIST')}")
-
+PLAIN_MODEL = """
 
 class ModelNew(torch.nn.Module):
     def __init__(self, features, scale):
@@ -258,6 +253,12 @@ class ModelNew(torch.nn.Module):
     def forward(self, x):
         return torch.relu(x * self.scale + self.bias)
 """
+REPORTS_ITS_DEVICE = """
+import os
+import torch
+if os.environ.get("CUDA_VISIBLE_DEVICES") == "":  # the build process: no GPU, the target given
+    raise RuntimeError(f"build role: TORCH_CUDA_ARCH_LIST={os.environ.get('TORCH_CUDA_ARCH_LIST')}")
+""" + PLAIN_MODEL
 
 
 def test_a_build_process_sees_no_gpu_and_gets_the_target_architecture(tmp_path):
@@ -409,17 +410,6 @@ def test_a_build_priority_outside_the_nice_range_is_refused(make_config):
         make_config("builds.nice=20")
 
 
-PLAIN_MODEL = """
-
-class ModelNew(torch.nn.Module):
-    def __init__(self, features, scale):
-        super().__init__()
-        self.scale = scale
-        self.bias = torch.nn.Parameter(torch.randn(features))
-
-    def forward(self, x):
-        return torch.relu(x * self.scale + self.bias)
-"""
 BUILD_HELD = """
 import os
 import time
