@@ -171,6 +171,8 @@ def simulate(
     built: dict[str, Future[None]] = {k.name: pool.submit(time.sleep, k.build * build_scale * SCALE) for k in kernels}
     waiting = [Queued(kernel) for kernel in kernels]
     held: dict[int, list[str]] = {i: [] for i in range(lanes)}  # each lane's warm problems, oldest first
+    alone_s = [0.0]
+    lock = threading.Lock()
 
     def take(index: int) -> Optional[Kernel]:
         with lock:
@@ -184,8 +186,6 @@ def simulate(
                 chosen = choose_job(waiting, set(held[index]), elsewhere, now, lambda q: built[q.kernel.name].done())  # type: ignore[arg-type]
             waiting.remove(chosen)
             return chosen.kernel
-    alone_s = [0.0]
-    lock = threading.Lock()
 
     def alone(index: int):  # noqa: ANN202 - a context manager
         return host.hold(index) if host is not None else _Nothing()
