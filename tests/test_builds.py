@@ -414,17 +414,24 @@ BUILD_HELD = """
 import os
 import time
 import torch
-if os.environ.get("CUDA_VISIBLE_DEVICES") == "":  # the build process: it ends when the test lets it (or after 90 s)
+if os.environ.get("CUDA_VISIBLE_DEVICES") == "":  # the build process: it ends once {release!r} exists (or after 90 s)
     deadline = time.monotonic() + 90
     while not os.path.exists({release!r}) and time.monotonic() < deadline:
         time.sleep(0.1)
+"""
+BUILD_MARKED = """
+import os
+import torch
+if os.environ.get("CUDA_VISIBLE_DEVICES") == "":  # the build process: it says it has ended
+    open({marker!r}, "w").close()
 """
 
 
 @pytest.mark.slow
 def test_a_slow_build_ahead_holds_back_only_its_own_candidate(make_config, tmp_path):
-    # one lane, three candidates queued a, b, c: b's build ahead ends only once c has its record. The lane takes c,
-    # whose build has ended, before b, whose build still runs; taking b first would wait out b's 90 s and fail here
+    # one lane, three candidates queued a, b, c: a's build ahead ends once c's has, and b's only once c has its
+    # record. After a, the lane takes c, whose build has ended, before b, whose build still runs; taking b first
+    # would wait out b's 90 s and fail here. (The boundary is off: c's build process writes its marker.)
     import threading
     import time
 
@@ -432,13 +439,16 @@ def test_a_slow_build_ahead_holds_back_only_its_own_candidate(make_config, tmp_p
     from harness.core.records import CandidateRecord
     from harness.core.store import read_records
 
-    release = tmp_path / "release"
+    release, c_built = tmp_path / "release", tmp_path / "c_built"
     folder = tmp_path / "solutions" / "1_Scale_Bias_ReLU"
     folder.mkdir(parents=True)
-    (folder / "a_first.py").write_text("import torch\n" + PLAIN_MODEL)
+    (folder / "a_first.py").write_text(BUILD_HELD.format(release=str(c_built)) + PLAIN_MODEL)
     (folder / "b_built_slowly.py").write_text(BUILD_HELD.format(release=str(release)) + PLAIN_MODEL)
-    (folder / "c_built_at_once.py").write_text("import torch\n" + PLAIN_MODEL)
-    cfg = make_config("builds.ahead=always", "builds.parallel=3", "timing.enabled=false", f"solutions_dir={tmp_path / 'solutions'}")
+    (folder / "c_built_at_once.py").write_text(BUILD_MARKED.format(marker=str(c_built)) + PLAIN_MODEL)
+    cfg = make_config(
+        "builds.ahead=always", "builds.parallel=3", "timing.enabled=false", "sandbox.layer=off",
+        f"solutions_dir={tmp_path / 'solutions'}",
+    )
     targets = select_targets(cfg, problem="1_Scale_Bias_ReLU", solution=None, everything=False)
     results = cfg.path(cfg.results_dir) / "order"
 
@@ -464,5 +474,7 @@ def test_a_slow_build_ahead_holds_back_only_its_own_candidate(make_config, tmp_p
     finally:
         done.set()
         watcher.join(5)
-    assert finished() == ["a_first", "c_built_at_once", "b_built_slowly"]
+    order = finished()
+    assert sorted(order) == ["a_first", "b_built_slowly", "c_built_at_once"], order
+    assert order.index("c_built_at_once") < order.index("b_built_slowly"), order
     assert release.exists()  # b's build was let end only after c's record was written
