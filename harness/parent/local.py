@@ -184,10 +184,8 @@ class LocalExecutor(QueuedExecutor):
         return builds is None or builds.done(job.candidate.path)
 
     def _next_job(self, warm: "collections.OrderedDict[tuple[str, str], ProblemEvaluation]") -> Optional[Job]:
-        """The job `choose_job` picks: one whose build ahead has ended before one whose build still runs; then the
-        oldest of a problem this lane has warm, else the oldest of a problem no other lane has warm (lanes spread
-        over problems before they share one: a reference pass per lane and problem), else the oldest job; the
-        oldest when it has waited FAIR_WAIT_S. None once the executor stops, or closes with nothing queued."""
+        """The job `choose_job` picks for this lane, from its warm problems and the other lanes'. None once the
+        executor stops, or closes with nothing queued."""
 
         def choose(jobs: list[Job]) -> list[Job]:
             with self._state:
