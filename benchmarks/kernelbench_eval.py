@@ -35,6 +35,7 @@ Resumable and bounded: --budget-s bounds the call's two phases together. The bui
 budget ends; a kernel is not started with less than --min-start-s left, and one stopped by the budget gets no
 line, so the next call (same --results) does it again. Builds live in BUILDS (default
 $TMPDIR/kernelbench-eval-builds), kept for a later call on the same machine; remove it for a cold measurement.
+The build locks that builds stopped by the budget left there are removed when the next build phase starts.
 
 The results file (--results, default OUT/results.jsonl) has a line per evaluated kernel (kind "sample", the last
 line of a kernel wins: problem, kernel, verdict, judged, compiled, correctness, reason, runtime_ms,
@@ -367,6 +368,20 @@ def stop_pool(pool: Any) -> None:
     pool.join()
 
 
+def remove_stale_locks(samples: list[Sample], builds: Path) -> list[Path]:
+    """Remove the files `lock` under the samples' build folders: torch's build baton (FileBaton), in the
+    extension's folder (TORCH_EXTENSIONS_DIR/<name>), that a build killed at the budget left, and that a later
+    build of the folder waits on for ever. None of our builds runs when this is called."""
+    removed = []
+    for sample in samples:
+        for root, _, files in os.walk(sample.build_dir(builds)):
+            if "lock" in files:
+                path = Path(root) / "lock"
+                path.unlink(missing_ok=True)
+                removed.append(path)
+    return removed
+
+
 def build_phase(
     samples: list[Sample],
     args: argparse.Namespace,
@@ -380,6 +395,9 @@ def build_phase(
     budget stopped the phase."""
     if not samples:
         return {}, False
+    stale = remove_stale_locks(samples, args.builds)
+    if stale:
+        print(f"removed {len(stale)} stale build lock(s) left by an interrupted call", file=sys.stderr, flush=True)
     builds: dict[str, Build] = {}
     size = max(1, min(args.workers, len(samples)))
     pool = pool_factory(size)

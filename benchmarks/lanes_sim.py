@@ -27,8 +27,9 @@ alone does not wait for it here: with more than one lane, the prediction is a bo
 
 A lane takes its next kernel as the product's lanes do (harness.parent.local.choose_job): one whose build has
 ended before one whose build still runs, then one of a problem it has warm (its last `--warm` problems, the loop
-profile's 4: no reference pass again). `--in-order` replays the lanes before that choice: each kernel in the state's
-order, waiting for its build.
+profile's 4: no reference pass again). When no build has ended, it runs the reference pass of the kernel it would
+choose and waits for whichever build ends first. `--in-order` replays the lanes before that choice: each kernel in
+the state's order, waiting for its build.
 
 It prints the predicted verdicts per hour and the share of the wall the GPU was held alone, per lane
 count, so a GPU run of the same draw checks the prediction (docs/performance.md). `--build-scale`
@@ -42,7 +43,7 @@ import json
 import sys
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -174,18 +175,23 @@ def simulate(
     alone_s = [0.0]
     lock = threading.Lock()
 
-    def take(index: int) -> Optional[Kernel]:
+    def take(index: int) -> tuple[Optional[Kernel], list[Kernel]]:
+        """(the kernel the lane takes, []), or (None, the kernels it waits for: the one to prepare first) when none
+        is built; (None, []) when none is left."""
         with lock:
             if not waiting:
-                return None
+                return None, []
             if in_order:
                 chosen = waiting[0]
             else:
                 elsewhere = {p for other, problems in held.items() if other != index for p in problems}
                 now = (time.monotonic() - started) / SCALE
+                if not any(built[q.kernel.name].done() for q in waiting):
+                    first = choose_job(waiting, set(held[index]), elsewhere, now)  # type: ignore[arg-type]
+                    return None, [first.kernel] + [q.kernel for q in waiting]
                 chosen = choose_job(waiting, set(held[index]), elsewhere, now, lambda q: built[q.kernel.name].done())  # type: ignore[arg-type]
             waiting.remove(chosen)
-            return chosen.kernel
+            return chosen.kernel, []
 
     def alone(index: int):  # noqa: ANN202 - a context manager
         return host.hold(index) if host is not None else _Nothing()
@@ -205,25 +211,34 @@ def simulate(
         ahead = JudgeQueue(judges)
         beside_done = threading.Event()  # the lane's memcheck running beside it, ended (none yet: ended)
         beside_done.set()
+
+        def warm_up(kernel: Kernel) -> None:  # its problem's reference pass, unless the lane has it warm
+            if kernel.problem not in mine:
+                seconds = ahead.reference_s(kernel, (time.monotonic() - started) / SCALE)
+                if beside:  # the judge's start, load, construct and checks beside the memcheck; its timing after
+                    time.sleep(max(0.0, seconds - kernel.reference_time) * SCALE)
+                    seconds = min(seconds, kernel.reference_time)
+                beside_done.wait()
+                sleep_alone(index, seconds)
+            with lock:
+                if kernel.problem in mine:
+                    mine.remove(kernel.problem)
+                mine.append(kernel.problem)
+                del mine[: max(0, len(mine) - warm)]
+
         while True:
-            kernel = take(index)
+            kernel, unready = take(index)
+            if kernel is None and unready:  # none built: the reference pass it would need, then the first build out
+                with work(index):
+                    warm_up(unready[0])
+                wait([built[k.name] for k in unready[1:]], return_when=FIRST_COMPLETED)
+                continue
             if kernel is None:
                 beside_done.wait()
                 return
             built[kernel.name].result()
             with work(index):
-                if kernel.problem not in mine:  # a reference pass; else its judge is still warm
-                    seconds = ahead.reference_s(kernel, (time.monotonic() - started) / SCALE)
-                    if beside:  # the judge's start, load, construct and checks beside the memcheck; its timing after
-                        time.sleep(max(0.0, seconds - kernel.reference_time) * SCALE)
-                        seconds = min(seconds, kernel.reference_time)
-                    beside_done.wait()
-                    sleep_alone(index, seconds)
-                with lock:
-                    if kernel.problem in mine:
-                        mine.remove(kernel.problem)
-                    mine.append(kernel.problem)
-                    del mine[: max(0, len(mine) - warm)]
+                warm_up(kernel)
                 for _ in range(STEPS):
                     time.sleep(kernel.check / STEPS * SCALE)
                     if host is not None:

@@ -8,7 +8,8 @@ time, its problem's reference pass (wall time and phases) and the wall time of t
 came from. Printed (and written with --out):
 
 - verdicts per GPU-hour: kernels with a verdict over the runs' summed wall time (a run is one
-  run.py process on one GPU, start-up and reference passes included);
+  run.py process on one GPU, start-up and reference passes included; told apart by run id, wall time and
+  kernel count, as a resumed draw's calls share the id, and counted where a later call superseded its lines);
 - the rate after each run's first record: the records after the first over the time from the first
   to the last (the cold start, the first builds above all, left out: what a warm loop would see);
 - the gaps between consecutive records: their median, and the longest with the kernel it ended on (on a
@@ -37,17 +38,32 @@ from typing import Any, Iterable
 NOT_JUDGED = ("no record", "needs CUDA")
 
 
-def read_lines(path: Path, profile: str) -> list[dict[str, Any]]:
-    """The last line per kernel of `profile` (a half-written line is skipped)."""
-    latest: dict[str, dict[str, Any]] = {}
+def profile_lines(path: Path, profile: str) -> list[dict[str, Any]]:
+    """Every line of `profile`, in the order written (a half-written line is skipped)."""
+    found = []
     for raw in path.read_text(encoding="utf-8").splitlines():
         try:
             line = json.loads(raw)
         except json.JSONDecodeError:
             continue
         if isinstance(line, dict) and line.get("profile") == profile and line.get("kernel"):
-            latest[line["kernel"]] = line
-    return list(latest.values())
+            found.append(line)
+    return found
+
+
+def latest(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The last of `lines` per kernel: a later line supersedes an earlier one."""
+    return list({line["kernel"]: line for line in lines}.values())
+
+
+def read_lines(path: Path, profile: str) -> list[dict[str, Any]]:
+    """The last line per kernel of `profile`."""
+    return latest(profile_lines(path, profile))
+
+
+def run_of(line: dict[str, Any]) -> tuple[str, Any, Any]:
+    """The run a line came from: a resumed draw's calls share a run id, not their wall time and kernel count."""
+    return line.get("run_id", ""), line.get("run_wall_s"), line.get("run_kernels")
 
 
 def spread(values: Iterable[float]) -> tuple[int, float, float]:
@@ -78,10 +94,10 @@ def sanitizer_seconds(line: dict[str, Any]) -> list[float]:
 
 def records_by_run(judged: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     """The judged lines that say when they finished, per run, in the order they finished."""
-    by_run: dict[str, list[dict[str, Any]]] = {}
+    by_run: dict[tuple[str, Any, Any], list[dict[str, Any]]] = {}
     for line in judged:
         if line.get("finished_at"):
-            by_run.setdefault(line.get("run_id", ""), []).append(line)
+            by_run.setdefault(run_of(line), []).append(line)
     return [sorted(lines, key=lambda line: _moment(line["finished_at"])) for lines in by_run.values()]
 
 
@@ -115,12 +131,14 @@ def after_first(judged: list[dict[str, Any]]) -> tuple[int, float]:
     return len(between), sum(seconds for seconds, _ in between)
 
 
-def summary(lines: list[dict[str, Any]]) -> dict[str, Any]:
+def summary(lines: list[dict[str, Any]], every: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The numbers of the report for the last line per kernel, `lines`; the runs' wall time comes from `every` line
+    (superseded ones too: their run's time was spent), `lines` when not given."""
     judged = [line for line in lines if line.get("status") not in NOT_JUDGED]
-    runs = {line["run_id"]: (line.get("run_wall_s"), line.get("run_kernels")) for line in lines if line.get("run_wall_s") is not None}
-    wall = sum(w for w, _ in runs.values())
-    judged_in_timed = [line for line in judged if line.get("run_id") in runs]
-    references = {(line["run_id"], line["problem"]): line for line in judged if line.get("reference_wall_s") is not None}
+    runs = {run_of(line) for line in (lines if every is None else every) if line.get("run_wall_s") is not None}
+    wall = sum(run_wall for _, run_wall, _ in runs)
+    judged_in_timed = [line for line in judged if run_of(line) in runs]
+    references = {(run_of(line), line["problem"]): line for line in judged if line.get("reference_wall_s") is not None}
     return {
         "kernels": len(lines),
         "judged": len(judged),
@@ -194,11 +212,11 @@ def main(argv: list[str] | None = None) -> int:
     if not args.state.is_file():
         print(f"error: no state file {args.state}", file=sys.stderr)
         return 1
-    lines = read_lines(args.state, args.profile)
-    if not lines:
+    every = profile_lines(args.state, args.profile)
+    if not every:
         print(f"error: {args.state} has no lines of profile {args.profile!r}", file=sys.stderr)
         return 1
-    text = render(summary(lines), args.profile, args.state.name)
+    text = render(summary(latest(every), every), args.profile, args.state.name)
     print(text, end="")
     if args.out:
         args.out.write_text(text)

@@ -478,3 +478,57 @@ def test_a_slow_build_ahead_holds_back_only_its_own_candidate(make_config, tmp_p
     assert sorted(order) == ["a_first", "b_built_slowly", "c_built_at_once"], order
     assert order.index("c_built_at_once") < order.index("b_built_slowly"), order
     assert release.exists()  # b's build was let end only after c's record was written
+
+
+@pytest.mark.slow
+def test_a_lane_with_no_candidate_built_takes_whichever_build_ends_first(make_config, tmp_path):
+    # one lane, two candidates queued a, b, neither built when the lane starts: a's build ahead ends only once b has
+    # its record (or after 90 s), b's at once. The lane runs the problem's reference pass while both build, then
+    # takes b, whose build ended first; taking a, the oldest, and waiting for its build would wait out the 90 s and
+    # fail here. The reference pass runs once: ahead of both, not again for them.
+    import threading
+    import time
+
+    from harness.commands.run import run, select_targets
+    from harness.core.records import CandidateRecord, ReferenceRecord
+    from harness.core.store import read_records
+
+    release = tmp_path / "release"
+    folder = tmp_path / "solutions" / "1_Scale_Bias_ReLU"
+    folder.mkdir(parents=True)
+    (folder / "a_built_last.py").write_text(BUILD_HELD.format(release=str(release)) + PLAIN_MODEL)
+    (folder / "b_built_first.py").write_text(BUILD_MARKED.format(marker=str(tmp_path / "b_built")) + PLAIN_MODEL)
+    cfg = make_config(
+        "builds.ahead=always", "builds.parallel=2", "timing.enabled=false", "sandbox.layer=off",
+        f"solutions_dir={tmp_path / 'solutions'}",
+    )
+    targets = select_targets(cfg, problem="1_Scale_Bias_ReLU", solution=None, everything=False)
+    results = cfg.path(cfg.results_dir) / "first-built"
+
+    def records() -> list:
+        try:
+            return list(read_records(results))
+        except Exception:  # a line being written
+            return []
+
+    done = threading.Event()
+
+    def release_a_after_b() -> None:
+        while not done.is_set():
+            if any(isinstance(r, CandidateRecord) and r.identity.candidate == "b_built_first" for r in records()):
+                release.touch()
+                return
+            time.sleep(0.2)
+
+    watcher = threading.Thread(target=release_a_after_b, daemon=True)
+    watcher.start()
+    started = time.monotonic()
+    try:
+        run(cfg, targets, run_id="first-built", quiet=True, argv=())
+    finally:
+        done.set()
+        watcher.join(5)
+    order = [r.identity.candidate for r in records() if isinstance(r, CandidateRecord)]
+    assert order == ["b_built_first", "a_built_last"], order
+    assert release.exists() and time.monotonic() - started < 85  # a's build was let end by b's record, not its 90 s
+    assert sum(isinstance(r, ReferenceRecord) for r in records()) == 1

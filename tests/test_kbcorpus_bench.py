@@ -363,3 +363,32 @@ def test_verdict_rate_shows_memchecks_seconds_and_the_lanes_idle_time_between_re
     # the gaps: 10 s, then 25 s ending with p2/a; their median is what a slow kernel moves least
     assert found["gaps"] == [(10.0, "p1/b"), (25.0, "p2/a")]
     assert "Between consecutive records: median **17.5 s** (2 gaps); the longest 25.0 s, ending with p2/a." in text
+
+
+def test_verdict_rate_counts_both_calls_of_a_resumed_draw_that_share_a_run_id(tmp_path):
+    spec = importlib.util.spec_from_file_location("verdict_rate", ROOT / "benchmarks" / "verdict_rate.py")
+    rate = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rate)
+
+    def line(kernel, at, wall, kernels, status="correct"):
+        return {"profile": "loop", "kernel": kernel, "problem": kernel.split("/")[0], "status": status,
+                "run_id": "kb-loop-part1of1", "run_wall_s": wall, "run_kernels": kernels, "wall_s": 3.0,
+                "finished_at": f"2026-11-28T12:{at:02d}:00+00:00"}
+
+    # call 1: 3 kernels in 100 s, one left without a record; call 2 (same run id): that one, judged, in 50 s
+    calls = [line("p1/a", 1, 100.0, 3), line("p1/b", 2, 100.0, 3), line("p2/a", 3, 100.0, 3, status="no record"),
+             line("p2/a", 10, 50.0, 1)]
+    state = tmp_path / "state.jsonl"
+    state.write_text("".join(json.dumps(x) + "\n" for x in calls))
+    found = rate.summary(rate.read_lines(state, "loop"))
+    assert found["judged"] == 3 and found["runs"] == 2 and found["run_wall_s"] == 150.0
+    assert found["verdicts_per_gpu_hour"] == 72.0  # 3 verdicts in 150 s
+    assert found["gaps"] == [(60.0, "p1/b")] and found["after_first"] == (1, 60.0)  # within call 1 only
+    assert found["idle"] == (1, 57.0, 57.0)
+    out = tmp_path / "rate.md"
+    assert rate.main([str(state), "--out", str(out)]) == 0
+    assert "3 of 3 kernels judged in 2 run(s) of 150.0 s in all: **72.0 verdicts per GPU-hour**." in out.read_text()
+    # a call whose every line a later call superseded still spent its wall time
+    state.write_text("".join(json.dumps(x) + "\n" for x in calls[2:]))
+    assert rate.main([str(state), "--out", str(out)]) == 0
+    assert "1 of 1 kernels judged in 2 run(s) of 150.0 s in all: **24.0 verdicts per GPU-hour**." in out.read_text()

@@ -287,6 +287,42 @@ def test_a_build_past_its_timeout_is_marked_and_the_budget_stops_the_build_phase
     assert stopped and builds == {}
 
 
+
+def test_the_build_phase_removes_the_build_locks_a_call_stopped_mid_build_left(
+    tmp_path: Path, corpus: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # torch guards an extension's folder with a file `lock` (its FileBaton) and waits for ever while one is there
+    from torch.utils.file_baton import FileBaton
+
+    args = make_args(tmp_path, corpus)
+    samples = kbe.draw(corpus)[:3]
+    first, second, other = (s.build_dir(args.builds) for s in samples)
+    for folder in (first / "ext", second):
+        folder.mkdir(parents=True)
+        (folder / "lock").write_text("")
+    (first / "ext" / "build.ninja").write_text("kept")
+    (first / "lock.d").mkdir()  # not a baton: kept
+    other.mkdir(parents=True)
+    (other / "lock").write_text("")  # not to be built in this call: left alone
+
+    def builder(task: tuple[str, str, str, str]) -> tuple[bool, str, float]:
+        for folder in (Path(task[1]), Path(task[1]) / "ext"):  # build_directory, or TORCH_EXTENSIONS_DIR's subfolder
+            folder.mkdir(parents=True, exist_ok=True)
+            baton = FileBaton(str(folder / "lock"))
+            if not baton.try_acquire():  # torch would wait on it for ever
+                return False, "stale lock", 0.0
+            baton.release()
+        return True, "", 0.0
+
+    builds, stopped = kbe.build_phase(samples[:2], args, float("inf"), ThreadPool, builder, Clock())
+    assert not stopped and [builds[s.kernel].ok for s in samples[:2]] == [True, True]
+    assert "removed 2 stale build lock(s) left by an interrupted call" in capsys.readouterr().err
+    assert not (first / "ext" / "lock").exists() and not (second / "lock").exists()
+    assert (first / "ext" / "build.ninja").read_text() == "kept" and (first / "lock.d").is_dir()
+    assert (other / "lock").is_file()
+    assert kbe.remove_stale_locks(samples[:2], args.builds) == []
+
+
 def _sleeps(_: int) -> bool:
     import subprocess
 

@@ -124,17 +124,22 @@ class ProblemEvaluation:
             self.close()
         return records
 
-    def evaluate(self, candidate: Candidate) -> CandidateRecord:
-        """Evaluate one runnable candidate on this lane (its judge first, once) and write its record."""
+    def prepare(self) -> ReferenceRecord:
+        """The reference's record on this lane, from its pass (its judge started) run once: before the first
+        candidate, or earlier, while the lane waits for builds ahead."""
         if self._reference is None:
             self.plan = self.plan or Plan.fresh(self.cfg)
             with self.setting.gpu_shared():  # the null candidate's checks share the GPU; timings are alone
                 self._reference = self.reference_pass.run(self.plan)
+        return self._reference
+
+    def evaluate(self, candidate: Candidate) -> CandidateRecord:
+        """Evaluate one runnable candidate on this lane (its judge first, once) and write its record."""
+        reference = self.prepare()
         self.on_start(candidate)
         self.sanitizer.prestart()  # memcheck's start-up under the tool overlaps this candidate's checks
         # the worker then loads the finished build; how the build ahead ended goes into the record
         ahead = self.builds.wait(candidate.path) if self.builds is not None else AheadBuild()
-        reference = self._reference
         if self.stopped.is_set():  # Ctrl-C after the reference: no judge restarted, no worker started
             raise Stopped(f"{candidate.name}: the run was stopped before its evaluation")
         if self.judge.ended() and reference.ok:

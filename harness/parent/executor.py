@@ -22,6 +22,7 @@ from harness.sources.problem import Problem
 __all__ = ["Executor", "Job", "JobQueue", "QueuedExecutor", "gather", "problem_key"]
 
 Future = concurrent.futures.Future
+UNREADY_POLL_S = 0.5  # a lane waiting for any build ahead sees a new job, or a stop, within this
 _T = TypeVar("_T")  # what a callback takes
 
 

@@ -27,7 +27,7 @@ from harness.core.errors import UserError
 from harness.core.plan import Plan
 from harness.core.records import CandidateRecord
 from harness.parent.evaluate import ProblemEvaluation
-from harness.parent.executor import Job, QueuedExecutor, problem_key
+from harness.parent.executor import UNREADY_POLL_S, Job, QueuedExecutor, problem_key
 from harness.parent.quiet import QuietHost
 from harness.parent.resources import RunResources, lane_count, visible_gpus
 from harness.parent.supervise import Backlog, Lane
@@ -162,7 +162,7 @@ class LocalExecutor(QueuedExecutor):
     def _serve_lane(self, lane: Lane, warm: "collections.OrderedDict[tuple[str, str], ProblemEvaluation]") -> None:
         try:
             while True:
-                job = self._next_job(warm)
+                job = self._next_job(lane, warm)
                 if job is None:
                     return
                 if self._claim([job]):
@@ -183,27 +183,63 @@ class LocalExecutor(QueuedExecutor):
         builds = self.resources.builds
         return builds is None or builds.done(job.candidate.path)
 
-    def _next_job(self, warm: "collections.OrderedDict[tuple[str, str], ProblemEvaluation]") -> Optional[Job]:
-        """The job `choose_job` picks for this lane, from its warm problems and the other lanes'. None once the
-        executor stops, or closes with nothing queued."""
+    def _next_job(
+        self, lane: Lane, warm: "collections.OrderedDict[tuple[str, str], ProblemEvaluation]"
+    ) -> Optional[Job]:
+        """The job `choose_job` picks for this lane, from its warm problems and the other lanes'. While no queued
+        job's build ahead has ended, the lane takes none: it runs the reference pass of the one it would choose,
+        waits until any of those builds ends, and chooses again, so it never waits on one build while another
+        candidate is built. None once the executor stops, or closes with nothing queued."""
+        builds = self.resources.builds
+        prepared: set[tuple[str, str]] = set()  # problems whose reference pass this wait ran (or tried)
+        while True:
+            unready: list[Job] = []  # filled when no queued job is ready: the one to prepare, then all of them
+            taken = self.queue.take(functools.partial(self._choose, warm, unready))
+            if taken or not unready or builds is None:
+                return taken[0] if taken else None
+            if unready[0].key not in prepared:
+                prepared.add(unready[0].key)
+                self._prepare(unready[0], lane, warm)
+            builds.wait_any([job.candidate.path for job in unready[1:]], timeout=UNREADY_POLL_S)
 
-        def choose(jobs: list[Job]) -> list[Job]:
-            with self._state:
-                elsewhere = {key for other in self._warm.values() if other is not warm for key in other}
-            return [choose_job(jobs, set(warm), elsewhere, time.monotonic(), self._ready)]
+    def _choose(
+        self, warm: "collections.OrderedDict[tuple[str, str], ProblemEvaluation]", unready: list[Job], jobs: list[Job]
+    ) -> list[Job]:
+        """`choose_job`'s pick of `jobs` for the lane whose warm problems are `warm`; none when the run builds ahead
+        and no job is ready (`unready` then holds the job it would choose, then every job)."""
+        with self._state:
+            elsewhere = {key for other in self._warm.values() if other is not warm for key in other}
+        now = time.monotonic()
+        if self.resources.builds is not None and not any(self._ready(job) for job in jobs):
+            unready[:] = [choose_job(jobs, set(warm), elsewhere, now), *jobs]
+            return []
+        return [choose_job(jobs, set(warm), elsewhere, now, self._ready)]
 
-        taken = self.queue.take(choose)
-        return taken[0] if taken else None
-
-    def _evaluate(
+    def _prepare(
         self, job: Job, lane: Lane, warm: "collections.OrderedDict[tuple[str, str], ProblemEvaluation]"
-    ) -> CandidateRecord:
+    ) -> None:
+        """The reference pass of `job`'s problem on this lane, ahead of the job (still queued): its evaluation is
+        then warm when the lane takes it. A failure here is met again, and recorded, when the job is evaluated."""
+        if self.queue.stopping:
+            return
+        evaluation = self._warm_evaluation(job, lane, warm)
+        self._announce(job.problem)
+        try:
+            evaluation.prepare()
+        except Exception:  # noqa: BLE001 - Stopped, or a harness bug that the job's evaluation raises again
+            pass
+
+    def _warm_evaluation(
+        self, job: Job, lane: Lane, warm: "collections.OrderedDict[tuple[str, str], ProblemEvaluation]"
+    ) -> ProblemEvaluation:
+        """`job`'s problem's evaluation on this lane, now its most recently used: the warm one, else a new one (the
+        least recently used problem's judge ending first when the lane holds too many)."""
         with self._state:
             evaluation = warm.pop(job.key, None)
             evicted = (
                 [warm.popitem(last=False)[1] for _ in range(len(warm) - self.warm + 1)] if evaluation is None else []
             )
-        for old in evicted:  # the least recently used problem's judge ends first
+        for old in evicted:
             old.close()
         if evaluation is None:
             evaluation = self._evaluation(job.problem, lane)
@@ -211,6 +247,12 @@ class LocalExecutor(QueuedExecutor):
             warm[job.key] = evaluation
         if self.queue.stopping:
             evaluation.stop()
+        return evaluation
+
+    def _evaluate(
+        self, job: Job, lane: Lane, warm: "collections.OrderedDict[tuple[str, str], ProblemEvaluation]"
+    ) -> CandidateRecord:
+        evaluation = self._warm_evaluation(job, lane, warm)
         self._announce(job.problem)
         skipped = evaluation.prescreened(job.candidate)
         return skipped if skipped is not None else evaluation.evaluate(job.candidate)

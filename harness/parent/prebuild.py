@@ -23,9 +23,9 @@ import sys
 import tempfile
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import Iterable, Mapping, Optional
 
 from harness.core import buildbook
 from harness.core.config import ROOT, Device
@@ -133,6 +133,16 @@ class BuildAhead:
         with self._lock:
             future = self.futures.get(path)
         return future is None or future.done()
+
+    def wait_any(self, paths: Iterable[Path], timeout: float) -> None:
+        """Return once the build of one of `paths` has ended (at once if one has, or one was never submitted), or
+        after `timeout` seconds."""
+        with self._lock:
+            futures = [self.futures.get(path) for path in paths]
+        if not futures:
+            time.sleep(timeout)
+        elif all(future is not None and not future.done() for future in futures):
+            wait([f for f in futures if f is not None], timeout=timeout, return_when=FIRST_COMPLETED)
 
     def counts(self) -> tuple[int, int]:
         """(finished builds, submitted builds)."""

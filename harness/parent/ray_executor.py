@@ -39,7 +39,7 @@ from harness.core.status import Status
 from harness.core.store import RunStore
 from harness.parent.boundary import open_boundary
 from harness.parent.evaluate import ProblemEvaluation
-from harness.parent.executor import Job, QueuedExecutor
+from harness.parent.executor import UNREADY_POLL_S, Job, QueuedExecutor
 from harness.parent.prebuild import build_command, build_env
 from harness.parent.resources import RunResources
 from harness.parent.scratch import RunScratch, end_processes_in
@@ -384,9 +384,9 @@ class RayExecutor(QueuedExecutor):
         pending: dict[Any, tuple[Any, Candidate]] = {}
         finished: dict[str, CandidateRecord] = {}
 
-        def take() -> Candidate:
-            ended = set(self.ray.wait([builds[c.path] for c in queue], num_returns=len(queue), timeout=0)[0])
-            return take_built_first(queue, lambda candidate: builds[candidate.path] in ended)
+        def ended() -> set[Any]:
+            """The queued candidates' builds that have ended."""
+            return set(self.ray.wait([builds[c.path] for c in queue], num_returns=len(queue), timeout=0)[0])
 
         def failed(candidate: Candidate, why: str) -> None:
             if self.queue.stopping:  # its lane ended with the run: no record (cancelled; --resume redoes it)
@@ -395,7 +395,16 @@ class RayExecutor(QueuedExecutor):
 
         while queue or pending:
             while queue and idle:
-                actor, candidate = idle.pop(), take()
+                built = ended()
+                if not built and pending:  # a free lane waits, below, for a build or a record, whichever comes first
+                    break
+                if not built:  # every lane free and nothing built: wait for the first build to end
+                    self.ray.wait([builds[c.path] for c in queue], num_returns=1, timeout=UNREADY_POLL_S)
+                    if self.queue.stopping:
+                        queue.clear()
+                    continue
+                actor = idle.pop()
+                candidate = take_built_first(queue, lambda c: builds[c.path] in built)  # noqa: B023 - used at once
                 self.on_start(candidate)
                 ref = actor.evaluate.remote(
                     problem.path.name,
@@ -411,7 +420,10 @@ class RayExecutor(QueuedExecutor):
                     self.on_start(candidate)
                     failed(candidate, "no Ray lane is left to evaluate it (every actor failed)")
                 break
-            (ref,), _ = self.ray.wait(list(pending), num_returns=1)
+            waits = list(pending) + ([builds[c.path] for c in queue] if idle else [])
+            (ref,), _ = self.ray.wait(waits, num_returns=1)
+            if ref not in pending:  # a build ended while a lane was free
+                continue
             actor, candidate = pending.pop(ref)
             try:
                 result = self.ray.get(ref)
