@@ -8,6 +8,7 @@
 # State per profile in .cache/kb/<profile>.jsonl (carry .cache/kb and .kbcorpus); $OUT gets states.jsonl (all three),
 # logs.tgz, and, with NULLS, the null floors of those problems (benchmarks/fairness.py) measured alone first.
 set -o pipefail; export PYTHONUNBUFFERED=1
+. "$(dirname "$0")/stoppable.sh"
 mkdir -p .cache/kb "$OUT"
 if [ -n "${NULLS:-}" ]; then
   timeout 150 python3 benchmarks/fairness.py --repeats 1 --variants 0 --set 'baselines.compile_modes=[]' --set sanitizer.enabled=off --out "$OUT/fair" $NULLS 2>&1 | tee "$OUT/fair.txt"
@@ -17,7 +18,7 @@ trap 'stopped=1' INT TERM  # stopped: each profile's run keeps what it finished,
 for p in default graph eager; do
   OUT=$OUT/$p BUDGET=${BUDGET:-300} bash benchmarks/kbcorpus_gpu.sh ".cache/kb/$p.jsonl" "$PART" --profiles $p $C "$@" > /dev/null 2>&1 &
 done
-while [ -n "$(jobs -pr)" ]; do wait; done  # a stop interrupts `wait`; the runs still finish keeping what they have
+wait_all  # the runs still finish keeping what they have
 cat "$OUT"/default/state.jsonl "$OUT"/graph/state.jsonl "$OUT"/eager/state.jsonl > "$OUT/states.jsonl" 2>/dev/null
 tar czf "$OUT/logs.tgz" -C "$OUT" default graph eager 2>/dev/null
 rm -rf "$OUT/default" "$OUT/graph" "$OUT/eager"

@@ -18,6 +18,7 @@
 # side) and $OUT/calls.txt (each call's exit codes and seconds).
 set -o pipefail
 HERE=$(cd "$(dirname "$0")/.." && pwd)
+. "$HERE/benchmarks/stoppable.sh"
 OUT=$(realpath -m "${OUT:?usage: OUT=DIR bash benchmarks/side_by_side_gpu.sh [draw args]}")
 BUDGET=${BUDGET:-430}
 export KBCORPUS=$(realpath -m "${KBCORPUS:-$HERE/.kbcorpus}")
@@ -64,7 +65,7 @@ else
     bash "$HERE/benchmarks/kernelbench_eval_gpu.sh" "${DRAW[@]}" --workers "$((CPUS - HALF))" > "$OUT/kb/outer.txt" 2>&1
   echo "kernelbench exit $? after $(( $(date +%s) - started )) s" >> "$OUT/calls.txt"
 ) &
-while [ -n "$(jobs -pr)" ]; do wait; done  # a stop interrupts `wait`; both sides still finish keeping what they have
+wait_all  # both sides still finish keeping what they have
 fi
 timeout 60 python3 "$HERE/benchmarks/kernelbench_eval.py" --corpus "$KBCORPUS" --out "$OUT/kb" --results "$OUT/kb/results.jsonl" \
   --report "$OUT/report.md" --report-only "${DRAW[@]}" --ours "$OUT/ours/state.jsonl" > /dev/null

@@ -7,6 +7,8 @@
 #                             returns CMD's exit status, and sets stopped=1 when a stop came meanwhile (the caller's
 #                             own INT and TERM traps are back in place after it)
 #   ... | keep_log FILE       tee into FILE, deaf to INT and TERM, so the log takes every line until its writers end
+#   wait_all                  wait until every background job of the script has ended: a stop interrupts `wait`,
+#                             and the jobs, which keep what they finished, are waited for again
 # A script that should collect its results after a stop sets `trap 'stopped=1' INT TERM`: bash runs that trap once
 # the command it waits for has ended, and the script goes on (and can skip what it has not started yet).
 stoppable() {
@@ -32,4 +34,8 @@ stoppable() {
 
 keep_log() {
   (trap '' INT TERM; exec tee "$@")
+}
+
+wait_all() {
+  while [ -n "$(jobs -pr)" ]; do wait; done
 }

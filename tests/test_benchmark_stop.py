@@ -130,3 +130,27 @@ done
 """
     done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=120)
     assert done.stdout.split() == ["130"] * 30
+
+
+def test_wait_all_waits_out_every_background_job_through_a_stop(tmp_path):
+    # a stop interrupts bash's `wait`: a script that collects its jobs' results after a stop must wait again, or it
+    # collects before they have finished
+    import signal
+    import subprocess
+    import time
+
+    script = f""". {ROOT / "benchmarks" / "stoppable.sh"}
+trap 'stopped=1' INT TERM
+(sleep 1; echo a > {tmp_path / "a"}) &
+(sleep 1.5; echo b > {tmp_path / "b"}) &
+echo up > {tmp_path / "up"}
+wait_all
+echo "collected ${{stopped:-}} $(cat {tmp_path / "a"} {tmp_path / "b"} 2>/dev/null | tr -d '\\n')" > {tmp_path / "collected"}
+"""
+    run = subprocess.Popen(["bash", "-c", script])
+    deadline = time.monotonic() + 20
+    while not (tmp_path / "up").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    run.send_signal(signal.SIGTERM)
+    assert run.wait(timeout=30) == 0
+    assert (tmp_path / "collected").read_text().split() == ["collected", "1", "ab"]
