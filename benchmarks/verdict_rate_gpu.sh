@@ -5,7 +5,8 @@
 # TREE: the checkout whose harness runs (default: this one), so a run of an older commit (a `git worktree`)
 # and of this one use the same script. The corpus is at .kbcorpus/ (carry it) or KBCORPUS=DIR.
 # STATE (default $OUT/state.jsonl): carry a state in to go on where a call stopped.
-# Writes (a later call on the same OUT appends its log, busy share and samples) $OUT/log.txt, $OUT/state.jsonl, $OUT/report.md (kbcorpus.py), $OUT/rate.md (verdict_rate.py), and
+# Writes (a later call on the same OUT appends its log, busy share, samples and host line) $OUT/log.txt, $OUT/state.jsonl, $OUT/report.md (kbcorpus.py), $OUT/rate.md (verdict_rate.py),
+# $OUT/host.txt (the host's CPU speed before each call's run: benchmarks/host_probe.py), and
 # $OUT/nvml.csv with $OUT/busy.txt: utilization.gpu sampled every 200 ms from the run's start to its end (NVML's
 # utilization is the share of its sample period in which a kernel ran, so its mean is the GPU's busy share).
 set -o pipefail
@@ -19,6 +20,9 @@ export KBCORPUS=$(realpath -m "${KBCORPUS:-$HERE/.kbcorpus}")
 STATE=$(realpath -m "${STATE:-$OUT/state.jsonl}")
 mkdir -p "$OUT"
 SAMPLES="$OUT/nvml.call.csv"  # this call's samples, appended to $OUT/nvml.csv at its end
+# the host's CPU speed now (benchmarks/host_probe.py), before the run: two calls' rates compare only on hosts alike
+HOST=$(timeout 60 python3 "$HERE/benchmarks/host_probe.py" 2>&1 | tail -1)
+echo "$(date -u +%FT%TZ) $HOST" >> "$OUT/host.txt"
 
 nvidia-smi --query-gpu=timestamp,index,utilization.gpu,memory.used --format=csv,noheader,nounits -lms 200 > "$SAMPLES" 2>/dev/null &
 SAMPLER=$!
@@ -29,7 +33,7 @@ code=$?
 END=$(date +%s.%N)
 kill "$SAMPLER" 2>/dev/null
 wait "$SAMPLER" 2>/dev/null
-{ echo "== call of $(date -u +%FT%TZ), exit $code"; cat "$OUT/corpus/log.txt" 2>/dev/null; } >> "$OUT/log.txt"  # a resumed run keeps each call's
+{ echo "== call of $(date -u +%FT%TZ), exit $code"; echo "$HOST"; cat "$OUT/corpus/log.txt" 2>/dev/null; } >> "$OUT/log.txt"  # a resumed run keeps each call's
 cp "$OUT/corpus/report.md" "$OUT/report.md" 2>/dev/null
 [ -s "$OUT/corpus/state.jsonl" ] && cp "$OUT/corpus/state.jsonl" "$OUT/state.jsonl.tmp" && mv "$OUT/state.jsonl.tmp" "$STATE"
 [ "$STATE" != "$OUT/state.jsonl" ] && cp "$STATE" "$OUT/state.jsonl"
