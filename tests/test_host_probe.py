@@ -30,7 +30,8 @@ def test_the_probe_reports_each_core_slower_when_more_processes_share_the_cores_
 def test_the_probe_writes_its_line_and_its_numbers_and_refuses_a_bad_count(tmp_path):
     out = tmp_path / "host.json"
     done = subprocess.run(
-        [sys.executable, "benchmarks/host_probe.py", "--loops", "200000", "--cores", "2", "--module", "json", "--out", str(out)],
+        [sys.executable, "benchmarks/host_probe.py", "--loops", "200000", "--cores", "2", "--module", "json",
+         "--out", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )
     assert done.returncode == 0, done.stderr
@@ -38,6 +39,7 @@ def test_the_probe_writes_its_line_and_its_numbers_and_refuses_a_bad_count(tmp_p
     found = json.loads(out.read_text())
     assert found["cores"] == 2 and found["import_module"] == "json"
     refused = subprocess.run(
-        [sys.executable, "benchmarks/host_probe.py", "--cores", "0"], cwd=ROOT, capture_output=True, text=True, timeout=60
+        [sys.executable, "benchmarks/host_probe.py", "--cores", "0"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
     )
     assert refused.returncode == 2 and "at least 1" in refused.stderr
