@@ -532,3 +532,63 @@ def test_a_lane_with_no_candidate_built_takes_whichever_build_ends_first(make_co
     assert order == ["b_built_first", "a_built_last"], order
     assert release.exists() and time.monotonic() - started < 85  # a's build was let end by b's record, not its 90 s
     assert sum(isinstance(r, ReferenceRecord) for r in records()) == 1
+
+
+@pytest.mark.slow
+def test_a_run_stopped_while_its_lane_waits_for_any_build_ends_at_once_and_leaves_no_build_running(tmp_path):
+    # one candidate whose build ahead never ends by itself (90 s): the lane runs the problem's reference pass, then
+    # waits for a build to end. SIGTERM then ends the run as an interruption (exit 130), at once, with the reference's
+    # record kept, no record for the candidate (--resume redoes it), and the held build process ended with the run.
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from harness.core.errors import ExitCode
+
+    folder = tmp_path / "solutions" / "1_Scale_Bias_ReLU"
+    folder.mkdir(parents=True)
+    pid_file = tmp_path / "build.pid"
+    held = BUILD_HELD.format(release=str(tmp_path / "never")).replace(
+        "    deadline =", f"    open({str(pid_file)!r}, 'w').write(str(os.getpid()))\n    deadline =", 1
+    )
+    (folder / "held_build.py").write_text(held + PLAIN_MODEL)
+    records = tmp_path / "results" / "stopped" / "records.jsonl"
+    run = subprocess.Popen(
+        [sys.executable, "run.py", "--problem", "1_Scale_Bias_ReLU", "--solution", str(folder / "held_build.py"),
+         "--device", "cpu", "--no-timing", "--results", str(tmp_path / "results"), "--run-id", "stopped",
+         "--set", "builds.ahead=always", "--set", "sandbox.layer=off", "--set", f"build_cache_dir={tmp_path / 'builds'}",
+         "--set", "baselines.compile_modes=[]", "--set", "check.trials=1"],
+        cwd=ROOT, env={**os.environ, "TMPDIR": str(tmp_path)}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        text=True, start_new_session=True,
+    )
+
+    def kinds() -> list[str]:
+        try:
+            return [json.loads(line)["kind"] for line in records.read_text().splitlines()]
+        except (OSError, ValueError):
+            return []
+
+    try:
+        deadline = time.monotonic() + 60
+        while "reference" not in kinds() and time.monotonic() < deadline and run.poll() is None:
+            time.sleep(0.1)
+        assert "reference" in kinds() and pid_file.is_file(), "the lane did not run the reference pass while it waited"
+        build = int(pid_file.read_text())
+        stopped_at = time.monotonic()
+        run.send_signal(signal.SIGTERM)
+        _, err = run.communicate(timeout=30)
+        took = time.monotonic() - stopped_at
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.wait()
+    assert run.returncode == ExitCode.INTERRUPTED, err
+    assert took < 15, took
+    assert "candidate" not in kinds()
+    deadline = time.monotonic() + 10
+    while os.path.exists(f"/proc/{build}") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not os.path.exists(f"/proc/{build}"), "the held build outlived its run"
