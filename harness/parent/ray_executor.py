@@ -384,10 +384,6 @@ class RayExecutor(QueuedExecutor):
         pending: dict[Any, tuple[Any, Candidate]] = {}
         finished: dict[str, CandidateRecord] = {}
 
-        def ended() -> set[Any]:
-            """The queued candidates' builds that have ended."""
-            return set(self.ray.wait([builds[c.path] for c in queue], num_returns=len(queue), timeout=0)[0])
-
         def failed(candidate: Candidate, why: str) -> None:
             if self.queue.stopping:  # its lane ended with the run: no record (cancelled; --resume redoes it)
                 return
@@ -395,27 +391,14 @@ class RayExecutor(QueuedExecutor):
 
         while queue or pending:
             while queue and idle:
-                built = ended()
-                if not built and pending:  # a free lane waits, below, for a build or a record, whichever comes first
+                built = self._built([builds[c.path] for c in queue], wait=not pending)
+                if not built:  # a free lane waits, below, for a build or a record, whichever comes first
                     break
-                if not built:  # every lane free and nothing built: wait for the first build to end
-                    self.ray.wait([builds[c.path] for c in queue], num_returns=1, timeout=UNREADY_POLL_S)
-                    if self.queue.stopping:
-                        queue.clear()
-                    continue
                 actor = idle.pop()
                 candidate = take_built_first(queue, lambda c: builds[c.path] in built)  # noqa: B023 - used at once
-                self.on_start(candidate)
-                ref = actor.evaluate.remote(
-                    problem.path.name,
-                    problem_source,
-                    plan,
-                    candidate.name,
-                    sources[candidate.path],
-                    builds[candidate.path],
-                )
+                ref = self._evaluate_on(actor, problem, problem_source, plan, candidate, sources, builds)
                 pending[ref] = (actor, candidate)
-            if not pending:  # every lane is gone
+            if not pending:  # every lane is gone (or the run stopped while none was built)
                 for candidate in reversed(queue):
                     self.on_start(candidate)
                     failed(candidate, "no Ray lane is left to evaluate it (every actor failed)")
@@ -425,18 +408,56 @@ class RayExecutor(QueuedExecutor):
             if ref not in pending:  # a build ended while a lane was free
                 continue
             actor, candidate = pending.pop(ref)
-            try:
-                result = self.ray.get(ref)
-            except self.ray.exceptions.RayError as exc:
-                if not isinstance(exc, self.ray.exceptions.RayActorError):
-                    idle.append(actor)  # the lane itself lives on
-                else:
-                    self.actors = [a for a in self.actors if a is not actor]
-                failed(candidate, f"the Ray lane failed: {one_line(exc, 280)}")
-                continue
-            idle.append(actor)
-            self._write(result, problem, by_name, finished)
+            if self._returned(ref, actor, candidate, problem, by_name, finished, failed):
+                idle.append(actor)
         return records + [finished[c.name] for c in runnable if c.name in finished]
+
+    def _returned(
+        self,
+        ref: Any,
+        actor: Any,
+        candidate: Candidate,
+        problem: Problem,
+        by_name: dict[str, Candidate],
+        finished: dict[str, CandidateRecord],
+        failed: Callable[[Candidate, str], None],
+    ) -> bool:
+        """Write what the lane `actor` returned for `candidate` (`ref`), or give the candidate `failed`'s record when
+        the call failed; whether the lane lives on."""
+        try:
+            result = self.ray.get(ref)
+        except self.ray.exceptions.RayError as exc:
+            failed(candidate, f"the Ray lane failed: {one_line(exc, 280)}")
+            if isinstance(exc, self.ray.exceptions.RayActorError):
+                self.actors = [a for a in self.actors if a is not actor]
+                return False
+            return True
+        self._write(result, problem, by_name, finished)
+        return True
+
+    def _evaluate_on(
+        self,
+        actor: Any,
+        problem: Problem,
+        problem_source: str,
+        plan: Plan,
+        candidate: Candidate,
+        sources: dict[Path, str],
+        builds: dict[Path, Any],
+    ) -> Any:
+        """Start `candidate`'s evaluation on the lane `actor` (its build handed over as Ray resolves it): its ref."""
+        self.on_start(candidate)
+        return actor.evaluate.remote(
+            problem.path.name, problem_source, plan, candidate.name, sources[candidate.path], builds[candidate.path]
+        )
+
+    def _built(self, refs: list[Any], wait: bool) -> set[Any]:
+        """Of the builds `refs`, those that have ended; with `wait`, once one has (none if the run stops first)."""
+        while True:
+            ended = set(self.ray.wait(refs, num_returns=len(refs), timeout=0)[0])
+            if ended or not wait or self.queue.stopping:
+                return ended
+            self.ray.wait(refs, num_returns=1, timeout=UNREADY_POLL_S)
 
     def _write(
         self,
