@@ -132,6 +132,18 @@ def unpack_builds(blob: bytes, cache_dir: Path) -> list[str]:
     return added
 
 
+@dataclasses.dataclass(frozen=True)
+class _Batch:
+    """One problem's candidates on their way to the lanes: what each lane's call carries."""
+
+    problem: Problem
+    source: str  # the problem file's text
+    plan: Plan  # the secret inputs every lane checks on
+    sources: dict[Path, str]  # each candidate's text
+    builds: dict[Path, Any]  # each candidate's build task (a Ray object ref)
+    by_name: dict[str, Candidate]
+
+
 def take_built_first(queue: list[Candidate], built: Callable[[Candidate], bool]) -> Candidate:
     """Take from `queue` (its end is its oldest) the oldest candidate whose build has ended, else the oldest: a
     lane waits for a build (Ray hands the actor the build's result) only when no other candidate can start."""
@@ -369,8 +381,6 @@ class RayExecutor(QueuedExecutor):
         records, runnable = screen.screen()
         if not runnable:
             return records
-        plan = Plan.fresh(screen.cfg)
-        problem_source = problem.path.read_text()
         sources = {c.path: c.path.read_text() for c in runnable}
         cfg_data = self.cfg.to_dict()  # its paths (the build cache) resolved on each node against its own checkout
         builds = {
@@ -380,6 +390,7 @@ class RayExecutor(QueuedExecutor):
             for c in runnable
         }
         by_name = {c.name: c for c in runnable}
+        batch = _Batch(problem, problem.path.read_text(), Plan.fresh(screen.cfg), sources, builds, by_name)
         queue, idle = list(reversed(runnable)), list(self.actors)
         pending: dict[Any, tuple[Any, Candidate]] = {}
         finished: dict[str, CandidateRecord] = {}
@@ -396,7 +407,7 @@ class RayExecutor(QueuedExecutor):
                     break
                 actor = idle.pop()
                 candidate = take_built_first(queue, lambda c: builds[c.path] in built)  # noqa: B023 - used at once
-                ref = self._evaluate_on(actor, problem, problem_source, plan, candidate, sources, builds)
+                ref = self._evaluate_on(actor, batch, candidate)
                 pending[ref] = (actor, candidate)
             if not pending:  # every lane is gone (or the run stopped while none was built)
                 for candidate in reversed(queue):
@@ -408,7 +419,7 @@ class RayExecutor(QueuedExecutor):
             if ref not in pending:  # a build ended while a lane was free
                 continue
             actor, candidate = pending.pop(ref)
-            if self._returned(ref, actor, candidate, problem, by_name, finished, failed):
+            if self._returned(ref, actor, candidate, batch, finished, failed):
                 idle.append(actor)
         return records + [finished[c.name] for c in runnable if c.name in finished]
 
@@ -417,13 +428,12 @@ class RayExecutor(QueuedExecutor):
         ref: Any,
         actor: Any,
         candidate: Candidate,
-        problem: Problem,
-        by_name: dict[str, Candidate],
+        batch: _Batch,
         finished: dict[str, CandidateRecord],
         failed: Callable[[Candidate, str], None],
     ) -> bool:
-        """Write what the lane `actor` returned for `candidate` (`ref`), or give the candidate `failed`'s record when
-        the call failed; whether the lane lives on."""
+        """Write what the lane `actor` returned for `candidate` (`ref`) into `finished`, or give the candidate
+        `failed`'s record when the call failed; whether the lane lives on."""
         try:
             result = self.ray.get(ref)
         except self.ray.exceptions.RayError as exc:
@@ -432,23 +442,19 @@ class RayExecutor(QueuedExecutor):
                 self.actors = [a for a in self.actors if a is not actor]
                 return False
             return True
-        self._write(result, problem, by_name, finished)
+        self._write(result, batch.problem, batch.by_name, finished)
         return True
 
-    def _evaluate_on(
-        self,
-        actor: Any,
-        problem: Problem,
-        problem_source: str,
-        plan: Plan,
-        candidate: Candidate,
-        sources: dict[Path, str],
-        builds: dict[Path, Any],
-    ) -> Any:
+    def _evaluate_on(self, actor: Any, batch: _Batch, candidate: Candidate) -> Any:
         """Start `candidate`'s evaluation on the lane `actor` (its build handed over as Ray resolves it): its ref."""
         self.on_start(candidate)
         return actor.evaluate.remote(
-            problem.path.name, problem_source, plan, candidate.name, sources[candidate.path], builds[candidate.path]
+            batch.problem.path.name,
+            batch.source,
+            batch.plan,
+            candidate.name,
+            batch.sources[candidate.path],
+            batch.builds[candidate.path],
         )
 
     def _built(self, refs: list[Any], wait: bool) -> set[Any]:
