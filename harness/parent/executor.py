@@ -117,7 +117,7 @@ class JobQueue:
 
     def take(self, choose: Callable[[list[Job]], list[Job]]) -> list[Job]:
         """The jobs `choose` picks from the queue (oldest first), waiting for some; [] once the
-        queue is stopped, or closed with nothing left."""
+        queue is stopped, or closed with nothing left, or when `choose` picks none."""
         with self._changed:
             while not self._jobs and not (self.stopping or self.closing):
                 self._changed.wait()
