@@ -14,13 +14,15 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
-import os
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any, Optional
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from harness.parent.prebuild import usable_cores  # noqa: E402 - the cores the build pool counts
 
 LOOPS = 3_000_000  # about 0.1 s on one core of a current server
 
@@ -32,14 +34,7 @@ def loops_per_second(loops: int) -> float:
     for i in range(loops):
         total += i & 7
     seconds = time.perf_counter() - started
-    return loops / seconds if total >= 0 and seconds > 0 else 0.0
-
-
-def usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+    return loops / seconds if seconds > 0 else 0.0
 
 
 def import_seconds(module: str = "torch") -> Optional[float]:

@@ -210,10 +210,11 @@ class LocalExecutor(QueuedExecutor):
         with self._state:
             elsewhere = {key for other in self._warm.values() if other is not warm for key in other}
         now = time.monotonic()
-        if self.resources.builds is not None and not any(self._ready(job) for job in jobs):
+        ready = {id(job) for job in jobs if self._ready(job)}  # each build asked once per choice
+        if self.resources.builds is not None and not ready:
             unready[:] = [choose_job(jobs, set(warm), elsewhere, now), *jobs]
             return []
-        return [choose_job(jobs, set(warm), elsewhere, now, self._ready)]
+        return [choose_job(jobs, set(warm), elsewhere, now, lambda job: id(job) in ready)]
 
     def _prepare(
         self, job: Job, lane: Lane, warm: "collections.OrderedDict[tuple[str, str], ProblemEvaluation]"

@@ -145,8 +145,8 @@ class _Batch:
 
 
 def take_built_first(queue: list[Candidate], built: Callable[[Candidate], bool]) -> Candidate:
-    """Take from `queue` (its end is its oldest) the oldest candidate whose build has ended, else the oldest: a
-    lane waits for a build (Ray hands the actor the build's result) only when no other candidate can start."""
+    """Take from `queue` (its end is its oldest) the oldest candidate whose build has ended, else the oldest (the
+    dispatcher calls it once some build has ended, so its lane does not wait for one)."""
     for index in range(len(queue) - 1, -1, -1):
         if built(queue[index]):
             return queue.pop(index)
