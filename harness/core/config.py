@@ -406,6 +406,8 @@ class BuildsConfig:
     construct: bool
     # nice levels a build process lowers its CPU priority by (0-19): the lane's work gets the CPUs first
     nice: int
+    # builds find torch/extension.h precompiled (harness.parent.pch), where candidates cannot write the cache
+    precompiled_header: bool
 
     def __post_init__(self) -> None:
         if not 0 <= self.nice <= 19:

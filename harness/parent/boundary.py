@@ -58,6 +58,12 @@ class RunBoundary:
         found = re.match(r"landlock \(ABI (\d+)", self.layer)
         return found is not None and int(found.group(1)) >= 6
 
+    @property
+    def cache_read_only(self) -> bool:
+        """Whether the layer keeps candidates' processes from writing the build cache (landlock and mount: the
+        hash layer sees changes to the trees it watches only, and off sees none)."""
+        return self.layer.startswith(str(Boundary.LANDLOCK)) or self.layer == str(Boundary.MOUNT)
+
     def describe(self) -> str:
         return f"{self.layer} ({self.why})" if self.why else self.layer
 

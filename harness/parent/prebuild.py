@@ -11,6 +11,8 @@ inputs. It never runs a forward, and it needs no CUDA device: it is given the ta
 context and inside the run's boundary, and a hundred builds never touch the GPU being timed. A build
 that fails is left to the worker, which reports it; its outcome (`AheadBuild`) goes into the
 candidate's record. Builds start in the order they are submitted, the order the lanes take candidates in.
+With a precompiled torch/extension.h (harness.parent.pch), made beside the pool's first builds, each build that
+starts once it is ready compiles its main.cpp against it.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from typing import Iterable, Mapping, Optional
 from harness.core import buildbook
 from harness.core.config import ROOT, Device
 from harness.core.records import AheadBuild, AheadOutcome
+from harness.parent.pch import PrecompiledHeader
 from harness.parent.quiet import QuietHost
 from harness.parent.sessions import end_session
 
@@ -86,6 +89,7 @@ class BuildAhead:
         quiet: Optional[QuietHost] = None,
         env: Optional[Mapping[str, str]] = None,
         nice: int = 0,
+        precompiled_header: bool = False,
     ) -> None:
         self.cache_dir = cache_dir
         self.nice = nice  # nice levels each build process lowers its CPU priority by (build_command)
@@ -98,6 +102,10 @@ class BuildAhead:
         self.futures: dict[Path, Future] = {}
         self._by_content: dict[str, Future] = {}  # a file's sha256 -> its build: the same source is built once
         self._lock = threading.Lock()  # submissions come from any thread (harness.api)
+        # made on a thread of its own, beside the pool's builds (one core for about 40 s, at the builds' priority)
+        self.header = PrecompiledHeader(cache_dir, arch, nice, self.quiet) if precompiled_header else None
+        if self.header is not None:
+            threading.Thread(target=self.header.make, name="build-header", daemon=True).start()
 
     def submit(self, path: Path, problem: Optional[Path] = None) -> None:
         """Build `path` in the pool, unless a file with the same contents was submitted already:
@@ -152,6 +160,8 @@ class BuildAhead:
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
+        if self.header is not None:
+            self.header.close()
 
     def _build(self, path: Path, problem: Optional[Path] = None) -> AheadBuild:
         """Run one build process to its end; how it ended. The process is background work
@@ -165,8 +175,9 @@ class BuildAhead:
         # the builds it used
         own = Path(tempfile.mkdtemp(prefix="build-", dir=env.get("TMPDIR") or None))
         keys = own / "keys.json"
+        header = self.header.folder() if self.header is not None else None
         proc = subprocess.Popen(
-            build_command(path, self.cache_dir, self.arch, keys, own, problem, self.nice),
+            build_command(path, self.cache_dir, self.arch, keys, own, problem, self.nice, header),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -218,12 +229,20 @@ def publish_own(own: Path, cache: Path, source: Path) -> list[str]:
 
 
 def build_command(
-    path: Path, cache: Path, arch: str, keys: Path, own: Path, problem: Optional[Path] = None, nice: int = 0
+    path: Path,
+    cache: Path,
+    arch: str,
+    keys: Path,
+    own: Path,
+    problem: Optional[Path] = None,
+    nice: int = 0,
+    header: Optional[Path] = None,
 ) -> list[str]:
     """The command line of a build process (harness.worker.build) for candidate `path`. With `nice`, the
     process lowers its own CPU priority by that many levels before it does anything else, so ninja and
     the compilers inherit it: when the CPUs are short, the lane's judge, workers and memcheck (at the
-    run's priority) get them first, and the builds take what is left."""
+    run's priority) get them first, and the builds take what is left. With `header`, the folder of a
+    precompiled torch/extension.h (harness.parent.pch), its compilers look there first."""
     return [
         sys.executable,
         "-m",
@@ -236,6 +255,7 @@ def build_command(
         "--own",
         str(own),
         *(["--nice", str(nice)] if nice else []),
+        *(["--pch", str(header)] if header is not None else []),
     ]
 
 

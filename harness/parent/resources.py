@@ -100,7 +100,7 @@ class RunResources:
                 store,
                 scratch,
                 host,
-                start_builds(cfg, device, host, boundary.env),
+                start_builds(cfg, device, host, boundary.env, boundary.cache_read_only),
                 observer,
                 boundary,
                 None if boundary.refuses_signals else watchdog.start(),
@@ -181,11 +181,17 @@ def lane_count(cfg: Config, device: str) -> int:
 
 
 def start_builds(
-    cfg: Config, device: str, quiet: QuietHost, env: Optional[Mapping[str, str]] = None
+    cfg: Config,
+    device: str,
+    quiet: QuietHost,
+    env: Optional[Mapping[str, str]] = None,
+    cache_read_only: bool = False,
 ) -> Optional[BuildAhead]:
     """A BuildAhead that builds each submitted candidate's extensions in a CPU pool, its builds
     background work for `quiet`; None when builds.ahead is never, or auto on a CPU run (where
-    building would disturb the timings), or on Ray (builds run in its tasks)."""
+    building would disturb the timings), or on Ray (builds run in its tasks). Its builds use a precompiled
+    torch/extension.h with builds.precompiled_header, where the boundary keeps candidates from writing the
+    build cache (`cache_read_only`)."""
     if (
         cfg.executor == ExecutorKind.RAY
         or cfg.builds.ahead == Ahead.NEVER
@@ -202,4 +208,5 @@ def start_builds(
         quiet=quiet,
         env=env,
         nice=cfg.builds.nice,
+        precompiled_header=cfg.builds.precompiled_header and cache_read_only,
     )

@@ -10,11 +10,13 @@ code, so it is untrusted like the worker; the parent's build pool (`harness.pare
 the Ray executor's build task) starts it and reads its one line.
 
     python -m harness.worker.build FILE CACHE_DIR ARCH [KEYS_FILE] [--problem PROBLEM_FILE] [--own FOLDER] [--nice N]
+        [--pch FOLDER]
         prints `ok [(extension, cached|built), ...]` or `STATUS REASON`;
         KEYS_FILE gets the JSON list of the cache keys the candidate used; with --own, FOLDER is its
         own (its temporary files and caches) and it compiles into FOLDER/builds, which the parent
         publishes into CACHE_DIR once it has ended (harness.core.buildbook.publish); with --nice, it
-        first lowers its CPU priority by N levels
+        first lowers its CPU priority by N levels; with --pch, FOLDER holds a precompiled torch/extension.h
+        (harness.parent.pch) that its compilers find first (CPATH), and that it may read
 """
 
 from __future__ import annotations
@@ -74,7 +76,14 @@ def arguments() -> argparse.ArgumentParser:
     parser.add_argument("--problem", type=Path)
     parser.add_argument("--own", type=Path)
     parser.add_argument("--nice", type=int, default=0)
+    parser.add_argument("--pch", type=Path)
     return parser
+
+
+def use_header(folder: Path) -> None:
+    """Let the compilers find the precompiled header in `folder` before torch's own include folders: gcc uses
+    it where it was made with the same options, and reads the header as before where not."""
+    os.environ["CPATH"] = os.pathsep.join([str(folder), os.environ.get("CPATH", "")]).rstrip(os.pathsep)
 
 
 def main() -> None:
@@ -85,7 +94,10 @@ def main() -> None:
         sandbox.take_own(str(args.own))
     owner = buildbook.owner_of(args.path.read_text(encoding="utf-8", errors="replace"))
     problem = (str(args.problem),) if args.problem is not None else ()
-    sandbox.enter_pending(reads=sandbox.own_reads(str(args.path), args.cache_dir, owner, *problem))
+    header = (str(args.pch),) if args.pch is not None else ()
+    sandbox.enter_pending(reads=sandbox.own_reads(str(args.path), args.cache_dir, owner, *problem, *header))
+    if args.pch is not None:
+        use_header(args.pch)
     from harness.device.buildcache import BuildCache
     from harness.device.failures import WorkerFailure, classify, load_module
 
