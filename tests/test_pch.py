@@ -13,7 +13,8 @@ from harness.parent import pch
 from harness.parent.boundary import RunBoundary
 
 # a candidate that proves, from inside its build process, that the header is there, readable through the boundary,
-# and used: gcc finds it first (CPATH), and -Werror=invalid-pch turns a header found but not usable into an error
+# and used: gcc finds it first (CPATH), and -Werror=invalid-pch turns a header found but not usable into an error;
+# its cpp_sources include the header again after load_inline's own include, as LLM-written candidates often do
 USES_HEADER = """
 import os
 import pathlib
@@ -25,7 +26,7 @@ with open(folder / "torch" / "extension.h.gch", "rb") as header:
     assert header.read(4) == b"gpch", "not a precompiled header"
 twice = load_inline(
     name="pch_twice",
-    cpp_sources="torch::Tensor twice(torch::Tensor x) { return x * 2; }",
+    cpp_sources="#include <torch/extension.h>\\ntorch::Tensor twice(torch::Tensor x) { return x * 2; }",
     functions=["twice"],
     extra_cflags=["-Werror=invalid-pch"],
 )
@@ -164,13 +165,20 @@ def test_a_build_that_could_not_read_a_precompiled_header_is_not_kept_failed(tmp
     cache.install()
     original = cpp_extension.load_inline
 
-    def unreadable(**kwargs):
-        raise RuntimeError("main.cpp:1:29: error: while reading precompiled header: No such file or directory")
+    said = [
+        "main.cpp:1:29: error: while reading precompiled header: No such file or directory",
+        "main.cpp:3:10: fatal error: /c/_pch/0123/torch/extension.h: No such file or directory",
+    ]
 
     try:
-        monkeypatch.setattr(cache, "_original", unreadable)
-        with pytest.raises(BuildFailedError):
-            cpp_extension.load_inline(name="unreadable_header", cpp_sources="int f();", functions=None)
+        for number, message in enumerate(said):
+
+            def unreadable(message=message, **kwargs):
+                raise RuntimeError(message)
+
+            monkeypatch.setattr(cache, "_original", unreadable)
+            with pytest.raises(BuildFailedError):
+                cpp_extension.load_inline(name=f"unreadable_header{number}", cpp_sources="int f();", functions=None)
     finally:
         cpp_extension.load_inline = original
     assert not list(tmp_path.rglob("*.failed"))  # the worker's own build, without the header, tries again

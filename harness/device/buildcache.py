@@ -34,10 +34,12 @@ import torch.utils.cpp_extension as cpp_extension
 from harness.core import buildbook
 
 _ERROR_LINE = re.compile(r"(\berror\b|undefined reference|undefined symbol)", re.IGNORECASE)
-# a failure that says nothing of the sources: another try may pass, so it is not kept as failed (a
-# precompiled header gcc could not read: the worker's own build, which has none, compiles without it)
+# a failure that says nothing of the sources: another try may pass, so it is not kept as failed (one that
+# names the precompiled header or its folder, harness.parent.pch: the worker's own build, which has none,
+# compiles without it)
 _PASSING = re.compile(
-    r"\bKilled\b|terminated by signal|No space left|Cannot allocate memory|out of memory|precompiled header", re.I
+    r"\bKilled\b|terminated by signal|No space left|Cannot allocate memory|out of memory|precompiled header|/_pch/",
+    re.I,
 )
 
 

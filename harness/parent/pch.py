@@ -13,7 +13,9 @@ The header is made by a process of the harness's own (`python -m harness.parent.
 A run uses it only where candidates cannot write the build cache (the landlock and mount layers): gcc trusts
 what a precompiled header says, so one that a candidate could change would change other candidates' builds.
 It is checked before it is published: a compile of a stand-in `main.cpp` with another extension name must use
-it (gcc's `-H` says so), else the folder is not made and the reason is kept beside it (`<key>.failed`).
+it (gcc's `-H` says so) and read it twice, as a `main.cpp` whose candidate includes the header again does, else
+the folder is not made and the reason is kept beside it (`<key>.failed`). The folder holds a link to torch's header
+beside the precompiled one: gcc resolves that second include to the folder it found the precompiled one in.
 A header that is not there yet is not waited for: the builds that start before it is ready compile as before.
 
     python -m harness.parent.pch CACHE ARCH [--work FOLDER] [--nice N]
@@ -147,6 +149,10 @@ def make(cache: Path, cuda: bool, work: Optional[Path] = None) -> Path:
         )
         if done.returncode != 0:
             _keep_failure(failed, f"the header did not compile: {_last_line(done.stderr)}")
+        # beside it, the header itself: once gcc has used the precompiled one, a second `#include
+        # <torch/extension.h>` (a candidate's cpp_sources often have one) resolves to this folder, and must
+        # find the header there to see that it was included already
+        (made / HEADER).symlink_to(header_plan.header)
         used = check(header_plan, made, work)
         if used:
             _keep_failure(failed, used)
@@ -164,7 +170,9 @@ def check(header_plan: HeaderPlan, made: Path, work: Path) -> str:
     """Compile a stand-in `main.cpp` (another extension's name, as every build has) against the header in
     `made`, as a build would find it; "" when gcc used it, else why not."""
     source = work / "main.cpp"
-    source.write_text("#include <torch/extension.h>\nint harness_pch_check() { return 0; }\n")
+    source.write_text(  # as load_inline writes it, with the candidate's own include after its own
+        "#include <torch/extension.h>\n#include <torch/extension.h>\nint harness_pch_check() { return 0; }\n"
+    )
     env = {**os.environ, "CPATH": str(made)}
     done = subprocess.run(
         [*header_plan.cxx, "-H", "-Winvalid-pch", "-DTORCH_EXTENSION_NAME=harness_check", *header_plan.flags]
