@@ -7,8 +7,8 @@ Uses the same content-addressed cache and build processes as `run.py`'s build-ah
 build processes write only their scratch and the build cache), so a later `python run.py` finds every build
 finished. Builds that fail are only reported here; the evaluation reports them again as `build failed`.
 
---header says whether the builds use a precompiled torch/extension.h (harness/parent/pch.py): `off`, `on` (made
-beside the first builds, as a run makes it) or `warm` (made, or found made, before the first build starts; the
+--header says whether the builds use a precompiled torch/extension.h (harness/parent/pch.py): `off`, `on` (found,
+or made once a build waits for a slot, as a run does) or `warm` (found or made before the first build starts; the
 seconds that took are printed apart). Two passes over the same files into two empty caches, `off` and `warm`,
 show what the header saves a build. The last line gives the builds' median and total seconds.
 """
@@ -49,8 +49,7 @@ def main() -> None:
         )
         started = time.perf_counter()
         if args.header == "warm" and builds.header is not None:  # made (or found) before the first build
-            while builds.header.note == "not made yet":
-                time.sleep(0.2)
+            builds.header.make()
             print(f"precompiled header: {builds.header.note} ({builds.header.folder()})", flush=True)
             started = time.perf_counter()
         for path in args.files:

@@ -60,9 +60,7 @@ def test_builds_that_start_once_the_header_is_ready_compile_against_it_inside_th
     )
     try:
         assert pool.header is not None
-        deadline = time.monotonic() + 600
-        while pool.header.folder() is None and pool.header.note == "not made yet" and time.monotonic() < deadline:
-            time.sleep(1)
+        pool.header.make()  # what a build waiting for a slot starts; it waits for the pool's look for one first
         folder = pool.header.folder()
         assert folder is not None, pool.header.note
         assert folder.parent == tmp_path / "cache" / pch.FOLDER and (folder / "torch" / "extension.h.gch").is_file()
@@ -76,11 +74,10 @@ def test_builds_that_start_once_the_header_is_ready_compile_against_it_inside_th
         pool.close()
     assert used.outcome == "built" and used.detail == "[('pch_twice', 'built')]", used
     assert own.outcome == "built" and own.detail == "[('pch_thrice', 'built')]", own
-    # a second run finds it made: its process says where at once, and compiles nothing
+    # a second run finds it made as its pool starts: its process says where, and compiles nothing
     again = pch.PrecompiledHeader(tmp_path / "cache", "cpu")
-    started = time.monotonic()
-    again.make()
-    assert again.folder() == folder and time.monotonic() - started < 60, again.note
+    again.find()
+    assert again.folder() == folder and again.note.startswith("found in"), again.note
 
 
 def test_a_header_that_does_not_compile_is_kept_failed_and_not_tried_again(tmp_path, monkeypatch):
@@ -129,8 +126,8 @@ def test_only_layers_that_keep_candidates_from_writing_the_build_cache_use_the_h
     assert RunBoundary("mount", {}).cache_read_only
     assert not RunBoundary("hash", {}).cache_read_only
     assert not RunBoundary("off", {}).cache_read_only
-    made = []
-    monkeypatch.setattr(pch.PrecompiledHeader, "make", lambda self: made.append(self.cache))
+    monkeypatch.setattr(pch.PrecompiledHeader, "find", lambda self: None)
+    monkeypatch.setattr(pch.PrecompiledHeader, "make", lambda self: None)
     cfg = make_config("builds.ahead=always")
     for read_only, expected in ((True, True), (False, False)):
         pool = start_builds(cfg, "cpu", QuietHost(), {}, cache_read_only=read_only)
@@ -210,3 +207,42 @@ def test_a_run_that_ends_while_the_header_compiles_ends_its_compiler_and_leaves_
         time.sleep(0.1)
     assert session_members(proc.pid) == []  # gcc too
     assert header.folder() is None and list((tmp_path / "cache" / pch.FOLDER).iterdir()) == []
+
+
+def test_the_header_is_looked_for_at_once_and_made_only_once_a_build_waits_for_a_slot(tmp_path, monkeypatch):
+    import threading
+
+    from harness.core.records import AheadBuild, AheadOutcome
+    from harness.parent.prebuild import BuildAhead
+
+    calls: list[str] = []
+    monkeypatch.setattr(pch.PrecompiledHeader, "find", lambda self: calls.append("find"))
+    monkeypatch.setattr(pch.PrecompiledHeader, "make", lambda self: calls.append("make"))
+    release = threading.Event()
+
+    def held(self, path, problem=None):  # a build that runs until the test lets it end
+        release.wait(30)
+        return AheadBuild(AheadOutcome.NOTHING, "", 0.0)
+
+    monkeypatch.setattr(BuildAhead, "_build", held)
+    pool = BuildAhead(tmp_path / "cache", "cpu", builds=2, jobs_per_build=1, timeout=60, precompiled_header=True)
+    try:
+        paths = []
+        for number in range(4):
+            path = tmp_path / f"c{number}.py"
+            path.write_text(f"# candidate {number}\n")
+            paths.append(path)
+        for path in paths[:2]:  # both start at once: nothing to gain
+            pool.submit(path)
+        time.sleep(0.2)
+        assert calls == ["find"]
+        pool.submit(paths[2])  # waits for a slot: the builds after it can use the header
+        pool.submit(paths[3])
+        deadline = time.monotonic() + 10
+        while "make" not in calls and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.2)
+        assert calls == ["find", "make"]  # once
+    finally:
+        release.set()
+        pool.close()

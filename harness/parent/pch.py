@@ -17,11 +17,14 @@ it (gcc's `-H` says so) and read it twice, as a `main.cpp` whose candidate inclu
 the folder is not made and the reason is kept beside it (`<key>.failed`). The folder holds a link to torch's header
 beside the precompiled one: gcc resolves that second include to the folder it found the precompiled one in.
 A header that is not there yet is not waited for: the builds that start before it is ready compile as before.
+A run looks for one made before as its pool starts, and makes one only once a build has to wait for a slot of
+the pool: a run whose builds all start at once would gain nothing from it, and would end its compile unfinished.
 
-    python -m harness.parent.pch CACHE ARCH [--work FOLDER] [--nice N]
+    python -m harness.parent.pch CACHE ARCH [--work FOLDER | --find] [--nice N]
         prints `ready FOLDER` (made now or before) or `failed REASON`; ARCH is `cpu` or a GPU's compute
         capability (`9.0`), as the build processes get it; it compiles in FOLDER (a new one when not given),
-        which it removes; with --nice, it first lowers its CPU priority by N levels, as a build process does
+        which it removes; with --find, it only looks for one made before (`failed not made yet`); with
+        --nice, it first lowers its CPU priority by N levels, as a build process does
 """
 
 from __future__ import annotations
@@ -126,10 +129,11 @@ def _run(command: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=MAKE_LIMIT_S)
 
 
-def make(cache: Path, cuda: bool, work: Optional[Path] = None) -> Path:
+def make(cache: Path, cuda: bool, work: Optional[Path] = None, find_only: bool = False) -> Path:
     """The folder holding `torch/extension.h.gch` for this plan, made unless it is there; RuntimeError (its
-    reason) when it cannot be made or gcc would not use it. A failure is kept, so it is not tried again. It is
-    made in `work` (a new folder beside it when None), which is removed."""
+    reason) when it cannot be made or gcc would not use it, or, with `find_only`, when it is not there. A
+    failure is kept, so it is not tried again. It is made in `work` (a new folder beside it when None), which
+    is removed."""
     header_plan = plan(cuda)
     root = cache / FOLDER
     folder = root / header_plan.key
@@ -138,6 +142,8 @@ def make(cache: Path, cuda: bool, work: Optional[Path] = None) -> Path:
         return folder
     if failed.is_file():
         raise RuntimeError(failed.read_text(encoding="utf-8", errors="replace").strip() or "failed before")
+    if find_only:
+        raise RuntimeError("not made yet")
     root.mkdir(parents=True, exist_ok=True)
     work = work if work is not None else Path(tempfile.mkdtemp(prefix="work-", dir=root))
     try:
@@ -204,10 +210,12 @@ def _last_line(text: str) -> str:
 
 
 class PrecompiledHeader:
-    """The run's precompiled header, made in a process of the harness's own (background work for the run's
-    quiet host, at the builds' priority) on a thread of the caller's; `folder()` is where it is once ready,
-    None until then or when it could not be made (`note` says why). Its work folder, which the parent makes
-    and removes, holds the header until it is whole: a run stopped while it compiles leaves nothing."""
+    """The run's precompiled header, found or made by a process of the harness's own (background work for the
+    run's quiet host, at the builds' priority) on a thread of the caller's. `find()` looks for one made before
+    (about 2 s: the process imports torch to learn its flags); `make()` makes it when none was found (about 40
+    CPU-s). `folder()` is where it is once ready, None until then or when it could not be made (`note` says
+    why). The work folder of a make, which the parent makes and removes, holds the header until it is whole:
+    a run stopped while it compiles leaves nothing."""
 
     def __init__(self, cache: Path, arch: str, nice: int = 0, quiet: Optional[QuietHost] = None) -> None:
         self.cache = cache
@@ -219,22 +227,40 @@ class PrecompiledHeader:
         self._proc: Optional[subprocess.Popen[str]] = None
         self._work: Optional[Path] = None
         self._lock = threading.Lock()
+        self._looked = threading.Event()  # find() has ended
         self._closed = False
 
     def folder(self) -> Optional[Path]:
         return self._folder
 
+    def find(self) -> None:
+        """Look for one made before (by any run on this cache); returns once its process has ended."""
+        try:
+            self._run(make=False)
+        finally:
+            self._looked.set()
+
     def make(self) -> None:
-        """Make it (or find it made) in a process of its own; returns when that process has ended. Time the
-        process spends stopped by a hold does not count against its limit."""
+        """Make it, unless find() (which it waits for, when it was started) found it; returns once done."""
+        with self._lock:
+            started_find = self._proc is not None
+        if started_find:
+            self._looked.wait()
+        if self._folder is None:
+            self._run(make=True)
+
+    def _run(self, make: bool) -> None:
+        """One process of `python -m harness.parent.pch`; its limit does not run while a hold stops it."""
         started = time.perf_counter()
         with self._lock:
             if self._closed:
                 return
-            (self.cache / FOLDER).mkdir(parents=True, exist_ok=True)
-            self._work = Path(tempfile.mkdtemp(prefix="work-", dir=self.cache / FOLDER))
-            self._proc = subprocess.Popen(
-                self.command(self._work),
+            work = None
+            if make:
+                (self.cache / FOLDER).mkdir(parents=True, exist_ok=True)
+                work = self._work = Path(tempfile.mkdtemp(prefix="work-", dir=self.cache / FOLDER))
+            proc = self._proc = subprocess.Popen(
+                self.command(work),
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True,
@@ -242,7 +268,6 @@ class PrecompiledHeader:
                 env=self.env(),
                 start_new_session=True,
             )
-            proc, work = self._proc, self._work
         self.quiet.register_background(proc)
         paused_before = self.quiet.paused_seconds
         stdout, stderr = "", ""
@@ -260,26 +285,21 @@ class PrecompiledHeader:
                         break
         finally:
             self.quiet.unregister(proc)
-            shutil.rmtree(work, ignore_errors=True)
+            if work is not None:
+                shutil.rmtree(work, ignore_errors=True)
         said = (stdout.strip().splitlines() or [""])[-1]
         if said.startswith("ready ") and (Path(said[6:]) / f"{HEADER}.gch").is_file():
             self._folder = Path(said[6:])
-            self.note = f"ready in {time.perf_counter() - started:.1f} s"
+            self.note = f"{'made' if make else 'found'} in {time.perf_counter() - started:.1f} s"
         else:
             self.note = said.removeprefix("failed ") or _last_line(stderr)
 
-    def command(self, work: Path) -> list[str]:
+    def command(self, work: Optional[Path]) -> list[str]:
+        """The process's command line: with `work`, it makes the header there; without, it only looks for it."""
+        how = ["--work", str(work)] if work is not None else ["--find"]
         nice = ["--nice", str(self.nice)] if self.nice else []
-        return [
-            sys.executable,
-            "-m",
-            "harness.parent.pch",
-            str(self.cache),
-            self.arch or Device.CPU,
-            "--work",
-            str(work),
-            *nice,
-        ]
+        arch = self.arch or Device.CPU
+        return [sys.executable, "-m", "harness.parent.pch", str(self.cache), arch, *how, *nice]
 
     def env(self) -> dict[str, str]:
         """Its process's environment: no GPU (it needs none), the builds' target architecture."""
@@ -308,6 +328,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("arch")
     parser.add_argument("--nice", type=int, default=0)
     parser.add_argument("--work", type=Path)
+    parser.add_argument("--find", action="store_true", help="only look for one made before")
     args = parser.parse_args(argv)
     if args.nice > 0:
         try:
@@ -316,7 +337,7 @@ def main(argv: list[str]) -> int:
             pass
     cache, arch = args.cache, args.arch
     try:
-        folder = make(cache, cuda=arch != Device.CPU, work=args.work)
+        folder = make(cache, cuda=arch != Device.CPU, work=args.work, find_only=args.find)
     except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
         print(f"failed {str(exc).strip()[:300]}")
         return 0

@@ -11,8 +11,8 @@ inputs. It never runs a forward, and it needs no CUDA device: it is given the ta
 context and inside the run's boundary, and a hundred builds never touch the GPU being timed. A build
 that fails is left to the worker, which reports it; its outcome (`AheadBuild`) goes into the
 candidate's record. Builds start in the order they are submitted, the order the lanes take candidates in.
-With a precompiled torch/extension.h (harness.parent.pch), made beside the pool's first builds, each build that
-starts once it is ready compiles its main.cpp against it.
+With a precompiled torch/extension.h (harness.parent.pch), looked for as the pool starts and made once a build
+waits for a slot, each build that starts once it is ready compiles its main.cpp against it.
 """
 
 from __future__ import annotations
@@ -102,16 +102,19 @@ class BuildAhead:
         self.futures: dict[Path, Future] = {}
         self._by_content: dict[str, Future] = {}  # a file's sha256 -> its build: the same source is built once
         self._lock = threading.Lock()  # submissions come from any thread (harness.api)
-        # made on a thread of its own, beside the pool's builds (one core for about 40 s, at the builds' priority)
+        self.builds = builds
+        # looked for at once; made (one core for about 40 s, at the builds' priority) once a build waits for a slot
         self.header = PrecompiledHeader(cache_dir, arch, nice, self.quiet) if precompiled_header else None
+        self._header_made = False
         if self.header is not None:
-            threading.Thread(target=self.header.make, name="build-header", daemon=True).start()
+            threading.Thread(target=self.header.find, name="build-header", daemon=True).start()
 
     def submit(self, path: Path, problem: Optional[Path] = None) -> None:
         """Build `path` in the pool, unless a file with the same contents was submitted already:
         its extensions are then the same (the build cache is keyed by their sources), and a build
         process would only import torch to find them built. With `problem`, a candidate that builds
-        in its constructor is constructed with the problem's init inputs."""
+        in its constructor is constructed with the problem's init inputs. The first build that has to
+        wait for a slot starts the precompiled header's make, when none was found."""
         if path.suffix != ".py":
             return
         try:
@@ -124,6 +127,11 @@ class BuildAhead:
             if digest not in self._by_content:
                 self._by_content[digest] = self.pool.submit(self._build, path, problem)
             self.futures[path] = self._by_content[digest]
+            waiting = sum(not future.done() for future in self._by_content.values()) > self.builds
+            make_header = self.header is not None and waiting and not self._header_made
+            self._header_made = self._header_made or make_header
+        if make_header and self.header is not None:  # a build waits for a slot: later ones can use the header
+            threading.Thread(target=self.header.make, name="build-header", daemon=True).start()
 
     def wait(self, path: Path) -> AheadBuild:
         """How the build of `path` ended, once it has (skipped when it was never submitted)."""
