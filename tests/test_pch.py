@@ -74,10 +74,17 @@ def test_builds_that_start_once_the_header_is_ready_compile_against_it_inside_th
         pool.close()
     assert used.outcome == "built" and used.detail == "[('pch_twice', 'built')]", used
     assert own.outcome == "built" and own.detail == "[('pch_thrice', 'built')]", own
-    # a second run finds it made as its pool starts: its process says where, and compiles nothing
+    # a second run knows it before its first build (named under a fingerprint read without torch) and compiles
+    # nothing; with the name gone, its pool's look finds it (a process that imports torch to learn the flags)
     again = pch.PrecompiledHeader(tmp_path / "cache", "cpu")
-    again.find()
-    assert again.folder() == folder and again.note.startswith("found in"), again.note
+    assert again.folder() == folder and again.note == "known"
+    for name in (tmp_path / "cache" / pch.FOLDER).glob("*.key"):
+        name.unlink()
+    looked = pch.PrecompiledHeader(tmp_path / "cache", "cpu")
+    assert looked.folder() is None
+    looked.find()
+    assert looked.folder() == folder and looked.note.startswith("found in"), looked.note
+    assert pch.known(tmp_path / "cache", "cpu") == folder  # named again
 
 
 def test_a_header_that_does_not_compile_is_kept_failed_and_not_tried_again(tmp_path, monkeypatch):

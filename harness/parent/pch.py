@@ -19,6 +19,8 @@ beside the precompiled one: gcc resolves that second include to the folder it fo
 A header that is not there yet is not waited for: the builds that start before it is ready compile as before.
 A run looks for one made before as its pool starts, and makes one only once a build has to wait for a slot of
 the pool: a run whose builds all start at once would gain nothing from it, and would end its compile unfinished.
+The header made or found is named under a fingerprint the parent reads without importing torch
+(`<cache>/_pch/<fingerprint>.key`), so the next run's first builds already use it.
 
     python -m harness.parent.pch CACHE ARCH [--work FOLDER | --find] [--nice N]
         prints `ready FOLDER` (made now or before) or `failed REASON`; ARCH is `cpu` or a GPU's compute
@@ -125,6 +127,54 @@ def plan(cuda: bool) -> HeaderPlan:
     return HeaderPlan(cxx, flags, header, key)
 
 
+def fingerprint(arch: str) -> str:
+    """What a plan's key depends on, read without importing torch (the parent's part: microseconds): the
+    interpreter, torch's version and header, the compiler it names, and whether the builds are CUDA's. A header
+    made or found for it is named in `<cache>/_pch/<fingerprint>.key`, so a run finds it before its first build.
+    Should the flags differ after all, gcc does not use the header and the build compiles as before."""
+    import importlib.metadata
+    import importlib.util
+
+    spec = importlib.util.find_spec("torch")
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    header = Path(locations[0]) / "include" / HEADER if locations else Path("-")
+    try:
+        stat = header.stat()
+        seen = [str(header), stat.st_size, stat.st_mtime_ns]
+    except OSError:
+        seen = [str(header)]
+    try:
+        version = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        version = ""
+    material = {
+        "python": sys.executable,
+        "torch": version,
+        "header": seen,
+        "cxx": os.environ.get("CXX", "c++"),
+        "cuda": arch not in ("", Device.CPU),
+    }
+    return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def known(cache: Path, arch: str) -> Optional[Path]:
+    """The folder of a header made before for this fingerprint, when it is still there."""
+    try:
+        key = (cache / FOLDER / f"{fingerprint(arch)}.key").read_text(encoding="utf-8").strip()
+    except OSError:
+        return None
+    folder = cache / FOLDER / key
+    return folder if re.fullmatch(r"[0-9a-f]{32}", key) and (folder / f"{HEADER}.gch").is_file() else None
+
+
+def _name(cache: Path, arch: str, folder: Path) -> None:
+    """Name `folder` under this fingerprint (written whole: a reader sees the old name or the new)."""
+    name = cache / FOLDER / f"{fingerprint(arch)}.key"
+    partial = name.with_suffix(f".{os.getpid()}.partial")
+    partial.write_text(folder.name + "\n", encoding="utf-8")
+    os.replace(partial, name)
+
+
 def _run(command: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=MAKE_LIMIT_S)
 
@@ -222,8 +272,8 @@ class PrecompiledHeader:
         self.arch = arch
         self.nice = nice
         self.quiet = quiet if quiet is not None else QuietHost()
-        self.note = "not made yet"
-        self._folder: Optional[Path] = None
+        self._folder: Optional[Path] = known(cache, arch)  # named by an earlier run: ready before the first build
+        self.note = "known" if self._folder is not None else "not made yet"
         self._proc: Optional[subprocess.Popen[str]] = None
         self._work: Optional[Path] = None
         self._lock = threading.Lock()
@@ -234,9 +284,11 @@ class PrecompiledHeader:
         return self._folder
 
     def find(self) -> None:
-        """Look for one made before (by any run on this cache); returns once its process has ended."""
+        """Look for one made before (by any run on this cache), unless it is known; returns once its process
+        has ended."""
         try:
-            self._run(make=False)
+            if self._folder is None:
+                self._run(make=False)
         finally:
             self._looked.set()
 
@@ -246,6 +298,8 @@ class PrecompiledHeader:
             started_find = self._proc is not None
         if started_find:
             self._looked.wait()
+        if self._folder is None:
+            self._folder = known(self.cache, self.arch)  # another run may have made it meanwhile
         if self._folder is None:
             self._run(make=True)
 
@@ -338,6 +392,7 @@ def main(argv: list[str]) -> int:
     cache, arch = args.cache, args.arch
     try:
         folder = make(cache, cuda=arch != Device.CPU, work=args.work, find_only=args.find)
+        _name(cache, arch, folder)
     except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
         print(f"failed {str(exc).strip()[:300]}")
         return 0
