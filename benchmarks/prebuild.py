@@ -10,12 +10,14 @@ finished. Builds that fail are only reported here; the evaluation reports them a
 --header says whether the builds use a precompiled torch/extension.h (harness/parent/pch.py): `off`, `on` (found,
 or made once a build waits for a slot, as a run does) or `warm` (found or made before the first build starts; the
 seconds that took are printed apart). Two passes over the same files into two empty caches, `off` and `warm`,
-show what the header saves a build. The last line gives the builds' median and total seconds.
+show what the header saves a build. The last line gives the builds' median and total seconds and their CPU
+seconds (the compilers'; with `warm`, from after the header was ready).
 """
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import sys
 import time
@@ -52,6 +54,7 @@ def main() -> None:
             builds.header.make()
             print(f"precompiled header: {builds.header.note} ({builds.header.folder()})", flush=True)
             started = time.perf_counter()
+        before = cpu_seconds()
         for path in args.files:
             builds.submit(path.resolve())
         seconds = []
@@ -68,8 +71,16 @@ def main() -> None:
     median = statistics.median(seconds) if seconds else 0.0
     print(
         f"{time.perf_counter() - started:7.1f} s  total for {len(args.files)} files with {args.jobs} jobs; "
-        f"header {args.header}; builds: median {median:.1f} s, sum {sum(seconds):.1f} s"
+        f"header {args.header}; builds: median {median:.1f} s, sum {sum(seconds):.1f} s; "
+        f"CPU {cpu_seconds() - before:.1f} s"
     )
+
+
+def cpu_seconds() -> float:
+    """User and system CPU seconds of this process's ended children and theirs (the build processes, ninja, the
+    compilers): what the builds cost, which a build's wall hides when its two compiles run side by side."""
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
 
 
 if __name__ == "__main__":

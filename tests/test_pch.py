@@ -14,7 +14,7 @@ from harness.parent.boundary import RunBoundary
 
 # a candidate that proves, from inside its build process, that the header is there, readable through the boundary,
 # and used: gcc finds it first (CPATH), and -Werror=invalid-pch turns a header found but not usable into an error;
-# its cpp_sources include the header again after load_inline's own include, as LLM-written candidates often do
+# its cpp_sources include the header again after load_inline's own include, as some candidates do
 USES_HEADER = """
 import os
 import pathlib

@@ -206,7 +206,7 @@ def make(cache: Path, cuda: bool, work: Optional[Path] = None, find_only: bool =
         if done.returncode != 0:
             _keep_failure(failed, f"the header did not compile: {_last_line(done.stderr)}")
         # beside it, the header itself: once gcc has used the precompiled one, a second `#include
-        # <torch/extension.h>` (a candidate's cpp_sources often have one) resolves to this folder, and must
+        # <torch/extension.h>` (a candidate's cpp_sources may have one) resolves to this folder, and must
         # find the header there to see that it was included already
         (made / HEADER).symlink_to(header_plan.header)
         used = check(header_plan, made, work)
