@@ -277,15 +277,26 @@ class PrecompiledHeader:
         self._proc: Optional[subprocess.Popen[str]] = None
         self._work: Optional[Path] = None
         self._lock = threading.Lock()
+        self._finding = False  # a find() was started
         self._looked = threading.Event()  # find() has ended
         self._closed = False
 
     def folder(self) -> Optional[Path]:
         return self._folder
 
+    def start_find(self) -> None:
+        """find() on a thread of its own."""
+        self._finding = True
+        threading.Thread(target=self.find, name="build-header-find", daemon=True).start()
+
+    def start_make(self) -> None:
+        """make() on a thread of its own."""
+        threading.Thread(target=self.make, name="build-header-make", daemon=True).start()
+
     def find(self) -> None:
         """Look for one made before (by any run on this cache), unless it is known; returns once its process
         has ended."""
+        self._finding = True
         try:
             if self._folder is None:
                 self._run(make=False)
@@ -294,9 +305,7 @@ class PrecompiledHeader:
 
     def make(self) -> None:
         """Make it, unless find() (which it waits for, when it was started) found it; returns once done."""
-        with self._lock:
-            started_find = self._proc is not None
-        if started_find:
+        if self._finding:
             self._looked.wait()
         if self._folder is None:
             self._folder = known(self.cache, self.arch)  # another run may have made it meanwhile

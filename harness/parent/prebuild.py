@@ -107,7 +107,7 @@ class BuildAhead:
         self.header = PrecompiledHeader(cache_dir, arch, nice, self.quiet) if precompiled_header else None
         self._header_made = False
         if self.header is not None:
-            threading.Thread(target=self.header.find, name="build-header", daemon=True).start()
+            self.header.start_find()
 
     def submit(self, path: Path, problem: Optional[Path] = None) -> None:
         """Build `path` in the pool, unless a file with the same contents was submitted already:
@@ -131,7 +131,7 @@ class BuildAhead:
             make_header = self.header is not None and waiting and not self._header_made
             self._header_made = self._header_made or make_header
         if make_header and self.header is not None:  # a build waits for a slot: later ones can use the header
-            threading.Thread(target=self.header.make, name="build-header", daemon=True).start()
+            self.header.start_make()
 
     def wait(self, path: Path) -> AheadBuild:
         """How the build of `path` ended, once it has (skipped when it was never submitted)."""
