@@ -389,12 +389,13 @@ def build_phase(
     pool_factory: Callable[[int], Any] = spawn_pool,
     builder: Callable[[tuple[str, str, str, str]], tuple[Optional[bool], str, float]] = build_one,
     clock: Callable[[], float] = time.monotonic,
-) -> tuple[dict[str, Build], bool]:
+) -> tuple[dict[str, Build], bool, dict[str, float]]:
     """Every sample's build, in a pool of args.workers processes, all submitted at once (batch_compile's
-    way); a build past --timeout-s is left to run and marked (ok None). The builds finished, and whether the
-    budget stopped the phase."""
+    way); a build past --timeout-s is left to run and marked (ok None). The builds finished, whether the
+    budget stopped the phase, and the builds it stopped in flight with the seconds each had run: their work is
+    lost, and a later call builds them again."""
     if not samples:
-        return {}, False
+        return {}, False, {}
     stale = remove_stale_locks(samples, args.builds)
     if stale:
         print(f"removed {len(stale)} stale build lock(s) left by an interrupted call", file=sys.stderr, flush=True)
@@ -418,9 +419,15 @@ def build_phase(
 
         waiting = list(order)
         late: list[str] = []  # past their timeout, still running: their worker comes free later
+        lost: dict[str, float] = {}
         while waiting:
             if clock() >= deadline:
                 stopped = True
+                now_s = clock()
+                for kernel in [*waiting, *late]:  # had a worker (late ones ran past their timeout): stopped now
+                    start = started(kernel)
+                    if start is not None:
+                        lost[kernel] = round(now_s - start, 2)
                 break
             for kernel in [k for k in late if jobs[k].ready()]:
                 freed.append(clock())
@@ -449,7 +456,7 @@ def build_phase(
     else:
         pool.close()
         pool.join()
-    return builds, stopped
+    return builds, stopped, lost
 
 
 # ---------------------------------------------------------------- the eval phase (a fresh process per sample)
@@ -753,6 +760,7 @@ def run_call(
         flush=True,
     )
     builds: dict[str, Build] = {}
+    lost: dict[str, float] = {}
     lines: list[dict[str, Any]] = []
     epochs: dict[str, list[float]] = {}  # each phase's [start, end] (time.time(): NVML's samples are split by them)
     seconds = {"build": 0.0, "eval": 0.0}
@@ -770,7 +778,7 @@ def run_call(
             kwargs["builder"] = builder
         if pool_factory is not None:
             kwargs["pool_factory"] = pool_factory
-        builds, stopped = phase("build", lambda: build_phase(todo, args, deadline, **kwargs))
+        builds, stopped, lost = phase("build", lambda: build_phase(todo, args, deadline, **kwargs))
         print(
             f"build phase: {len(builds)} of {len(todo)} in {seconds['build']:.0f} s ("
             f"{sum(b.ok is True for b in builds.values())} ok, {sum(b.ok is False for b in builds.values())} failed, "
@@ -791,6 +799,8 @@ def run_call(
             build_failed=sum(b.ok is False for b in builds.values()),
             build_unfinished=sum(b.ok is None for b in builds.values()),
             build_median_s=round(statistics.median(b.seconds for b in builds.values()), 1) if builds else None,
+            build_lost=len(lost),
+            build_lost_s=round(sum(lost.values()), 1),
             evaluated=len(lines),
             judged=sum(1 for line in lines if line["judged"]),
             build_epoch=epochs.get("build"),
@@ -861,6 +871,13 @@ def report(
     out.append(
         f"- wall time over {len(calls)} call(s): build phase {build:.0f} s + eval phase {evals:.0f} s = {wall:.0f} s"
     )
+    lost = sum(c.get("build_lost") or 0 for c in calls)
+    if lost:
+        out.append(
+            f"- builds a call's budget stopped in flight, built again by a later call: {lost} "
+            f"({sum(c.get('build_lost_s') or 0.0 for c in calls):.0f} build-seconds lost; a single call would not "
+            "lose them, so the rate over several calls is lower than one call's)"
+        )
     if wall > 0:
         rate = f"{len(judged) / (wall / 3600):.0f}"
         eval_only = f"{len(judged) / (evals / 3600):.0f}" if evals > 0 else "n/a"

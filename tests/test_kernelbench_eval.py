@@ -172,6 +172,9 @@ def test_the_report_counts_verdicts_per_gpu_hour_over_both_phases(tmp_path: Path
     assert "| kb_l1/l1_p1 | b | correct |  |" in text
     assert "Against ours" not in text
     assert "verdicts per GPU-hour: n/a" in kbe.report(samples, [])
+    assert "stopped in flight" not in text  # no call lost a build
+    stopped = [{**calls[0], "build_lost": 3, "build_lost_s": 150.4}, calls[1]]
+    assert "stopped in flight, built again by a later call: 3 (150 build-seconds lost" in kbe.report(samples, stopped)
 
 
 def test_the_report_lists_the_kernels_whose_verdicts_differ_from_ours(tmp_path: Path) -> None:
@@ -280,11 +283,12 @@ def test_a_build_past_its_timeout_is_marked_and_the_budget_stops_the_build_phase
             time.sleep(0.6)
         return True, "", 0.0
 
-    builds, stopped = kbe.build_phase(samples, args, float("inf"), ThreadPool, builder, Ticking())
-    assert not stopped and [builds[s.kernel].ok for s in samples] == [None, None, True]
+    builds, stopped, lost = kbe.build_phase(samples, args, float("inf"), ThreadPool, builder, Ticking())
+    assert not stopped and [builds[s.kernel].ok for s in samples] == [None, None, True] and lost == {}
     assert builds[samples[0].kernel].error == "build timed out"  # the third's timeout ran from when it started
-    builds, stopped = kbe.build_phase(samples, args, 1010.0, ThreadPool, builder, Ticking())
-    assert stopped and builds == {}
+    builds, stopped, lost = kbe.build_phase(samples, args, 1010.0, ThreadPool, builder, Ticking())
+    # the two that had a worker were in flight: their work is lost; the third had not started
+    assert stopped and builds == {} and sorted(lost) == sorted(s.kernel for s in samples[:2])
 
 
 
@@ -314,7 +318,7 @@ def test_the_build_phase_removes_the_build_locks_a_call_stopped_mid_build_left(
             baton.release()
         return True, "", 0.0
 
-    builds, stopped = kbe.build_phase(samples[:2], args, float("inf"), ThreadPool, builder, Clock())
+    builds, stopped, _ = kbe.build_phase(samples[:2], args, float("inf"), ThreadPool, builder, Clock())
     assert not stopped and [builds[s.kernel].ok for s in samples[:2]] == [True, True]
     assert "removed 2 stale build lock(s) left by an interrupted call" in capsys.readouterr().err
     assert not (first / "ext" / "lock").exists() and not (second / "lock").exists()
