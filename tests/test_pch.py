@@ -253,3 +253,34 @@ def test_the_header_is_looked_for_at_once_and_made_only_once_a_build_waits_for_a
     finally:
         release.set()
         pool.close()
+
+
+def test_a_ray_build_task_compiles_against_a_header_made_before_on_its_node(tmp_path, make_config, monkeypatch):
+    import subprocess
+
+    from harness.parent import ray_executor
+    from harness.parent.boundary import RunBoundary
+
+    cfg = make_config()
+    cache = cfg.path(cfg.build_cache_dir)
+    folder = cache / pch.FOLDER / ("a" * 32)
+    (folder / "torch").mkdir(parents=True)
+    (folder / "torch" / "extension.h.gch").write_bytes(b"gpch")
+    pch._name(cache, "cpu", folder)
+    commands = []
+
+    real = subprocess.run
+
+    def ran(command, **kwargs):  # the build process's command is kept, not run; the boundary's probe runs
+        if "harness.worker.build" not in command:
+            return real(command, **kwargs)
+        commands.append(command)
+        return subprocess.CompletedProcess(command, 0, b"", b"")
+
+    monkeypatch.setattr(ray_executor.subprocess, "run", ran)
+    monkeypatch.setattr(RunBoundary, "cache_read_only", property(lambda self: True))
+    ray_executor.build_remote(cfg.to_dict(), "c.py", "# a candidate\n", "cpu", 1, 60)
+    assert commands and commands[0][-2:] == ["--pch", str(folder)]
+    monkeypatch.setattr(RunBoundary, "cache_read_only", property(lambda self: False))
+    ray_executor.build_remote(cfg.to_dict(), "c.py", "# a candidate\n", "cpu", 1, 60)
+    assert "--pch" not in commands[1]  # a layer that lets candidates write the cache: no header

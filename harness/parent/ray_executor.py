@@ -37,6 +37,7 @@ from harness.core.records import CandidateRecord, ReferenceRecord
 from harness.core.schema import decode_line, encode_line
 from harness.core.status import Status
 from harness.core.store import RunStore
+from harness.parent import pch
 from harness.parent.boundary import open_boundary
 from harness.parent.evaluate import ProblemEvaluation
 from harness.parent.executor import UNREADY_POLL_S, Job, QueuedExecutor
@@ -158,7 +159,9 @@ def build_remote(cfg_data: dict[str, Any], file_name: str, source: str, arch: st
     cache (a build already there is reused) and return the builds it uses as a tarball. The build
     process enters the boundary this node offers (sandbox.layer), as a local build ahead does, and
     sees no GPU; under the hash layer, a build that wrote into the trees ships nothing (what it
-    wrote is undone, and the lane's worker, which imports the candidate again, is judged for it)."""
+    wrote is undone, and the lane's worker, which imports the candidate again, is judged for it). It
+    compiles against a precompiled torch/extension.h that a run on this node made before (harness.parent.pch),
+    under the layers that keep candidates from writing the cache; a task makes none."""
     from harness.core.config import build
 
     cfg: Config = build(Config, cfg_data, prefix="")
@@ -172,9 +175,10 @@ def build_remote(cfg_data: dict[str, Any], file_name: str, source: str, arch: st
         keys_file = own / "keys.json"
         env = build_env(boundary.env, arch, jobs)
         owner = buildbook.owner_of(path.read_text(encoding="utf-8", errors="replace"))
+        header = pch.known(cache, arch) if cfg.builds.precompiled_header and boundary.cache_read_only else None
         try:
             subprocess.run(
-                build_command(path, cache, arch, keys_file, own, nice=cfg.builds.nice),
+                build_command(path, cache, arch, keys_file, own, nice=cfg.builds.nice, header=header),
                 capture_output=True,
                 cwd=ROOT,
                 env=env,
