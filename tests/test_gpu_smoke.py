@@ -213,3 +213,32 @@ def test_every_candidate_of_the_smoke_has_an_expectation_the_catalog_syntax_read
         assert all(status for status, _ in smoke.options(each.expect))
     assert smoke.options("CUDA fault or runtime error") == [("CUDA fault", frozenset()), ("runtime error", frozenset())]
     assert smoke.options("incorrect + lazy-output") == [("incorrect", frozenset({"lazy-output"}))]
+
+
+def test_the_smoke_refuses_a_limit_too_short_for_its_passes_and_the_header_it_makes_first(tmp_path):
+    import os
+    import subprocess
+
+    tools = tmp_path / "bin"  # the system's tools but nvidia-smi: on a GPU machine too, no smoke really runs
+    tools.mkdir()
+    for folder in ("/usr/bin", "/bin"):
+        for name in os.listdir(folder):
+            if name != "nvidia-smi" and not (tools / name).exists():
+                (tools / name).symlink_to(Path(folder) / name)
+
+    def smoke_with(**env):
+        done = subprocess.run(
+            ["bash", str(ROOT / "benchmarks" / "gpu_smoke.sh")],
+            env={**os.environ, "OUT": str(tmp_path / "out"), "PATH": str(tools), **env},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        return done.returncode, done.stderr
+
+    code, said = smoke_with(SMOKE_LIMIT="300")  # the header (53 s) and both passes do not fit
+    assert code == 2 and "give at least 325 whole seconds" in said
+    code, said = smoke_with(SMOKE_LIMIT="300", SMOKE_HEADER="off")  # they fit without it: on to the GPU check
+    assert code == 2 and "SMOKE_LIMIT" not in said and "no GPU here" in said
+    code, said = smoke_with(SMOKE_LIMIT="264", SMOKE_HEADER="off")
+    assert code == 2 and "give at least 265 whole seconds" in said
