@@ -33,7 +33,8 @@ the state's order, waiting for its build.
 
 It prints the predicted verdicts per hour and the share of the wall the GPU was held alone, per lane
 count, so a GPU run of the same draw checks the prediction (docs/performance.md). `--build-scale`
-asks what cheaper builds would give. The gate's promises are asserted on every run.
+asks what cheaper builds would give, and `--header-scale F --header-ready-s T` what builds that start once a
+precompiled header is ready (T s into the run) would give. The gate's promises are asserted on every run.
 """
 
 from __future__ import annotations
@@ -117,6 +118,15 @@ class Judges:
     ready_s: float = 10.0
 
 
+@dataclass(frozen=True)
+class Header:
+    """The build pool's precompiled torch/extension.h: ready `ready_s` into the run (0: made by an earlier run); a
+    build that starts once it is ready takes `scale` of its recorded seconds (1: no header)."""
+
+    ready_s: float = 0.0
+    scale: float = 1.0
+
+
 class JudgeQueue:
     """One lane's judges started ahead, on the simulated clock: `reference_s` is a new problem's reference pass."""
 
@@ -160,16 +170,24 @@ def simulate(
     beside: bool = False,
     in_order: bool = False,
     warm: int = 4,
+    header: Header = Header(),
 ) -> tuple[float, float, int]:
     """(verdicts per hour, share of the wall the GPU was held alone, most shared grants at once) for
     `lanes` lanes on one GPU. `memcheck_s`: every passed kernel's memcheck seconds; None: each kernel's own from
     the state, else DEFAULT_MEMCHECK_S. `judges`: judges started ahead (default: the recorded start-ups). `beside`:
     memcheck runs beside the lane's next kernel, and the lane's next time alone waits for it. `in_order`: each lane
-    takes the oldest kernel and waits for its build; else the product's choice, with `warm` problems kept per lane."""
+    takes the oldest kernel and waits for its build; else the product's choice, with `warm` problems kept per lane.
+    `header`: builds that start once the precompiled header is ready are that much cheaper."""
     quiet.DRAIN_S = DRAIN_S * SCALE  # the gate's drain after an exclusive grant, on the simulated clock
     host = QuietHost("off", lanes, lanes_per_gpu=lanes) if lanes > 1 else None
     pool = ThreadPoolExecutor(max_workers=builds)
-    built: dict[str, Future[None]] = {k.name: pool.submit(time.sleep, k.build * build_scale * SCALE) for k in kernels}
+    began = time.perf_counter()
+
+    def build(kernel: Kernel) -> None:
+        ready = (time.perf_counter() - began) / SCALE >= header.ready_s
+        time.sleep(kernel.build * build_scale * (header.scale if ready else 1.0) * SCALE)
+
+    built: dict[str, Future[None]] = {k.name: pool.submit(build, k) for k in kernels}
     waiting = [Queued(kernel) for kernel in kernels]
     held: dict[int, list[str]] = {i: [] for i in range(lanes)}  # each lane's warm problems, oldest first
     alone_s = [0.0]
@@ -320,7 +338,12 @@ def main() -> None:
     parser.add_argument("--in-order", action="store_true",
                         help="each lane takes the oldest kernel and waits for its build (the lanes before 2026-11-29)")
     parser.add_argument("--warm", type=int, default=4, help="problems each lane keeps warm (the loop profile's 4)")
+    parser.add_argument("--header-scale", type=float, default=1.0,
+                        help="builds that start once the precompiled header is ready take this share (1: no header)")
+    parser.add_argument("--header-ready-s", type=float, default=0.0,
+                        help="seconds into the run the header is ready (0: an earlier run made it)")
     args = parser.parse_args()
+    header = Header(args.header_ready_s, args.header_scale)
     judges = Judges(args.judges_ahead, args.judge_ready_s)
     kernels = replayed(args.state)
     builds = sorted(k.build for k in kernels)
@@ -331,13 +354,18 @@ def main() -> None:
         + (f"{judges.ahead} ahead, each ready {judges.ready_s:g} s after its start" if judges.ahead else "as recorded")
         + ("; memcheck beside the lane's next kernel" if args.memcheck_beside else "")
         + ("; kernels in order" if args.in_order else f"; built kernels first, {args.warm} problems warm per lane")
+        + (
+            f"; builds x {header.scale:g} once the header is ready ({header.ready_s:g} s in)"
+            if header.scale != 1.0
+            else ""
+        )
     )
     print("| lanes | predicted verdicts per hour | GPU held alone |")
     print("|---:|---:|---:|")
     for lanes in args.lanes:
         rate, share, _ = simulate(
             kernels, lanes, args.builds, args.build_scale, args.memcheck_s, judges, args.memcheck_beside, args.in_order,
-            args.warm,
+            args.warm, header,
         )
         print(f"| {lanes} | {rate:,.0f} | {share:.0%} |")
 

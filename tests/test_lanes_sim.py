@@ -138,3 +138,17 @@ def test_a_lane_that_takes_built_kernels_first_is_not_held_by_one_slow_build(tmp
     in_order, _, _ = lanes_sim.simulate(kernels, 1, 8, 1.0, 0.0, in_order=True)
     built_first, _, _ = lanes_sim.simulate(kernels, 1, 8, 1.0, 0.0)
     assert built_first > 1.1 * in_order
+
+
+def test_builds_that_start_once_the_header_is_ready_are_cheaper_and_earlier_ones_are_not(tmp_path):
+    rows = [row(f"p{i % 4}/{i}", f"p{i % 4}", build=20.0, time_s=0.5) for i in range(8)]
+    kernels = lanes_sim.replayed(state(tmp_path, rows))
+    plain, _, _ = lanes_sim.simulate(kernels, 1, builds=2, build_scale=1.0, memcheck_s=1.0)
+    made_before, _, _ = lanes_sim.simulate(
+        kernels, 1, builds=2, build_scale=1.0, memcheck_s=1.0, header=lanes_sim.Header(0.0, 0.5)
+    )
+    never_ready, _, _ = lanes_sim.simulate(
+        kernels, 1, builds=2, build_scale=1.0, memcheck_s=1.0, header=lanes_sim.Header(1e9, 0.5)
+    )
+    assert made_before > 1.4 * plain  # the builds bind here: half as long, nearly twice the rate
+    assert abs(never_ready - plain) < 0.15 * plain  # a header that comes too late changes nothing
