@@ -11,6 +11,11 @@
 #   OUT=DIR BUDGET=250 KB_BUDGET=230 bash benchmarks/side_by_side_gpu.sh --fraction 0.04 --seed 7
 # KernelBench's eval needs more than one 10-minute call (its build phase, then 11 to 27 s per kernel). Run this again
 # with the same OUT on the same machine while it is held: both go on where they stopped, and the builds stay in /tmp.
+# KB_BUDGET=0 runs ours alone in this call. On one GPU, a draw whose KernelBench run fits one call is then measured
+# without a stopped call's lost builds: ours cold in a first call with KB_BUDGET=0, KernelBench's cold in the next
+# (its builds removed while its results are empty), e.g. for 23 kernels:
+#   OUT=DIR BUDGET=400 KB_BUDGET=0 bash benchmarks/side_by_side_gpu.sh --fraction 0.09 --seed 7
+#   OUT=DIR BUDGET=400 KB_BUDGET=560 bash benchmarks/side_by_side_gpu.sh --fraction 0.09 --seed 7
 # Ours runs again the kernels a budget stopped before their record (--retry 'no record'): without it, a call that
 # ends while one slow kernel holds the lane leaves every later kernel of the draw unjudged for good.
 # Remove /tmp/kbcorpus-builds and /tmp/kernelbench-eval-builds before a cold first call, and when done.
@@ -45,7 +50,9 @@ if [ "$GPUS" -lt 2 ] || [ "$HALF" -lt 1 ] || [ -n "${SEQUENTIAL:-}" ]; then
   CUDA_VISIBLE_DEVICES=0 OUT="$OUT/ours" BUDGET=$BUDGET \
     bash "$HERE/benchmarks/verdict_rate_gpu.sh" 1/1 --profiles loop "${DRAW[@]}" --retry 'no record' "${EXTRA[@]}" > "$OUT/ours/outer.txt" 2>&1
   echo "ours exit $? after $(( $(date +%s) - started )) s" >> "$OUT/calls.txt"
-  if [ -z "$stopped" ]; then
+  if [ "$KB_BUDGET" = 0 ]; then
+    echo "kernelbench not started: KB_BUDGET=0" >> "$OUT/calls.txt"
+  elif [ -z "$stopped" ]; then
     CUDA_VISIBLE_DEVICES=0 OUT="$OUT/kb" BUDGET=$KB_BUDGET \
       bash "$HERE/benchmarks/kernelbench_eval_gpu.sh" "${DRAW[@]}" --workers "$CPUS" > "$OUT/kb/outer.txt" 2>&1
     echo "kernelbench exit $? after $(( $(date +%s) - started )) s" >> "$OUT/calls.txt"
