@@ -107,7 +107,9 @@ class Row:
     problem: str
     candidate: str
     layer: str
-    built_ahead: str = "n/a"  # yes | no | n/a, with provenance.ahead.outcome in brackets where the record has it
+    # yes | no | n/a, with provenance.ahead.outcome in brackets where the record has it (and "header" where its build
+    # was given the precompiled torch/extension.h)
+    built_ahead: str = "n/a"
     memcheck: str = "-"  # tool:outcome of each sanitizer run
     status: str = ""
     flags: str = ""  # codes, a failing one marked !
@@ -191,7 +193,8 @@ def candidate_row(smoke: Smoke, layer: str, record: Optional[dict[str, Any]], mi
     row.status = status
     row.flags = ",".join(code + ("!" if policy == "fail" else "") for code, policy in flags)
     state, outcome = built_ahead(record)
-    row.built_ahead = state if outcome is None else f"{state} ({outcome or '-'})"
+    header = bool(((record.get("provenance") or {}).get("ahead") or {}).get("header"))  # given the precompiled header
+    row.built_ahead = state if outcome is None else f"{state} ({outcome or '-'}{', header' if header else ''})"
     runs = _sanitizer(record)
     row.memcheck = ",".join(f"{r.get('tool', '?')}:{r.get('outcome', '?')}" for r in runs) or "-"
     reason = str((record.get("decision") or {}).get("reason", ""))[:160]

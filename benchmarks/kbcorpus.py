@@ -283,7 +283,7 @@ def state_line(profile: str, kernel: Kernel, record: dict[str, Any], reference: 
         "phase_s": provenance.get("phase_seconds") or {},
         "build_s": round(sum(b.get("seconds") or 0.0 for b in provenance.get("builds") or [] if not b.get("cached")), 3),
         "builds": [[b.get("name"), bool(b.get("cached"))] for b in provenance.get("builds") or []],
-        "ahead": {k: (provenance.get("ahead") or {}).get(k) for k in ("outcome", "detail", "seconds")},
+        "ahead": {k: (provenance.get("ahead") or {}).get(k) for k in ("outcome", "detail", "seconds", "header")},
         # [tool, outcome, detail, seconds]: what each run cost the lane (sanitizer.prestart's saving shows here)
         "sanitizer": [[r.get("tool"), r.get("outcome"), (r.get("detail") or "")[:160], r.get("seconds")] for r in integrity.get("sanitizer") or []],
         "warnings": [(w or "")[:200] for w in decision.get("warnings") or []],

@@ -150,6 +150,9 @@ def summary(lines: list[dict[str, Any]], every: list[dict[str, Any]] | None = No
         "reference_phases": phase_rows([r.get("reference_phase_s") or {} for r in references.values()]),
         "candidate_wall": spread(line.get("wall_s") for line in judged),
         "candidate_builds": spread(line.get("build_s") for line in judged if line.get("build_s")),
+        # the build pool's builds ahead, given the precompiled header or not (state lines since 2026-11-29 say which)
+        "ahead_header": spread(built_ahead(judged, True)),
+        "ahead_plain": spread(built_ahead(judged, False)),
         "candidate_phases": phase_rows([line.get("phase_s") or {} for line in judged]),
         # each sanitizer run's seconds (state lines since 2026-11-28 carry them as the fourth item)
         "sanitizer": spread(seconds for line in judged for seconds in sanitizer_seconds(line) if seconds),
@@ -157,6 +160,16 @@ def summary(lines: list[dict[str, Any]], every: list[dict[str, Any]] | None = No
         "after_first": after_first(judged),
         "gaps": gaps(judged),
     }
+
+
+def built_ahead(judged: list[dict[str, Any]], header: bool) -> list[float]:
+    """The seconds of the builds ahead that compiled something, given the precompiled header or not."""
+    found = []
+    for line in judged:
+        ahead = line.get("ahead") or {}
+        if ahead.get("outcome") == "built" and bool(ahead.get("header")) is header and ahead.get("seconds"):
+            found.append(float(ahead["seconds"]))
+    return found
 
 
 def render(found: dict[str, Any], profile: str, source: str) -> str:
@@ -196,6 +209,8 @@ def render(found: dict[str, Any], profile: str, source: str) -> str:
         row(f"reference: {name}", *numbers)
     row("**candidate** (wall, seen by the parent)", *found["candidate_wall"])
     row("candidate: cold builds", *found["candidate_builds"])
+    row("build ahead (wall), given the precompiled header", *found["ahead_header"])
+    row("build ahead (wall), without it", *found["ahead_plain"])
     for name, *numbers in found["candidate_phases"]:
         row(f"candidate worker: {name}", *numbers)
     row("**compute-sanitizer runs** (wall, each)", *found["sanitizer"])

@@ -163,6 +163,8 @@ def test_the_build_pools_outcome_is_shown_and_a_failed_build_ahead_is_a_miss():
     record = candidate("honest")
     record["provenance"]["ahead"] = {"outcome": "built", "detail": "ok", "seconds": 40.0}
     assert row(rows(healthy(honest=record)), "honest").built_ahead == "yes (built)"
+    record["provenance"]["ahead"] = {"outcome": "built", "detail": "ok", "seconds": 40.0, "header": True}
+    assert row(rows(healthy(honest=record)), "honest").built_ahead == "yes (built, header)"
     record["provenance"]["ahead"] = {"outcome": "timeout", "detail": "timeout after 900 s", "seconds": 900.0}
     found = row(rows(healthy(honest=record)), "honest")
     assert found.built_ahead == "yes (timeout)" and any("build ahead timeout" in m for m in found.misses)

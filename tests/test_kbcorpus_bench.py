@@ -392,3 +392,23 @@ def test_verdict_rate_counts_both_calls_of_a_resumed_draw_that_share_a_run_id(tm
     state.write_text("".join(json.dumps(x) + "\n" for x in calls[2:]))
     assert rate.main([str(state), "--out", str(out)]) == 0
     assert "1 of 1 kernels judged in 2 run(s) of 150.0 s in all: **24.0 verdicts per GPU-hour**." in out.read_text()
+
+
+def test_verdict_rate_splits_builds_ahead_by_whether_they_were_given_the_precompiled_header(tmp_path):
+    spec = importlib.util.spec_from_file_location("verdict_rate", ROOT / "benchmarks" / "verdict_rate.py")
+    rate = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rate)
+
+    def line(kernel, seconds, header, outcome="built"):
+        return {"profile": "loop", "kernel": kernel, "problem": kernel.split("/")[0], "status": "correct", "run_id": "a",
+                "run_wall_s": 60.0, "wall_s": 3.0, "finished_at": "2026-11-29T12:00:00+00:00",
+                "ahead": {"outcome": outcome, "detail": "", "seconds": seconds, **({} if header is None else {"header": header})}}
+
+    # a state line from before the field (no "header") counts as without; a build that compiled nothing counts as neither
+    lines = [line("p/a", 60.0, True), line("p/b", 64.0, True), line("p/c", 72.0, False), line("p/d", 80.0, None),
+             line("p/e", 5.0, True, outcome="nothing")]
+    found = rate.summary(lines)
+    assert found["ahead_header"] == (2, 62.0, 124.0) and found["ahead_plain"] == (2, 76.0, 152.0)
+    text = rate.render(found, "loop", "state.jsonl")
+    assert "| build ahead (wall), given the precompiled header | 2 | 62.00 | 124.0 |" in text
+    assert "| build ahead (wall), without it | 2 | 76.00 | 152.0 |" in text

@@ -72,8 +72,8 @@ def test_builds_that_start_once_the_header_is_ready_compile_against_it_inside_th
         own = pool.wait(tmp_path / "own_flags.py")
     finally:
         pool.close()
-    assert used.outcome == "built" and used.detail == "[('pch_twice', 'built')]", used
-    assert own.outcome == "built" and own.detail == "[('pch_thrice', 'built')]", own
+    assert used.outcome == "built" and used.detail == "[('pch_twice', 'built')]" and used.header, used
+    assert own.outcome == "built" and own.detail == "[('pch_thrice', 'built')]" and own.header, own  # given; not used
     # a second run knows it before its first build (named under a fingerprint read without torch) and compiles
     # nothing; with the name gone, its pool's look finds it (a process that imports torch to learn the flags)
     again = pch.PrecompiledHeader(tmp_path / "cache", "cpu")
@@ -284,3 +284,26 @@ def test_a_ray_build_task_compiles_against_a_header_made_before_on_its_node(tmp_
     monkeypatch.setattr(RunBoundary, "cache_read_only", property(lambda self: False))
     ray_executor.build_remote(cfg.to_dict(), "c.py", "# a candidate\n", "cpu", 1, 60)
     assert "--pch" not in commands[1]  # a layer that lets candidates write the cache: no header
+
+
+@pytest.mark.slow
+def test_a_build_ahead_says_whether_it_was_given_the_header(tmp_path):
+    from harness.parent.prebuild import BuildAhead
+
+    cache = tmp_path / "cache"
+    folder = cache / pch.FOLDER / ("b" * 32)
+    (folder / "torch").mkdir(parents=True)
+    (folder / "torch" / "extension.h.gch").write_bytes(b"gpch")
+    pch._name(cache, "cpu", folder)  # made by an earlier run: known before the first build
+    source = tmp_path / "plain.py"
+    source.write_text("import torch\n")  # builds nothing: the process still runs, with or without the header
+    for given in (True, False):
+        pool = BuildAhead(cache, "cpu", builds=1, jobs_per_build=1, timeout=120, precompiled_header=given)
+        try:
+            if given:
+                assert pool.header is not None and pool.header.folder() == folder
+            pool.submit(source)
+            outcome = pool.wait(source)
+        finally:
+            pool.close()
+        assert outcome.outcome == "nothing" and outcome.header is given, outcome

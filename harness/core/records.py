@@ -24,8 +24,9 @@ OUTSIDE_CAPTURE = "launches outside the capturing stream: timed eagerly"
 # 2: timing protocol fields, profiles, baselines, speed-of-light, run end; 3: paired rounds, null floor; 4: flags,
 # sanitizer runs; 5: a candidate in parts; 6: a reference in parts, a timing's mode named timing_mode; 7: a
 # candidate's build ahead (provenance.ahead), a build found changed (builds[].tampered); 8: the hold graph
-# replays are timed behind (held_ms, host_waits); 9: a hold that ended (hold_ended)
-SCHEMA_VERSION = 9
+# replays are timed behind (held_ms, host_waits); 9: a hold that ended (hold_ended); 10: a build ahead given the
+# precompiled header (provenance.ahead.header)
+SCHEMA_VERSION = 10
 
 
 def to_dict(obj: Any) -> Any:
@@ -402,6 +403,9 @@ class AheadBuild:
     outcome: AheadOutcome = AheadOutcome.NONE  # how it ended
     detail: str = ""  # the build process's one line (its extensions, or its status and reason), or why skipped
     seconds: float = 0.0  # wall time of the build process, time spent stopped by the quiet host aside
+    # the build process was given the precompiled torch/extension.h (harness.parent.pch): gcc used it for main.cpp
+    # where the candidate's own C++ flags matched the header's
+    header: bool = False
 
     @property
     def went_wrong(self) -> bool:

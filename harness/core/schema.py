@@ -309,6 +309,14 @@ def _to_9(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+def _to_10(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 10 says whether a build ahead was given the precompiled torch/extension.h; an older line's was not
+    (there was none)."""
+    if data.get("kind") in (CANDIDATE_KIND, REFERENCE_KIND):
+        _fill((data.get("provenance") or {}).get("ahead"), {"header": False})
+    return data
+
+
 # version -> the step to the next
 STEPS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
     1: _to_2,
@@ -319,4 +327,5 @@ STEPS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
     6: _to_7,
     7: _to_8,
     8: _to_9,
+    9: _to_10,
 }

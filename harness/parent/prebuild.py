@@ -17,6 +17,7 @@ waits for a slot, each build that starts once it is ready compiles its main.cpp 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import shutil
@@ -209,7 +210,8 @@ class BuildAhead:
                         continue  # it was paused meanwhile
                     _end_session(proc)
                     shutil.rmtree(own, ignore_errors=True)
-                    return AheadBuild(AheadOutcome.TIMEOUT, f"ended after {self.timeout:g} s", round(self.timeout, 3))
+                    ended = f"ended after {self.timeout:g} s"
+                    return AheadBuild(AheadOutcome.TIMEOUT, ended, round(self.timeout, 3), header is not None)
         except BaseException:
             _end_session(proc)
             shutil.rmtree(own, ignore_errors=True)
@@ -217,7 +219,9 @@ class BuildAhead:
         finally:
             host.unregister(proc)
         seconds = round(time.perf_counter() - started - (host.paused_seconds - paused_before), 3)
-        outcome = ahead_outcome(stdout, stderr, proc.returncode, seconds)
+        outcome = dataclasses.replace(
+            ahead_outcome(stdout, stderr, proc.returncode, seconds), header=header is not None
+        )
         # the process has ended: what it compiled goes into the cache under its source's digest, by the
         # parent's hand (harness.core.buildbook), failed compiles included
         publish_own(own, self.cache_dir, path)
