@@ -54,6 +54,8 @@ def fast_config(folder, build_cache, measurement_cache, *extra: str):
         # most candidates in the tests are torch-only stand-ins for the mechanics under test; the
         # default policy (fail: a torch pass-through is not a custom kernel) is tested on its own
         "flags.no_custom_kernel=flag",
+        # its make is about 40 CPU-s beside a test's builds; tests/test_pch.py turns it on where it is under test
+        "builds.precompiled_header=false",
         *extra,
     ])
 

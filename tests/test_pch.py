@@ -135,7 +135,7 @@ def test_only_layers_that_keep_candidates_from_writing_the_build_cache_use_the_h
     assert not RunBoundary("off", {}).cache_read_only
     monkeypatch.setattr(pch.PrecompiledHeader, "find", lambda self: None)
     monkeypatch.setattr(pch.PrecompiledHeader, "make", lambda self: None)
-    cfg = make_config("builds.ahead=always")
+    cfg = make_config("builds.ahead=always", "builds.precompiled_header=true")  # the tests' config has it off
     for read_only, expected in ((True, True), (False, False)):
         pool = start_builds(cfg, "cpu", QuietHost(), {}, cache_read_only=read_only)
         assert pool is not None
@@ -261,7 +261,7 @@ def test_a_ray_build_task_compiles_against_a_header_made_before_on_its_node(tmp_
     from harness.parent import ray_executor
     from harness.parent.boundary import RunBoundary
 
-    cfg = make_config()
+    cfg = make_config("builds.precompiled_header=true")
     cache = cfg.path(cfg.build_cache_dir)
     folder = cache / pch.FOLDER / ("a" * 32)
     (folder / "torch").mkdir(parents=True)
