@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import kbcorpus  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from harness.parent.pch import ninja_values  # noqa: E402
 from harness.parent.sessions import end_session  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -95,15 +96,6 @@ def on_sigterm(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def ninja_vars(build_dir: Path) -> dict[str, str]:
-    values = {}
-    for line in (build_dir / "build.ninja").read_text().splitlines():
-        match = re.match(r"^(\w+) = (.*)$", line)
-        if match:
-            values[match.group(1)] = match.group(2)
-    return values
-
-
 def timed(command: list[str], cwd: Path) -> tuple[float, str]:
     started = time.perf_counter()
     done = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
@@ -114,7 +106,7 @@ def pch_trial(build_dir: Path) -> dict[str, Any]:
     """main.cpp compiled as it was, then against torch/extension.h precompiled with the same flags."""
     import torch.utils.cpp_extension as cpp
 
-    values = ninja_vars(build_dir)
+    values = ninja_values((build_dir / "build.ninja").read_text())
     cxx = shlex.split(values.get("cxx", "c++"))
     flags = shlex.split(values.get("cflags", "")) + shlex.split(values.get("post_cflags", ""))
     source = build_dir / "main.cpp"

@@ -164,6 +164,12 @@ def _sanitizer(record: dict[str, Any]) -> list[dict[str, Any]]:
     return [r for r in runs or [] if isinstance(r, dict)]
 
 
+def _ahead(record: dict[str, Any]) -> dict[str, Any]:
+    """The record's provenance.ahead ({} where it has none)."""
+    ahead = (record.get("provenance") or {}).get("ahead")
+    return ahead if isinstance(ahead, dict) else {}
+
+
 def built_ahead(record: dict[str, Any]) -> tuple[str, Optional[str]]:
     """(yes | no | n/a, provenance.ahead.outcome or None where the record has no such key). yes: every build the
     candidate made was found finished by its lane (`cached`); n/a: it built nothing."""
@@ -193,7 +199,7 @@ def candidate_row(smoke: Smoke, layer: str, record: Optional[dict[str, Any]], mi
     row.status = status
     row.flags = ",".join(code + ("!" if policy == "fail" else "") for code, policy in flags)
     state, outcome = built_ahead(record)
-    header = bool(((record.get("provenance") or {}).get("ahead") or {}).get("header"))  # given the precompiled header
+    header = bool(_ahead(record).get("header"))  # its build was given the precompiled header
     row.built_ahead = state if outcome is None else f"{state} ({outcome or '-'}{', header' if header else ''})"
     runs = _sanitizer(record)
     row.memcheck = ",".join(f"{r.get('tool', '?')}:{r.get('outcome', '?')}" for r in runs) or "-"
@@ -218,7 +224,7 @@ def candidate_row(smoke: Smoke, layer: str, record: Optional[dict[str, Any]], mi
     elif smoke.builds and state == "n/a":
         row.misses.append("not built ahead: its record has no extension build at all")
     if outcome in AHEAD_WRONG and (smoke.builds or state != "n/a"):
-        detail = str(((record.get("provenance") or {}).get("ahead") or {}).get("detail", ""))[:160]
+        detail = str(_ahead(record).get("detail", ""))[:160]
         row.misses.append(f"build ahead {outcome}: {detail}")
     if smoke.memcheck:
         memcheck = next((r for r in runs if r.get("tool") == "memcheck"), None)

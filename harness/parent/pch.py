@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Optional
 
 from harness.core.config import ROOT, Device
-from harness.parent.quiet import QuietHost
+from harness.parent.quiet import QuietHost, communicate_unpaused
 from harness.parent.sessions import end_session
 
 HEADER = Path("torch") / "extension.h"
@@ -68,7 +68,8 @@ class HeaderPlan:
     key: str
 
 
-def _ninja_values(text: str) -> dict[str, str]:
+def ninja_values(text: str) -> dict[str, str]:
+    """The variables (`name = value` lines) of a build.ninja's text."""
     values = {}
     for line in text.splitlines():
         match = re.match(r"^(\w+) = (.*)$", line)
@@ -103,7 +104,7 @@ def plan(cuda: bool) -> HeaderPlan:
         }
         accepted = inspect.signature(writer).parameters
         writer(**{name: value for name, value in offered.items() if name in accepted})
-        values = _ninja_values((Path(tmp) / "build.ninja").read_text())
+        values = ninja_values((Path(tmp) / "build.ninja").read_text())
     cxx = tuple(shlex.split(values.get("cxx", "c++")))
     flags = tuple(
         flag
@@ -332,20 +333,13 @@ class PrecompiledHeader:
                 start_new_session=True,
             )
         self.quiet.register_background(proc)
-        paused_before = self.quiet.paused_seconds
-        stdout, stderr = "", ""
         try:
-            while True:
-                spent = time.perf_counter() - started - (self.quiet.paused_seconds - paused_before)
-                try:
-                    stdout, stderr = proc.communicate(timeout=max(1.0, MAKE_LIMIT_S + 60 - spent))
-                    break
-                except subprocess.TimeoutExpired:
-                    if time.perf_counter() - started - (self.quiet.paused_seconds - paused_before) > MAKE_LIMIT_S + 60:
-                        end_session(proc.pid)
-                        proc.communicate()
-                        stderr = f"ran past {MAKE_LIMIT_S + 60:g} s"
-                        break
+            output = communicate_unpaused(proc, self.quiet, MAKE_LIMIT_S + 60)
+            if output is None:
+                end_session(proc.pid)
+                proc.communicate()
+                output = ("", f"ran past {MAKE_LIMIT_S + 60:g} s")
+            stdout, stderr = output
         finally:
             self.quiet.unregister(proc)
             if work is not None:

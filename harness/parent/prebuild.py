@@ -34,7 +34,7 @@ from harness.core import buildbook
 from harness.core.config import ROOT, Device
 from harness.core.records import AheadBuild, AheadOutcome
 from harness.parent.pch import PrecompiledHeader
-from harness.parent.quiet import QuietHost
+from harness.parent.quiet import QuietHost, communicate_unpaused
 from harness.parent.sessions import end_session
 
 
@@ -128,8 +128,11 @@ class BuildAhead:
             if digest not in self._by_content:
                 self._by_content[digest] = self.pool.submit(self._build, path, problem)
             self.futures[path] = self._by_content[digest]
-            waiting = sum(not future.done() for future in self._by_content.values()) > self.builds
-            make_header = self.header is not None and waiting and not self._header_made
+            make_header = (
+                self.header is not None
+                and not self._header_made
+                and sum(not future.done() for future in self._by_content.values()) > self.builds
+            )  # counted only until it is started: thousands of submissions do not each walk every build
             self._header_made = self._header_made or make_header
         if make_header and self.header is not None:  # a build waits for a slot: later ones can use the header
             self.header.start_make()
@@ -196,22 +199,14 @@ class BuildAhead:
         )
         host.register_background(proc)  # children (ninja, the compilers) inherit its CPUs
         paused_before = host.paused_seconds
-
-        def left() -> float:  # the limit moves on by the time the build spent stopped
-            return self.timeout + host.paused_seconds - paused_before - (time.perf_counter() - started)
-
         try:
-            while True:
-                try:
-                    stdout, stderr = proc.communicate(timeout=max(0.0, left()))
-                    break
-                except subprocess.TimeoutExpired:
-                    if left() > 0:
-                        continue  # it was paused meanwhile
-                    _end_session(proc)
-                    shutil.rmtree(own, ignore_errors=True)
-                    ended = f"ended after {self.timeout:g} s"
-                    return AheadBuild(AheadOutcome.TIMEOUT, ended, round(self.timeout, 3), header is not None)
+            output = communicate_unpaused(proc, host, self.timeout)  # the limit moves on while it is stopped
+            if output is None:
+                _end_session(proc)
+                shutil.rmtree(own, ignore_errors=True)
+                ended = f"ended after {self.timeout:g} s"
+                return AheadBuild(AheadOutcome.TIMEOUT, ended, round(self.timeout, 3), header is not None)
+            stdout, stderr = output
         except BaseException:
             _end_session(proc)
             shutil.rmtree(own, ignore_errors=True)

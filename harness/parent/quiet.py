@@ -37,6 +37,7 @@ import contextlib
 import dataclasses
 import os
 import signal
+import subprocess
 import threading
 import time
 from typing import Any, Callable, Iterable, Iterator, Optional, Union
@@ -579,3 +580,19 @@ class LaneQuiet:
 
     def hold(self) -> Any:
         return self.host.hold(self.lane_index)
+
+
+def communicate_unpaused(proc: "subprocess.Popen[Any]", host: QuietHost, limit: float) -> Optional[tuple[Any, Any]]:
+    """`proc`'s output once it has ended; None once it has run past `limit` seconds, not counting the time `host`
+    kept it stopped (the caller ends it then). Background work a hold stops is not charged for the stop."""
+    started, paused_before = time.perf_counter(), host.paused_seconds
+
+    def left() -> float:
+        return limit + host.paused_seconds - paused_before - (time.perf_counter() - started)
+
+    while True:
+        try:
+            return proc.communicate(timeout=max(0.0, left()))
+        except subprocess.TimeoutExpired:
+            if left() <= 0:
+                return None
