@@ -307,3 +307,19 @@ def test_a_build_ahead_says_whether_it_was_given_the_header(tmp_path):
         finally:
             pool.close()
         assert outcome.outcome == "nothing" and outcome.header is given, outcome
+
+
+def test_a_header_that_could_not_be_made_is_said_once_on_stderr_and_the_run_goes_on_without_it(
+    tmp_path, monkeypatch, capsys
+):
+    import sys
+
+    said = "failed the header did not compile: cc1plus: out of memory"
+    header = pch.PrecompiledHeader(tmp_path / "cache", "cpu")
+    monkeypatch.setattr(header, "command", lambda work: [sys.executable, "-c", f"print({said!r})"])
+    header.make()
+    assert header.folder() is None and header.note == said.removeprefix("failed ")
+    err = capsys.readouterr().err
+    assert err.count("note: builds.precompiled_header: not made (the header did not compile") == 1, err
+    header.find()  # a look that finds none says nothing: most runs have none yet
+    assert "note:" not in capsys.readouterr().err

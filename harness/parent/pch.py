@@ -350,6 +350,13 @@ class PrecompiledHeader:
             self.note = f"{'made' if make else 'found'} in {time.perf_counter() - started:.1f} s"
         else:
             self.note = said.removeprefix("failed ") or _last_line(stderr)
+            if make and not self._closed:  # the run goes on without it: say so where the user looks, once
+                print(
+                    f"note: builds.precompiled_header: not made ({self.note}); builds compile torch/extension.h "
+                    "as before",
+                    file=sys.stderr,
+                    flush=True,
+                )
 
     def command(self, work: Optional[Path]) -> list[str]:
         """The process's command line: with `work`, it makes the header there; without, it only looks for it."""
