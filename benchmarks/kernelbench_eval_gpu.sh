@@ -10,7 +10,9 @@
 # BUDGET (seconds, default 400) bounds the build and eval phases together; start-up and the report take about 30 s
 # more, and the call is stopped at BUDGET + 120 s, so BUDGET=400 fits a 10-minute limit.
 # Writes $OUT/log.txt, $OUT/results.jsonl, $OUT/report.md, $OUT/logs/ (each kernel's build and eval output), and
-# $OUT/nvml.csv with $OUT/busy.txt: utilization.gpu sampled every 200 ms, its mean over the call and over each phase.
+# $OUT/nvml.csv with $OUT/busy.txt: utilization.gpu sampled every 200 ms, its mean over the call and over each phase;
+# and $OUT/cpu.csv, the host's CPU counters each second (benchmarks/host_cpu.py), summed into busy.txt's last line
+# with the CPU-seconds per verdict.
 # Builds live in BUILDS (default /tmp/kernelbench-eval-builds), kept for a later call on the same machine; remove it
 # before a cold measurement there. Exit: kernelbench_eval.py's (0; 130 interrupted), 124 when the timeout stopped it.
 set -o pipefail
@@ -26,6 +28,8 @@ SAMPLES="$OUT/nvml.csv"
 
 nvidia-smi --query-gpu=timestamp,index,utilization.gpu,memory.used --format=csv,noheader,nounits -lms 200 > "$SAMPLES" 2>/dev/null &
 SAMPLER=$!
+python3 "$HERE/benchmarks/host_cpu.py" sample "$OUT/cpu.csv" &  # the host's CPUs over the call (its builds are CPU work)
+CPU_SAMPLER=$!
 . "$HERE/benchmarks/stoppable.sh"
 trap 'stopped=1' INT TERM  # a stop ends kernelbench_eval.py, which keeps its results; then the report is written
 {
@@ -44,12 +48,15 @@ trap 'stopped=1' INT TERM  # a stop ends kernelbench_eval.py, which keeps its re
   exit "$code"
 } 2>&1 | keep_log "$OUT/log.txt"
 code=$?
-kill "$SAMPLER" 2>/dev/null
-wait "$SAMPLER" 2>/dev/null
+kill "$SAMPLER" "$CPU_SAMPLER" 2>/dev/null
+wait "$SAMPLER" "$CPU_SAMPLER" 2>/dev/null
 [ "$RESULTS" != "$OUT/results.jsonl" ] && cp "$RESULTS" "$OUT/results.jsonl"
-python3 - "$SAMPLES" "$RESULTS" <<'EOF' | tee "$OUT/busy.txt" | tee -a "$OUT/log.txt"
-import datetime, json, statistics, sys
-path, results = sys.argv[1], sys.argv[2]
+python3 - "$SAMPLES" "$RESULTS" "$OUT/cpu.csv" "$HERE/benchmarks" <<'EOF' | tee "$OUT/busy.txt" | tee -a "$OUT/log.txt"
+import datetime, json, os, statistics, sys
+from pathlib import Path
+path, results, cpu = sys.argv[1], sys.argv[2], sys.argv[3]
+sys.path.insert(0, sys.argv[4])
+import host_cpu
 rows = []  # (epoch, gpu, utilization, memory MiB)
 for line in open(path):
     parts = [p.strip() for p in line.split(",")]
@@ -71,5 +78,15 @@ for gpu in sorted({r[1] for r in rows}):
         if util:
             print(f"GPU {gpu}, {label}: {len(util)} samples; busy share (mean utilization.gpu) {statistics.mean(u for u, _ in util):.1f}%; "
                   f"samples with a kernel running {sum(u > 0 for u, _ in util) / len(util):.0%}; peak memory {max(m for _, m in util) / 1024:.1f} GiB")
+latest = {}  # the last line of each kernel wins
+for raw in open(results):
+    try:
+        line = json.loads(raw)
+    except json.JSONDecodeError:
+        continue
+    if line.get("kind") != "call" and line.get("kernel"):
+        latest[(line.get("problem"), line["kernel"])] = line
+if os.path.isfile(cpu):  # every call's samples, as the rate counts every call's judged kernels
+    print(host_cpu.render(host_cpu.summarise(host_cpu.load(Path(cpu)), sum(1 for l in latest.values() if l.get("judged")))))
 EOF
 exit "$code"

@@ -1,6 +1,6 @@
 """Verdicts per GPU-hour, and where the seconds go: a corpus state (benchmarks/kbcorpus.py) read back.
 
-    python3 benchmarks/verdict_rate.py STATE [--profile loop] [--out FILE.md]
+    python3 benchmarks/verdict_rate.py STATE [--profile loop] [--out FILE.md] [--cpu CPU.csv]
 
 The state's lines of one profile (the `loop` profile: configs/loop.yaml, memcheck on, no compile
 baseline, no null candidate) hold each kernel's status, its worker's phases, its builds and its wall
@@ -22,6 +22,9 @@ came from. Printed (and written with --out):
 - each compute-sanitizer run's seconds, and (a run with one lane) the lane's idle time between records:
   the gap less the lane's own work, where it waited for builds ahead (memcheck runs count as idle where
   the state has no seconds for them, as in states written before 2026-11-28 evening).
+
+With --cpu FILE (benchmarks/host_cpu.py's samples over the same calls), a last line: how busy the host's cores
+were, how long the run was bound by them, the CPU-seconds per verdict and the rate the cores could carry at that cost.
 
 Hold a change against it: run the same selection and part before and after, and compare the tables.
 """
@@ -218,20 +221,37 @@ def render(found: dict[str, Any], profile: str, source: str) -> str:
     return "\n".join(out) + "\n"
 
 
+def cpu_line(samples: Path, judged: int) -> str:
+    """The host's CPUs over the sampled calls, and what each of `judged` verdicts cost them (benchmarks/host_cpu.py)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    try:
+        import host_cpu
+    finally:
+        sys.path.pop(0)
+    return host_cpu.render(host_cpu.summarise(host_cpu.load(samples), judged))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("state", type=Path)
     parser.add_argument("--profile", default="loop")
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--cpu", type=Path, help="the host's CPU samples over the runs (benchmarks/host_cpu.py sample)")
     args = parser.parse_args(argv)
     if not args.state.is_file():
         print(f"error: no state file {args.state}", file=sys.stderr)
+        return 1
+    if args.cpu is not None and not args.cpu.is_file():
+        print(f"error: no CPU samples file {args.cpu}", file=sys.stderr)
         return 1
     every = profile_lines(args.state, args.profile)
     if not every:
         print(f"error: {args.state} has no lines of profile {args.profile!r}", file=sys.stderr)
         return 1
-    text = render(summary(latest(every), every), args.profile, args.state.name)
+    found = summary(latest(every), every)
+    text = render(found, args.profile, args.state.name)
+    if args.cpu is not None:
+        text += "\n" + cpu_line(args.cpu, found["judged"]) + "\n"
     print(text, end="")
     if args.out:
         args.out.write_text(text)

@@ -9,6 +9,8 @@
 # $OUT/host.txt (the host's CPU speed before each call's run: benchmarks/host_probe.py), and
 # $OUT/nvml.csv with $OUT/busy.txt: utilization.gpu sampled every 200 ms from the run's start to its end (NVML's
 # utilization is the share of its sample period in which a kernel ran, so its mean is the GPU's busy share).
+# $OUT/cpu.csv: the host's CPU counters sampled every second over the run (benchmarks/host_cpu.py); rate.md then says
+# how busy the cores were, how long the run was bound by them, and the CPU-seconds per verdict.
 set -o pipefail
 usage="usage: OUT=DIR bash benchmarks/verdict_rate_gpu.sh PART [extra args for benchmarks/kbcorpus.py]"
 PART=${1:?$usage}
@@ -26,19 +28,21 @@ echo "$(date -u +%FT%TZ) $HOST" >> "$OUT/host.txt"
 
 nvidia-smi --query-gpu=timestamp,index,utilization.gpu,memory.used --format=csv,noheader,nounits -lms 200 > "$SAMPLES" 2>/dev/null &
 SAMPLER=$!
+python3 "$HERE/benchmarks/host_cpu.py" sample "$OUT/cpu.csv" &  # the host's CPUs over the run: is it bound by them?
+CPU_SAMPLER=$!
 START=$(date +%s.%N)
 trap 'stopped=1' INT TERM  # stopped: kbcorpus_gpu.sh keeps what finished, and this call still copies and rates it
 OUT="$OUT/corpus" bash "$TREE/benchmarks/kbcorpus_gpu.sh" "$STATE" "$PART" "$@"
 code=$?
 END=$(date +%s.%N)
-kill "$SAMPLER" 2>/dev/null
-wait "$SAMPLER" 2>/dev/null
+kill "$SAMPLER" "$CPU_SAMPLER" 2>/dev/null
+wait "$SAMPLER" "$CPU_SAMPLER" 2>/dev/null
 { echo "== call of $(date -u +%FT%TZ), exit $code"; echo "$HOST"; cat "$OUT/corpus/log.txt" 2>/dev/null; } >> "$OUT/log.txt"  # a resumed run keeps each call's
 cp "$OUT/corpus/report.md" "$OUT/report.md" 2>/dev/null
 [ -s "$OUT/corpus/state.jsonl" ] && cp "$OUT/corpus/state.jsonl" "$OUT/state.jsonl.tmp" && mv "$OUT/state.jsonl.tmp" "$STATE"
 [ "$STATE" != "$OUT/state.jsonl" ] && cp "$STATE" "$OUT/state.jsonl"
 rm -rf "$OUT/corpus"
-python3 "$HERE/benchmarks/verdict_rate.py" "$OUT/state.jsonl" --profile loop --out "$OUT/rate.md" | tee -a "$OUT/log.txt"
+python3 "$HERE/benchmarks/verdict_rate.py" "$OUT/state.jsonl" --profile loop --cpu "$OUT/cpu.csv" --out "$OUT/rate.md" | tee -a "$OUT/log.txt"
 python3 - "$SAMPLES" "$START" "$END" <<'EOF' | tee -a "$OUT/busy.txt" | tee -a "$OUT/log.txt"
 import statistics, sys
 path, start, end = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])

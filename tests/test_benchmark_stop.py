@@ -79,6 +79,9 @@ def test_a_stopped_benchmark_call_stops_its_run_keeps_what_it_finished_and_leave
         assert '"kernel": "l1_p1/k"' in state.read_text()  # what the step kept when stopped is in the call's state
         assert "exit 130" in (out / "log.txt").read_text()  # the step's own exit: stopped, not killed
         assert not list(scratch.glob("kbcorpus.*"))  # the call's scratch is removed
+        if script == "verdict_rate_gpu.sh":  # the host's CPUs were sampled over the run, and the sampler is gone
+            assert (out / "cpu.csv").read_text().strip()
+            assert subprocess.run(["pgrep", "-f", f"host_cpu.py sample {out / 'cpu.csv'}"]).returncode == 1
     finally:
         if stand_in and _alive(stand_in):  # a failed check: end the stand-in and its sleep
             subprocess.run(["pkill", "-KILL", "-P", str(stand_in)], check=False)

@@ -3,6 +3,7 @@ state file and resuming from it, reading a run folder's records (fabricated), an
 
 import importlib.util
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -412,3 +413,25 @@ def test_verdict_rate_splits_builds_ahead_by_whether_they_were_given_the_precomp
     text = rate.render(found, "loop", "state.jsonl")
     assert "| build ahead (wall), given the precompiled header | 2 | 62.00 | 124.0 |" in text
     assert "| build ahead (wall), without it | 2 | 76.00 | 152.0 |" in text
+
+
+def test_verdict_rate_adds_the_hosts_cpu_seconds_per_verdict_from_the_samples_of_the_same_calls(tmp_path):
+    def line(kernel, status="correct"):
+        return {"profile": "loop", "kernel": kernel, "problem": kernel.split("/")[0], "status": status, "run_id": "a",
+                "run_wall_s": 60.0, "wall_s": 3.0}
+
+    state = tmp_path / "state.jsonl"
+    state.write_text("".join(json.dumps(x) + "\n" for x in [line("p1/a"), line("p2/a"), line("p3/a", "no record")]))
+    samples = tmp_path / "cpu.csv"
+    samples.write_text("c,0,0,0,16\nc,60,900,960,16\n")  # 900 CPU-s busy of 960 over 60 s on 16 cores
+    out = tmp_path / "rate.md"
+    done = subprocess.run([sys.executable, "benchmarks/verdict_rate.py", str(state), "--cpu", str(samples), "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    last = out.read_text().strip().splitlines()[-1]
+    # two verdicts (the kernel with no record is not one): 450 CPU-s each, so 16 cores carry at most 128 an hour
+    assert last == ("host CPUs: 15.0 of 16 busy on average (94%) over 60 s, 900 CPU-s in all; at least 90% busy for 60 s "
+                    "(100%); 450.0 CPU-s per verdict (2): 16 cores busy all the time would turn at most 128 per hour")
+    missing = subprocess.run([sys.executable, "benchmarks/verdict_rate.py", str(state), "--cpu", str(tmp_path / "none.csv")],
+                             cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 1 and "no CPU samples file" in missing.stderr
