@@ -20,7 +20,8 @@
 # ends while one slow kernel holds the lane leaves every later kernel of the draw unjudged for good.
 # Remove /tmp/kbcorpus-builds and /tmp/kernelbench-eval-builds before a cold first call, and when done.
 # Writes $OUT/ours (verdict_rate_gpu.sh's files), $OUT/kb (kernelbench_eval_gpu.sh's), $OUT/report.md (the two side by
-# side) and $OUT/calls.txt (each call's exit codes and seconds).
+# side) and $OUT/calls.txt (each call's exit codes and seconds). Prints both rates, then each side's host CPUs: their
+# busy share, the seconds bound by them and the CPU-seconds per verdict (benchmarks/host_cpu.py).
 set -o pipefail
 HERE=$(cd "$(dirname "$0")/.." && pwd)
 . "$HERE/benchmarks/stoppable.sh"
@@ -80,4 +81,7 @@ code=$?
 echo "report exit $code; $(date -u +%FT%TZ)" >> "$OUT/calls.txt"
 grep -m1 "verdicts per GPU-hour" "$OUT/report.md"
 grep -m1 "verdicts per GPU-hour" "$OUT/ours/rate.md"
+# each side's host CPUs over its calls (benchmarks/host_cpu.py): which side was bound by its cores, at what cost
+sed -n 's/^host CPUs/ours: host CPUs/p' "$OUT/ours/rate.md" 2>/dev/null
+sed -n 's/^host CPUs/KernelBench: host CPUs/p' "$OUT/kb/busy.txt" 2>/dev/null
 exit "$code"
