@@ -429,6 +429,7 @@ class WorkersConfig:
     prestart_judge: bool  # with prestart: the next problem's judge is started while this problem runs
     judges_ahead: int  # with prestart_judge: judges each lane keeps started ahead (more when problems come fast)
     lanes_per_gpu: int  # CUDA runs: lanes sharing each GPU; their checks overlap, their timings take turns alone on it
+    judge_zygote: bool = False  # judges forked from a process per lane that imported torch (harness.parent.zygote)
 
     def __post_init__(self) -> None:
         if self.lanes_per_gpu < 1:

@@ -30,6 +30,7 @@ from harness.core.status import Status
 from harness.parent.quiet import QuietHost
 from harness.parent.sessions import end_session
 from harness.parent.spares import SpareSlot
+from harness.parent.zygote import Zygote, ZygoteUnavailable, judge_env
 
 POLL_SECONDS = 0.2
 
@@ -154,8 +155,11 @@ class Launcher:
         quiet: Optional[QuietHost] = None,
         worker_env: Optional[Mapping[str, str]] = None,
         judges_ahead: int = 1,
+        zygote: bool = False,
     ) -> None:
         self.quiet = quiet if quiet is not None else QuietHost()
+        self.wants_zygote = zygote  # judges forked from a zygote that imported torch once (harness.parent.zygote)
+        self.zygote: Optional[Zygote] = None  # started with the lane's first judge
         # the run's boundary (harness.parent.boundary): workers only, not judges
         self.worker_env = dict(worker_env or {})
         self.prestart = prestart
@@ -245,6 +249,7 @@ class Launcher:
         with self._lock:
             if self._closed:
                 raise LauncherClosed("the run was stopped: no new judge")
+        self._start_zygote(log_path.parent.parent)
         taken: Optional[tuple[JudgeClient, Path]] = None
         # a restart (the problem's log exists) appends to its log: a fresh judge, and the spares wait on
         while taken is None and self._judge_spares and not log_path.exists():
@@ -260,7 +265,14 @@ class Launcher:
         if taken is None:
             folder = make_dir("judge-")
             taken = (
-                JudgeClient(log_path=log_path, cwd=folder, env=self.env, lane_index=self.lane_index, quiet=self.quiet),
+                JudgeClient(
+                    log_path=log_path,
+                    cwd=folder,
+                    env=self.env,
+                    lane_index=self.lane_index,
+                    quiet=self.quiet,
+                    zygote=self.zygote,
+                ),
                 folder,
             )
         if self.prestart and self.judges:
@@ -293,6 +305,7 @@ class Launcher:
             lane_index=self.lane_index,
             spare=True,
             quiet=self.quiet,
+            zygote=self.zygote,
         )
         return client, folder
 
@@ -311,12 +324,29 @@ class Launcher:
         for proc in active:
             _kill_session(proc)
             self.quiet.unregister(proc)
+        self._close_zygote()
 
     def close(self) -> None:
         self._closed = True
         self._discard()
         self._discard_judge()
         self.sanitizer_spares.close()
+        self._close_zygote()
+
+    def _start_zygote(self, logs: Path) -> None:
+        """With `wants_zygote`, start the lane's judge zygote once, logging into `logs` as a spare does; never once
+        the launcher is closed (kill_all from another thread: nothing started after it is left running)."""
+        with self._lock:
+            if self.wants_zygote and self.zygote is None and not self._closed:
+                self.zygote = Zygote(self.env, logs / f".judge-zygote-{self.lane_index}.out", self.quiet)
+
+    def _close_zygote(self) -> None:
+        """End the lane's judge zygote and remove its log; the judges it forked are their clients' to end."""
+        with self._lock:
+            zygote, self.zygote = self.zygote, None
+        if zygote is not None:
+            zygote.close()
+            zygote.log_path.unlink(missing_ok=True)
 
     def _discard_judge(self, spare: Optional[tuple[JudgeClient, Path]] = None) -> None:
         """End a prestarted judge (every one of the lane's, when none is named) and remove its folder and log."""
@@ -600,6 +630,30 @@ def _kill_session(proc: subprocess.Popen[bytes]) -> None:
     end_session(proc.pid)
 
 
+def _start_judge(
+    zygote: Optional[Zygote], log_path: Path, cwd: Path, env: dict[str, str], pipes: tuple[int, int]
+) -> Any:
+    """A judge process on `pipes` (its request read end, its reply write end), printing to `log_path`: forked from
+    the lane's `zygote` when it has one that can (harness.parent.zygote), else started as a process of its own."""
+    with open(log_path, "ab") as log:
+        if zygote is not None:
+            try:
+                return zygote.spawn(cwd, env, (*pipes, log.fileno()))
+            except ZygoteUnavailable as exc:
+                log.write(f"[harness] not forked from the judge zygote ({exc}): started on its own\n".encode())
+                log.flush()
+        return subprocess.Popen(
+            [sys.executable, "-m", "harness.judge.service", *(str(fd) for fd in pipes)],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            pass_fds=pipes,
+            start_new_session=True,
+            cwd=cwd,
+            env=env,
+        )
+
+
 class JudgeFailed(Exception):
     """The judge ended, hung past its limit, or reported a fault; it is gone and must be restarted."""
 
@@ -619,27 +673,14 @@ class JudgeClient:
         lane_index: int = 0,
         spare: bool = False,
         quiet: Optional[QuietHost] = None,
+        zygote: Optional[Zygote] = None,
     ) -> None:
         self.quiet = quiet if quiet is not None else QuietHost()
         request_read, self._request_write = os.pipe()
         self._reply_read, reply_write = os.pipe()
-        full_env = dict(os.environ)
-        full_env.update(env or {})
-        full_env["PYTHONPATH"] = os.pathsep.join([str(ROOT), full_env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-        full_env["PYTHONUNBUFFERED"] = "1"
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self.log_path = log_path
-        with open(log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "harness.judge.service", str(request_read), str(reply_write)],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                pass_fds=(request_read, reply_write),
-                start_new_session=True,
-                cwd=cwd,
-                env=full_env,
-            )
+        self.proc = _start_judge(zygote, log_path, cwd, judge_env(env), (request_read, reply_write))
         self.clock = self.quiet.lane_clock(lane_index)
         if spare:  # prestarted: background work while it waits (harness.parent.supervise.Launcher.take_judge)
             self.quiet.register_background(self.proc)
@@ -797,6 +838,7 @@ class Lane:
             quiet,
             worker_env,
             cfg.workers.judges_ahead,
+            cfg.workers.judge_zygote,
         )
         return cls(label, gpu, launcher)
 
