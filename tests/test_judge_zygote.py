@@ -4,9 +4,11 @@ exactly as a judge started on its own does, lead its own session, be restarted w
 started on its own when the zygote cannot fork; nothing of the zygote is left when the lane closes."""
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -19,6 +21,8 @@ from harness.sources.candidate import Candidate
 from harness.sources.problem import resolve_problem
 from tests.evaluations import problem_evaluation
 from tests.sources import HONEST_FORWARD, scale_bias_relu
+
+ROOT = Path(__file__).resolve().parent.parent
 
 pytestmark = pytest.mark.slow  # real zygote, judge and worker processes
 
@@ -107,7 +111,7 @@ def test_the_zygote_refuses_a_malformed_request_and_forks_the_next(tmp_path):
     try:
         read_end, write_end = os.pipe()
         pipes += [read_end, write_end]
-        with pytest.raises(ZygoteUnavailable, match="a request needs 3 descriptors"):
+        with pytest.raises(ZygoteUnavailable, match="a malformed request: it needs 3 descriptors"):
             zygote.spawn(tmp_path, judge_env({}), (read_end, write_end))  # no log
         request_read, request_write = os.pipe()
         reply_read, reply_write = os.pipe()
@@ -145,3 +149,16 @@ def test_the_config_turns_the_zygote_on_for_a_lane(make_config):
 
     assert not Lane.single(make_config(), "cpu").launcher.wants_zygote  # off until measured on a GPU
     assert Lane.single(make_config("workers.judge_zygote=true"), "cpu").launcher.wants_zygote
+
+
+def test_the_start_benchmark_times_judges_of_both_kinds_and_refuses_a_bad_count(tmp_path):
+    out = tmp_path / "start.json"
+    done = subprocess.run([sys.executable, "benchmarks/judge_start.py", "--n", "1", "--out", str(out)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("judge ready: on its own median ") and "forked median" in done.stdout
+    found = json.loads(out.read_text())
+    assert len(found["alone_s"]) == 1 and len(found["forked_s"]) == 1 and found["zygote_start_s"] > 0
+    refused = subprocess.run([sys.executable, "benchmarks/judge_start.py", "--n", "0"], cwd=ROOT, capture_output=True,
+                             text=True, timeout=60)
+    assert refused.returncode == 2 and "--n must be at least 1" in refused.stderr

@@ -109,11 +109,13 @@ def serve(sock: socket.socket) -> None:
         try:
             job = json.loads(data)
             if len(fds) != 3:
-                raise ValueError(f"a request needs 3 descriptors, got {len(fds)}")
+                raise ValueError(f"a malformed request: it needs 3 descriptors, got {len(fds)}")
+            if service.torch.cuda.is_initialized():  # a child would share this process's context: never fork then
+                raise ValueError("CUDA was initialised in the zygote")
         except ValueError as exc:
             for fd in fds:
                 os.close(fd)
-            sock.send(json.dumps({"error": f"a malformed request: {exc}"}).encode())
+            sock.send(json.dumps({"error": str(exc)}).encode())
             continue
         try:
             pid = fork_judge(job, fds, sock)
