@@ -162,3 +162,29 @@ def test_the_start_benchmark_times_judges_of_both_kinds_and_refuses_a_bad_count(
     refused = subprocess.run([sys.executable, "benchmarks/judge_start.py", "--n", "0"], cwd=ROOT, capture_output=True,
                              text=True, timeout=60)
     assert refused.returncode == 2 and "--n must be at least 1" in refused.stderr
+
+
+SUBREAPER_RUN = """
+import ctypes, os, signal, sys, tempfile
+from pathlib import Path
+from harness.parent.zygote import Zygote, judge_env
+ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: orphans come to this process
+folder = Path(tempfile.mkdtemp())
+zygote = Zygote({}, folder / "zygote.out")
+request_read, request_write = os.pipe()
+reply_read, reply_write = os.pipe()
+log = os.open(folder / "judge.log", os.O_WRONLY | os.O_CREAT)
+judge = zygote.spawn(folder, judge_env({}), (request_read, reply_write, log))
+os.kill(zygote.proc.pid, signal.SIGKILL)
+zygote.proc.wait()
+os.kill(judge.pid, signal.SIGTERM)
+print(judge.wait(timeout=30))
+zygote.close()
+"""
+
+
+def test_a_judge_handed_to_the_run_after_its_zygote_died_is_reaped_with_its_own_exit(tmp_path):
+    # a run that is a subreaper (or runs under one it is) gets the orphaned judge: its end is read, not guessed
+    done = subprocess.run([sys.executable, "-c", SUBREAPER_RUN], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(-signal.SIGTERM)

@@ -3,7 +3,8 @@ it for judges and keeps what it says of each judge's end.
 
 A judge the zygote forked is not this process's child, so it cannot be waited for here. `Forked` stands in for its
 `subprocess.Popen`: its pid (its session's, as with `start_new_session`), `poll`, `wait` and `returncode` from the
-zygote's word. A judge whose zygote has gone before saying how it ended reads `UNKNOWN_EXIT` once its pid is gone.
+zygote's word. A judge whose zygote has gone before saying how it ended is reaped here if it was handed to this process
+(a subreaper), and otherwise reads `UNKNOWN_EXIT` once its pid is gone.
 
 The zygote is started with the lane's environment, as its judges would be, pinned to the builds' CPUs and never
 stopped (it only forks; a stopped zygote would hold up a lane's next judge). `close` ends it and whatever it still
@@ -123,8 +124,12 @@ class Zygote:
             while True:
                 if pid in self._exits:
                     return self._exits[pid]
-                if self._gone and not owner_alive(pid, None):
-                    return UNKNOWN_EXIT
+                if self._gone:
+                    code = _reaped_here(pid)
+                    if code is not None:
+                        return code
+                    if not owner_alive(pid, None):
+                        return UNKNOWN_EXIT
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     return None
@@ -171,3 +176,12 @@ class Forked:
                 raise subprocess.TimeoutExpired(f"judge {self.pid}", timeout or 0.0)
             self.returncode = code
         return self.returncode
+
+
+def _reaped_here(pid: int) -> Optional[int]:
+    """How `pid` ended, when it was handed to this process (a subreaper, once its zygote had gone) and has ended."""
+    try:
+        done, status = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return None
+    return os.waitstatus_to_exitcode(status) if done else None
