@@ -26,6 +26,28 @@ def problem_evaluation(problem, candidates, cfg, device, store, **kwargs: Any) -
             lane.launcher.close()
 
 
+@contextlib.contextmanager
+def bodies_evaluation(tmp_path, cfg, bodies, device="cpu", run="judge-test") -> Iterator[tuple[ProblemEvaluation, list]]:
+    """`bodies` ((name, forward body) pairs) as candidates of 1_Scale_Bias_ReLU (tests/sources.py's ModelNew), written
+    in order into `tmp_path`/solutions, on an evaluation of their own: (the evaluation, the candidates)."""
+    from harness.core.store import RunStore
+    from harness.sources.candidate import Candidate
+    from harness.sources.problem import resolve_problem
+    from tests.sources import scale_bias_relu
+
+    problem = resolve_problem("1_Scale_Bias_ReLU", cfg.path(cfg.problems_dir))
+    folder = tmp_path / "solutions"
+    folder.mkdir(exist_ok=True)
+    candidates = []
+    for index, (name, body) in enumerate(bodies):
+        path = folder / f"{index}_{name}.py"
+        path.write_text(scale_bias_relu(body))
+        candidates.append(Candidate(path.stem, path))
+    store = RunStore(cfg.path(cfg.results_dir), run)
+    with problem_evaluation(problem, candidates, cfg, device, store) as evaluation:
+        yield evaluation, candidates
+
+
 def evaluate_problem(problem, candidates, cfg, device, store, **kwargs: Any) -> list[CandidateRecord]:
     """Every candidate of `problem`, in order, as `ProblemEvaluation.run` gives them."""
     with problem_evaluation(problem, candidates, cfg, device, store, **kwargs) as evaluation:

@@ -25,7 +25,7 @@ from harness.parent.lane_judge import LaneJudge
 from harness.parent.compared_pass import Setting, Subject
 from harness.sources.candidate import Candidate
 from harness.sources.problem import resolve_problem
-from tests.evaluations import problem_evaluation
+from tests.evaluations import bodies_evaluation, problem_evaluation
 from tests.sources import HONEST_FORWARD, scale_bias_relu
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -58,16 +58,7 @@ def _close_evaluations():
 
 def _evaluation(tmp_path, make_config, names, *extra, device="cpu"):
     cfg = make_config("timing.enabled=false", "check.gradients=off", *extra)
-    problem = resolve_problem("1_Scale_Bias_ReLU", cfg.path(cfg.problems_dir))
-    folder = tmp_path / "solutions"
-    folder.mkdir(exist_ok=True)
-    candidates = []
-    for index, name in enumerate(names):
-        path = folder / f"{index}_{name}.py"
-        path.write_text(scale_bias_relu(BODIES[name]))
-        candidates.append(Candidate(path.stem, path))
-    store = RunStore(cfg.path(cfg.results_dir), "judge-test")
-    return OPEN.enter_context(problem_evaluation(problem, candidates, cfg, device, store)), candidates
+    return OPEN.enter_context(bodies_evaluation(tmp_path, cfg, [(name, BODIES[name]) for name in names], device))
 
 
 def test_writes_to_the_shared_inputs_fail_the_writer_and_leave_the_next_verdict_alone(tmp_path, make_config):

@@ -15,12 +15,9 @@ from pathlib import Path
 import pytest
 
 from harness.core.status import Status
-from harness.core.store import RunStore
 from harness.parent.zygote import Zygote, ZygoteUnavailable, judge_env
-from harness.sources.candidate import Candidate
-from harness.sources.problem import resolve_problem
-from tests.evaluations import problem_evaluation
-from tests.sources import HONEST_FORWARD, scale_bias_relu
+from tests.evaluations import bodies_evaluation
+from tests.sources import HONEST_FORWARD
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -45,20 +42,9 @@ def _gone(pid: int) -> bool:
     return "Z" == Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
 
 
-@contextlib.contextmanager
-def _evaluation(tmp_path, make_config, names, *extra):
-    cfg = make_config("timing.enabled=false", "check.gradients=off", "workers.judge_zygote=true", *extra)
-    problem = resolve_problem("1_Scale_Bias_ReLU", cfg.path(cfg.problems_dir))
-    folder = tmp_path / "solutions"
-    folder.mkdir(exist_ok=True)
-    candidates = []
-    for index, name in enumerate(names):
-        path = folder / f"{index}_{name}.py"
-        path.write_text(scale_bias_relu(BODIES[name]))
-        candidates.append(Candidate(path.stem, path))
-    store = RunStore(cfg.path(cfg.results_dir), "zygote-test")
-    with problem_evaluation(problem, candidates, cfg, "cpu", store) as evaluation:
-        yield evaluation, candidates
+def _evaluation(tmp_path, make_config, names):
+    cfg = make_config("timing.enabled=false", "check.gradients=off", "workers.judge_zygote=true")
+    return bodies_evaluation(tmp_path, cfg, [(name, BODIES[name]) for name in names], run="zygote-test")
 
 
 def test_a_judge_forked_from_the_zygote_judges_as_one_started_on_its_own_and_nothing_is_left(tmp_path, make_config):
