@@ -42,9 +42,23 @@ def _gone(pid: int) -> bool:
     return "Z" == Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
 
 
+def _ready(zygote, limit=120.0):
+    deadline = time.monotonic() + limit
+    while zygote.ready is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert zygote.ready is not None, "the zygote never finished its imports"
+    return zygote
+
+
+@contextlib.contextmanager
 def _evaluation(tmp_path, make_config, names):
+    """An evaluation whose lane's zygote is started and ready before its first judge, as a run's is."""
     cfg = make_config("timing.enabled=false", "check.gradients=off", "workers.judge_zygote=true")
-    return bodies_evaluation(tmp_path, cfg, [(name, BODIES[name]) for name in names], run="zygote-test")
+    with bodies_evaluation(tmp_path, cfg, [(name, BODIES[name]) for name in names], run="zygote-test") as found:
+        launcher = found[0].lane.launcher
+        launcher.start_zygote(tmp_path / "logs")
+        _ready(launcher.zygote)
+        yield found
 
 
 def test_a_judge_forked_from_the_zygote_judges_as_one_started_on_its_own_and_nothing_is_left(tmp_path, make_config):
@@ -91,12 +105,15 @@ def test_when_the_zygote_is_gone_the_next_judge_starts_on_its_own_and_says_so(tm
     assert after.decision.status is Status.CORRECT, after.decision.reason
 
 
-def test_the_zygote_refuses_a_malformed_request_and_forks_the_next(tmp_path):
+def test_the_zygote_refuses_while_it_imports_and_a_malformed_request_and_forks_the_next(tmp_path):
     zygote = Zygote({}, tmp_path / "zygote.out")
     pipes = []
     try:
         read_end, write_end = os.pipe()
         pipes += [read_end, write_end]
+        with pytest.raises(ZygoteUnavailable, match="still importing torch"):  # at once: the judge starts on its own
+            zygote.spawn(tmp_path, judge_env({}), (read_end, write_end, os.dup(write_end)))
+        _ready(zygote)
         with pytest.raises(ZygoteUnavailable, match="a malformed request: it needs 3 descriptors"):
             zygote.spawn(tmp_path, judge_env({}), (read_end, write_end))  # no log
         request_read, request_write = os.pipe()
@@ -151,12 +168,14 @@ def test_the_start_benchmark_times_judges_of_both_kinds_and_refuses_a_bad_count(
 
 
 SUBREAPER_RUN = """
-import ctypes, os, signal, sys, tempfile
+import ctypes, os, signal, sys, tempfile, time
 from pathlib import Path
 from harness.parent.zygote import Zygote, judge_env
 ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: orphans come to this process
 folder = Path(tempfile.mkdtemp())
 zygote = Zygote({}, folder / "zygote.out")
+while zygote.ready is None:
+    time.sleep(0.05)
 request_read, request_write = os.pipe()
 reply_read, reply_write = os.pipe()
 log = os.open(folder / "judge.log", os.O_WRONLY | os.O_CREAT)
@@ -174,3 +193,37 @@ def test_a_judge_handed_to_the_run_after_its_zygote_died_is_reaped_with_its_own_
     done = subprocess.run([sys.executable, "-c", SUBREAPER_RUN], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == str(-signal.SIGTERM)
+
+
+def test_a_run_starts_its_lanes_zygotes_as_it_starts_and_its_verdicts_are_the_same(make_config, tmp_path):
+    from harness.core.store import RunStore
+    from harness.parent.local import LocalExecutor
+    from harness.parent.resources import RunResources
+    from harness.parent.scratch import RunScratch
+    from harness.sources.candidate import Candidate
+    from harness.sources.problem import resolve_problem
+    from tests.sources import scale_bias_relu
+
+    cfg = make_config("workers.judge_zygote=true", "workers.prestart=always", "timing.enabled=false")
+    problem = resolve_problem("1_Scale_Bias_ReLU", cfg.path(cfg.problems_dir))
+    candidates = []
+    for name in ("honest", "wrong", "honest"):
+        path = tmp_path / f"{len(candidates)}_{name}.py"
+        path.write_text(scale_bias_relu(BODIES[name]))
+        candidates.append(Candidate(path.stem, path))
+    store = RunStore(cfg.path(cfg.results_dir), "zygote-run")
+    resources = RunResources(cfg, "cpu", store, RunScratch.create())
+    executor = LocalExecutor(resources)
+    try:
+        [lane] = executor.lanes
+        zygote = lane.launcher.zygote
+        assert zygote is not None and zygote.log_path.parent == store.dir / "logs"  # started with the run
+        _ready(zygote)
+        records = executor.run_problem(problem, candidates)
+        reference_log = store.log_path(problem.name, "_reference").read_text()
+    finally:
+        executor.close()
+        resources.close()
+    assert [r.decision.status for r in records] == [Status.CORRECT, Status.INCORRECT, Status.CORRECT]
+    assert "not forked from the judge zygote" not in reference_log  # the problem's judge was forked
+    assert _gone(zygote.proc.pid) and not zygote.log_path.exists()

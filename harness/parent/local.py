@@ -109,6 +109,7 @@ class LocalExecutor(QueuedExecutor):
         self._state = threading.Lock()
         for lane in self.lanes:  # once sealed, no lane starts a judge or a worker for work that will not come
             lane.launcher.backlog = self._backlog
+            lane.launcher.start_zygote(self.store.dir / "logs")  # its imports overlap the first builds
 
     def describe(self) -> str:
         if len(self.lanes) == 1:

@@ -159,7 +159,7 @@ class Launcher:
     ) -> None:
         self.quiet = quiet if quiet is not None else QuietHost()
         self.wants_zygote = zygote  # judges forked from a zygote that imported torch once (harness.parent.zygote)
-        self.zygote: Optional[Zygote] = None  # started with the lane's first judge
+        self.zygote: Optional[Zygote] = None  # started with the run (start_zygote), or with the lane's first judge
         # the run's boundary (harness.parent.boundary): workers only, not judges
         self.worker_env = dict(worker_env or {})
         self.prestart = prestart
@@ -249,7 +249,7 @@ class Launcher:
         with self._lock:
             if self._closed:
                 raise LauncherClosed("the run was stopped: no new judge")
-        self._start_zygote(log_path.parent.parent)
+        self.start_zygote(log_path.parent.parent)
         taken: Optional[tuple[JudgeClient, Path]] = None
         # a restart (the problem's log exists) appends to its log: a fresh judge, and the spares wait on
         while taken is None and self._judge_spares and not log_path.exists():
@@ -333,9 +333,11 @@ class Launcher:
         self.sanitizer_spares.close()
         self._close_zygote()
 
-    def _start_zygote(self, logs: Path) -> None:
-        """With `wants_zygote`, start the lane's judge zygote once, logging into `logs` as a spare does; never once
-        the launcher is closed (kill_all from another thread: nothing started after it is left running)."""
+    def start_zygote(self, logs: Path) -> None:
+        """With `wants_zygote`, start the lane's judge zygote once (a run does as it starts, so its imports overlap the
+        first builds; else the first judge does), logging into `logs` as a spare does; never once the launcher is
+        closed (kill_all from another thread: nothing started after it is left running). Until it has imported
+        torch, judges start on their own."""
         with self._lock:
             if self.wants_zygote and self.zygote is None and not self._closed:
                 self.zygote = Zygote(self.env, logs / f".judge-zygote-{self.lane_index}.out", self.quiet)

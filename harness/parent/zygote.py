@@ -99,12 +99,15 @@ class Zygote:
             self._changed.notify_all()
         self._pids.put({"error": "the zygote ended"})
 
-    def spawn(self, cwd: Path, env: dict[str, str], fds: tuple[int, int, int], limit: float = 120.0) -> "Forked":
+    def spawn(self, cwd: Path, env: dict[str, str], fds: tuple[int, int, int], limit: float = 30.0) -> "Forked":
         """A judge forked in `cwd` with `env` (whole), on `fds`: its request pipe's read end, its reply pipe's
-        write end, its log. Waits for the zygote's imports the first time, at most `limit` seconds in all."""
+        write end, its log; the zygote's answer is awaited at most `limit` seconds. Refused at once while the
+        zygote still imports (a judge started on its own then is no later than one forked after the imports)."""
         with self._spawning:
             if self._gone:
                 raise ZygoteUnavailable("the zygote ended")
+            if self.ready is None:
+                raise ZygoteUnavailable("the zygote is still importing torch")
             try:
                 socket.send_fds(self._sock, [json.dumps({"cwd": str(cwd), "env": env}).encode()], list(fds))
                 answer = self._pids.get(timeout=limit)
